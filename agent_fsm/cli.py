@@ -1,0 +1,212 @@
+"""The command line: parses options, calls the commands, renders their results, owns exit codes.
+
+Nothing below this layer prints. Expected failures (every AgentFsmError) become one line on
+stderr and a documented exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from . import config as config_mod
+from . import diagram as diagram_mod
+from .errors import EXIT_ERROR, AgentFsmError
+from .node import Node, open_node
+
+EXIT_CODES = """\
+Exit codes: 0 success; 1 error (one line on stderr says what and what to do); 2 usage;
+3 refused (the gate is closed, an upgrade is pending, or the command is not allowed in the
+current state); 4 (`upgrade --wait`) the candidate was judged failed and the node rolled back.
+"""
+
+app = typer.Typer(
+    name="agent-fsm",
+    help="Upgrade a systemd node agent through a declared, crash-safe state machine.\n\n"
+    + EXIT_CODES,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,
+    rich_markup_mode=None,
+)
+
+out = Console()
+err = Console(stderr=True)
+
+
+class Options:
+    config: Path | None = None
+    root: Path | None = None
+
+
+_opts = Options()
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"agent-fsm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="Config file (TOML). Default: $AGENT_FSM_CONFIG, then "
+        "/etc/agent-fsm/config.toml.", show_default=False)] = None,
+    root: Annotated[Path | None, typer.Option(
+        "--root", help="Write everything below DIR; unit contents keep host paths.",
+        show_default=False)] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    _opts.config = config
+    _opts.root = root
+
+
+def _node() -> Node:
+    return open_node(config_mod.load(_opts.config), _opts.root)
+
+
+def _json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "—"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# Inspection ---------------------------------------------------------------------------------
+@app.command()
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object, for programs.")] = False,
+) -> None:
+    """Show the state of the upgrade machine, the releases, the signal and the gate.
+
+    Example: agent-fsm --config /etc/agent-fsm/config.toml status --json
+    """
+    from .status import status as get_status
+
+    st = get_status(_node())
+    if as_json:
+        _json(st.to_json())
+        return
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("state", f"{st.state} — {st.meaning}")
+    table.add_row("now", st.situation)
+    table.add_row("selected", st.selected or "—")
+    table.add_row("last-good", st.last_good or "—")
+    if st.signal:
+        s = st.signal
+        table.add_row("signal", f"upgrade {s['from']} → {s['to']}, attempt {s['attempt']}, "
+                      f"deadline {_when(s['deadline'])}")
+    else:
+        table.add_row("signal", "none (no upgrade pending)")
+    table.add_row("gate", st.gate)
+    table.add_row("held assets", "\n".join(st.held_assets) or "none")
+    if st.last_result:
+        r = st.last_result
+        table.add_row("last result", f"{r['from']} → {r['to']}: {r['outcome']} at {_when(r['time'])}")
+    if st.owed:
+        table.add_row("owed", f"{st.owed['trigger']}: {', '.join(st.owed['effects'])} "
+                      "(resumed by the next start)")
+    table.add_row("allowed", ", ".join(st.allowed) or "none")
+    out.print(table)
+
+
+@app.command()
+def history(
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON list, oldest first.")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Show the last N transitions.")] = 50,
+) -> None:
+    """Show the transitions the machine went through, oldest first.
+
+    Example: agent-fsm history --limit 10
+    """
+    node = _node()
+    entries = node.store.read().history[-limit:]
+    if as_json:
+        _json(entries)
+        return
+    table = Table(title="history")
+    for col in ("time", "trigger", "from → to", "release"):
+        table.add_column(col)
+    for e in entries:
+        up = e.get("upgrade")
+        release = f"{up['from']} → {up['to']}" if up else (e.get("release") or "")
+        table.add_row(_when(e["time"]), e["trigger"], f"{e['from']} → {e['to']}", release)
+    out.print(table)
+
+
+@app.command()
+def diagram(
+    fmt: Annotated[str, typer.Option("--format", help="mermaid, dot or markdown.")] = "mermaid",
+    check: Annotated[bool, typer.Option(
+        "--check", help="Exit 1 if the committed page under --dir is stale.")] = False,
+    write: Annotated[bool, typer.Option(
+        "--write", help="Regenerate the committed page under --dir.")] = False,
+    directory: Annotated[Path, typer.Option(
+        "--dir", help="Where the committed diagram page lives.")] = Path("diagrams"),
+    current: Annotated[bool, typer.Option(
+        "--current", help="Highlight the node's current state (reads the state file).")] = False,
+) -> None:
+    """Print the machine as a diagram, generated from its definition in states/.
+
+    Example: agent-fsm diagram --format dot | dot -Tsvg > machine.svg
+    """
+    from .machine import load_definition
+
+    d = diagram_mod.from_definition(load_definition())
+    page = directory / diagram_mod.DIAGRAM_FILE
+    if check or write:
+        expected = diagram_mod.markdown(d)
+        if write:
+            directory.mkdir(parents=True, exist_ok=True)
+            page.write_text(expected, encoding="utf-8")
+            err.print(f"wrote {page}")
+            return
+        try:
+            actual = page.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            actual = None
+        if actual != expected:
+            raise AgentFsmError(
+                f"{page} is stale or missing: it does not match the machine definition; "
+                "run `agent-fsm diagram --write` and commit the result"
+            )
+        err.print(f"{page} matches the machine definition")
+        return
+    highlight = _node().store.read().state if current else None
+    if fmt == "mermaid":
+        sys.stdout.write(diagram_mod.mermaid(d, highlight))
+    elif fmt == "dot":
+        sys.stdout.write(diagram_mod.dot(d, highlight))
+    elif fmt == "markdown":
+        sys.stdout.write(diagram_mod.markdown(d))
+    else:
+        raise typer.BadParameter(f"{fmt!r}; use mermaid, dot or markdown", param_hint="--format")
+
+
+def main() -> None:
+    """The console script: run the app, turning expected failures into one line and a code."""
+    try:
+        app()
+    except AgentFsmError as exc:
+        err.print(f"agent-fsm: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except OSError as exc:
+        err.print(f"agent-fsm: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(EXIT_ERROR)

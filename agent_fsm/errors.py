@@ -1,0 +1,85 @@
+"""The errors agent-fsm raises, all under one root.
+
+    AgentFsmError                  exit 1: something is wrong; the message says what and what to do
+    ├── ConfigError                the config file is missing, unparsable or has a bad key/value
+    ├── DefinitionError            states/agent-upgrade.toml is inconsistent (names the states)
+    ├── StateFileError             state.json is damaged, newer or unknown; it is left untouched
+    ├── SignalError                the upgrade signal file is unreadable
+    ├── ReleaseError               a release is missing or its manifest is invalid
+    ├── AssetError                 a service asset could not be rendered or written
+    ├── SystemdError               a systemctl call failed
+    ├── PublishError               publishing an upgrade's result failed (retried by the daemon)
+    ├── Refused                    exit 3: the operation may not run now (gate closed, upgrade
+    │   │                          pending, or the trigger is not allowed in this state)
+    │   └── IllegalTransition      a trigger fired from a state that has no such transition
+    └── RolledBack                 exit 4: `upgrade --wait` saw the candidate judged failed
+
+The CLI turns each into one line on stderr and its exit code; no traceback reaches a user.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_ROLLED_BACK = 4
+
+
+class AgentFsmError(Exception):
+    """The root of every error agent-fsm raises on purpose."""
+
+    exit_code = EXIT_ERROR
+
+
+class ConfigError(AgentFsmError):
+    """The configuration cannot be used."""
+
+
+class DefinitionError(AgentFsmError):
+    """The machine's definition is inconsistent."""
+
+
+class StateFileError(AgentFsmError):
+    """The state file cannot be trusted; it is never overwritten."""
+
+
+class SignalError(AgentFsmError):
+    """The upgrade signal cannot be read."""
+
+
+class ReleaseError(AgentFsmError):
+    """A release is missing or malformed."""
+
+
+class AssetError(AgentFsmError):
+    """A service asset could not be rendered or written."""
+
+
+class SystemdError(AgentFsmError):
+    """A call to systemctl failed."""
+
+
+class PublishError(AgentFsmError):
+    """The result of an upgrade could not be published."""
+
+
+class Refused(AgentFsmError):
+    """The operation is not allowed now; nothing was changed."""
+
+    exit_code = EXIT_REFUSED
+
+
+class IllegalTransition(Refused):
+    """The trigger has no transition from the current state."""
+
+    def __init__(self, message: str, *, trigger: str, state: str) -> None:
+        super().__init__(message)
+        self.trigger = trigger
+        self.state = state
+
+
+class RolledBack(AgentFsmError):
+    """The candidate was judged failed and the node went back to the last-good."""
+
+    exit_code = EXIT_ROLLED_BACK

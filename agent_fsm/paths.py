@@ -1,0 +1,114 @@
+"""Every path agent-fsm uses, from one place.
+
+Two views of each path: the *host* path (what unit files and scripts name, as systemd on the host
+sees it) and the *real* path (where agent-fsm writes it). They differ only under `--root DIR`,
+where everything is written below DIR while unit contents keep host paths, as an agent in a
+container writing to its host's filesystem does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Config
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The host layout for one configured agent, optionally below a root directory."""
+
+    config: Config
+    root: Path | None = None
+
+    def real(self, host_path: Path) -> Path:
+        """Where a host path is written on this machine (below --root, if given)."""
+        if self.root is None:
+            return host_path
+        return self.root / host_path.relative_to("/")
+
+    # Host paths (as named inside units and scripts) ----------------------------------------
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def agent_unit_name(self) -> str:
+        return f"{self.config.name}.service"
+
+    @property
+    def recovery_unit_name(self) -> str:
+        return f"{self.config.name}-recovery.service"
+
+    @property
+    def host_agent_unit(self) -> Path:
+        return self.config.unit_dir / self.agent_unit_name
+
+    @property
+    def host_recovery_unit(self) -> Path:
+        return self.config.unit_dir / self.recovery_unit_name
+
+    @property
+    def host_recovery_script(self) -> Path:
+        return self.config.lib_dir / f"{self.config.name}-recovery.sh"
+
+    @property
+    def host_selected(self) -> Path:
+        return self.config.state_dir / "selected"
+
+    @property
+    def host_last_good(self) -> Path:
+        return self.config.state_dir / "last-good"
+
+    @property
+    def host_config(self) -> Path:
+        return self.config.source or Path("/etc/agent-fsm/config.toml")
+
+    # Real paths (where agent-fsm reads and writes) ------------------------------------------
+    @property
+    def state_dir(self) -> Path:
+        return self.real(self.config.state_dir)
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.state_dir / "state.lock"
+
+    @property
+    def signal_file(self) -> Path:
+        return self.state_dir / "upgrade-signal.json"
+
+    @property
+    def results_dir(self) -> Path:
+        return self.state_dir / "results"
+
+    @property
+    def releases_dir(self) -> Path:
+        return self.state_dir / "releases"
+
+    @property
+    def selected(self) -> Path:
+        return self.real(self.host_selected)
+
+    @property
+    def last_good(self) -> Path:
+        return self.real(self.host_last_good)
+
+    @property
+    def gate_file(self) -> Path:
+        return self.real(self.config.run_dir) / "gate"
+
+    @property
+    def agent_unit(self) -> Path:
+        return self.real(self.host_agent_unit)
+
+    @property
+    def recovery_unit(self) -> Path:
+        return self.real(self.host_recovery_unit)
+
+    @property
+    def recovery_script(self) -> Path:
+        return self.real(self.host_recovery_script)

@@ -1,0 +1,83 @@
+"""Fakes for tests of agent-fsm and of the tools built on it: only what crosses a process
+boundary (systemctl, a publish command) and time. Everything else is real and runs on files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import PublishError, SystemdError
+from .publish import Result
+
+
+@dataclass
+class FakeClock:
+    """A clock that moves only when slept on or advanced."""
+
+    t: float = 1_700_000_000.0
+    sleeps: list[float] = field(default_factory=list)
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@dataclass
+class FakeSystemd:
+    """Records systemctl calls as (verb, unit) in `calls`.
+
+    `fail` names verbs that raise SystemdError; `on_call` runs on each call, before it is
+    recorded, to observe the host at that moment.
+    """
+
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    fail: set[str] = field(default_factory=set)
+    on_call: Callable[[str, str], None] | None = None
+
+    def _call(self, verb: str, unit: str = "") -> None:
+        if self.on_call is not None:
+            self.on_call(verb, unit)
+        if verb in self.fail:
+            raise SystemdError(f"`systemctl {verb} {unit}` exited 1: injected failure")
+        self.calls.append((verb, unit))
+
+    def daemon_reload(self) -> None:
+        self._call("daemon-reload")
+
+    def reset_failed(self, unit: str) -> None:
+        self._call("reset-failed", unit)
+
+    def restart(self, unit: str) -> None:
+        self._call("restart", unit)
+
+    def start(self, unit: str) -> None:
+        self._call("start", unit)
+
+    def enable(self, unit: str) -> None:
+        self._call("enable", unit)
+
+
+@dataclass
+class FakePublisher:
+    """Keeps published results; fails the first `failures` calls. `on_publish` observes."""
+
+    failures: int = 0
+    published: list[Result] = field(default_factory=list)
+    attempts: int = 0
+    on_publish: Callable[[Result], None] | None = None
+
+    def publish(self, result: Result) -> None:
+        self.attempts += 1
+        if self.on_publish is not None:
+            self.on_publish(result)
+        if self.failures > 0:
+            self.failures -= 1
+            raise PublishError("publish command fake exited 1: injected failure")
+        self.published.append(result)
