@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import assets, signal
@@ -74,6 +75,10 @@ class Host:
             raise ReleaseError("no release is selected; install one with `agent-fsm install`")
         self.releases.manifest(version)
         return assets.render(self.releases.path(version), self.paths, version)
+
+    def asset_paths(self) -> tuple[Path, Path, Path]:
+        p = self.paths
+        return (p.agent_unit, p.recovery_unit, p.recovery_script)
 
     def _upgrade(self, step: Step) -> Upgrade:
         if step.doc.upgrade is not None:
@@ -210,14 +215,15 @@ class Host:
 
     @effect
     def hold_assets(self, step: Step) -> None:
-        rendered = self.rendered()
-        written = assets.hold(rendered)
-        held = [str(a.path) for a in rendered if a not in written]
-        if written:
-            log.info("upgrade pending: wrote missing asset(s) %s",
-                     ", ".join(str(a.path) for a in written))
-        if held:
-            log.info("upgrade pending: holding the last-good's asset(s) %s", ", ".join(held))
+        on_disk = [p for p in self.asset_paths() if p.exists()]
+        if on_disk:
+            log.info("upgrade pending: holding the last-good's asset(s) %s",
+                     ", ".join(map(str, on_disk)))
+        if len(on_disk) == len(self.asset_paths()):
+            return  # nothing missing: the candidate's templates are not even read
+        written = assets.hold(self.rendered())
+        log.info("upgrade pending: wrote missing asset(s) %s",
+                 ", ".join(str(a.path) for a in written))
 
     @effect
     def write_assets(self, step: Step) -> None:

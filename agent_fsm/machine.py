@@ -10,6 +10,9 @@ crash anywhere leaves a state file from which `resume` reaches the same end stat
 from __future__ import annotations
 
 import logging
+import os
+import signal
+from collections.abc import Callable
 from typing import Any
 
 from transitions import EventData, Machine, MachineError
@@ -21,6 +24,15 @@ from .host import CONDITIONS, EFFECTS, Host, Step
 from .store import Pending, StateDoc, Store
 
 log = logging.getLogger("agent_fsm")
+
+
+FAILPOINT_ENV = "AGENT_FSM_FAILPOINT"
+
+
+def env_failpoint(trigger: str, index: int) -> None:
+    """Kill this process with SIGKILL at `$AGENT_FSM_FAILPOINT` ("trigger:index"), for tests."""
+    if os.environ.get(FAILPOINT_ENV) == f"{trigger}:{index}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def load_definition(text: str | None = None, source: str = "<text>") -> Definition:
@@ -44,6 +56,9 @@ class Controller:
         self.host = host
         self.history_limit = history_limit
         self.model = Lifecycle()
+        # Called as failpoint(trigger, k) before the k-th effect (and with k == len(effects)
+        # before the final record): tests crash there; $AGENT_FSM_FAILPOINT kills the process.
+        self.failpoint: Callable[[str, int], None] = env_failpoint
         self._doc: StateDoc | None = None
         self.machine = Machine(
             model=self.model,
@@ -130,6 +145,7 @@ class Controller:
         tolerant = {e.name for e in t.effects if e.tolerant}
         step = Step(doc, pending)
         while pending.done < len(pending.effects):
+            self.failpoint(pending.trigger, pending.done)
             name = pending.effects[pending.done]
             try:
                 EFFECTS[name](self.host, step)
@@ -139,6 +155,7 @@ class Controller:
                 log.error("%s failed during %s and was skipped: %s", name, pending.trigger, exc)
             pending.done += 1
             self.store.write(doc)
+        self.failpoint(pending.trigger, pending.done)
         up = doc.upgrade
         doc.history.append({
             "time": self.host.clock.now(),

@@ -43,11 +43,9 @@ def status(node: Node) -> Status:
     doc = node.store.read()
     host = node.host
     sig = host.signal()
-    paths = node.paths
     held: tuple[str, ...] = ()
     if sig is not None:
-        held = tuple(str(p) for p in (paths.agent_unit, paths.recovery_unit, paths.recovery_script)
-                     if p.exists())
+        held = tuple(str(p) for p in host.asset_paths() if p.exists())
     owed = None
     if doc.pending is not None:
         p = doc.pending

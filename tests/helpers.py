@@ -1,0 +1,84 @@
+"""Builders for tests: a node in a temporary root with fakes only at the process boundary."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from agent_fsm.config import Config, Judgment
+from agent_fsm.node import Node, open_node
+from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
+
+
+@dataclass
+class World:
+    """One node below `root`, with its fakes at hand."""
+
+    root: Path
+    node: Node
+    systemd: FakeSystemd
+    publisher: FakePublisher
+    clock: FakeClock
+
+    @property
+    def paths(self):  # type: ignore[no-untyped-def]
+        return self.node.paths
+
+    def reopen(self) -> World:
+        """A fresh node over the same files, as after a restart of the process."""
+        return make_world(self.root, self.node.config, self.systemd, self.publisher, self.clock)
+
+    def add_release(self, version: str, *, agent_unit: str | None = None,
+                    recovery_unit: str | None = None, recovery_script: str | None = None) -> Path:
+        """Store a release with the packaged templates, or with the given (e.g. broken) ones."""
+        release = self.paths.releases_dir / version
+        templates = release / "assets"
+        templates.mkdir(parents=True)
+        packaged = resources.files("agent_fsm") / "templates"
+        for name, override in (("agent.service", agent_unit), ("recovery.service", recovery_unit),
+                               ("recovery.sh", recovery_script)):
+            text = override if override is not None else (packaged / name).read_text()
+            (templates / name).write_text(text)
+        (release / "release.toml").write_text(f'version = "{version}"\n')
+        return release
+
+    def assets_on_disk(self) -> dict[str, bytes | None]:
+        out: dict[str, bytes | None] = {}
+        for p in (self.paths.agent_unit, self.paths.recovery_unit, self.paths.recovery_script):
+            out[p.name] = p.read_bytes() if p.exists() else None
+        return out
+
+    def rendered(self, version: str) -> dict[str, bytes]:
+        return {a.path.name: a.content for a in self.node.host.rendered(version)}
+
+    # Driving the machine into each state, through its real transitions --------------------
+    def installed(self, version: str = "1.0.0") -> World:
+        if not self.node.host.releases.exists(version):
+            self.add_release(version)
+        self.node.controller.fire("install", release=version)
+        self.node.controller.fire("settle")  # what the daemon does at start: opens the gate
+        return self
+
+    def upgrading(self, to: str = "2.0.0", **templates: str) -> World:
+        self.add_release(to, **templates)
+        self.node.controller.fire("begin_upgrade", release=to)
+        self.node.controller.fire("candidate_started")
+        return self
+
+
+def make_world(root: Path, config: Config | None = None, systemd: FakeSystemd | None = None,
+               publisher: FakePublisher | None = None, clock: FakeClock | None = None) -> World:
+    config = config or Config(
+        name="agent", judgment=Judgment(deadline_seconds=60, soak_seconds=5, max_attempts=3)
+    )
+    systemd = systemd or FakeSystemd()
+    publisher = publisher or FakePublisher()
+    clock = clock or FakeClock()
+    node = open_node(config, root, systemd=systemd, publisher=publisher, clock=clock)
+    return World(root, node, systemd, publisher, clock)
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, symlinks=True)

@@ -1,0 +1,134 @@
+"""The state file: round trip, integrity, refusal of anything it can't trust, lock-free reads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_fsm.errors import StateFileError
+from agent_fsm.store import Pending, StateDoc, Store, Upgrade, encode
+from tests.helpers import World
+
+STATES = ("idle", "converged", "candidate_running")
+
+
+def _store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "state.json", tmp_path / "state.lock", STATES, "idle", lock_timeout=2)
+
+
+class TestRoundTrip:
+    def test_missing_file_reads_as_initial_state(self, tmp_path: Path) -> None:
+        """A host that never ran a transition is idle, and reading creates no file."""
+        store = _store(tmp_path)
+        assert store.read().state == "idle"
+        assert not store.path.exists()
+
+    def test_every_field_survives_a_write_and_read(self, tmp_path: Path) -> None:
+        """What is written is read back equal: state, upgrade, owed effects, result, history."""
+        store = _store(tmp_path)
+        doc = StateDoc(
+            state="candidate_running",
+            upgrade=Upgrade("1.0.0", "2.0.0", 12.5),
+            pending=Pending("complete", "candidate_running", "converged", ["a", "b"], 1,
+                            {"release": "2.0.0", "n": 3}, 12.5),
+            last_result={"to": "1.0.0", "outcome": "ok"},
+            history=[{"trigger": "install", "time": 1.0}],
+        )
+        store.write(doc)
+        assert store.read() == doc
+        assert store.path.stat().st_mode & 0o777 == 0o644
+        assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+DAMAGED = {
+    "empty": (b"", "is empty"),
+    "truncated": (None, "is not valid JSON"),
+    "not json": (b"state: idle\n", "is not valid JSON"),
+    "not an object": (b"[1, 2]\n", "is not a JSON object"),
+    "wrong checksum": (None, "has checksum"),
+    "newer schema": (None, "has schema 2, newer than this agent-fsm understands"),
+    "unknown state": (None, "names unknown state 'flying'"),
+}
+
+
+def _damaged(kind: str, good: bytes) -> bytes:
+    raw, _ = DAMAGED[kind]
+    if raw is not None:
+        return raw
+    if kind == "truncated":
+        return good[: len(good) // 2]
+    data = json.loads(good)
+    if kind == "wrong checksum":
+        data["state"] = "idle"
+    elif kind == "newer schema":
+        data["schema"] = 2
+    elif kind == "unknown state":
+        data["state"] = "flying"
+        data.pop("checksum")
+        from agent_fsm.store import checksum
+        data["checksum"] = checksum(data)
+    return json.dumps(data).encode()
+
+
+class TestRefusal:
+    @pytest.mark.parametrize("kind", sorted(DAMAGED))
+    def test_damaged_file_is_refused_and_left_untouched(self, world: World, kind: str) -> None:
+        """A damaged, newer or unknown state file is refused with a message naming the file and
+        what to do, and no transition overwrites it."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        bad = _damaged(kind, world.paths.state_file.read_bytes())
+        world.paths.state_file.write_bytes(bad)
+        with pytest.raises(StateFileError) as err:
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        message = str(err.value)
+        assert str(world.paths.state_file) in message
+        assert DAMAGED[kind][1] in message
+        assert "left untouched" in message
+        assert world.paths.state_file.read_bytes() == bad
+        assert world.node.host.releases.selected() == "1.0.0"
+
+
+class TestLocking:
+    def test_reader_does_not_wait_for_a_writer(self, world: World) -> None:
+        """status reads while another process holds the writers' lock, and the lock file stays."""
+        world.installed("1.0.0")
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import filelock,sys,time; l=filelock.FileLock(sys.argv[1]); l.acquire();"
+             "print('held', flush=True); time.sleep(30)", str(world.paths.lock_file)],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            assert world.node.store.read().state == "converged"
+        finally:
+            holder.kill()
+            holder.wait()
+        assert world.paths.lock_file.exists()
+
+    def test_writer_gives_up_with_a_clear_refusal(self, tmp_path: Path) -> None:
+        """A writer that cannot get the lock in time is refused, naming the lock file."""
+        store = _store(tmp_path)
+        store.write(StateDoc(state="idle"))
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import filelock,sys,time; l=filelock.FileLock(sys.argv[1]); l.acquire();"
+             "print('held', flush=True); time.sleep(30)", str(store.lock_path)],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            store.lock_timeout = 0.2
+            with pytest.raises(Exception, match=r"state\.lock"), store.locked():
+                pass
+        finally:
+            holder.kill()
+            holder.wait()
+
+    def test_encoding_is_stable(self) -> None:
+        """The same document always encodes to the same bytes (so checksums are reproducible)."""
+        doc = StateDoc(state="idle", history=[{"b": 1, "a": 2}])
+        assert encode(doc) == encode(doc)
