@@ -198,6 +198,170 @@ def diagram(
         raise typer.BadParameter(f"{fmt!r}; use mermaid, dot or markdown", param_hint="--format")
 
 
+# Operations ---------------------------------------------------------------------------------
+release_app = typer.Typer(help="Make, add, list and prune releases.", no_args_is_help=True)
+app.add_typer(release_app, name="release")
+
+
+@release_app.command("pack")
+def release_pack(
+    version: Annotated[str, typer.Option("--version", help="The release's version.")],
+    output: Annotated[Path, typer.Option("--output", help="The release directory to create.")],
+    workload: Annotated[str | None, typer.Option(
+        "--workload", help="A command (shell words) the daemon supervises once the gate opens.",
+        show_default=False)] = None,
+) -> None:
+    """Make a release directory from this agent-fsm: release.toml, bin/agent-fsm, assets/.
+
+    Example: agent-fsm release pack --version 2.0.0 --output ./agent-fsm-2.0.0
+    """
+    import shlex
+
+    from .packing import pack
+
+    path = pack(version, output, tuple(shlex.split(workload)) if workload else ())
+    out.print(f"packed release {version} in {path}", markup=False)
+
+
+@release_app.command("add")
+def release_add(
+    directory: Annotated[Path, typer.Argument(help="A release directory (from `release pack`).")],
+) -> None:
+    """Validate a release directory and store it on this host.
+
+    Example: agent-fsm release add ./agent-fsm-2.0.0
+    """
+    from .packing import add
+
+    added = add(directory, _node())
+    verb = "already stored at" if added.already else "stored at"
+    out.print(f"release {added.version} {verb} {added.path}", markup=False)
+
+
+@release_app.command("list")
+def release_list(
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON list.")] = False,
+) -> None:
+    """List the stored releases, marking the selected and the last-good.
+
+    Example: agent-fsm release list --json
+    """
+    releases = _node().host.releases
+    selected, last_good = releases.selected(), releases.last_good()
+    rows = [{"version": v, "selected": v == selected, "last_good": v == last_good}
+            for v in releases.versions()]
+    if as_json:
+        _json(rows)
+        return
+    for r in rows:
+        marks = [m for m, on in (("selected", r["selected"]), ("last-good", r["last_good"])) if on]
+        out.print(f"{r['version']}" + (f"  ({', '.join(marks)})" if marks else ""), markup=False)
+
+
+@release_app.command("prune")
+def release_prune() -> None:
+    """Remove stored releases other than the selected, the last-good and a pending upgrade's.
+
+    Example: agent-fsm release prune
+    """
+    from .packing import prune
+
+    removed = prune(_node())
+    out.print(f"removed {', '.join(removed)}" if removed else "nothing to prune", markup=False)
+
+
+@app.command()
+def install(
+    version: Annotated[str, typer.Option("--version", help="A stored release to install.")],
+    no_start: Annotated[bool, typer.Option("--no-start", help="Write and reload only.")] = False,
+) -> None:
+    """Install a release: select and trust it, write all assets, reload, enable and start.
+
+    Example: agent-fsm install --version 1.0.0
+    """
+    from .operations import install as do_install
+
+    out.print(do_install(_node(), version, start=not no_start).message, markup=False)
+
+
+@app.command()
+def activate(
+    to: Annotated[str, typer.Option("--to", help="A stored release to switch to.")],
+) -> None:
+    """Switch directly to a release without judgment: no signal, all assets written.
+
+    Example: agent-fsm activate --to 1.0.0
+    """
+    from .operations import activate as do_activate
+
+    out.print(do_activate(_node(), to).message, markup=False)
+
+
+@app.command()
+def upgrade(
+    to: Annotated[str, typer.Option("--to", help="A stored release to upgrade to.")],
+    wait: Annotated[bool, typer.Option(
+        "--wait", help="Follow the upgrade to its end: exit 0 when converged, 4 when rolled "
+        "back.")] = False,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", help="With --wait: give up following after S seconds (exit 1).")] = 600.0,
+) -> None:
+    """Upgrade to a release: write the signal, select it, reset the start limit, restart.
+
+    Refused (exit 3) while the startup gate is closed or another upgrade is pending.
+
+    Example: agent-fsm upgrade --to 2.0.0 --wait --timeout 300
+    """
+    from .errors import RolledBack
+    from .operations import begin_upgrade, follow
+
+    node = _node()
+    doc = begin_upgrade(node, to)
+    up = doc.upgrade
+    assert up is not None
+    out.print(f"upgrade {up.from_version} → {up.to_version} started; the candidate is "
+              "being judged", markup=False)
+    if not wait:
+        return
+    t0 = up.started
+
+    def show(when: float, state: str) -> None:
+        out.print(f"  +{when - t0:6.1f}s  {state}", markup=False)
+
+    result = follow(node, up.started, to, timeout, on_state=show)
+    if result.outcome == "ok":
+        out.print(f"upgrade to {to} judged ok; converged on {to}", markup=False)
+        return
+    raise RolledBack(f"the candidate {to} was judged failed; the node rolled back to "
+                     f"{up.from_version}")
+
+
+@app.command()
+def recover() -> None:
+    """Roll back to the last-good release when an upgrade is pending and not judged ok.
+
+    Safe to run twice and when nothing is pending (then it says so and exits 0). The recovery
+    unit runs this through the last-good's own recovery script.
+
+    Example: agent-fsm recover
+    """
+    from .operations import recover as do_recover
+
+    out.print(do_recover(_node()).message, markup=False)
+
+
+@app.command()
+def daemon() -> None:
+    """Run as the agent unit's main process (Type=notify): judge or converge, open the gate,
+    send READY=1, supervise the workload, stop cleanly on SIGTERM.
+
+    Example (in the unit): ExecStart=/var/lib/agent-fsm/selected/bin/agent-fsm daemon
+    """
+    from .daemon import main as daemon_main
+
+    raise typer.Exit(daemon_main(_node()))
+
+
 def main() -> None:
     """The console script: run the app, turning expected failures into one line and a code."""
     try:

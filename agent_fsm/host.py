@@ -199,11 +199,13 @@ class Host:
 
     @effect
     def restart_unit(self, step: Step) -> None:
-        self.systemd.restart(self.paths.agent_unit_name)
+        if not step.arg("no_start"):
+            self.systemd.restart(self.paths.agent_unit_name)
 
     @effect
     def enable_unit(self, step: Step) -> None:
-        self.systemd.enable(self.paths.agent_unit_name)
+        if not step.arg("no_start"):
+            self.systemd.enable(self.paths.agent_unit_name)
 
     @effect
     def start_recovery(self, step: Step) -> None:
