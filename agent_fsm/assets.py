@@ -41,8 +41,9 @@ class Asset:
 def variables(paths: Paths, version: str) -> dict[str, str]:
     """The names a template may use, all host paths."""
     judgment = paths.config.judgment
-    # The unit's start timeout bounds the whole judgment: deadline plus soak plus a margin.
-    timeout = int(judgment.deadline_seconds + judgment.soak_seconds + 30)
+    # The unit's start timeout bounds the whole judgment: deadline plus soak plus a margin for
+    # resuming owed effects and writing the assets.
+    timeout = int(judgment.deadline_seconds + judgment.soak_seconds + 10)
     return {
         "name": paths.name,
         "version": version,
@@ -57,6 +58,9 @@ def variables(paths: Paths, version: str) -> dict[str, str]:
         "recovery_unit": paths.recovery_unit_name,
         "recovery_script": str(paths.host_recovery_script),
         "timeout_start_sec": str(timeout),
+        # A candidate that keeps failing hits the start limit after max_attempts starts, and
+        # systemd's OnFailure= starts recovery: no long restart loop.
+        "max_attempts": str(judgment.max_attempts),
     }
 
 

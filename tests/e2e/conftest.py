@@ -1,0 +1,39 @@
+"""Fixtures for the end-to-end tests: a private systemd per test (see sandbox.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from agent_fsm.sandbox import SystemdSandbox, missing_requirements
+
+
+def _require_sandbox() -> None:
+    """Skip when this machine cannot boot a sandbox; fail instead in CI (CI=true)."""
+    missing = missing_requirements()
+    if not missing:
+        return
+    reason = "e2e tests need " + "; ".join(missing)
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the e2e suite must not be skipped)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def unbooted_sandbox() -> Iterator[SystemdSandbox]:
+    """A sandbox not yet booted (call `boot()`); shut down after the test whatever happens."""
+    _require_sandbox()
+    sandbox = SystemdSandbox()
+    try:
+        yield sandbox
+    finally:
+        sandbox.shutdown()
+
+
+@pytest.fixture
+def systemd_sandbox(unbooted_sandbox: SystemdSandbox) -> SystemdSandbox:
+    """A booted private systemd (journald running); shut down after the test."""
+    unbooted_sandbox.boot()
+    return unbooted_sandbox
