@@ -52,6 +52,7 @@ def variables(paths: Paths, version: str) -> dict[str, str]:
         "lib_dir": str(paths.config.lib_dir),
         "unit_dir": str(paths.config.unit_dir),
         "run_dir": str(paths.config.run_dir),
+        "runtime_directory": str(paths.config.run_dir.relative_to("/run")),
         "selected": str(paths.host_selected),
         "last_good": str(paths.host_last_good),
         "agent_unit": paths.agent_unit_name,

@@ -325,8 +325,8 @@ def upgrade(
         return
     t0 = up.started
 
-    def show(when: float, state: str) -> None:
-        out.print(f"  +{when - t0:6.1f}s  {state}", markup=False)
+    def show(when: float, trigger: str, state: str) -> None:
+        out.print(f"  +{when - t0:6.1f}s  {trigger:<18} → {state}", markup=False)
 
     result = follow(node, up.started, to, timeout, on_state=show)
     if result.outcome == "ok":

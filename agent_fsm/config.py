@@ -105,6 +105,10 @@ def parse(data: dict[str, Any], source: Path) -> Config:
     for key in ("state_dir", "lib_dir", "unit_dir", "run_dir"):
         if key in data:
             kwargs[key] = _path(source, key, data[key])
+    run_dir = kwargs.get("run_dir")
+    if run_dir is not None and (run_dir.parent == run_dir or Path("/run") not in run_dir.parents):
+        raise _bad(source, "run_dir", str(run_dir),
+                   "a directory below /run (a tmpfs: the gate must close at every boot)")
     if "history_limit" in data:
         kwargs["history_limit"] = _number(source, "history_limit", data["history_limit"],
                                           integer=True)

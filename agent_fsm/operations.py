@@ -58,21 +58,22 @@ def recover(node: Node) -> Done:
 class UpgradeOutcome:
     to_version: str
     outcome: str  # "ok" or "rolled_back"
-    passed: tuple[tuple[float, str], ...]  # (time, state) in the order seen
+    passed: tuple[tuple[float, str, str], ...]  # (time, trigger, state) in the order seen
 
 
 def follow(node: Node, started: float, to_version: str, timeout: float,
-           on_state: Callable[[float, str], None] = lambda _t, _s: None,
+           on_state: Callable[[float, str, str], None] = lambda _t, _tr, _s: None,
            interval: float = 0.2) -> UpgradeOutcome:
     """Watch an upgrade (by reading, never locking) until it converges; report its outcome."""
     end = time.monotonic() + timeout
-    seen: list[tuple[float, str]] = []
+    seen: list[tuple[float, str, str]] = []
     while True:
         doc = node.store.read()
         for entry in doc.history:
-            if entry["time"] >= started and (entry["time"], entry["to"]) not in seen:
-                seen.append((entry["time"], entry["to"]))
-                on_state(entry["time"], entry["to"])
+            step = (entry["time"], entry["trigger"], entry["to"])
+            if entry["time"] >= started and step not in seen:
+                seen.append(step)
+                on_state(*step)
         result: dict[str, Any] | None = doc.last_result
         if (doc.state == "converged" and doc.pending is None and result is not None
                 and result.get("to") == to_version and result.get("started", 0) >= started

@@ -89,7 +89,7 @@ class TestUnitsVerify:
         output on stderr (warnings there mean a typo systemd would ignore)."""
         base = tmp_path / "host"
         config = Config(name="agentx", state_dir=base / "state", lib_dir=base / "lib",
-                        unit_dir=base / "units", run_dir=base / "run")
+                        unit_dir=base / "units", run_dir=Path("/run/agentx-never-written"))
         node = open_node(config, None, systemd=FakeSystemd(), publisher=FakePublisher(),
                          clock=FakeClock())
         add(packed, node)

@@ -1,0 +1,127 @@
+"""Real upgrades, crashes and rollbacks through real units, in a private systemd 252."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from agent_fsm.lab import RECOVERY_UNIT, UNIT, Lab, wait_until
+from agent_fsm.sandbox import SystemdSandbox
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def lab(systemd_sandbox: SystemdSandbox) -> Iterator[Lab]:
+    lab = Lab(systemd_sandbox)
+    lab.pack("1.0.0")
+    lab.install("1.0.0")
+    yield lab
+
+
+def _why(lab: Lab) -> str:
+    return lab.sb.diagnostics(UNIT, RECOVERY_UNIT)
+
+
+class TestGoodUpgrade:
+    def test_assets_held_while_judged_then_written_then_gate(self, systemd_sandbox: SystemdSandbox) -> None:
+        """A good upgrade: mid-judgment the assets on disk are the last-good's and the gate is
+        shut; after, they are the candidate's, the gate is open and status says converged."""
+        lab = Lab(systemd_sandbox, soak=4)
+        lab.pack("1.0.0")
+        lab.install("1.0.0")
+        last_good = lab.assets()
+        lab.pack("2.0.0")
+        lab.cli("upgrade", "--to", "2.0.0")
+        assert wait_until(lambda: (lab.status()["signal"] or {}).get("attempt") == 1, 30), _why(lab)
+        mid = lab.status()
+        assert mid["state"] == "candidate_running" and mid["gate"] == "closed"
+        assert len(mid["held_assets"]) == 3
+        assert lab.assets() == last_good
+        refused = lab.cli("upgrade", "--to", "1.0.0", check=False)
+        assert refused.returncode == 3 and "is being judged" in refused.stderr
+
+        end = lab.settled()
+        assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0")
+        assert end["last_result"]["outcome"] == "ok"
+        after = lab.assets()
+        assert after != last_good
+        assert b"agent-fsm 2.0.0" in after[UNIT]
+        trail = [(h["trigger"], h["to"]) for h in lab.history()][-4:]
+        assert trail == [("begin_upgrade", "candidate_running"),
+                         ("candidate_started", "candidate_running"),
+                         ("judge_ok", "judged_ok"), ("complete", "converged")]
+
+    def test_upgrade_wait_exits_0(self, lab: Lab) -> None:
+        """`upgrade --wait` follows a good upgrade and exits 0 once converged."""
+        lab.pack("2.0.0")
+        proc = lab.cli("upgrade", "--to", "2.0.0", "--wait", "--timeout", "60", check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr + _why(lab)
+        assert "converged on 2.0.0" in proc.stdout
+        assert lab.sb.show(UNIT, "ActiveState") == "active"
+
+
+class TestRollback:
+    @pytest.mark.parametrize("kind", ["unhealthy", "crash"])
+    def test_broken_candidate_rolls_back_through_held_assets(self, lab: Lab, kind: str) -> None:
+        """A candidate with broken assets that fails its check, or crashes at start, rolls back
+        through the last-good's held units and script: the node ends on the last-good with its
+        assets byte for byte, the signal cleared, the gate open, the agent active."""
+        last_good = lab.assets()
+        lab.pack("3.0.0", kind)  # type: ignore[arg-type]
+        proc = lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "120", check=False)
+        assert proc.returncode == 4, proc.stdout + proc.stderr + _why(lab)
+        assert "rolled back to 1.0.0" in proc.stderr
+        end = lab.settled()
+        assert (end["selected"], end["last_good"]) == ("1.0.0", "1.0.0")
+        assert end["last_result"]["outcome"] == "rolled_back"
+        assert lab.assets() == last_good
+        assert lab.sb.show(RECOVERY_UNIT, "Result") == "success"
+
+    def test_candidate_that_never_sends_ready(self, systemd_sandbox: SystemdSandbox) -> None:
+        """A candidate that never sends READY=1 is failed by systemd's start timeout and the
+        node rolls back to the last-good."""
+        lab = Lab(systemd_sandbox, deadline=2, soak=0, max_attempts=2)
+        lab.pack("1.0.0")
+        lab.install("1.0.0")
+        last_good = lab.assets()
+        lab.pack("4.0.0", "silent")
+        proc = lab.cli("upgrade", "--to", "4.0.0", "--wait", "--timeout", "120", check=False)
+        assert proc.returncode == 4, proc.stdout + proc.stderr + _why(lab)
+        assert lab.assets() == last_good
+        assert "timeout" in lab.sb.journal(UNIT)
+        assert lab.settled()["selected"] == "1.0.0"
+
+
+class TestResilience:
+    def test_sigkill_mid_judgment_converges(self, systemd_sandbox: SystemdSandbox) -> None:
+        """The candidate's daemon killed with SIGKILL in the middle of its judgment is restarted
+        by systemd, judges again (attempt 2) and the node converges on the candidate."""
+        lab = Lab(systemd_sandbox, soak=4, max_attempts=3)
+        lab.pack("1.0.0")
+        lab.install("1.0.0")
+        lab.pack("2.0.0")
+        lab.cli("upgrade", "--to", "2.0.0")
+        assert wait_until(lambda: (lab.status()["signal"] or {}).get("attempt") == 1, 30), _why(lab)
+        pid = lab.main_pid()
+        lab.sb.run("kill", "-9", str(pid))
+        end = lab.settled(timeout=90)
+        assert end["selected"] == "2.0.0" and end["last_result"]["outcome"] == "ok"
+        starts = [h for h in lab.history() if h["trigger"] == "candidate_started"]
+        assert len(starts) == 2
+
+    def test_many_upgrades_and_rollbacks_in_five_minutes(self, lab: Lab) -> None:
+        """Upgrades and rollbacks back to back (start limit reset each time): each next upgrade
+        still starts and ends where it should."""
+        t0 = time.monotonic()
+        expected = "1.0.0"
+        for i, kind in enumerate(["good", "crash", "good", "crash", "good", "crash"]):
+            version = f"5.{i}.0"
+            lab.pack(version, kind)  # type: ignore[arg-type]
+            proc = lab.cli("upgrade", "--to", version, "--wait", "--timeout", "120", check=False)
+            assert proc.returncode == (0 if kind == "good" else 4), proc.stderr + _why(lab)
+            expected = version if kind == "good" else expected
+            assert lab.settled()["selected"] == expected
+        assert time.monotonic() - t0 < 300
