@@ -362,6 +362,35 @@ def daemon() -> None:
     raise typer.Exit(daemon_main(_node()))
 
 
+@app.command()
+def demo() -> None:
+    """Show the whole story in a private systemd: install 1.0.0, upgrade to a good 2.0.0, then
+    to a 3.0.0 that crashes at start with broken assets, and watch it roll back.
+
+    Needs root, util-linux unshare/nsenter and systemd; touches nothing of the host outside its
+    own directory under /var/lib/agent-fsm-e2e.
+
+    Example: sudo agent-fsm demo
+    """
+    from .demo import run as run_demo
+
+    result = run_demo(lambda line: out.print(line, markup=False, highlight=False))
+    t0 = result.timeline[0]["time"] if result.timeline else 0.0
+    table = Table(title="timeline")
+    for col in ("t", "trigger", "from → to", "versions"):
+        table.add_column(col)
+    for e in result.timeline:
+        up = e.get("upgrade")
+        versions = f"{up['from']} → {up['to']}" if up else (e.get("release") or "")
+        table.add_row(f"+{e['time'] - t0:.1f}s", e["trigger"], f"{e['from']} → {e['to']}",
+                      versions)
+    out.print(table)
+    st = result.status
+    out.print(f"final: {st['state']}, selected {st['selected']}, last-good {st['last_good']}, "
+              f"gate {st['gate']}, signal {st['signal']}, last result "
+              f"{st['last_result']['to']} {st['last_result']['outcome']}", markup=False)
+
+
 def main() -> None:
     """The console script: run the app, turning expected failures into one line and a code."""
     try:

@@ -122,10 +122,13 @@ class Controller:
         doc = self._doc
         assert doc is not None
         t = self.definition.transition(event.event.name)
+        args = dict(self._args)
+        if doc.upgrade is not None:  # kept for the history entry, though effects may clear it
+            args["upgrade"] = {"from": doc.upgrade.from_version, "to": doc.upgrade.to_version}
         doc.pending = Pending(
             trigger=t.trigger, source=doc.state, dest=t.dest,
-            effects=[e.name for e in t.effects], done=0, args=self._args,
-            started=float(self._args["started"]),
+            effects=[e.name for e in t.effects], done=0, args=args,
+            started=float(args["started"]),
         )
         self.store.write(doc)  # write-ahead: the effects owed are durable before any runs
         self._finish(doc)
@@ -157,13 +160,15 @@ class Controller:
             self.store.write(doc)
         self.failpoint(pending.trigger, pending.done)
         up = doc.upgrade
+        versions = pending.args.get("upgrade") or (
+            None if up is None else {"from": up.from_version, "to": up.to_version})
         doc.history.append({
             "time": self.host.clock.now(),
             "trigger": pending.trigger,
             "from": pending.source,
             "to": pending.dest,
             "release": pending.args.get("release"),
-            "upgrade": None if up is None else {"from": up.from_version, "to": up.to_version},
+            "upgrade": versions,
         })
         del doc.history[:-self.history_limit]
         doc.state = pending.dest

@@ -117,7 +117,7 @@ class TestResilience:
         still starts and ends where it should."""
         t0 = time.monotonic()
         expected = "1.0.0"
-        for i, kind in enumerate(["good", "crash", "good", "crash", "good", "crash"]):
+        for i, kind in enumerate(["good", "good", "crash", "good", "good", "crash", "good"]):
             version = f"5.{i}.0"
             lab.pack(version, kind)  # type: ignore[arg-type]
             proc = lab.cli("upgrade", "--to", version, "--wait", "--timeout", "120", check=False)
