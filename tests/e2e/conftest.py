@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_fsm.sandbox import SystemdSandbox, missing_requirements
+from agent_fsm.sandbox import SystemdSandbox, missing_requirements, python_paths
 
 
 def _require_sandbox() -> None:
@@ -25,7 +25,7 @@ def _require_sandbox() -> None:
 def unbooted_sandbox() -> Iterator[SystemdSandbox]:
     """A sandbox not yet booted (call `boot()`); shut down after the test whatever happens."""
     _require_sandbox()
-    sandbox = SystemdSandbox()
+    sandbox = SystemdSandbox(keep=python_paths())  # a checkout under /tmp stays visible
     try:
         yield sandbox
     finally:
