@@ -1,66 +1,133 @@
-"""Atomic, durable file writes: the one way agent-fsm puts bytes on disk.
+"""Atomic, durable, link-safe file writes: the one way agent-fsm puts bytes on disk.
 
 A write goes to a temporary file in the same directory, is fsynced, renamed over the target, and
 the directory is fsynced, so a reader sees the old file or the new one, never a torn one. An
 fsync error is not retried on the same descriptor (the kernel may have dropped the dirty pages
 and a second fsync would wrongly succeed): the caller's operation fails and is redone from the
 start, with new data, on the next run.
+
+Nothing is written through a symlink: the directory written into is opened with O_NOFOLLOW and
+every name is resolved relative to it, a symlink at the target name is refused, and the
+temporary file is created with O_EXCL | O_NOFOLLOW.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import stat
+from collections.abc import Iterator
 from pathlib import Path
+
+from .errors import AgentFsmError
+
+
+class UnsafePath(AgentFsmError):
+    """A path agent-fsm writes is a symlink, or a directory others may write to."""
+
+
+def _unsafe(path: Path, why: str) -> UnsafePath:
+    return UnsafePath(f"refusing to write {path}: {why}; nothing was written. Remove or fix it "
+                      "and run the command again (`agent-fsm doctor` checks every path)")
+
+
+def ensure_dir(directory: Path, mode: int = 0o755) -> None:
+    """Create `directory` (and parents) if missing; refuse it if it is a symlink."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        ensure_dir(directory.parent, mode) if directory.parent != directory else None
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, mode)
+            os.chmod(directory, mode)  # exact, whatever the umask
+        st = os.lstat(directory)
+    if stat.S_ISLNK(st.st_mode):
+        raise _unsafe(directory, "the directory is a symlink")
+    if not stat.S_ISDIR(st.st_mode):
+        raise _unsafe(directory, "it is not a directory")
+
+
+@contextlib.contextmanager
+def _open_dir(directory: Path) -> Iterator[int]:
+    ensure_dir(directory)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _unsafe(directory, "the directory is a symlink") from None
+        raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(directory: Path) -> None:
     """Make the directory's entries (a rename, a new file) durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
+def _refuse_link(dir_fd: int, path: Path) -> None:
+    try:
+        st = os.lstat(path.name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise _unsafe(path, "a symlink is planted there")
+
+
 def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace `path` with `data` and exactly `mode`, atomically and durably."""
-    directory = path.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
-    # O_EXCL and O_NOFOLLOW: never write through a planted file or link at the temporary name.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
+    with _open_dir(path.parent) as dir_fd:
+        _refuse_link(dir_fd, path)
+        tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fchmod(fd, mode)  # exact, whatever the umask
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    fsync_dir(directory)
+            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+        except FileExistsError:
+            raise _unsafe(path, f"something is planted at the temporary name {tmp}") from None
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fchmod(fd, mode)  # exact, whatever the umask
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.fsync(dir_fd)
 
 
 def atomic_symlink(link: Path, target: str) -> None:
     """Point `link` at `target`, switching atomically from any previous target."""
-    link.parent.mkdir(parents=True, exist_ok=True)
-    tmp = link.parent / f".{link.name}.{secrets.token_hex(6)}.tmp"
-    os.symlink(target, tmp)
-    try:
-        os.replace(tmp, link)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    fsync_dir(link.parent)
+    with _open_dir(link.parent) as dir_fd:
+        try:
+            st = os.lstat(link.name, dir_fd=dir_fd)
+            if not stat.S_ISLNK(st.st_mode):
+                raise _unsafe(link, "a file that is not a pointer symlink is there")
+        except FileNotFoundError:
+            pass
+        tmp = f".{link.name}.{secrets.token_hex(6)}.tmp"
+        os.symlink(target, tmp, dir_fd=dir_fd)
+        try:
+            os.replace(tmp, link.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.fsync(dir_fd)
 
 
 def remove(path: Path) -> bool:
@@ -79,3 +146,20 @@ def read_bytes(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def check_private_dir(directory: Path) -> None:
+    """Refuse a state directory that another user owns or that group or others may write."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise _unsafe(directory, "the state directory is a symlink")
+    if st.st_uid != os.geteuid():
+        raise UnsafePath(f"state directory {directory} is owned by uid {st.st_uid}, not by "
+                         f"agent-fsm's uid {os.geteuid()}; fix with `chown {os.geteuid()} "
+                         f"{directory}`")
+    if st.st_mode & 0o022:
+        raise UnsafePath(f"state directory {directory} has mode {stat.S_IMODE(st.st_mode):04o}: "
+                         f"group or others may write it; fix with `chmod go-w {directory}`")

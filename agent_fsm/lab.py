@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from . import packing
-from .sandbox import SystemdSandbox
+from .sandbox import SystemdSandbox, python_paths, under_private_tmp
 
 Kind = Literal["good", "unhealthy", "crash", "silent"]
 NAME = "agent"
@@ -61,6 +61,13 @@ class Lab:
             f"max_attempts = {max_attempts}\n"
             f"checks = [[\"/bin/sh\", \"-c\", {json.dumps(check)}]]\n"
         )
+
+        if any(under_private_tmp(p) for p in python_paths()):
+            # The Python running agent-fsm lives under /tmp (a checkout there): the unit's own
+            # PrivateTmp= would hide it from the daemon. Only this lab relaxes it, by a drop-in.
+            dropin = sandbox.host_path(f"/etc/systemd/system/{UNIT}.d")
+            dropin.mkdir(parents=True, exist_ok=True)
+            (dropin / "lab-python-under-tmp.conf").write_text("[Service]\nPrivateTmp=no\n")
 
     # Releases ---------------------------------------------------------------------------
     def pack(self, version: str, kind: Kind = "good") -> Path:

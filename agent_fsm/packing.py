@@ -99,7 +99,7 @@ def add(directory: Path, node: Node) -> Added:
         return Added(version, target, already=True)
     tmp = target.with_name(f".{version}.adding")
     shutil.rmtree(tmp, ignore_errors=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    files.ensure_dir(target.parent)
     shutil.copytree(directory, tmp, symlinks=True)
     os.replace(tmp, target)
     files.fsync_dir(target.parent)

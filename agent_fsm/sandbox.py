@@ -195,7 +195,7 @@ def missing_requirements() -> list[str]:
     return missing
 
 
-def _under_private_tmp(path: Path) -> bool:
+def under_private_tmp(path: Path) -> bool:
     resolved = path.resolve()
     return any(resolved == Path(t) or Path(t) in resolved.parents for t in ("/tmp", "/var/tmp"))
 
@@ -245,7 +245,7 @@ class SystemdSandbox:
         the private /tmp or /var/tmp (others are visible anyway and are ignored here).
         """
         self.base_dir = base_dir
-        self.keep = sorted({str(p) for p in keep if _under_private_tmp(Path(p))})
+        self.keep = sorted({str(p) for p in keep if under_private_tmp(Path(p))})
         self.name = f"agent-fsm-e2e-{uuid.uuid4().hex[:12]}"
         self.test_dir = base_dir / self.name
         self.console_log = self.test_dir / "console.log"

@@ -159,12 +159,19 @@ class Store:
 
     def write(self, doc: StateDoc) -> None:
         """Replace the state file atomically and durably. The caller holds the lock."""
-        files.atomic_write(self.path, encode(doc), FILE_MODE)
+        try:
+            files.atomic_write(self.path, encode(doc), FILE_MODE)
+        except OSError as exc:
+            raise StateFileError(
+                f"could not write state file {self.path}: {exc}; the transition stopped there "
+                "and the next start resumes it"
+            ) from None
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the writers' lock for a whole transition."""
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        files.ensure_dir(self.lock_path.parent)
+        files.check_private_dir(self.lock_path.parent)
         lock = filelock.FileLock(str(self.lock_path), timeout=self.lock_timeout)
         try:
             lock.acquire()
