@@ -236,6 +236,15 @@ class Daemon:
         return False
 
     # Serving ----------------------------------------------------------------------------
+    def _stop_follows(self, grace: float = 5.0) -> bool:
+        """The workload got SIGTERM: is the unit being stopped (our SIGTERM on its way)?"""
+        import time
+
+        end = time.monotonic() + grace
+        while not self.waker.stop and (left := end - time.monotonic()) > 0:
+            self.waker.wait(left)
+        return self.waker.stop
+
     def run(self) -> int:
         try:
             if not self.startup():
@@ -256,8 +265,14 @@ class Daemon:
             if interval is not None:
                 self.notifier.watchdog()
             self.waker.wait(interval)
+            if self.waker.stop:
+                # On a stop systemd signals the whole cgroup, so the workload may exit first:
+                # that is the stop, not a failure (a failure would start recovery).
+                break
             if self.workload is not None and self.workload.poll() is not None:
                 code = self.workload.returncode
+                if code == -signal.SIGTERM and self._stop_follows():
+                    break
                 log.error("workload of %s exited with %s", version, code)
                 return code if code and code > 0 else 1
         log.info("stopping on request")

@@ -11,3 +11,12 @@ from tests.helpers import World, make_world
 def world(tmp_path: Path) -> World:
     """A fresh node below a temporary root: real files, fake systemctl, publisher and clock."""
     return make_world(tmp_path / "root")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from tests import test_crash_points
+
+    if test_crash_points.COVERED:
+        terminalreporter.write_line(
+            f"crash points covered with SIGKILL: {len(test_crash_points.COVERED)} of "
+            f"{len(test_crash_points.POINTS)} (every effect boundary of every transition)")

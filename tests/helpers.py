@@ -11,6 +11,10 @@ from agent_fsm.config import Config, Judgment
 from agent_fsm.node import Node, open_node
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
 
+DEFAULT_CONFIG = Config(
+    name="agent", judgment=Judgment(deadline_seconds=60, soak_seconds=5, max_attempts=3)
+)
+
 
 @dataclass
 class World:
@@ -70,9 +74,7 @@ class World:
 
 def make_world(root: Path, config: Config | None = None, systemd: FakeSystemd | None = None,
                publisher: FakePublisher | None = None, clock: FakeClock | None = None) -> World:
-    config = config or Config(
-        name="agent", judgment=Judgment(deadline_seconds=60, soak_seconds=5, max_attempts=3)
-    )
+    config = config or DEFAULT_CONFIG
     systemd = systemd or FakeSystemd()
     publisher = publisher or FakePublisher()
     clock = clock or FakeClock()

@@ -83,3 +83,44 @@ class TestStartup:
         """A daemon started before any install says so and fails."""
         world = _world(tmp_path, ())
         assert not Daemon(world.node, Notifier(""), waker).startup()
+
+
+class TestStopping:
+    def test_workload_sigterm_then_stop_is_a_clean_exit(self, tmp_path: Path) -> None:
+        """On a stop systemd signals the workload and the daemon: the workload dying of SIGTERM
+        first is still a clean stop (exit 0), so recovery is not started."""
+        import os
+        import subprocess
+        import sys
+        import time
+
+        world = _world(tmp_path, ())
+        release = world.add_release("1.0.0")
+        (release / "release.toml").write_text('version = "1.0.0"\nworkload = ["sleep", "60"]\n')
+        world.node.controller.fire("install", release="1.0.0")
+        cfg = tmp_path / "config.toml"
+        cfg.write_text('name = "agent"\n[judgment]\ndeadline_seconds = 1\nsoak_seconds = 0\n'
+                       'max_attempts = 2\n')
+        bindir = tmp_path / "bin"
+        bindir.mkdir()
+        (bindir / "systemctl").write_text("#!/bin/sh\nexit 0\n")
+        (bindir / "systemctl").chmod(0o755)
+        env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+        env.pop("NOTIFY_SOCKET", None)
+        daemon = subprocess.Popen([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
+                                   "--root", str(world.root), "daemon"], env=env,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            for _ in range(200):
+                kids = Path(f"/proc/{daemon.pid}/task/{daemon.pid}/children").read_text().split()
+                if kids and world.node.host.gate.is_open():
+                    break
+                time.sleep(0.05)
+            assert kids, "the workload did not start"
+            os.kill(int(kids[0]), signal.SIGTERM)
+            time.sleep(0.3)
+            daemon.send_signal(signal.SIGTERM)
+            code = daemon.wait(timeout=30)
+        finally:
+            daemon.kill()
+        assert code == 0, daemon.stderr.read() if daemon.stderr else ""

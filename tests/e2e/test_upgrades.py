@@ -112,6 +112,15 @@ class TestResilience:
         starts = [h for h in lab.history() if h["trigger"] == "candidate_started"]
         assert len(starts) == 2
 
+    def test_plain_restarts_stop_cleanly_and_never_start_recovery(self, lab: Lab) -> None:
+        """Restarting the agent is a clean stop (exit 0) even though its workload gets SIGTERM
+        too: recovery never starts and the node stays settled."""
+        for _ in range(5):
+            lab.sb.systemctl("restart", UNIT)
+            lab.settled()
+        assert lab.sb.show(RECOVERY_UNIT, "ExecMainStartTimestampMonotonic") == "0", _why(lab)
+        assert "exited with" not in lab.sb.journal(UNIT)
+
     def test_many_upgrades_and_rollbacks_in_five_minutes(self, lab: Lab) -> None:
         """Upgrades and rollbacks back to back (start limit reset each time): each next upgrade
         still starts and ends where it should."""
