@@ -42,6 +42,7 @@ def ensure_dir(directory: Path, mode: int = 0o755) -> None:
         with contextlib.suppress(FileExistsError):
             os.mkdir(directory, mode)
             os.chmod(directory, mode)  # exact, whatever the umask
+            fsync_dir(directory.parent)  # the new entry survives a power loss
         st = os.lstat(directory)
     if stat.S_ISLNK(st.st_mode):
         raise _unsafe(directory, "the directory is a symlink")
