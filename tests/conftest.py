@@ -14,9 +14,14 @@ def world(tmp_path: Path) -> World:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    from tests import test_crash_points
+    """Say how many crash and power-loss points the run covered."""
+    from tests import test_crash_points, test_power_loss
 
     if test_crash_points.COVERED:
         terminalreporter.write_line(
             f"crash points covered with SIGKILL: {len(test_crash_points.COVERED)} of "
             f"{len(test_crash_points.POINTS)} (every effect boundary of every transition)")
+    if test_power_loss.COVERED:
+        terminalreporter.write_line(
+            f"power-loss points covered: {len(test_power_loss.COVERED)} (every file operation "
+            f"of {len(test_power_loss.CASES)} transitions)")

@@ -12,6 +12,7 @@ from tests.helpers import World, copy_tree, make_world
 from tests.powerloss import Crash, PowerLoss
 from tests.test_machine import _args, _to
 
+COVERED: list[str] = []
 CASES = [("begin_upgrade", "converged"), ("candidate_started", "candidate_running"),
          ("complete", "judged_ok"), ("recover", "candidate_running"),
          ("recovered", "recovering"), ("install", "idle")]
@@ -79,3 +80,4 @@ def test_power_loss_at_every_operation(tmp_path: Path, monkeypatch: pytest.Monke
         else:
             back.node.controller.resume()
         assert _end(back) == expected, n
+        COVERED.append(f"{trigger}:{n}")
