@@ -124,3 +124,57 @@ class TestStopping:
         finally:
             daemon.kill()
         assert code == 0, daemon.stderr.read() if daemon.stderr else ""
+
+
+class TestProtocol:
+    def test_notify_sequence_watchdog_and_journal_prefixes(self, tmp_path: Path) -> None:
+        """A real daemon process tells systemd its STATUS at each step, READY=1 only once the
+        gate is open, WATCHDOG=1 when asked to, STOPPING=1 on SIGTERM, exits 0, and every log
+        line carries a <N> priority prefix."""
+        import os
+        import re
+        import socket
+        import subprocess
+        import sys
+
+        world = _world(tmp_path, ())
+        world.add_release("1.0.0")
+        world.node.controller.fire("install", release="1.0.0")
+        cfg = tmp_path / "config.toml"
+        cfg.write_text('name = "agent"\n')
+        bindir = tmp_path / "bin"
+        bindir.mkdir()
+        (bindir / "systemctl").write_text("#!/bin/sh\nexit 0\n")
+        (bindir / "systemctl").chmod(0o755)
+        address = str(tmp_path / "notify.sock")
+        gate = world.node.host.gate
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(address)
+            sock.settimeout(20)
+            env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}",
+                   "NOTIFY_SOCKET": address, "WATCHDOG_USEC": "400000"}
+            env.pop("WATCHDOG_PID", None)
+            daemon = subprocess.Popen([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
+                                       "--root", str(world.root), "daemon"], env=env,
+                                      stderr=subprocess.PIPE, text=True)
+            try:
+                messages: list[str] = []
+                gate_at_ready = None
+                while sum(m == "WATCHDOG=1" for m in messages) < 2:
+                    msg = sock.recv(4096).decode()
+                    if msg.startswith("READY=1"):
+                        gate_at_ready = gate.is_open()
+                    messages.append(msg)
+                daemon.send_signal(signal.SIGTERM)
+                messages.append(sock.recv(4096).decode())
+                code = daemon.wait(timeout=20)
+            finally:
+                daemon.kill()
+            stderr = daemon.stderr.read() if daemon.stderr else ""
+        assert code == 0, stderr
+        assert messages[0].startswith("STATUS=")
+        ready = next(i for i, m in enumerate(messages) if m.startswith("READY=1"))
+        assert gate_at_ready is True
+        assert all(m == "WATCHDOG=1" for m in messages[ready + 1:-1])
+        assert messages[-1] == "STOPPING=1\nSTATUS=stopping"
+        assert stderr.strip() and all(re.match(r"^<[0-7]>", line) for line in stderr.splitlines())

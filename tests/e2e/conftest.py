@@ -37,3 +37,9 @@ def systemd_sandbox(unbooted_sandbox: SystemdSandbox) -> SystemdSandbox:
     """A booted private systemd (journald running); shut down after the test."""
     unbooted_sandbox.boot()
     return unbooted_sandbox
+
+
+@pytest.fixture
+def can_boot_sandbox() -> None:
+    """For tests that boot their own sandbox (the demo): skip or fail as the fixtures above."""
+    _require_sandbox()
