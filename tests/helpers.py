@@ -82,5 +82,22 @@ def make_world(root: Path, config: Config | None = None, systemd: FakeSystemd | 
     return World(root, node, systemd, publisher, clock)
 
 
+def env_with_stub_systemctl(tmp_path: Path) -> dict[str, str]:
+    """The environment for a child process whose `systemctl` is a stub that succeeds: the one
+    process boundary the unit tests fake."""
+    import os
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    stub = bindir / "systemctl"
+    stub.write_text("#!/bin/sh\nexit 0\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    env.pop("NOTIFY_SOCKET", None)
+    env.pop("WATCHDOG_USEC", None)
+    env.pop("WATCHDOG_PID", None)
+    return env
+
+
 def copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, symlinks=True)

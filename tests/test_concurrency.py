@@ -10,19 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import make_world
+from tests.helpers import env_with_stub_systemctl, make_world
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\nmax_attempts = 3\n'
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
-    stub = bindir / "systemctl"
-    stub.write_text("#!/bin/sh\nexit 0\n")  # the process boundary: systemctl is faked
-    stub.chmod(0o755)
-    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
 
 
 def test_concurrent_upgrades_recovers_and_status(tmp_path: Path) -> None:
@@ -33,7 +24,7 @@ def test_concurrent_upgrades_recovers_and_status(tmp_path: Path) -> None:
     cfg = tmp_path / "config.toml"
     cfg.write_text(CONFIG)
     base = [sys.executable, "-m", "agent_fsm", "--config", str(cfg), "--root", str(world.root)]
-    env = _env(tmp_path)
+    env = env_with_stub_systemctl(tmp_path)
     cmds = ([["upgrade", "--to", "2.0.0"]] * 12 + [["recover"]] * 4
             + [["status", "--json"]] * 12)
     procs = [(c, subprocess.Popen([*base, *c], cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -11,7 +11,7 @@ import pytest
 from agent_fsm.config import Config, Judgment
 from agent_fsm.daemon import Daemon, Waker
 from agent_fsm.notify import Notifier
-from tests.helpers import World, make_world
+from tests.helpers import World, env_with_stub_systemctl, make_world
 
 
 @pytest.fixture
@@ -101,12 +101,7 @@ class TestStopping:
         cfg = tmp_path / "config.toml"
         cfg.write_text('name = "agent"\n[judgment]\ndeadline_seconds = 1\nsoak_seconds = 0\n'
                        'max_attempts = 2\n')
-        bindir = tmp_path / "bin"
-        bindir.mkdir()
-        (bindir / "systemctl").write_text("#!/bin/sh\nexit 0\n")
-        (bindir / "systemctl").chmod(0o755)
-        env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
-        env.pop("NOTIFY_SOCKET", None)
+        env = env_with_stub_systemctl(tmp_path)
         daemon = subprocess.Popen([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
                                    "--root", str(world.root), "daemon"], env=env,
                                   stderr=subprocess.PIPE, text=True)
@@ -131,7 +126,6 @@ class TestProtocol:
         """A real daemon process tells systemd its STATUS at each step, READY=1 only once the
         gate is open, WATCHDOG=1 when asked to, STOPPING=1 on SIGTERM, exits 0, and every log
         line carries a <N> priority prefix."""
-        import os
         import re
         import socket
         import subprocess
@@ -142,18 +136,13 @@ class TestProtocol:
         world.node.controller.fire("install", release="1.0.0")
         cfg = tmp_path / "config.toml"
         cfg.write_text('name = "agent"\n')
-        bindir = tmp_path / "bin"
-        bindir.mkdir()
-        (bindir / "systemctl").write_text("#!/bin/sh\nexit 0\n")
-        (bindir / "systemctl").chmod(0o755)
         address = str(tmp_path / "notify.sock")
         gate = world.node.host.gate
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.bind(address)
             sock.settimeout(20)
-            env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}",
-                   "NOTIFY_SOCKET": address, "WATCHDOG_USEC": "400000"}
-            env.pop("WATCHDOG_PID", None)
+            env = {**env_with_stub_systemctl(tmp_path), "NOTIFY_SOCKET": address,
+                   "WATCHDOG_USEC": "400000"}
             daemon = subprocess.Popen([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
                                        "--root", str(world.root), "daemon"], env=env,
                                       stderr=subprocess.PIPE, text=True)
