@@ -6,11 +6,15 @@ are tested on hand-built diagrams; `from_definition` is the only bridge to `stat
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from dataclasses import dataclass
 
 from .definition import Definition
+from .errors import AgentFsmError
 
 DIAGRAM_FILE = "agent-upgrade.md"
+FORMATS = ("mermaid", "dot", "svg", "markdown")
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,40 @@ def dot(diagram: Diagram, highlight: str | None = None) -> str:
              f"    __start -> {diagram.initial};"]
     for n in diagram.nodes:
         style = ', style="rounded,filled,bold", fillcolor="#ffd54f"' if n.name == highlight else ""
-        lines.append(f'    {n.name} [label="{n.name}"{style}];')
+        lines.append(f'    {n.name} [label="{n.name}", tooltip="{_quoted(n.description)}"{style}];')
     for e in diagram.edges:
-        lines.append(f'    {e.source} -> {e.dest} [label="{e.trigger}"];')
+        # The tooltip (shown on hover in an SVG) gives reviewers the conditions and effects.
+        tip = "; ".join(part for part in (
+            "if " + ", ".join(e.conditions) if e.conditions else "",
+            " -> ".join(e.effects) if e.effects else "no effects") if part)
+        lines.append(f'    {e.source} -> {e.dest} [label="{e.trigger}", tooltip="{tip}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def svg(diagram: Diagram, highlight: str | None = None, *, executable: str = "dot",
+        timeout: float = 60.0) -> str:
+    """The dot diagram rendered by graphviz (`dot -Tsvg`); a clear error when it is missing."""
+    found = shutil.which(executable)
+    if found is None:
+        raise AgentFsmError(
+            f"graphviz is not installed (`{executable}` is not on PATH); install it (e.g. "
+            "`apt-get install graphviz`) or print `--format dot` and render it elsewhere"
+        )
+    try:
+        proc = subprocess.run([found, "-Tsvg"], input=dot(diagram, highlight), text=True,
+                              capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise AgentFsmError(f"graphviz (`{found} -Tsvg`) could not run: {exc}") from None
+    if proc.returncode != 0 or "<svg" not in proc.stdout:
+        tail = proc.stderr.strip().splitlines()
+        raise AgentFsmError(f"graphviz (`{found} -Tsvg`) exited {proc.returncode}: "
+                            f"{tail[-1] if tail else 'no SVG on its output'}")
+    return proc.stdout
 
 
 def _cell(items: tuple[str, ...], sep: str) -> str:

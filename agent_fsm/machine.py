@@ -13,15 +13,17 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transitions import EventData, Machine, MachineError
-
+from . import counters
 from . import definition as definition_mod
 from .definition import Definition
 from .errors import AgentFsmError, IllegalTransition
 from .host import CONDITIONS, EFFECTS, Host, Step
 from .store import Pending, StateDoc, Store
+
+if TYPE_CHECKING:
+    from transitions import EventData, Machine
 
 log = logging.getLogger("agent_fsm")
 
@@ -60,20 +62,30 @@ class Controller:
         # before the final record): tests crash there; $AGENT_FSM_FAILPOINT kills the process.
         self.failpoint: Callable[[str, int], None] = env_failpoint
         self._doc: StateDoc | None = None
-        self.machine = Machine(
-            model=self.model,
-            states=list(definition.state_names),
-            initial=definition.initial,
-            auto_transitions=False,
-            send_event=True,
-            ignore_invalid_triggers=False,
-        )
-        for t in definition.transitions:
-            self.machine.add_transition(
-                t.trigger, list(t.sources), t.dest,
-                conditions=[self._condition(name) for name in t.conditions],
-                before=[self._run],
+        self._machine: Machine | None = None
+
+    @property
+    def machine(self) -> Machine:
+        """The `transitions` machine, built on first use: readers (`status`) never need it."""
+        if self._machine is None:
+            from transitions import Machine
+
+            machine = Machine(
+                model=self.model,
+                states=list(self.definition.state_names),
+                initial=self.definition.initial,
+                auto_transitions=False,
+                send_event=True,
+                ignore_invalid_triggers=False,
             )
+            for t in self.definition.transitions:
+                machine.add_transition(
+                    t.trigger, list(t.sources), t.dest,
+                    conditions=[self._condition(name) for name in t.conditions],
+                    before=[self._run],
+                )
+            self._machine = machine
+        return self._machine
 
     # Reading ------------------------------------------------------------------------------
     def read(self) -> StateDoc:
@@ -82,6 +94,8 @@ class Controller:
     # Writing ------------------------------------------------------------------------------
     def fire(self, trigger: str, **args: Any) -> StateDoc:
         """Run one transition to its end, under the lock; resume owed effects first."""
+        from transitions import MachineError
+
         if trigger not in {t.trigger for t in self.definition.transitions}:
             raise AgentFsmError(f"{trigger!r} is not a trigger of {self.definition.name}")
         with self.store.locked():
@@ -162,14 +176,19 @@ class Controller:
         up = doc.upgrade
         versions = pending.args.get("upgrade") or (
             None if up is None else {"from": up.from_version, "to": up.to_version})
-        doc.history.append({
+        entry = {
             "time": self.host.clock.now(),
             "trigger": pending.trigger,
             "from": pending.source,
             "to": pending.dest,
             "release": pending.args.get("release"),
             "upgrade": versions,
-        })
+        }
+        # Counted in the same write that records the transition: exactly once, crash or not.
+        counted = counters.from_history(doc.history) if doc.counters is None \
+            else counters.Counters(**doc.counters)
+        doc.counters = counters.to_json(counters.tally(counted, entry))
+        doc.history.append(entry)
         del doc.history[:-self.history_limit]
         doc.state = pending.dest
         doc.pending = None

@@ -52,6 +52,7 @@ class StateDoc:
     pending: Pending | None = None
     last_result: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    counters: dict[str, int] | None = None  # None: a file from before counters were kept
 
 
 def _body(doc: StateDoc) -> dict[str, Any]:
@@ -70,6 +71,7 @@ def _body(doc: StateDoc) -> dict[str, Any]:
         },
         "last_result": doc.last_result,
         "history": doc.history,
+        **({} if doc.counters is None else {"counters": doc.counters}),
     }
 
 
@@ -155,6 +157,8 @@ class Store:
             ),
             last_result=data["last_result"],
             history=history,
+            counters=None if data.get("counters") is None else {
+                str(k): int(v) for k, v in data["counters"].items()},
         )
 
     def write(self, doc: StateDoc) -> None:

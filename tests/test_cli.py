@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,66 @@ class TestHistoryDiagramUsage:
         proc = run("--help")
         assert proc.returncode == 0
         assert "3" in proc.stdout and "refused" in proc.stdout and "rolled back" in proc.stdout
+
+
+def command_paths() -> list[tuple[str, ...]]:
+    """Every command and subcommand of the CLI, as the words that name it."""
+    import typer
+
+    from agent_fsm.cli import app
+
+    def walk(t: typer.Typer, words: tuple[str, ...]) -> list[tuple[str, ...]]:
+        found = []
+        for c in t.registered_commands:
+            assert c.callback is not None
+            found.append((*words, c.name or c.callback.__name__.replace("_", "-")))
+        for g in t.registered_groups:
+            assert g.name is not None and g.typer_instance is not None
+            found.append((*words, g.name))
+            found += walk(g.typer_instance, (*words, g.name))
+        return found
+
+    return walk(app, ())
+
+
+class TestHelp:
+    def test_every_command_is_found(self) -> None:
+        """The walk over the CLI finds the commands the README lists, release's included."""
+        names = {" ".join(p) for p in command_paths()}
+        assert {"status", "history", "diagram", "metrics", "install", "upgrade", "activate",
+                "recover", "daemon", "demo", "release", "release pack", "release add",
+                "release list", "release prune"} <= names
+
+    @pytest.mark.parametrize("words", command_paths(), ids=" ".join)
+    def test_every_command_has_help_with_an_example_and_exit_codes(
+            self, words: tuple[str, ...]) -> None:
+        """`agent-fsm … --help` works for every command and shows an example and the exit codes."""
+        from typer.testing import CliRunner
+
+        from agent_fsm.cli import app
+
+        result = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        text = " ".join(result.output.split())  # help is wrapped at the terminal's width
+        assert re.search(r"Example[^:]*: (sudo )?\S*agent-fsm ", text), text
+        assert "Exit codes: 0 success; 1 error" in text
+        assert "4 (`upgrade --wait`)" in text
+
+    def test_completion_and_version_are_offered(self) -> None:
+        """Top-level help offers shell completion and --version; --version prints it."""
+        from agent_fsm import __version__
+
+        proc = run("--help")
+        for option in ("--install-completion", "--show-completion", "--version"):
+            assert option in proc.stdout
+        version = run("--version")
+        assert version.returncode == 0 and version.stdout == f"agent-fsm {__version__}\n"
+
+    def test_show_completion_prints_a_script(self) -> None:
+        """--show-completion prints a completion script for the named shell."""
+        proc = run("--show-completion", "bash", env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
+        assert proc.returncode == 0, proc.stderr
+        assert "complete" in proc.stdout and "agent" in proc.stdout
 
 
 def test_world_fixture_is_isolated(world: World) -> None:

@@ -49,3 +49,30 @@ class TestDoctor:
         world.paths.state_file.write_text("{")
         found = _by_check(doctor(world.node, check_systemd=False))
         assert found["state file"].level == "fail" and "not valid JSON" in found["state file"].detail
+
+
+class TestCommand:
+    def test_doctor_json_and_exit_code(self, world: World, tmp_path: object) -> None:
+        """`doctor --json` lists findings with what to do; a failing check makes it exit 1."""
+        import json
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        world.installed("1.0.0")
+        cfg = Path(str(tmp_path)) / "config.toml"
+        cfg.write_text('name = "agent"\n')
+        argv = [sys.executable, "-m", "agent_fsm", "--config", str(cfg), "--root",
+                str(world.root), "doctor", "--json"]
+        ok = subprocess.run(argv, capture_output=True, text=True, check=False, env=os.environ)
+        findings = json.loads(ok.stdout)
+        assert {f["check"] for f in findings} >= {"state file", "signal", "gate", "lock"}
+        assert ok.returncode == (1 if any(f["level"] == "fail" for f in findings) else 0)
+        world.paths.state_dir.chmod(0o777)
+        bad = subprocess.run(argv, capture_output=True, text=True, check=False, env=os.environ)
+        assert bad.returncode == 1
+        fail = [f for f in json.loads(bad.stdout) if f["level"] == "fail"]
+        assert any("chmod go-w" in f["detail"] for f in fail)
+        human = subprocess.run(argv[:-1], capture_output=True, text=True, check=False)
+        assert "FAIL" in human.stdout and "state directory" in human.stdout
