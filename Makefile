@@ -32,5 +32,9 @@ demo: $(STAMP)
 diagram: $(STAMP)
 	$(VENV)/bin/agent-fsm diagram --write
 
+# Not part of `make test`: figures, not assertions (docs/benchmarks.md). As root, ~4 minutes.
+bench: $(STAMP)
+	$(PY) -m bench.run
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build

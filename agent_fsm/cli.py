@@ -102,12 +102,9 @@ def _node() -> Node:
 
 def _prog() -> str:
     """How this run was invoked, for the commands `status` suggests."""
-    words = ["agent-fsm"]
-    if _opts.config is not None:
-        words += ["--config", str(_opts.config)]
-    if _opts.root is not None:
-        words += ["--root", str(_opts.root)]
-    return shlex.join(words)
+    from .entry import invocation
+
+    return invocation(_opts.config, _opts.root)
 
 
 def _json(data: Any) -> None:
@@ -491,7 +488,6 @@ def release_pack(
 
     Example: agent-fsm release pack --version 2.0.0 --output ./agent-fsm-2.0.0
     """
-    import shlex
 
     from .packing import pack
 

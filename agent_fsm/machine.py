@@ -144,7 +144,10 @@ class Controller:
             effects=[e.name for e in t.effects], done=0, args=args,
             started=float(args["started"]),
         )
-        self.store.write(doc)  # write-ahead: the effects owed are durable before any runs
+        if doc.pending.effects:
+            # Write-ahead: the effects owed are durable before any runs. A transition without
+            # effects has nothing to resume: its one record is the final one.
+            self.store.write(doc)
         self._finish(doc)
 
     def _resumed(self, doc: StateDoc) -> StateDoc:

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import filelock
-
 from . import files
 from .errors import Refused, StateFileError
 
@@ -75,15 +73,35 @@ def _body(doc: StateDoc) -> dict[str, Any]:
     }
 
 
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
 def checksum(body: dict[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
+
+
+# The file is the canonical form of the body with the checksum inserted: as "checksum" sorts
+# before every other key, it comes first, and the body's canonical bytes are "{" plus what
+# follows it. A reader checks them as they are, without serializing anything again.
+_PREFIX = b'{"checksum":"sha256:'
+_HEX = 64
 
 
 def encode(doc: StateDoc) -> bytes:
-    body = _body(doc)
-    body["checksum"] = checksum(body)
-    return (json.dumps(body, indent=1) + "\n").encode()
+    canonical = _canonical(_body(doc))
+    digest = hashlib.sha256(canonical).hexdigest().encode()
+    return _PREFIX + digest + b'",' + canonical[1:] + b"\n"
+
+
+def _verify_canonical(raw: bytes) -> bool | None:
+    """True/False when `raw` is in the canonical layout (checksum right or wrong); None when it
+    is laid out otherwise (an older or hand-edited file, checked the slow way)."""
+    head = len(_PREFIX) + _HEX
+    if not raw.startswith(_PREFIX) or raw[head:head + 2] != b'",':
+        return None
+    body = b"{" + raw[head + 2:].rstrip(b"\n")
+    return hashlib.sha256(body).hexdigest().encode() == raw[len(_PREFIX):head]
 
 
 class Store:
@@ -125,9 +143,10 @@ class Store:
         if schema != SCHEMA:
             raise self._refuse(f"has schema {schema!r}, expected {SCHEMA}")
         stored = data.pop("checksum", None)
-        expected = checksum(data)
-        if stored != expected:
-            raise self._refuse(f"has checksum {stored!r}, expected {expected!r}")
+        if not _verify_canonical(raw):
+            expected = checksum(data)
+            if stored != expected:
+                raise self._refuse(f"has checksum {stored!r}, expected {expected!r}")
         try:
             doc = self._from_body(data)
         except (KeyError, TypeError, ValueError) as exc:
@@ -174,6 +193,8 @@ class Store:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the writers' lock for a whole transition."""
+        import filelock  # writers only: readers (status) need no lock
+
         files.ensure_dir(self.lock_path.parent)
         files.check_private_dir(self.lock_path.parent)
         lock = filelock.FileLock(str(self.lock_path), timeout=self.lock_timeout)

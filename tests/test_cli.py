@@ -220,3 +220,42 @@ def test_world_fixture_is_isolated(world: World) -> None:
     world.installed("1.0.0")
     for p in (world.paths.state_file, world.paths.agent_unit, world.paths.gate_file):
         assert world.root in p.parents
+
+
+class TestStatusFastPath:
+    @pytest.mark.parametrize("setup", ["converged", "upgrading", "damaged", "bad config"])
+    def test_fast_path_matches_full_cli(self, tmp_path: Path, cfg: Path, setup: str) -> None:
+        """`status --json` served without building the full CLI prints the same bytes, messages
+        and exit code as the full CLI does."""
+        world = make_world(tmp_path / "root")
+        world.installed("1.0.0")
+        config = cfg
+        if setup == "upgrading":
+            world.upgrading("2.0.0")
+        elif setup == "damaged":
+            world.paths.state_file.write_text("{")
+        elif setup == "bad config":
+            config = tmp_path / "bad.toml"
+            config.write_text("nmae = 1\n")
+        args = ["--config", str(config), f"--root={world.root}", "status", "--json"]
+        fast = run(*args)
+        full = subprocess.run(
+            [sys.executable, "-c", "import sys; from agent_fsm.cli import main; "
+             "sys.argv[0] = 'agent-fsm'; main()", *args],
+            capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+            env={k: v for k, v in os.environ.items() if k != "AGENT_FSM_CONFIG"})
+        assert (fast.returncode, fast.stderr) == (full.returncode, full.stderr)
+        strip = lambda out: [line for line in out.splitlines() if '"time"' not in line  # noqa: E731
+                             and "_seconds" not in line]
+        assert strip(fast.stdout) == strip(full.stdout)
+
+    def test_other_shapes_use_the_full_cli(self, tmp_path: Path, cfg: Path) -> None:
+        """Anything but the exact fast shape goes through the full CLI (e.g. --help, usage)."""
+        from agent_fsm.entry import _status_json_argv
+
+        assert _status_json_argv(["status", "--json"]) == (None, None)
+        assert _status_json_argv(["--root", "/r", "--config=/c", "status", "--json"]) == (
+            Path("/c"), Path("/r"))
+        for argv in (["status"], ["status", "--json", "--diff"], ["--root", "status", "--json"],
+                     ["--verbose", "status", "--json"], ["status", "--help"]):
+            assert _status_json_argv(argv) is None, argv

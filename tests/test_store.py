@@ -132,3 +132,23 @@ class TestLocking:
         """The same document always encodes to the same bytes (so checksums are reproducible)."""
         doc = StateDoc(state="idle", history=[{"b": 1, "a": 2}])
         assert encode(doc) == encode(doc)
+
+
+class TestLayout:
+    def test_a_changed_byte_in_the_written_file_is_refused(self, world: World) -> None:
+        """Changing one value in the file as written (same layout) breaks its checksum."""
+        world.installed("1.0.0")
+        raw = world.paths.state_file.read_bytes()
+        assert raw.startswith(b'{"checksum":"sha256:')
+        tampered = raw.replace(b'"state":"converged"', b'"state":"idle"')
+        assert tampered != raw
+        world.paths.state_file.write_bytes(tampered)
+        with pytest.raises(StateFileError, match="has checksum"):
+            world.node.store.read()
+
+    def test_an_older_indented_file_is_still_read(self, world: World) -> None:
+        """A state file laid out another way (indented, as earlier versions wrote) still reads."""
+        world.installed("1.0.0")
+        data = json.loads(world.paths.state_file.read_bytes())
+        world.paths.state_file.write_text(json.dumps(data, indent=1))
+        assert world.node.store.read().state == "converged"
