@@ -22,7 +22,7 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
 from types import FrameType
 
 from . import judge as judge_mod
@@ -120,13 +120,9 @@ class WakerClock:
         self.waker = waker
 
     def now(self) -> float:
-        import time
-
         return time.time()
 
     def sleep(self, seconds: float) -> None:
-        import time
-
         end = time.monotonic() + seconds
         while not self.waker.stop and (left := end - time.monotonic()) > 0:
             self.waker.wait(left)
@@ -238,8 +234,6 @@ class Daemon:
     # Serving ----------------------------------------------------------------------------
     def _stop_follows(self, grace: float = 5.0) -> bool:
         """The workload got SIGTERM: is the unit being stopped (our SIGTERM on its way)?"""
-        import time
-
         end = time.monotonic() + grace
         while not self.waker.stop and (left := end - time.monotonic()) > 0:
             self.waker.wait(left)
@@ -281,7 +275,7 @@ class Daemon:
         return 0
 
 
-def main(node: Node, argv: Sequence[str] = ()) -> int:
+def main(node: Node) -> int:
     setup_logging()
     waker = Waker()
     return Daemon(node, Notifier(), waker).run()

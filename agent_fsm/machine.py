@@ -62,6 +62,7 @@ class Controller:
         # before the final record): tests crash there; $AGENT_FSM_FAILPOINT kills the process.
         self.failpoint: Callable[[str, int], None] = env_failpoint
         self._doc: StateDoc | None = None
+        self._args: dict[str, Any] = {}
         self._machine: Machine | None = None
 
     @property
