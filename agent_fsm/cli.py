@@ -488,7 +488,6 @@ def release_pack(
 
     Example: agent-fsm release pack --version 2.0.0 --output ./agent-fsm-2.0.0
     """
-
     from .packing import pack
 
     path = pack(version, output, tuple(shlex.split(workload)) if workload else ())
