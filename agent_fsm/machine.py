@@ -88,10 +88,6 @@ class Controller:
             self._machine = machine
         return self._machine
 
-    # Reading ------------------------------------------------------------------------------
-    def read(self) -> StateDoc:
-        return self.store.read()
-
     # Writing ------------------------------------------------------------------------------
     def fire(self, trigger: str, **args: Any) -> StateDoc:
         """Run one transition to its end, under the lock; resume owed effects first."""
