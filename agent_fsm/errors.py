@@ -7,6 +7,7 @@
     ├── SignalError                the upgrade signal file is unreadable
     ├── ReleaseError               a release is missing or its manifest is invalid
     ├── AssetError                 a service asset could not be rendered or written
+    ├── UnsafePath                 a path to write is a symlink, or a directory others may write
     ├── SystemdError               a systemctl call failed
     ├── PublishError               publishing an upgrade's result failed (retried by the daemon)
     ├── Refused                    exit 3: the operation may not run now (gate closed, upgrade
@@ -54,6 +55,10 @@ class ReleaseError(AgentFsmError):
 
 class AssetError(AgentFsmError):
     """A service asset could not be rendered or written."""
+
+
+class UnsafePath(AgentFsmError):
+    """A path agent-fsm writes is a symlink, or a directory others may write to."""
 
 
 class SystemdError(AgentFsmError):

@@ -21,11 +21,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import AgentFsmError
-
-
-class UnsafePath(AgentFsmError):
-    """A path agent-fsm writes is a symlink, or a directory others may write to."""
+from .errors import UnsafePath
 
 
 def _unsafe(path: Path, why: str) -> UnsafePath:

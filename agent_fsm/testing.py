@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import PublishError, SystemdError
-from .publish import Result
+from .system.publish import Result
 
 
 @dataclass

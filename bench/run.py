@@ -32,18 +32,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_fsm import config as config_mod
-from agent_fsm import files, packing
-from agent_fsm.clock import SystemClock
-from agent_fsm.config import Config
-from agent_fsm.host import Host
-from agent_fsm.lab import RECOVERY_UNIT, UNIT, Kind, Lab
-from agent_fsm.machine import Controller, load_definition
-from agent_fsm.node import open_node
-from agent_fsm.paths import Paths
-from agent_fsm.sandbox import SystemdSandbox, missing_requirements, python_paths
-from agent_fsm.store import Store
+from agent_fsm import files
+from agent_fsm.actions import packing
+from agent_fsm.lifecycle.effects import Host
+from agent_fsm.lifecycle.engine import Controller, load_definition
+from agent_fsm.node import config as config_mod
+from agent_fsm.node.config import Config
+from agent_fsm.node.paths import Paths
+from agent_fsm.node.store import Store
+from agent_fsm.system.clock import SystemClock
 from agent_fsm.testing import FakePublisher, FakeSystemd
+from agent_fsm.wiring import open_node
+from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Kind, Lab
+from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "bench" / "results.json"
@@ -368,7 +369,9 @@ def import_breakdown(argv: list[str], top: int = 8) -> dict[str, float]:
 STATUS_WITHOUT_CLI = """\
 import json, sys
 from pathlib import Path
-from agent_fsm import config, node, status
+from agent_fsm.node import config
+from agent_fsm import wiring
+from agent_fsm.views import status
 n = node.open_node(config.load(Path(sys.argv[1])), Path(sys.argv[2]))
 print(json.dumps(status.status(n).to_json(), indent=2))
 """

@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from agent_fsm.node import open_node
-from agent_fsm.systemd import Systemctl
+from agent_fsm.system.systemd import Systemctl
+from agent_fsm.wiring import open_node
 from tests.helpers import DEFAULT_CONFIG
 
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from agent_fsm.config import Config, Judgment
-from agent_fsm.node import Node, open_node
+from agent_fsm.node.config import Config, Judgment
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
+from agent_fsm.wiring import Node, open_node
 
 DEFAULT_CONFIG = Config(
     name="agent", judgment=Judgment(deadline_seconds=60, soak_seconds=5, max_attempts=3)

@@ -33,7 +33,7 @@ def _state(raw: bytes) -> Callable[[World], Path]:
 
 def _edit_state(change: Callable[[dict[str, object]], None], rehash: bool) -> Callable[[World], Path]:
     def plant(world: World) -> Path:
-        from agent_fsm.store import checksum
+        from agent_fsm.node.store import checksum
 
         data = json.loads(world.paths.state_file.read_bytes())
         change(data)

@@ -159,7 +159,7 @@ def command_paths() -> list[tuple[str, ...]]:
     """Every command and subcommand of the CLI, as the words that name it."""
     import typer
 
-    from agent_fsm.cli import app
+    from agent_fsm.cli.app import app
 
     def walk(t: typer.Typer, words: tuple[str, ...]) -> list[tuple[str, ...]]:
         found = []
@@ -189,7 +189,7 @@ class TestHelp:
         """`agent-fsm … --help` works for every command and shows an example and the exit codes."""
         from typer.testing import CliRunner
 
-        from agent_fsm.cli import app
+        from agent_fsm.cli.app import app
 
         result = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0, result.output
@@ -240,7 +240,7 @@ class TestStatusFastPath:
         args = ["--config", str(config), f"--root={world.root}", "status", "--json"]
         fast = run(*args)
         full = subprocess.run(
-            [sys.executable, "-c", "import sys; from agent_fsm.cli import main; "
+            [sys.executable, "-c", "import sys; from agent_fsm.cli.app import main; "
              "sys.argv[0] = 'agent-fsm'; main()", *args],
             capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
             env={k: v for k, v in os.environ.items() if k != "AGENT_FSM_CONFIG"})
@@ -251,7 +251,7 @@ class TestStatusFastPath:
 
     def test_other_shapes_use_the_full_cli(self, tmp_path: Path, cfg: Path) -> None:
         """Anything but the exact fast shape goes through the full CLI (e.g. --help, usage)."""
-        from agent_fsm.entry import _status_json_argv
+        from agent_fsm.cli.entry import _status_json_argv
 
         assert _status_json_argv(["status", "--json"]) == (None, None)
         assert _status_json_argv(["--root", "/r", "--config=/c", "status", "--json"]) == (

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.config import Config, Judgment
-from agent_fsm.daemon import Daemon, Waker
-from agent_fsm.notify import Notifier
+from agent_fsm.agent.daemon import Daemon, Waker
+from agent_fsm.node.config import Config, Judgment
+from agent_fsm.system.notify import Notifier
 from tests.helpers import World, env_with_stub_systemctl, make_world
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.definition import default_text
 from agent_fsm.errors import DefinitionError
-from agent_fsm.machine import load_definition
+from agent_fsm.lifecycle.definition import default_text
+from agent_fsm.lifecycle.engine import load_definition
 
 GOOD = """
 [machine]

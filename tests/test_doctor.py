@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent_fsm import signal
-from agent_fsm.doctor import Finding, doctor
+from agent_fsm.node import signal
+from agent_fsm.views.doctor import Finding, doctor
 from tests.helpers import World
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.config import Config, Judgment
-from agent_fsm.history import history, timeline
+from agent_fsm.node.config import Config, Judgment
+from agent_fsm.views.history import history, timeline
 from tests.helpers import World, make_world
 from tests.test_cli import run
 

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from agent_fsm import files
-from agent_fsm.errors import AgentFsmError
-from agent_fsm.files import UnsafePath
+from agent_fsm.errors import AgentFsmError, UnsafePath
 from tests.helpers import World
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_fsm.config import Judgment
-from agent_fsm.judge import judge, run_check
+from agent_fsm.agent.judge import judge, run_check
+from agent_fsm.node.config import Judgment
 from agent_fsm.testing import FakeClock
 
 J = Judgment(deadline_seconds=10, soak_seconds=5, max_attempts=2, checks=(("check",),))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent_fsm.config import Config, Judgment
-from agent_fsm.metrics import Counters, Family, Sample, collect, counters, exposition
+from agent_fsm.node.config import Config, Judgment
+from agent_fsm.views.metrics import Counters, Family, Sample, collect, counters, exposition
 from tests.helpers import World, make_world
 from tests.test_cli import run
 from tests.test_history import good_then_failed

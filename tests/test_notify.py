@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.notify import Notifier, watchdog_interval
+from agent_fsm.system.notify import Notifier, watchdog_interval
 
 
 def _receiver(address: str) -> socket.socket:

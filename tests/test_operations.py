@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent_fsm.operations import install, recover
+from agent_fsm.actions.operations import install, recover
 from tests.helpers import World
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.config import Config
+from agent_fsm.actions.packing import add, pack, prune
 from agent_fsm.errors import ReleaseError
-from agent_fsm.node import open_node
-from agent_fsm.packing import add, pack, prune
+from agent_fsm.node.config import Config
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
+from agent_fsm.wiring import open_node
 from tests.helpers import World
 
 

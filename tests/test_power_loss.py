@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.store import Store
+from agent_fsm.node.store import Store
 from tests.helpers import World, copy_tree, make_world
 from tests.powerloss import Crash, PowerLoss
 from tests.test_machine import _args, _to

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm import config as config_mod
-from agent_fsm.node import Node, open_node
+from agent_fsm.node import config as config_mod
 from agent_fsm.testing import FakeSystemd
+from agent_fsm.wiring import Node, open_node
 from tests.test_cli import command_paths
 from tests.test_history import ENTRY_KEYS
 from tests.test_metrics import FAMILIES, types
@@ -212,7 +212,7 @@ class TestDocsMatchTheCommands:
         """Every --option the synopsis shows for a command is in that command's --help."""
         from typer.testing import CliRunner
 
-        from agent_fsm.cli import app
+        from agent_fsm.cli.app import app
 
         synopsis = blocks(section("Commands"), "text")[0]
         for line in synopsis.splitlines():

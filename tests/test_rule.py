@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from agent_fsm.daemon import open_gate_after_judgment
-from agent_fsm.publish import Result
+from agent_fsm.agent.daemon import open_gate_after_judgment
+from agent_fsm.system.publish import Result
 from tests.helpers import World
 
 BROKEN_UNIT = "[Service]\nExecStart=/nonexistent/${name} broken by ${version}\n"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm import config as config_mod
-from agent_fsm.status import status
+from agent_fsm.node import config as config_mod
+from agent_fsm.views.status import status
 from tests.helpers import World, make_world
 from tests.test_cli import ROOT, one_line_error, run
 
@@ -174,7 +174,7 @@ class TestNextAction:
         """An interrupted transition's owed effects are reported and named in the advice."""
         world.installed("1.0.0")
         doc = world.node.store.read()
-        from agent_fsm.store import Pending
+        from agent_fsm.node.store import Pending
 
         doc.pending = Pending("settle", "converged", "converged",
                               ["converge_assets", "reload_systemd", "open_gate"], 1, {}, 0.0)

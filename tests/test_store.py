@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.errors import StateFileError
-from agent_fsm.store import Pending, StateDoc, Store, Upgrade, encode
+from agent_fsm.node.store import Pending, StateDoc, Store, Upgrade, encode
 from tests.helpers import World
 
 STATES = ("idle", "converged", "candidate_running")
@@ -69,7 +69,7 @@ def _damaged(kind: str, good: bytes) -> bytes:
     elif kind == "unknown state":
         data["state"] = "flying"
         data.pop("checksum")
-        from agent_fsm.store import checksum
+        from agent_fsm.node.store import checksum
         data["checksum"] = checksum(data)
     return json.dumps(data).encode()
 

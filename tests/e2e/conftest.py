@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_fsm.sandbox import SystemdSandbox, missing_requirements, python_paths
+from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
 
 
 def _require_sandbox() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.sandbox import SystemdSandbox
+from agent_fsm_lab.sandbox import SystemdSandbox
 
 NOTIFY_SCRIPT = """\
 import os

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_fsm.lab import RECOVERY_UNIT, UNIT, Lab, wait_until
-from agent_fsm.sandbox import SystemdSandbox
+from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Lab, wait_until
+from agent_fsm_lab.sandbox import SystemdSandbox
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,87 @@
+"""The operator's commands: install, upgrade (and follow it), activate, recover.
+
+Each returns a frozen result for the CLI to render; refusals and errors are raised.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AgentFsmError
+from ..node.store import StateDoc
+from ..wiring import Node
+
+ROLLBACK_STATES = ("candidate_running", "judged_failed", "recovering")
+
+
+@dataclass(frozen=True)
+class Done:
+    """What a command did, in one line, plus the state it left."""
+
+    message: str
+    state: str
+
+
+def install(node: Node, version: str, *, start: bool = True) -> Done:
+    doc = node.controller.fire("install", release=version, no_start=not start)
+    how = "enabled and restarted" if start else "not started (--no-start)"
+    return Done(f"installed {version}: all assets written, systemd reloaded, "
+                f"{node.paths.agent_unit_name} {how}", doc.state)
+
+
+def activate(node: Node, version: str) -> Done:
+    doc = node.controller.fire("activate", release=version)
+    return Done(f"activated {version} without judgment: all assets written, "
+                f"{node.paths.agent_unit_name} restarted", doc.state)
+
+
+def begin_upgrade(node: Node, version: str) -> StateDoc:
+    return node.controller.fire("begin_upgrade", release=version)
+
+
+def recover(node: Node) -> Done:
+    """Roll back to the last-good when an upgrade is pending and not judged ok; else say so."""
+    doc = node.controller.resume()
+    if doc.state in ROLLBACK_STATES:
+        doc = node.controller.fire("recover")
+        return Done(f"rolling back to last-good {node.host.releases.last_good()}: selected, "
+                    f"start limit reset, {node.paths.agent_unit_name} restarted", doc.state)
+    if doc.state == "judged_ok":
+        return Done("nothing to roll back: the upgrade was judged ok and is completing", doc.state)
+    return Done("nothing to roll back: no upgrade is pending", doc.state)
+
+
+@dataclass(frozen=True)
+class UpgradeOutcome:
+    to_version: str
+    outcome: str  # "ok" or "rolled_back"
+    passed: tuple[tuple[float, str, str], ...]  # (time, trigger, state) in the order seen
+
+
+def follow(node: Node, started: float, to_version: str, timeout: float,
+           on_state: Callable[[float, str, str], None] = lambda _t, _tr, _s: None,
+           interval: float = 0.2) -> UpgradeOutcome:
+    """Watch an upgrade (by reading, never locking) until it converges; report its outcome."""
+    end = time.monotonic() + timeout
+    seen: list[tuple[float, str, str]] = []
+    while True:
+        doc = node.store.read()
+        for entry in doc.history:
+            step = (entry["time"], entry["trigger"], entry["to"])
+            if entry["time"] >= started and step not in seen:
+                seen.append(step)
+                on_state(*step)
+        result: dict[str, Any] | None = doc.last_result
+        if (doc.state == "converged" and doc.pending is None and result is not None
+                and result.get("to") == to_version and result.get("started", 0) >= started
+                and node.host.gate.is_open()):
+            return UpgradeOutcome(to_version, str(result["outcome"]), tuple(seen))
+        if time.monotonic() > end:
+            raise AgentFsmError(
+                f"the upgrade to {to_version} did not finish within {timeout:g}s (state "
+                f"{doc.state}); it goes on: follow it with `agent-fsm status`"
+            )
+        time.sleep(interval)

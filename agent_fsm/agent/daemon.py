@@ -1,0 +1,281 @@
+"""The daemon the agent unit runs: resume, judge or converge, open the gate, then READY=1.
+
+At start it finishes whatever a crash left owed, then by state:
+
+- candidate_running: hold the last-good's assets (write only missing ones), count the attempt,
+  judge the candidate; judged ok -> publish, clear the signal, write its assets, reload, promote,
+  open the gate; judged failed -> publish, keep the signal, start the recovery unit, exit 1;
+- recovering with the last-good selected: clear the signal, write its assets, open the gate;
+- converged: rewrite the assets that differ, open the gate.
+
+Only then READY=1, so systemd's TimeoutStartSec bounds the judgment. It then supervises the
+release's workload (if any), pings the watchdog when systemd asks for it, and on SIGTERM says
+STOPPING=1 and exits 0. Signal handlers only set flags; waits are on a wake-up pipe, so an idle
+daemon does not wake up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+from ..errors import AgentFsmError, PublishError
+from ..lifecycle.engine import Controller
+from ..node.store import StateDoc
+from ..system.clock import Clock
+from ..system.notify import Notifier, watchdog_interval
+from ..wiring import Node
+from . import judge as judge_mod
+
+log = logging.getLogger("agent_fsm")
+
+PUBLISH_RETRY_FIRST = 1.0
+PUBLISH_RETRY_MAX = 30.0
+PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
+            logging.CRITICAL: 2}
+
+
+def open_gate_after_judgment(controller: Controller, clock: Clock,
+                             max_tries: int | None = None) -> StateDoc:
+    """Run `complete` (publish, clear signal, write assets, reload, promote, open the gate).
+
+    A failed publish is retried with a growing delay; the gate stays closed meanwhile, because
+    `open_gate` comes after `publish_result` in the recorded transition and resuming never
+    skips an effect. `max_tries` bounds the retries (None: until it works).
+    """
+    delay = PUBLISH_RETRY_FIRST
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            doc = controller.resume()
+            if doc.state == "judged_ok":
+                doc = controller.fire("complete")
+            return doc
+        except PublishError as exc:
+            if max_tries is not None and tries >= max_tries:
+                raise
+            log.warning("publishing the result failed (try %d), retrying in %.0fs: %s",
+                        tries, delay, exc)
+            clock.sleep(delay)
+            delay = min(delay * 2, PUBLISH_RETRY_MAX)
+
+
+class JournalFormatter(logging.Formatter):
+    """`<N>message`: journald reads the priority from the prefix."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{PRIORITY.get(record.levelno, 6)}>{record.getMessage()}"
+
+
+def setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JournalFormatter())
+    root = logging.getLogger("agent_fsm")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+class Waker:
+    """Sleeps that end early on a signal: handlers write to a pipe (set_wakeup_fd)."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.child = False
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGCHLD, self._on_child)
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop = True
+
+    def _on_child(self, signum: int, frame: FrameType | None) -> None:
+        self.child = True
+
+    def wait(self, timeout: float | None) -> None:
+        if self.stop:
+            return
+        ready, _, _ = select.select([self._r], [], [], timeout)
+        if ready:
+            try:
+                while os.read(self._r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+
+
+class WakerClock:
+    """The system clock, but a sleep ends at once when SIGTERM arrives."""
+
+    def __init__(self, waker: Waker) -> None:
+        self.waker = waker
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.waker.stop and (left := end - time.monotonic()) > 0:
+            self.waker.wait(left)
+
+
+class Daemon:
+    def __init__(self, node: Node, notifier: Notifier, waker: Waker) -> None:
+        self.node = node
+        self.notifier = notifier
+        self.waker = waker
+        self.clock = WakerClock(waker)
+        self.workload: subprocess.Popen[bytes] | None = None
+
+    # Workload ---------------------------------------------------------------------------
+    def _release_env(self, version: str) -> dict[str, str]:
+        return {"AGENT_FSM_VERSION": version,
+                "AGENT_FSM_RELEASE_DIR": str(self.node.host.releases.path(version))}
+
+    def start_workload(self, version: str) -> None:
+        argv = self.node.host.releases.manifest(version).workload
+        if not argv:
+            return
+        log.info("starting workload of %s: %s", version, " ".join(argv))
+        try:
+            self.workload = subprocess.Popen(list(argv), env={**os.environ,
+                                                              **self._release_env(version)})
+        except OSError as exc:
+            raise AgentFsmError(f"workload of release {version} could not start: {exc}") from None
+
+    def workload_alive(self) -> bool:
+        return self.workload is None or self.workload.poll() is None
+
+    def stop_workload(self) -> None:
+        if self.workload is None or self.workload.poll() is not None:
+            return
+        self.workload.terminate()
+        try:
+            self.workload.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.workload.kill()
+            self.workload.wait()
+
+    # Startup ----------------------------------------------------------------------------
+    def status(self, text: str) -> None:
+        log.info("%s", text)
+        self.notifier.status(text)
+
+    def startup(self) -> bool:
+        """Bring the node to an open gate; False when this process must exit non-zero."""
+        host, controller = self.node.host, self.node.controller
+        doc = controller.resume()
+        selected = host.releases.selected()
+        if doc.state == "idle" or selected is None:
+            log.error("nothing is installed: run `agent-fsm install --version V` first")
+            return False
+        if doc.state == "candidate_running":
+            return self.judge_candidate(selected)
+        if doc.state == "judged_ok":
+            self.status("publishing the result of the upgrade before opening the gate")
+            open_gate_after_judgment(controller, self.clock)
+        elif doc.state in ("judged_failed", "recovering"):
+            if doc.state == "recovering" and selected == host.releases.last_good():
+                self.status(f"back on last-good {selected}: clearing the signal, writing assets")
+                controller.fire("recovered")
+            else:
+                log.error("the upgrade to %s failed and %s is still selected; starting recovery",
+                          doc.upgrade.to_version if doc.upgrade else "?", selected)
+                host.systemd.start(self.node.paths.recovery_unit_name)
+                return False
+        else:
+            if host.signal() is not None:
+                log.error("an upgrade signal exists but the state file has no upgrade pending; "
+                          "holding the assets and the gate; run `agent-fsm doctor`")
+                return False
+            self.status("converging the service assets")
+            controller.fire("settle")
+        self.start_workload(selected)
+        return True
+
+    def judge_candidate(self, version: str) -> bool:
+        host, controller = self.node.host, self.node.controller
+        controller.fire("candidate_started")
+        sig = host.signal()
+        assert sig is not None
+        self.status(f"judging candidate {version} (attempt {sig.attempt}); holding the "
+                    "last-good's assets")
+        judgment = self.node.config.judgment
+        env = self._release_env(version)
+        verdict = judge_mod.Verdict(False, "not judged")
+        try:
+            self.start_workload(version)
+            verdict = judge_mod.judge(
+                judgment, attempt=sig.attempt, deadline=sig.deadline, clock=self.clock,
+                check=lambda argv: judge_mod.run_check(argv, env, judgment.deadline_seconds),
+                alive=self.workload_alive, stopping=lambda: self.waker.stop,
+            )
+        except AgentFsmError as exc:
+            verdict = judge_mod.Verdict(False, str(exc))
+        if verdict.ok:
+            self.status(f"candidate {version} judged ok: {verdict.reason}")
+            controller.fire("judge_ok")
+            open_gate_after_judgment(controller, self.clock)
+            return True
+        log.error("candidate %s judged failed: %s; starting recovery", version, verdict.reason)
+        self.stop_workload()
+        controller.fire("judge_failed")
+        return False
+
+    # Serving ----------------------------------------------------------------------------
+    def _stop_follows(self, grace: float = 5.0) -> bool:
+        """The workload got SIGTERM: is the unit being stopped (our SIGTERM on its way)?"""
+        end = time.monotonic() + grace
+        while not self.waker.stop and (left := end - time.monotonic()) > 0:
+            self.waker.wait(left)
+        return self.waker.stop
+
+    def run(self) -> int:
+        try:
+            if not self.startup():
+                return 1
+        except AgentFsmError as exc:
+            log.error("%s", exc)
+            self.stop_workload()
+            return 1
+        if self.waker.stop:
+            self.notifier.stopping()
+            self.stop_workload()
+            return 0
+        version = self.node.host.releases.selected()
+        self.notifier.ready(f"{self.node.paths.name} {version} running; gate open")
+        log.info("ready: %s running, gate open", version)
+        interval = watchdog_interval()
+        while not self.waker.stop:
+            if interval is not None:
+                self.notifier.watchdog()
+            self.waker.wait(interval)
+            if self.waker.stop:
+                # On a stop systemd signals the whole cgroup, so the workload may exit first:
+                # that is the stop, not a failure (a failure would start recovery).
+                break
+            if self.workload is not None and self.workload.poll() is not None:
+                code = self.workload.returncode
+                if code == -signal.SIGTERM and self._stop_follows():
+                    break
+                log.error("workload of %s exited with %s", version, code)
+                return code if code and code > 0 else 1
+        log.info("stopping on request")
+        self.notifier.stopping()
+        self.stop_workload()
+        return 0
+
+
+def main(node: Node) -> int:
+    setup_logging()
+    waker = Waker()
+    return Daemon(node, Notifier(), waker).run()

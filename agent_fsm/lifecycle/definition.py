@@ -1,0 +1,199 @@
+"""The machine as data: load `states/agent-upgrade.toml` into plain dataclasses and check it.
+
+Checked at load time, with errors that name what is wrong: exactly one initial state that is
+declared, every transition's states declared, every condition and effect a known name, each
+trigger declared once, every state reachable from the initial one, and no state without a way
+out.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ..errors import DefinitionError
+
+DEFINITION_NAME = "agent-upgrade.toml"
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One effect a transition runs; `tolerant` ones log a failure instead of raising it."""
+
+    name: str
+    tolerant: bool = False
+
+
+@dataclass(frozen=True)
+class State:
+    name: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Transition:
+    trigger: str
+    sources: tuple[str, ...]
+    dest: str
+    conditions: tuple[str, ...]
+    effects: tuple[Effect, ...]
+    description: str
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    initial: str
+    states: tuple[State, ...]
+    transitions: tuple[Transition, ...]
+    source: str
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.states)
+
+    def state(self, name: str) -> State:
+        for s in self.states:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def transition(self, trigger: str) -> Transition:
+        for t in self.transitions:
+            if t.trigger == trigger:
+                return t
+        raise KeyError(trigger)
+
+    def triggers_from(self, state: str) -> tuple[str, ...]:
+        return tuple(t.trigger for t in self.transitions if state in t.sources)
+
+
+def default_text() -> tuple[str, str]:
+    """The shipped definition's text and where it came from.
+
+    One way to find it: `agent_fsm/states/` inside the package (in a checkout, a link to the
+    top-level `states/`; in a wheel or a packed release, a copy).
+    """
+    shipped = resources.files("agent_fsm").joinpath("states", DEFINITION_NAME)
+    try:
+        return shipped.read_text(encoding="utf-8"), str(shipped)
+    except (FileNotFoundError, NotADirectoryError):
+        raise DefinitionError(
+            f"the machine definition {DEFINITION_NAME} is missing from the package ({shipped}); "
+            "reinstall agent-fsm"
+        ) from None
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise DefinitionError(f"{where} must be a name or a list of names, not {value!r}")
+
+
+def _effects(value: Any, where: str) -> tuple[Effect, ...]:
+    if not isinstance(value, list):
+        raise DefinitionError(f"{where} must be a list, not {value!r}")
+    out: list[Effect] = []
+    for item in value:
+        if isinstance(item, str):
+            out.append(Effect(item))
+        elif isinstance(item, dict) and set(item) <= {"name", "on_error"} and "name" in item:
+            on_error = item.get("on_error", "fail")
+            if on_error not in ("fail", "log"):
+                raise DefinitionError(f"{where}: on_error must be 'fail' or 'log', not {on_error!r}")
+            out.append(Effect(str(item["name"]), tolerant=on_error == "log"))
+        else:
+            raise DefinitionError(f"{where}: an effect is a name or {{ name, on_error }}: {item!r}")
+    return tuple(out)
+
+
+def _listing(names: Iterable[str]) -> str:
+    return ", ".join(sorted(set(names)))
+
+
+def parse(text: str, source: str, *, effects: Collection[str],
+          conditions: Collection[str]) -> Definition:
+    """Parse and check a definition; `effects` and `conditions` are the names the runtime has."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DefinitionError(f"{source} is not valid TOML: {exc}") from None
+    unknown = set(data) - {"machine", "states", "transitions"}
+    if unknown:
+        raise DefinitionError(f"{source}: unknown table(s) {_listing(unknown)}")
+    machine = data.get("machine", {})
+    name, initial = machine.get("name"), machine.get("initial")
+    if not isinstance(name, str) or not isinstance(initial, str):
+        raise DefinitionError(f"{source}: [machine] needs `name` and exactly one `initial` state")
+    raw_states = data.get("states", {})
+    states = tuple(
+        State(n, str(body.get("description", ""))) for n, body in raw_states.items()
+    )
+    declared = {s.name for s in states}
+    if initial not in declared:
+        raise DefinitionError(f"{source}: the initial state {initial!r} is not declared")
+
+    transitions: list[Transition] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data.get("transitions", [])):
+        where = f"{source}: transition #{i + 1}"
+        extra = set(raw) - {"trigger", "source", "dest", "conditions", "effects", "description"}
+        if extra:
+            raise DefinitionError(f"{where}: unknown key(s) {_listing(extra)}")
+        trigger = raw.get("trigger")
+        if not isinstance(trigger, str):
+            raise DefinitionError(f"{where} has no trigger")
+        where = f"{source}: transition {trigger!r}"
+        if trigger in seen:
+            raise DefinitionError(f"{source}: trigger {trigger!r} is declared more than once")
+        seen.add(trigger)
+        t = Transition(
+            trigger=trigger,
+            sources=_names(raw.get("source"), f"{where} source"),
+            dest=str(raw.get("dest")),
+            conditions=_names(raw.get("conditions", []), f"{where} conditions"),
+            effects=_effects(raw.get("effects", []), f"{where} effects"),
+            description=str(raw.get("description", "")),
+        )
+        undeclared = (set(t.sources) | {t.dest}) - declared
+        if undeclared:
+            raise DefinitionError(f"{where} names undeclared state(s): {_listing(undeclared)}")
+        bad_conditions = set(t.conditions) - set(conditions)
+        if bad_conditions:
+            raise DefinitionError(
+                f"{where} names unknown condition(s): {_listing(bad_conditions)}; "
+                f"known: {_listing(conditions)}"
+            )
+        bad_effects = {e.name for e in t.effects} - set(effects)
+        if bad_effects:
+            raise DefinitionError(
+                f"{where} names unknown effect(s): {_listing(bad_effects)}; "
+                f"known: {_listing(effects)}"
+            )
+        transitions.append(t)
+
+    reachable = {initial}
+    frontier = [initial]
+    while frontier:
+        here = frontier.pop()
+        for t in transitions:
+            if here in t.sources and t.dest not in reachable:
+                reachable.add(t.dest)
+                frontier.append(t.dest)
+    unreachable = declared - reachable
+    if unreachable:
+        raise DefinitionError(
+            f"{source}: these states cannot be reached from {initial!r}: {_listing(unreachable)}"
+        )
+    trapped = {
+        s for s in declared
+        if not any(s in t.sources and t.dest != s for t in transitions)
+    }
+    if trapped:
+        raise DefinitionError(f"{source}: these states have no way out: {_listing(trapped)}")
+    return Definition(name, initial, states, tuple(transitions), source)

@@ -1,0 +1,250 @@
+"""The host as the machine sees it: the conditions transitions check and the effects they run.
+
+Every name in `states/agent-upgrade.toml` resolves here: `@condition` and `@effect` register the
+methods of `Host` under their names, and the definition is checked against those registries at
+load time. Each effect is idempotent (a crash after it and before its progress is recorded runs
+it again) and works through small injected objects: files below the configured paths, systemd,
+a publisher and a clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import Refused, ReleaseError
+from ..node import assets, signal
+from ..node.gate import Gate
+from ..node.paths import Paths
+from ..node.releases import Releases
+from ..node.store import Pending, StateDoc, Upgrade
+from ..system.clock import Clock
+from ..system.publish import Outcome, Publisher, Result
+from ..system.systemd import Systemd
+
+log = logging.getLogger("agent_fsm")
+
+
+@dataclass
+class Step:
+    """What an effect or condition sees: the transition in flight and the state document."""
+
+    doc: StateDoc
+    pending: Pending
+
+    def arg(self, name: str) -> Any:
+        return self.pending.args.get(name)
+
+
+HostMethod = Callable[["Host", Step], None]
+EFFECTS: dict[str, HostMethod] = {}
+CONDITIONS: dict[str, HostMethod] = {}
+
+
+def effect(fn: HostMethod) -> HostMethod:
+    EFFECTS[fn.__name__] = fn
+    return fn
+
+
+def condition(fn: HostMethod) -> HostMethod:
+    CONDITIONS[fn.__name__] = fn
+    return fn
+
+
+class Host:
+    def __init__(self, paths: Paths, systemd: Systemd, publisher: Publisher,
+                 clock: Clock) -> None:
+        self.paths = paths
+        self.systemd = systemd
+        self.publisher = publisher
+        self.clock = clock
+        self.releases = Releases(paths)
+        self.gate = Gate(paths.gate_file)
+
+    # Helpers ------------------------------------------------------------------------------
+    def signal(self) -> signal.UpgradeSignal | None:
+        return signal.read(self.paths.signal_file)
+
+    def rendered(self, version: str | None = None) -> tuple[assets.Asset, ...]:
+        """The assets the given (default: selected) release would write for this host."""
+        version = version or self.releases.selected()
+        if version is None:
+            raise ReleaseError("no release is selected; install one with `agent-fsm install`")
+        self.releases.manifest(version)
+        return assets.render(self.releases.path(version), self.paths, version)
+
+    def asset_paths(self) -> tuple[Path, Path, Path]:
+        p = self.paths
+        return (p.agent_unit, p.recovery_unit, p.recovery_script)
+
+    def _upgrade(self, step: Step) -> Upgrade:
+        if step.doc.upgrade is not None:
+            return step.doc.upgrade
+        sig = self.signal()
+        if sig is None:
+            raise ReleaseError("no upgrade is pending: the state file and the signal disagree; "
+                               "run `agent-fsm doctor`")
+        return Upgrade(sig.from_version, sig.to_version, sig.started)
+
+    def prepare(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Fix, before a transition is recorded, every value its effects will need.
+
+        Effects read these instead of the clock or the disk, so one re-run after a crash does
+        exactly what the first run would have done.
+        """
+        out = dict(args)
+        out.setdefault("started", self.clock.now())
+        out.setdefault("from", self.releases.last_good() or self.releases.selected())
+        sig = self.signal()
+        if sig is not None:
+            out.setdefault("attempt", sig.attempt + 1)
+        return out
+
+    # Conditions: return when they hold, raise a message saying why not -------------------
+    @condition
+    def gate_open(self, step: Step) -> None:
+        if not self.gate.is_open():
+            raise Refused(
+                f"the startup gate ({self.paths.gate_file}) is closed: {self.paths.name} has not "
+                f"finished starting (state {step.doc.state}); wait until `agent-fsm status` "
+                "shows the gate open"
+            )
+
+    @condition
+    def no_upgrade_pending(self, step: Step) -> None:
+        sig = self.signal()
+        if sig is not None:
+            raise Refused(
+                f"an upgrade from {sig.from_version} to {sig.to_version} is pending (attempt "
+                f"{sig.attempt}); wait for its judgment, or roll back with `agent-fsm recover`"
+            )
+
+    @condition
+    def release_exists(self, step: Step) -> None:
+        self.releases.manifest(str(step.arg("release")))
+
+    @condition
+    def not_selected(self, step: Step) -> None:
+        if self.releases.selected() == step.arg("release"):
+            raise Refused(f"release {step.arg('release')} is already selected; nothing to upgrade")
+
+    @condition
+    def last_good_selected(self, step: Step) -> None:
+        selected, last_good = self.releases.selected(), self.releases.last_good()
+        if selected != last_good:
+            raise Refused(
+                f"recovery is not finished: {selected} is selected but the last-good is "
+                f"{last_good}; run `agent-fsm recover`"
+            )
+
+    # Effects ------------------------------------------------------------------------------
+    @effect
+    def close_gate(self, step: Step) -> None:
+        self.gate.close()
+
+    @effect
+    def open_gate(self, step: Step) -> None:
+        self.gate.open()
+        log.info("startup gate open")
+
+    @effect
+    def write_signal(self, step: Step) -> None:
+        up = Upgrade(str(step.arg("from")), str(step.arg("release")), float(step.arg("started")))
+        step.doc.upgrade = up
+        deadline = up.started + self.paths.config.judgment.deadline_seconds
+        signal.write(self.paths.signal_file,
+                     signal.UpgradeSignal(up.from_version, up.to_version, 0, up.started, deadline))
+
+    @effect
+    def clear_signal(self, step: Step) -> None:
+        signal.clear(self.paths.signal_file)
+        step.doc.upgrade = None
+
+    @effect
+    def count_attempt(self, step: Step) -> None:
+        sig = self.signal()
+        attempt = step.arg("attempt")
+        # The attempt was fixed when the transition was recorded, so a re-run counts once.
+        if sig is None or attempt is None or sig.attempt == attempt:
+            return
+        deadline = self.clock.now() + self.paths.config.judgment.deadline_seconds
+        signal.write(self.paths.signal_file,
+                     signal.UpgradeSignal(sig.from_version, sig.to_version, int(attempt),
+                                          sig.started, deadline))
+
+    @effect
+    def select_release(self, step: Step) -> None:
+        self.releases.select(str(step.arg("release")))
+
+    @effect
+    def select_last_good(self, step: Step) -> None:
+        last_good = self.releases.last_good()
+        if last_good is None:
+            raise ReleaseError("there is no last-good release to roll back to")
+        self.releases.select(last_good)
+
+    @effect
+    def promote_last_good(self, step: Step) -> None:
+        selected = self.releases.selected()
+        if selected is None:
+            raise ReleaseError("no release is selected, so none can be promoted to last-good")
+        self.releases.promote(selected)
+
+    @effect
+    def reset_start_limit(self, step: Step) -> None:
+        self.systemd.reset_failed(self.paths.agent_unit_name)
+
+    @effect
+    def restart_unit(self, step: Step) -> None:
+        if not step.arg("no_start"):
+            self.systemd.restart(self.paths.agent_unit_name)
+
+    @effect
+    def enable_unit(self, step: Step) -> None:
+        if not step.arg("no_start"):
+            self.systemd.enable(self.paths.agent_unit_name)
+
+    @effect
+    def start_recovery(self, step: Step) -> None:
+        self.systemd.start(self.paths.recovery_unit_name)
+
+    @effect
+    def reload_systemd(self, step: Step) -> None:
+        self.systemd.daemon_reload()
+
+    @effect
+    def hold_assets(self, step: Step) -> None:
+        on_disk = [p for p in self.asset_paths() if p.exists()]
+        if on_disk:
+            log.info("upgrade pending: holding the last-good's asset(s) %s",
+                     ", ".join(map(str, on_disk)))
+        if len(on_disk) == len(self.asset_paths()):
+            return  # nothing missing: the candidate's templates are not even read
+        written = assets.hold(self.rendered())
+        log.info("upgrade pending: wrote missing asset(s) %s",
+                 ", ".join(str(a.path) for a in written))
+
+    @effect
+    def write_assets(self, step: Step) -> None:
+        assets.write_all(self.rendered())
+
+    @effect
+    def converge_assets(self, step: Step) -> None:
+        written = assets.converge(self.rendered())
+        if written:
+            log.info("rewrote asset(s) that differed: %s", ", ".join(str(a.path) for a in written))
+
+    @effect
+    def publish_result(self, step: Step) -> None:
+        up = self._upgrade(step)
+        outcome: Outcome = "ok" if step.pending.dest == "converged" else "rolled_back"
+        last = step.doc.last_result
+        if last and last.get("to") == up.to_version and last.get("started") == up.started \
+                and last.get("outcome") == outcome:
+            return  # already published for this upgrade
+        result = Result(up.from_version, up.to_version, outcome, up.started, self.clock.now())
+        self.publisher.publish(result)
+        step.doc.last_result = result.to_json()

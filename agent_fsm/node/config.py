@@ -1,0 +1,166 @@
+"""The host's configuration: a TOML file, every key checked, unknown keys refused."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")
+CONFIG_ENV = "AGENT_FSM_CONFIG"
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """How a candidate is judged: from the host's config, never from the candidate's."""
+
+    deadline_seconds: float = 120.0
+    soak_seconds: float = 30.0
+    max_attempts: int = 3
+    checks: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    """Where agent-fsm keeps things on the host, and how it judges upgrades."""
+
+    name: str = "agent-fsm"
+    state_dir: Path = Path("/var/lib/agent-fsm")
+    lib_dir: Path = Path("/usr/local/lib/agent-fsm")
+    unit_dir: Path = Path("/etc/systemd/system")
+    run_dir: Path = Path("/run/agent-fsm")
+    history_limit: int = 200
+    publish_command: tuple[str, ...] = ()
+    judgment: Judgment = field(default_factory=Judgment)
+    source: Path | None = None  # the file it was read from, if any
+
+
+_TOP_KEYS = {
+    "name": str,
+    "state_dir": Path,
+    "lib_dir": Path,
+    "unit_dir": Path,
+    "run_dir": Path,
+    "history_limit": int,
+    "publish_command": list,
+    "judgment": dict,
+}
+_JUDGMENT_KEYS = {
+    "deadline_seconds": float,
+    "soak_seconds": float,
+    "max_attempts": int,
+    "checks": list,
+}
+
+
+def _bad(source: Path, key: str, value: Any, expected: str) -> ConfigError:
+    return ConfigError(f"config {source}: `{key}` is {value!r}; expected {expected}")
+
+
+def _check_keys(source: Path, table: dict[str, Any], known: dict[str, type], where: str) -> None:
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        names = ", ".join(f"`{where}{k}`" for k in unknown)
+        allowed = ", ".join(sorted(known))
+        raise ConfigError(f"config {source}: unknown key {names}; known keys here: {allowed}")
+
+
+def _number(source: Path, key: str, value: Any, *, integer: bool) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(source, key, value, "an integer" if integer else "a number")
+    if integer and not isinstance(value, int):
+        raise _bad(source, key, value, "an integer")
+    if value <= 0 and key != "judgment.soak_seconds":
+        raise _bad(source, key, value, "a positive number")
+    if value < 0:
+        raise _bad(source, key, value, "zero or more")
+    return value
+
+
+def _argv(source: Path, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise _bad(source, key, value, "a list of strings (an argv)")
+    return tuple(value)
+
+
+def _path(source: Path, key: str, value: Any) -> Path:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise _bad(source, key, value, "an absolute path")
+    return Path(value)
+
+
+def parse(data: dict[str, Any], source: Path) -> Config:
+    """Check a parsed TOML table and build the Config it describes."""
+    _check_keys(source, data, _TOP_KEYS, "")
+    kwargs: dict[str, Any] = {"source": source}
+    if "name" in data:
+        name = data["name"]
+        if not isinstance(name, str) or not name or not name.replace("-", "").isalnum():
+            raise _bad(source, "name", name, "a unit name of letters, digits and '-'")
+        kwargs["name"] = name
+    for key in ("state_dir", "lib_dir", "unit_dir", "run_dir"):
+        if key in data:
+            kwargs[key] = _path(source, key, data[key])
+    run_dir = kwargs.get("run_dir")
+    if run_dir is not None and (run_dir.parent == run_dir or Path("/run") not in run_dir.parents):
+        raise _bad(source, "run_dir", str(run_dir),
+                   "a directory below /run (a tmpfs: the gate must close at every boot)")
+    if "history_limit" in data:
+        kwargs["history_limit"] = _number(source, "history_limit", data["history_limit"],
+                                          integer=True)
+    if "publish_command" in data:
+        kwargs["publish_command"] = _argv(source, "publish_command", data["publish_command"])
+    if "judgment" in data:
+        table = data["judgment"]
+        if not isinstance(table, dict):
+            raise _bad(source, "judgment", table, "a table")
+        _check_keys(source, table, _JUDGMENT_KEYS, "judgment.")
+        j: dict[str, Any] = {}
+        for key in ("deadline_seconds", "soak_seconds"):
+            if key in table:
+                j[key] = float(_number(source, f"judgment.{key}", table[key], integer=False))
+        if "max_attempts" in table:
+            j["max_attempts"] = _number(source, "judgment.max_attempts", table["max_attempts"],
+                                        integer=True)
+        if "checks" in table:
+            checks = table["checks"]
+            if not isinstance(checks, list):
+                raise _bad(source, "judgment.checks", checks, "a list of argv lists")
+            j["checks"] = tuple(
+                _argv(source, f"judgment.checks[{i}]", c) for i, c in enumerate(checks)
+            )
+            if any(not c for c in j["checks"]):
+                raise _bad(source, "judgment.checks", checks, "argv lists that are not empty")
+        kwargs["judgment"] = Judgment(**j)
+    return Config(**kwargs)
+
+
+def load(path: Path | None) -> Config:
+    """Read the config from `path`, $AGENT_FSM_CONFIG, or the default file.
+
+    A file named explicitly (option or environment) must exist; the default file may be absent,
+    and then every default applies.
+    """
+    explicit = path if path is not None else (
+        Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
+    )
+    source = explicit or DEFAULT_CONFIG
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if explicit is None:
+            return Config()
+        raise ConfigError(
+            f"config file {source} does not exist; create it or pass another with --config"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {source} cannot be read: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {source} is not valid TOML: {exc}") from None
+    return parse(data, source)

@@ -1,0 +1,211 @@
+"""The state file: the machine's state, the pending upgrade, the effects still owed, history.
+
+`<state_dir>/state.json` carries a schema version and a checksum of its contents. Writers hold a
+`FileLock` on the sibling `state.lock` for a whole transition; readers need no lock, because
+every write is atomic (see `files`). A file that is damaged, of a newer schema or names an
+unknown state is refused with a message saying so, and never overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import files
+from ..errors import Refused, StateFileError
+
+SCHEMA = 1
+FILE_MODE = 0o644
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    from_version: str
+    to_version: str
+    started: float
+
+
+@dataclass
+class Pending:
+    """A transition recorded before its effects run; `done` of them have completed."""
+
+    trigger: str
+    source: str
+    dest: str
+    effects: list[str]
+    done: int
+    args: dict[str, Any]
+    started: float
+
+
+@dataclass
+class StateDoc:
+    state: str
+    upgrade: Upgrade | None = None
+    pending: Pending | None = None
+    last_result: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    counters: dict[str, int] | None = None  # None: a file from before counters were kept
+
+
+def _body(doc: StateDoc) -> dict[str, Any]:
+    up = doc.upgrade
+    pend = doc.pending
+    return {
+        "schema": SCHEMA,
+        "state": doc.state,
+        "upgrade": None if up is None else {
+            "from": up.from_version, "to": up.to_version, "started": up.started,
+        },
+        "pending": None if pend is None else {
+            "trigger": pend.trigger, "source": pend.source, "dest": pend.dest,
+            "effects": pend.effects, "done": pend.done, "args": pend.args,
+            "started": pend.started,
+        },
+        "last_result": doc.last_result,
+        "history": doc.history,
+        **({} if doc.counters is None else {"counters": doc.counters}),
+    }
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def checksum(body: dict[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
+
+
+# The file is the canonical form of the body with the checksum inserted: as "checksum" sorts
+# before every other key, it comes first, and the body's canonical bytes are "{" plus what
+# follows it. A reader checks them as they are, without serializing anything again.
+_PREFIX = b'{"checksum":"sha256:'
+_HEX = 64
+
+
+def encode(doc: StateDoc) -> bytes:
+    canonical = _canonical(_body(doc))
+    digest = hashlib.sha256(canonical).hexdigest().encode()
+    return _PREFIX + digest + b'",' + canonical[1:] + b"\n"
+
+
+def _verify_canonical(raw: bytes) -> bool | None:
+    """True/False when `raw` is in the canonical layout (checksum right or wrong); None when it
+    is laid out otherwise (an older or hand-edited file, checked the slow way)."""
+    head = len(_PREFIX) + _HEX
+    if not raw.startswith(_PREFIX) or raw[head:head + 2] != b'",':
+        return None
+    body = b"{" + raw[head + 2:].rstrip(b"\n")
+    return hashlib.sha256(body).hexdigest().encode() == raw[len(_PREFIX):head]
+
+
+class Store:
+    def __init__(self, path: Path, lock_path: Path, states: Collection[str], initial: str,
+                 *, lock_timeout: float = 30.0) -> None:
+        self.path = path
+        self.lock_path = lock_path
+        self.states = frozenset(states)
+        self.initial = initial
+        self.lock_timeout = lock_timeout
+
+    def _refuse(self, why: str) -> StateFileError:
+        return StateFileError(
+            f"state file {self.path} {why}; it was left untouched; run `agent-fsm doctor`"
+        )
+
+    def read(self) -> StateDoc:
+        """The current state; a missing file is the initial state. Needs no lock."""
+        raw = files.read_bytes(self.path)
+        if raw is None:
+            return StateDoc(state=self.initial)
+        return self.decode(raw)
+
+    def decode(self, raw: bytes) -> StateDoc:
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            what = "is empty" if not raw.strip() else "is not valid JSON"
+            raise self._refuse(what) from None
+        if not isinstance(data, dict):
+            raise self._refuse("is not a JSON object")
+        schema = data.get("schema")
+        if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA:
+            raise StateFileError(
+                f"state file {self.path} has schema {schema}, newer than this agent-fsm "
+                f"understands ({SCHEMA}); it was left untouched; run the newer agent-fsm that "
+                "wrote it"
+            )
+        if schema != SCHEMA:
+            raise self._refuse(f"has schema {schema!r}, expected {SCHEMA}")
+        stored = data.pop("checksum", None)
+        if not _verify_canonical(raw):
+            expected = checksum(data)
+            if stored != expected:
+                raise self._refuse(f"has checksum {stored!r}, expected {expected!r}")
+        try:
+            doc = self._from_body(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._refuse(f"is malformed ({exc.__class__.__name__}: {exc})") from None
+        for name in (doc.state, *(() if doc.pending is None else (doc.pending.dest,))):
+            if name not in self.states:
+                known = ", ".join(sorted(self.states))
+                raise self._refuse(f"names unknown state {name!r} (known: {known})")
+        return doc
+
+    @staticmethod
+    def _from_body(data: dict[str, Any]) -> StateDoc:
+        up = data["upgrade"]
+        pend = data["pending"]
+        history = data["history"]
+        if not isinstance(history, list):
+            raise TypeError("history is not a list")
+        return StateDoc(
+            state=str(data["state"]),
+            upgrade=None if up is None else Upgrade(
+                str(up["from"]), str(up["to"]), float(up["started"])
+            ),
+            pending=None if pend is None else Pending(
+                trigger=str(pend["trigger"]), source=str(pend["source"]),
+                dest=str(pend["dest"]), effects=[str(e) for e in pend["effects"]],
+                done=int(pend["done"]), args=dict(pend["args"]), started=float(pend["started"]),
+            ),
+            last_result=data["last_result"],
+            history=history,
+            counters=None if data.get("counters") is None else {
+                str(k): int(v) for k, v in data["counters"].items()},
+        )
+
+    def write(self, doc: StateDoc) -> None:
+        """Replace the state file atomically and durably. The caller holds the lock."""
+        try:
+            files.atomic_write(self.path, encode(doc), FILE_MODE)
+        except OSError as exc:
+            raise StateFileError(
+                f"could not write state file {self.path}: {exc}; the transition stopped there "
+                "and the next start resumes it"
+            ) from None
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the writers' lock for a whole transition."""
+        import filelock  # writers only: readers (status) need no lock
+
+        files.ensure_dir(self.lock_path.parent)
+        files.check_private_dir(self.lock_path.parent)
+        lock = filelock.FileLock(str(self.lock_path), timeout=self.lock_timeout)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise Refused(
+                f"another agent-fsm operation has held {self.lock_path} for over "
+                f"{self.lock_timeout:.0f}s; try again when it finishes"
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()

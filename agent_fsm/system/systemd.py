@@ -1,0 +1,61 @@
+"""systemd, behind a small interface: the one thing the unit tests fake."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Protocol
+
+from ..errors import SystemdError
+
+
+class Systemd(Protocol):
+    def daemon_reload(self) -> None: ...
+
+    def reset_failed(self, unit: str) -> None: ...
+
+    def restart(self, unit: str) -> None: ...
+
+    def start(self, unit: str) -> None: ...
+
+    def enable(self, unit: str) -> None: ...
+
+
+class Systemctl:
+    """The real thing: `systemctl` in a subprocess.
+
+    Restarts and starts are queued with --no-block: the caller may be the unit's own process,
+    which must not wait for its own stop.
+    """
+
+    def __init__(self, executable: str = "systemctl", timeout: float = 60.0) -> None:
+        self.executable = executable
+        self.timeout = timeout
+
+    def _run(self, *args: str) -> None:
+        argv = [self.executable, *args]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SystemdError(f"`{' '.join(argv)}` could not run: {exc}") from None
+        if proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise SystemdError(
+                f"`{' '.join(argv)}` exited {proc.returncode}: "
+                f"{detail[-1] if detail else 'no output'}"
+            )
+
+    def daemon_reload(self) -> None:
+        self._run("daemon-reload")
+
+    def reset_failed(self, unit: str) -> None:
+        self._run("reset-failed", unit)
+
+    def restart(self, unit: str) -> None:
+        self._run("restart", "--no-block", unit)
+
+    def start(self, unit: str) -> None:
+        self._run("start", "--no-block", unit)
+
+    def enable(self, unit: str) -> None:
+        self._run("enable", unit)

@@ -1,0 +1,142 @@
+"""Diagrams of the machine for reviewers: definition -> plain dataclasses -> a renderer.
+
+Renderers (mermaid, dot, a markdown page with the transition table) work on `Diagram`, so they
+are tested on hand-built diagrams; `from_definition` is the only bridge to `states/`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from ..errors import AgentFsmError
+from ..lifecycle.definition import Definition
+
+DIAGRAM_FILE = "agent-upgrade.md"
+FORMATS = ("mermaid", "dot", "svg", "markdown")
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Edge:
+    trigger: str
+    source: str
+    dest: str
+    conditions: tuple[str, ...]
+    effects: tuple[str, ...]  # in order; a tolerant one ends in "?"
+
+
+@dataclass(frozen=True)
+class Diagram:
+    name: str
+    initial: str
+    nodes: tuple[Node, ...]
+    edges: tuple[Edge, ...]
+    source: str = "states/agent-upgrade.toml"
+
+
+def from_definition(d: Definition) -> Diagram:
+    edges = tuple(
+        Edge(t.trigger, s, t.dest, t.conditions,
+             tuple(e.name + ("?" if e.tolerant else "") for e in t.effects))
+        for t in d.transitions for s in t.sources
+    )
+    return Diagram(d.name, d.initial, tuple(Node(s.name, s.description) for s in d.states), edges)
+
+
+def mermaid(diagram: Diagram, highlight: str | None = None) -> str:
+    lines = ["stateDiagram-v2", f"    [*] --> {diagram.initial}"]
+    lines += [f"    {e.source} --> {e.dest}: {e.trigger}" for e in diagram.edges]
+    if highlight is not None:
+        lines += ["    classDef current fill:#ffd54f,stroke:#e65100,stroke-width:3px",
+                  f"    class {highlight} current"]
+    return "\n".join(lines) + "\n"
+
+
+def dot(diagram: Diagram, highlight: str | None = None) -> str:
+    lines = [f'digraph "{diagram.name}" {{', "    rankdir=LR;",
+             '    node [shape=box, style="rounded"];',
+             '    __start [shape=point, label=""];',
+             f"    __start -> {diagram.initial};"]
+    for n in diagram.nodes:
+        style = ', style="rounded,filled,bold", fillcolor="#ffd54f"' if n.name == highlight else ""
+        lines.append(f'    {n.name} [label="{n.name}", tooltip="{_quoted(n.description)}"{style}];')
+    for e in diagram.edges:
+        # The tooltip (shown on hover in an SVG) gives reviewers the conditions and effects.
+        tip = "; ".join(part for part in (
+            "if " + ", ".join(e.conditions) if e.conditions else "",
+            " -> ".join(e.effects) if e.effects else "no effects") if part)
+        lines.append(f'    {e.source} -> {e.dest} [label="{e.trigger}", tooltip="{tip}"];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _quoted(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def svg(diagram: Diagram, highlight: str | None = None, *, executable: str = "dot",
+        timeout: float = 60.0) -> str:
+    """The dot diagram rendered by graphviz (`dot -Tsvg`); a clear error when it is missing."""
+    found = shutil.which(executable)
+    if found is None:
+        raise AgentFsmError(
+            f"graphviz is not installed (`{executable}` is not on PATH); install it (e.g. "
+            "`apt-get install graphviz`) or print `--format dot` and render it elsewhere"
+        )
+    try:
+        proc = subprocess.run([found, "-Tsvg"], input=dot(diagram, highlight), text=True,
+                              capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise AgentFsmError(f"graphviz (`{found} -Tsvg`) could not run: {exc}") from None
+    if proc.returncode != 0 or "<svg" not in proc.stdout:
+        tail = proc.stderr.strip().splitlines()
+        raise AgentFsmError(f"graphviz (`{found} -Tsvg`) exited {proc.returncode}: "
+                            f"{tail[-1] if tail else 'no SVG on its output'}")
+    return proc.stdout
+
+
+def _cell(items: tuple[str, ...], sep: str) -> str:
+    return sep.join(f"`{i}`" for i in items) if items else "—"
+
+
+def markdown(diagram: Diagram) -> str:
+    """The page committed as diagrams/agent-upgrade.md: diagram, states, transition table."""
+    out = [
+        f"# The `{diagram.name}` machine",
+        "",
+        f"Generated from `{diagram.source}` by `agent-fsm diagram --write`; do not edit by hand.",
+        "`make test` fails when this page no longer matches the definition.",
+        "",
+        "```mermaid",
+        mermaid(diagram).rstrip("\n"),
+        "```",
+        "",
+        "## States",
+        "",
+        "| state | meaning |",
+        "| --- | --- |",
+    ]
+    out += [f"| `{n.name}` | {n.description} |" for n in diagram.nodes]
+    out += [
+        "",
+        "## Transitions",
+        "",
+        "Effects run in the order shown and are recorded before they run, so a crash resumes "
+        "them; one marked `?` may fail without failing the transition (its failure is logged).",
+        "",
+        "| trigger | from | to | conditions | effects, in order |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    out += [
+        f"| `{e.trigger}` | `{e.source}` | `{e.dest}` | {_cell(e.conditions, ', ')} | "
+        f"{_cell(e.effects, ' → ')} |"
+        for e in diagram.edges
+    ]
+    return "\n".join(out) + "\n"

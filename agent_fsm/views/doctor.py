@@ -1,0 +1,173 @@
+"""`agent-fsm doctor`: check the host and say what to do about each finding."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .. import files
+from ..errors import AgentFsmError
+from ..wiring import Node
+
+Level = Literal["ok", "warn", "fail"]
+PENDING_STATES = ("candidate_running", "judged_ok", "judged_failed", "recovering")
+REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph",
+             "glusterfs", "lustre"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    level: Level
+    detail: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"check": self.check, "level": self.level, "detail": self.detail, "fix": self.fix}
+
+
+def _systemd_version() -> Finding:
+    exe = shutil.which("systemctl")
+    if exe is None:
+        return Finding("systemd", "fail", "systemctl is not on PATH", "install systemd")
+    proc = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    m = re.match(r"systemd (\d+)", proc.stdout)
+    if not m:
+        return Finding("systemd", "warn", f"could not read the version: {proc.stdout[:60]!r}")
+    version = int(m.group(1))
+    if version < 249:
+        return Finding("systemd", "warn", f"systemd {version} is older than 249, the oldest tested",
+                       "recovery semantics were checked on 249 to 255")
+    return Finding("systemd", "ok", f"systemd {version}")
+
+
+def _units_verify(node: Node) -> Finding:
+    if node.paths.root is not None:
+        return Finding("units", "warn", "not verified under --root: the units name host paths "
+                       "that exist only on the host")
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        return Finding("units", "warn", "systemd-analyze is not installed; units not verified")
+    try:
+        rendered = node.host.rendered()
+    except AgentFsmError as exc:
+        return Finding("units", "warn", f"cannot render the selected release's assets: {exc}")
+    with tempfile.TemporaryDirectory() as tmp:
+        names = []
+        for a in rendered:
+            if a.host_path.suffix == ".service":
+                (Path(tmp) / a.host_path.name).write_bytes(a.content)
+                names.append(a.host_path.name)
+        proc = subprocess.run([analyze, "verify", "--man=no", *names], cwd=tmp,
+                              capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or proc.stderr.strip():
+        first = (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[0]
+        return Finding("units", "fail", f"rendered units do not verify cleanly: {first}",
+                       "fix the release's assets/ templates")
+    return Finding("units", "ok", "rendered units verify with systemd-analyze, no warnings")
+
+
+def _fs_type(path: Path) -> str | None:
+    best, fstype = "", None
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    resolved = str(path.resolve())
+    for line in mounts:
+        parts = line.split()
+        mnt = parts[1].replace("\\040", " ")
+        if (resolved == mnt or resolved.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+            best, fstype = mnt, parts[2]
+    return fstype
+
+
+def _directories(node: Node) -> list[Finding]:
+    out: list[Finding] = []
+    paths = node.paths
+    try:
+        files.check_private_dir(paths.state_dir)
+        out.append(Finding("state directory", "ok", f"{paths.state_dir} is private to this user"))
+    except AgentFsmError as exc:
+        out.append(Finding("state directory", "fail", str(exc)))
+    for label, d in (("unit directory", paths.agent_unit.parent),
+                     ("script directory", paths.recovery_script.parent)):
+        if d.is_symlink():
+            out.append(Finding(label, "fail", f"{d} is a symlink", "make it a real directory"))
+        elif d.exists() and d.stat().st_mode & 0o022:
+            out.append(Finding(label, "fail", f"{d} is writable by group or others",
+                               f"chmod go-w {d}"))
+    fstype = _fs_type(paths.state_dir if paths.state_dir.exists() else paths.state_dir.parent)
+    if fstype in REMOTE_FS:
+        out.append(Finding("lock", "fail", f"{paths.lock_file} is on a {fstype} filesystem, where "
+                           "file locks are not reliable", "put state_dir on a local filesystem"))
+    else:
+        out.append(Finding("lock", "ok", f"state directory on a local filesystem ({fstype})"))
+    return out
+
+
+def _consistency(node: Node) -> list[Finding]:
+    try:
+        doc = node.store.read()
+    except AgentFsmError as exc:
+        return [Finding("state file", "fail", str(exc),
+                        "restore it from a backup, or move it aside to start from idle")]
+    out = [Finding("state file", "ok", f"{node.paths.state_file} is valid ({doc.state})")]
+    try:
+        sig = node.host.signal()
+    except AgentFsmError as exc:
+        return [*out, Finding("signal", "fail", str(exc), "roll back with `agent-fsm recover`")]
+    gate = node.host.gate.is_open()
+    if doc.pending is not None:
+        out.append(Finding("owed effects", "warn",
+                           f"{doc.pending.trigger} stopped after {doc.pending.done} of "
+                           f"{len(doc.pending.effects)} effects",
+                           "the next start of the agent resumes it (or `agent-fsm recover`)"))
+    if doc.state in PENDING_STATES and sig is None and doc.pending is None \
+            and doc.state != "judged_ok":
+        out.append(Finding("signal", "fail", f"state {doc.state} but no upgrade signal",
+                           "run `agent-fsm recover` to return to the last-good"))
+    elif doc.state not in PENDING_STATES and sig is not None and doc.pending is None:
+        out.append(Finding("signal", "fail",
+                           f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but "
+                           f"the state is {doc.state}",
+                           f"if no upgrade runs, remove {node.paths.signal_file}"))
+    else:
+        out.append(Finding("signal", "ok", "signal consistent with the state"))
+    if gate and (sig is not None or doc.state != "converged"):
+        out.append(Finding("gate", "fail", f"the gate is open in state {doc.state}"
+                           + (" with an upgrade signal" if sig else ""),
+                           "restart the agent unit: the daemon opens the gate when it may"))
+    else:
+        out.append(Finding("gate", "ok", f"gate {'open' if gate else 'closed'} in state {doc.state}"))
+    if sig is None and doc.state == "converged":
+        try:
+            differ = [str(a.path) for a in node.host.rendered() if not a.matches_disk()]
+        except AgentFsmError as exc:
+            differ = [str(exc)]
+        if differ:
+            out.append(Finding("assets", "warn", f"differ from the selected release: "
+                               f"{', '.join(differ)}", "the next start of the agent rewrites them"))
+        else:
+            out.append(Finding("assets", "ok", "the selected release's assets are on disk"))
+    return out
+
+
+def doctor(node: Node, *, check_systemd: bool = True) -> list[Finding]:
+    findings: list[Finding] = []
+    if check_systemd:
+        findings.append(_systemd_version())
+    findings += _directories(node)
+    findings += _consistency(node)
+    if node.host.releases.selected() is not None:
+        findings.append(_units_verify(node))
+    if os.geteuid() != 0:
+        findings.append(Finding("user", "warn", f"running as uid {os.geteuid()}, not root",
+                                "the agent writes units and calls systemctl: run as root"))
+    return findings
