@@ -4,7 +4,11 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint unit e2e demo diagram bench clean
+.PHONY: test lint unit e2e demo diagram bench clean system-packages
+
+# Debian packages the suite uses for real (graphviz renders the svg diagram). Installed when
+# missing and when run as root (CI is); elsewhere the tests that need them say what is missing.
+DEB_PACKAGES := graphviz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,12 +16,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
+system-packages:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing $$missing"; \
+		(apt-get install -y -q $$missing >/dev/null 2>&1 || \
+		 (apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null)); \
+	elif [ -n "$$missing" ]; then echo "not installed (tests that need them skip): $$missing"; fi
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/agent-fsm diagram --check
 
-test: lint
+test: lint system-packages
 	$(VENV)/bin/pytest
 
 unit: $(STAMP)

@@ -8,6 +8,7 @@
     ├── ReleaseError               a release is missing or its manifest is invalid
     ├── AssetError                 a service asset could not be rendered or written
     ├── UnsafePath                 a path to write is a symlink, or a directory others may write
+    ├── CouldNotRun                a command did not start or timed out (callers re-word it)
     ├── SystemdError               a systemctl call failed
     ├── PublishError               publishing an upgrade's result failed (retried by the daemon)
     ├── Refused                    exit 3: the operation may not run now (gate closed, upgrade
@@ -19,6 +20,8 @@ The CLI turns each into one line on stderr and its exit code; no traceback reach
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -59,6 +62,19 @@ class AssetError(AgentFsmError):
 
 class UnsafePath(AgentFsmError):
     """A path agent-fsm writes is a symlink, or a directory others may write to."""
+
+
+class CouldNotRun(AgentFsmError):
+    """The command did not start (OSError) or did not finish within its timeout.
+
+    Callers re-raise it as their own error, worded with `reason`; one that does not still
+    reaches the user as a single line.
+    """
+
+    def __init__(self, argv: Sequence[str], reason: str) -> None:
+        super().__init__(f"`{' '.join(argv)}` could not run: {reason}")
+        self.argv = tuple(argv)
+        self.reason = reason
 
 
 class SystemdError(AgentFsmError):

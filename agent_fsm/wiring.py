@@ -1,14 +1,24 @@
-"""One configured node: its paths, store, host and controller, wired together in one place."""
+"""One configured node: its paths, store, host and controller, wired together in one place.
+
+This is the composition root: it sits above the lifecycle and the node's files, gives the
+engine its effects and conditions, and gives readers (views, actions, the daemon) the parts they
+read directly (`releases`, `gate`, `signal()`), so no reader reaches through the effects' host.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from .lifecycle.effects import Host
-from .lifecycle.engine import Controller, load_definition
+from .lifecycle.definition import Definition
+from .lifecycle.effects import CONDITIONS, EFFECTS, Host, load_definition
+from .lifecycle.engine import Controller
+from .lifecycle.states import Groups, count_rules, groups
 from .node.config import Config
+from .node.gate import Gate
 from .node.paths import Paths
+from .node.releases import Releases
+from .node.signal import UpgradeSignal
 from .node.store import Store
 from .system.clock import Clock, SystemClock
 from .system.publish import Publisher, RecordPublisher
@@ -23,6 +33,29 @@ class Node:
     store: Store
     controller: Controller
 
+    @property
+    def definition(self) -> Definition:
+        return self.controller.definition
+
+    @property
+    def groups(self) -> Groups:
+        return self.controller.groups
+
+    @property
+    def releases(self) -> Releases:
+        return self.host.releases
+
+    @property
+    def gate(self) -> Gate:
+        return self.host.gate
+
+    @property
+    def clock(self) -> Clock:
+        return self.host.clock
+
+    def signal(self) -> UpgradeSignal | None:
+        return self.host.signal()
+
 
 def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | None = None,
               publisher: Publisher | None = None, clock: Clock | None = None) -> Node:
@@ -36,6 +69,8 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
                                                                 config.publish_command),
         clock if clock is not None else SystemClock(),
     )
-    store = Store(paths.state_file, paths.lock_file, definition.state_names, definition.initial)
-    controller = Controller(definition, store, host, history_limit=config.history_limit)
+    store = Store(paths.state_file, paths.lock_file, definition.state_names, definition.initial,
+                  count_rules=count_rules(definition, groups(definition)))
+    controller = Controller(definition, store, host, effects=EFFECTS, conditions=CONDITIONS,
+                            history_limit=config.history_limit)
     return Node(config, paths, host, store, controller)

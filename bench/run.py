@@ -34,8 +34,8 @@ from typing import Any
 
 from agent_fsm import files
 from agent_fsm.actions import packing
-from agent_fsm.lifecycle.effects import Host
-from agent_fsm.lifecycle.engine import Controller, load_definition
+from agent_fsm.lifecycle.effects import CONDITIONS, EFFECTS, Host, load_definition
+from agent_fsm.lifecycle.engine import Controller
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.config import Config
 from agent_fsm.node.paths import Paths
@@ -226,7 +226,8 @@ def durable_run(root: Path, history_limit: int, repeat: int, per_sample: int) ->
     definition = load_definition(FLIP_FLOP, "bench flip-flop")
     store = Store(paths.state_file, paths.lock_file, definition.state_names, definition.initial)
     host = Host(paths, FakeSystemd(), FakePublisher(), SystemClock())
-    controller = Controller(definition, store, host, history_limit=history_limit)
+    controller = Controller(definition, store, host, effects=EFFECTS, conditions=CONDITIONS,
+                            history_limit=history_limit)
     next_trigger = {"a": "flip", "b": "flop"}
     state = "a"
 

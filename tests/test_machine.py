@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from agent_fsm.errors import IllegalTransition, Refused, ReleaseError
-from agent_fsm.lifecycle.engine import load_definition
+from agent_fsm.lifecycle.effects import load_definition
 from agent_fsm.node import signal
 from tests.helpers import World
 

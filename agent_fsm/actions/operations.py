@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentFsmError
+from ..lifecycle.states import StateName, Trigger
 from ..node.store import StateDoc
 from ..wiring import Node
-
-ROLLBACK_STATES = ("candidate_running", "judged_failed", "recovering")
 
 
 @dataclass(frozen=True)
@@ -26,30 +25,30 @@ class Done:
 
 
 def install(node: Node, version: str, *, start: bool = True) -> Done:
-    doc = node.controller.fire("install", release=version, no_start=not start)
+    doc = node.controller.fire(Trigger.install, release=version, no_start=not start)
     how = "enabled and restarted" if start else "not started (--no-start)"
     return Done(f"installed {version}: all assets written, systemd reloaded, "
                 f"{node.paths.agent_unit_name} {how}", doc.state)
 
 
 def activate(node: Node, version: str) -> Done:
-    doc = node.controller.fire("activate", release=version)
+    doc = node.controller.fire(Trigger.activate, release=version)
     return Done(f"activated {version} without judgment: all assets written, "
                 f"{node.paths.agent_unit_name} restarted", doc.state)
 
 
 def begin_upgrade(node: Node, version: str) -> StateDoc:
-    return node.controller.fire("begin_upgrade", release=version)
+    return node.controller.fire(Trigger.begin_upgrade, release=version)
 
 
 def recover(node: Node) -> Done:
     """Roll back to the last-good when an upgrade is pending and not judged ok; else say so."""
     doc = node.controller.resume()
-    if doc.state in ROLLBACK_STATES:
-        doc = node.controller.fire("recover")
-        return Done(f"rolling back to last-good {node.host.releases.last_good()}: selected, "
+    if doc.state in node.groups.recover_from:
+        doc = node.controller.fire(Trigger.recover)
+        return Done(f"rolling back to last-good {node.releases.last_good()}: selected, "
                     f"start limit reset, {node.paths.agent_unit_name} restarted", doc.state)
-    if doc.state == "judged_ok":
+    if doc.state == StateName.judged_ok:
         return Done("nothing to roll back: the upgrade was judged ok and is completing", doc.state)
     return Done("nothing to roll back: no upgrade is pending", doc.state)
 
@@ -75,9 +74,9 @@ def follow(node: Node, started: float, to_version: str, timeout: float,
                 seen.append(step)
                 on_state(*step)
         result: dict[str, Any] | None = doc.last_result
-        if (doc.state == "converged" and doc.pending is None and result is not None
+        if (doc.state == StateName.converged and doc.pending is None and result is not None
                 and result.get("to") == to_version and result.get("started", 0) >= started
-                and node.host.gate.is_open()):
+                and node.gate.is_open()):
             return UpgradeOutcome(to_version, str(result["outcome"]), tuple(seen))
         if time.monotonic() > end:
             raise AgentFsmError(

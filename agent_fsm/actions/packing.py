@@ -11,14 +11,13 @@ import os
 import shlex
 import shutil
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import files
 from ..errors import ReleaseError
 from ..node import assets
-from ..node.releases import check_version
+from ..node.releases import check_version, read_manifest
 from ..wiring import Node
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the agent_fsm package
@@ -71,15 +70,9 @@ def validate(directory: Path, node: Node) -> str:
     """Check a release directory before it is stored; return its version."""
     manifest = directory / "release.toml"
     try:
-        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
+        version = read_manifest(manifest).version
     except FileNotFoundError:
         raise ReleaseError(f"{directory} is not a release: {manifest} is missing") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ReleaseError(f"release manifest {manifest} is invalid: {exc}") from None
-    version = data.get("version")
-    if not isinstance(version, str):
-        raise ReleaseError(f"release manifest {manifest} has no `version` string")
-    check_version(version)
     launcher = directory / "bin" / "agent-fsm"
     if not os.access(launcher, os.X_OK):
         raise ReleaseError(f"release {version} has no executable {launcher}")

@@ -27,6 +27,7 @@ from types import FrameType
 
 from ..errors import AgentFsmError, PublishError
 from ..lifecycle.engine import Controller
+from ..lifecycle.states import StateName, Trigger
 from ..node.store import StateDoc
 from ..system.clock import Clock
 from ..system.notify import Notifier, watchdog_interval
@@ -55,8 +56,8 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
         tries += 1
         try:
             doc = controller.resume()
-            if doc.state == "judged_ok":
-                doc = controller.fire("complete")
+            if doc.state == StateName.judged_ok:
+                doc = controller.fire(Trigger.complete)
             return doc
         except PublishError as exc:
             if max_tries is not None and tries >= max_tries:
@@ -139,10 +140,10 @@ class Daemon:
     # Workload ---------------------------------------------------------------------------
     def _release_env(self, version: str) -> dict[str, str]:
         return {"AGENT_FSM_VERSION": version,
-                "AGENT_FSM_RELEASE_DIR": str(self.node.host.releases.path(version))}
+                "AGENT_FSM_RELEASE_DIR": str(self.node.releases.path(version))}
 
     def start_workload(self, version: str) -> None:
-        argv = self.node.host.releases.manifest(version).workload
+        argv = self.node.releases.manifest(version).workload
         if not argv:
             return
         log.info("starting workload of %s: %s", version, " ".join(argv))
@@ -172,40 +173,40 @@ class Daemon:
 
     def startup(self) -> bool:
         """Bring the node to an open gate; False when this process must exit non-zero."""
-        host, controller = self.node.host, self.node.controller
+        node, controller = self.node, self.node.controller
         doc = controller.resume()
-        selected = host.releases.selected()
-        if doc.state == "idle" or selected is None:
+        selected = node.releases.selected()
+        if doc.state == StateName.idle or selected is None:
             log.error("nothing is installed: run `agent-fsm install --version V` first")
             return False
-        if doc.state == "candidate_running":
+        if doc.state == StateName.candidate_running:
             return self.judge_candidate(selected)
-        if doc.state == "judged_ok":
+        if doc.state == StateName.judged_ok:
             self.status("publishing the result of the upgrade before opening the gate")
             open_gate_after_judgment(controller, self.clock)
-        elif doc.state in ("judged_failed", "recovering"):
-            if doc.state == "recovering" and selected == host.releases.last_good():
+        elif doc.state in (StateName.judged_failed, StateName.recovering):
+            if doc.state == StateName.recovering and selected == node.releases.last_good():
                 self.status(f"back on last-good {selected}: clearing the signal, writing assets")
-                controller.fire("recovered")
+                controller.fire(Trigger.recovered)
             else:
                 log.error("the upgrade to %s failed and %s is still selected; starting recovery",
                           doc.upgrade.to_version if doc.upgrade else "?", selected)
-                host.systemd.start(self.node.paths.recovery_unit_name)
+                node.host.systemd.start(node.paths.recovery_unit_name)
                 return False
         else:
-            if host.signal() is not None:
+            if node.signal() is not None:
                 log.error("an upgrade signal exists but the state file has no upgrade pending; "
                           "holding the assets and the gate; run `agent-fsm doctor`")
                 return False
             self.status("converging the service assets")
-            controller.fire("settle")
+            controller.fire(Trigger.settle)
         self.start_workload(selected)
         return True
 
     def judge_candidate(self, version: str) -> bool:
-        host, controller = self.node.host, self.node.controller
-        controller.fire("candidate_started")
-        sig = host.signal()
+        controller = self.node.controller
+        controller.fire(Trigger.candidate_started)
+        sig = self.node.signal()
         assert sig is not None
         self.status(f"judging candidate {version} (attempt {sig.attempt}); holding the "
                     "last-good's assets")
@@ -223,12 +224,12 @@ class Daemon:
             verdict = judge_mod.Verdict(False, str(exc))
         if verdict.ok:
             self.status(f"candidate {version} judged ok: {verdict.reason}")
-            controller.fire("judge_ok")
+            controller.fire(Trigger.judge_ok)
             open_gate_after_judgment(controller, self.clock)
             return True
         log.error("candidate %s judged failed: %s; starting recovery", version, verdict.reason)
         self.stop_workload()
-        controller.fire("judge_failed")
+        controller.fire(Trigger.judge_failed)
         return False
 
     # Serving ----------------------------------------------------------------------------
@@ -251,7 +252,7 @@ class Daemon:
             self.notifier.stopping()
             self.stop_workload()
             return 0
-        version = self.node.host.releases.selected()
+        version = self.node.releases.selected()
         self.notifier.ready(f"{self.node.paths.name} {version} running; gate open")
         log.info("ready: %s running, gate open", version)
         interval = watchdog_interval()

@@ -7,12 +7,11 @@ without processes and without waiting.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..node.config import Judgment
+from ..system import proc
 from ..system.clock import Clock
 
 CHECK_INTERVAL = 1.0
@@ -27,13 +26,11 @@ class Verdict:
 def run_check(argv: Sequence[str], env: dict[str, str], timeout: float) -> tuple[bool, str]:
     """Run one check; it passes on exit 0. Returns (passed, what it said)."""
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **env}, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"{argv[0]}: {exc}"
-    tail = (proc.stderr or proc.stdout).strip().splitlines()
-    return proc.returncode == 0, f"{argv[0]} exited {proc.returncode}" + (
-        f": {tail[-1]}" if tail else "")
+        done = proc.run(argv, timeout=timeout, env=env)
+    except proc.CouldNotRun as exc:
+        return False, f"{argv[0]}: {exc.reason}"
+    return done.returncode == 0, f"{argv[0]} exited {done.returncode}" + (
+        f": {done.tail}" if done.tail else "")
 
 
 def judge(

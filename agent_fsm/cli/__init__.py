@@ -1,0 +1,1 @@
+"""The command line, the only layer that prints: entry.py is the console script, app.py the app."""

@@ -3,25 +3,17 @@
 Fleet tools poll `agent-fsm status --json`; building the typer app (typer, its pydantic
 adapters, rich) costs several times what the status itself does. So the exact argument shapes
 `[--config FILE] [--root DIR] status --json` are served here, with the same output, messages
-and exit codes as the full CLI (a test compares the two); anything else goes to `cli.main`.
+and exit codes as the full CLI (a test compares the two); anything else goes to `app.main`.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from pathlib import Path
 
-
-def invocation(config: Path | None, root: Path | None) -> str:
-    """How this run was invoked, for the commands `status` suggests."""
-    words = ["agent-fsm"]
-    if config is not None:
-        words += ["--config", str(config)]
-    if root is not None:
-        words += ["--root", str(root)]
-    return shlex.join(words)
+from .exits import guarded
+from .options import Globals
 
 
 def _status_json_argv(argv: list[str]) -> tuple[Path | None, Path | None] | None:
@@ -47,29 +39,17 @@ def _status_json_argv(argv: list[str]) -> tuple[Path | None, Path | None] | None
     return opts.get("--config"), opts.get("--root")
 
 
-def _status_json(config: Path | None, root: Path | None) -> int:
-    from ..errors import EXIT_ERROR, AgentFsmError
-    from ..node import config as config_mod
+def _status_json(opts: Globals) -> None:
     from ..views.status import status
-    from ..wiring import open_node
 
-    try:
-        node = open_node(config_mod.load(config), root)
-        data = status(node, diff=False, prog=invocation(config, root)).to_json()
-    except AgentFsmError as exc:
-        sys.stderr.write(f"agent-fsm: {exc}\n")
-        return exc.exit_code
-    except OSError as exc:
-        sys.stderr.write(f"agent-fsm: {exc}\n")
-        return EXIT_ERROR
+    data = status(opts.node(), diff=False, prog=opts.prog()).to_json()
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    return 0
 
 
 def main() -> None:
     fast = _status_json_argv(sys.argv[1:])
     if fast is not None:
-        sys.exit(_status_json(*fast))
+        sys.exit(guarded(lambda: _status_json(Globals(*fast))))
     from .app import main as cli_main
 
     cli_main()

@@ -31,6 +31,7 @@ class Effect:
 class State:
     name: str
     description: str
+    situation: str = ""  # one line on what is going on; may name {from} and {to}
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class Transition:
     conditions: tuple[str, ...]
     effects: tuple[Effect, ...]
     description: str
+
+    @property
+    def effect_names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.effects)
 
 
 @dataclass(frozen=True)
@@ -131,8 +136,13 @@ def parse(text: str, source: str, *, effects: Collection[str],
     if not isinstance(name, str) or not isinstance(initial, str):
         raise DefinitionError(f"{source}: [machine] needs `name` and exactly one `initial` state")
     raw_states = data.get("states", {})
+    for n, body in raw_states.items():
+        extra = set(body) - {"description", "situation"}
+        if extra:
+            raise DefinitionError(f"{source}: state {n!r}: unknown key(s) {_listing(extra)}")
     states = tuple(
-        State(n, str(body.get("description", ""))) for n, body in raw_states.items()
+        State(n, str(body.get("description", "")), str(body.get("situation", "")))
+        for n, body in raw_states.items()
     )
     declared = {s.name for s in states}
     if initial not in declared:

@@ -1,57 +1,64 @@
 """The host as the machine sees it: the conditions transitions check and the effects they run.
 
 Every name in `states/agent-upgrade.toml` resolves here: `@condition` and `@effect` register the
-methods of `Host` under their names, and the definition is checked against those registries at
-load time. Each effect is idempotent (a crash after it and before its progress is recorded runs
-it again) and works through small injected objects: files below the configured paths, systemd,
-a publisher and a clock.
+methods of `Host` under their names in `CONDITIONS` and `EFFECTS`, the tables the engine is
+given, and `load_definition` checks the definition against them. A condition answers: None when
+it holds, else the error that refuses the transition (saying why). Each effect is idempotent (a
+crash after it and before its progress is recorded runs it again) and works through small
+injected objects: files below the configured paths, systemd, a publisher and a clock.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import Refused, ReleaseError
+from ..errors import AgentFsmError, Refused, ReleaseError
 from ..node import assets, signal
 from ..node.gate import Gate
 from ..node.paths import Paths
 from ..node.releases import Releases
-from ..node.store import Pending, StateDoc, Upgrade
+from ..node.store import Upgrade
 from ..system.clock import Clock
 from ..system.publish import Outcome, Publisher, Result
 from ..system.systemd import Systemd
+from . import definition as definition_mod
+from .definition import Definition
+from .engine import Step
+from .states import StateName, check_vocabulary
 
 log = logging.getLogger("agent_fsm")
 
 
-@dataclass
-class Step:
-    """What an effect or condition sees: the transition in flight and the state document."""
-
-    doc: StateDoc
-    pending: Pending
-
-    def arg(self, name: str) -> Any:
-        return self.pending.args.get(name)
+Effect = Callable[["Host", Step], None]
+Condition = Callable[["Host", Step], AgentFsmError | None]
+EFFECTS: dict[str, Effect] = {}
+CONDITIONS: dict[str, Condition] = {}
 
 
-HostMethod = Callable[["Host", Step], None]
-EFFECTS: dict[str, HostMethod] = {}
-CONDITIONS: dict[str, HostMethod] = {}
-
-
-def effect(fn: HostMethod) -> HostMethod:
+def effect(fn: Effect) -> Effect:
     EFFECTS[fn.__name__] = fn
     return fn
 
 
-def condition(fn: HostMethod) -> HostMethod:
+def condition(fn: Condition) -> Condition:
     CONDITIONS[fn.__name__] = fn
     return fn
+
+
+def load_definition(text: str | None = None, source: str = "<text>") -> Definition:
+    """The shipped definition, checked against the effects and conditions the code has and
+    the state and trigger names it uses; or another machine's `text` (tests, benchmarks),
+    checked against the effects and conditions only."""
+    shipped = text is None
+    if text is None:
+        text, source = definition_mod.default_text()
+    d = definition_mod.parse(text, source, effects=EFFECTS, conditions=CONDITIONS)
+    if shipped:
+        check_vocabulary(d)
+    return d
 
 
 class Host:
@@ -103,42 +110,50 @@ class Host:
             out.setdefault("attempt", sig.attempt + 1)
         return out
 
-    # Conditions: return when they hold, raise a message saying why not -------------------
+    # Conditions: None when they hold, else the error that refuses, saying why ------------
     @condition
-    def gate_open(self, step: Step) -> None:
-        if not self.gate.is_open():
-            raise Refused(
-                f"the startup gate ({self.paths.gate_file}) is closed: {self.paths.name} has not "
-                f"finished starting (state {step.doc.state}); wait until `agent-fsm status` "
-                "shows the gate open"
-            )
+    def gate_open(self, step: Step) -> AgentFsmError | None:
+        if self.gate.is_open():
+            return None
+        return Refused(
+            f"the startup gate ({self.paths.gate_file}) is closed: {self.paths.name} has not "
+            f"finished starting (state {step.doc.state}); wait until `agent-fsm status` "
+            "shows the gate open"
+        )
 
     @condition
-    def no_upgrade_pending(self, step: Step) -> None:
+    def no_upgrade_pending(self, step: Step) -> AgentFsmError | None:
         sig = self.signal()
-        if sig is not None:
-            raise Refused(
-                f"an upgrade from {sig.from_version} to {sig.to_version} is pending (attempt "
-                f"{sig.attempt}); wait for its judgment, or roll back with `agent-fsm recover`"
-            )
+        if sig is None:
+            return None
+        return Refused(
+            f"an upgrade from {sig.from_version} to {sig.to_version} is pending (attempt "
+            f"{sig.attempt}); wait for its judgment, or roll back with `agent-fsm recover`"
+        )
 
     @condition
-    def release_exists(self, step: Step) -> None:
-        self.releases.manifest(str(step.arg("release")))
+    def release_exists(self, step: Step) -> AgentFsmError | None:
+        try:
+            self.releases.manifest(str(step.arg("release")))
+        except ReleaseError as exc:
+            return exc
+        return None
 
     @condition
-    def not_selected(self, step: Step) -> None:
-        if self.releases.selected() == step.arg("release"):
-            raise Refused(f"release {step.arg('release')} is already selected; nothing to upgrade")
+    def not_selected(self, step: Step) -> AgentFsmError | None:
+        if self.releases.selected() != step.arg("release"):
+            return None
+        return Refused(f"release {step.arg('release')} is already selected; nothing to upgrade")
 
     @condition
-    def last_good_selected(self, step: Step) -> None:
+    def last_good_selected(self, step: Step) -> AgentFsmError | None:
         selected, last_good = self.releases.selected(), self.releases.last_good()
-        if selected != last_good:
-            raise Refused(
-                f"recovery is not finished: {selected} is selected but the last-good is "
-                f"{last_good}; run `agent-fsm recover`"
-            )
+        if selected == last_good:
+            return None
+        return Refused(
+            f"recovery is not finished: {selected} is selected but the last-good is "
+            f"{last_good}; run `agent-fsm recover`"
+        )
 
     # Effects ------------------------------------------------------------------------------
     @effect
@@ -240,7 +255,7 @@ class Host:
     @effect
     def publish_result(self, step: Step) -> None:
         up = self._upgrade(step)
-        outcome: Outcome = "ok" if step.pending.dest == "converged" else "rolled_back"
+        outcome: Outcome = "ok" if step.dest == StateName.converged else "rolled_back"
         last = step.doc.last_result
         if last and last.get("to") == up.to_version and last.get("started") == up.started \
                 and last.get("outcome") == outcome:

@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import AgentFsmError, IllegalTransition
+from ..node import counters
 from ..node.store import Pending, StateDoc, Store
-from . import counters
-from . import definition as definition_mod
+from ..system.clock import Clock
 from .definition import Definition
-from .effects import CONDITIONS, EFFECTS, Host, Step
+from .explain import situation
+from .states import Groups, count_rules, groups
 
 if TYPE_CHECKING:
     from transitions import EventData, Machine
@@ -37,11 +39,33 @@ def env_failpoint(trigger: str, index: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def load_definition(text: str | None = None, source: str = "<text>") -> Definition:
-    """The shipped definition (or `text`), checked against the effects and conditions we have."""
-    if text is None:
-        text, source = definition_mod.default_text()
-    return definition_mod.parse(text, source, effects=EFFECTS, conditions=CONDITIONS)
+@dataclass
+class Step:
+    """What a condition or effect sees: the state document and the transition asked for (or in
+    flight), with the arguments fixed when it was recorded."""
+
+    doc: StateDoc
+    trigger: str
+    dest: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def arg(self, name: str) -> Any:
+        return self.args.get(name)
+
+
+class Actor(Protocol):
+    """What effects act on, as far as the engine needs it: a clock, and `prepare`, which fixes
+    before a transition is recorded every value its effects will use."""
+
+    clock: Clock
+
+    def prepare(self, args: dict[str, Any]) -> dict[str, Any]: ...
+
+
+# What the engine is given to run, by name: effects act, conditions answer (None when they
+# hold, else the error that refuses). Their first argument is the host object they act on.
+EffectFn = Callable[[Any, Step], None]
+ConditionFn = Callable[[Any, Step], AgentFsmError | None]
 
 
 class Lifecycle:
@@ -51,23 +75,32 @@ class Lifecycle:
 
 
 class Controller:
-    def __init__(self, definition: Definition, store: Store, host: Host,
-                 *, history_limit: int = 200) -> None:
+    """Runs the definition's transitions on a store, with the effects and conditions given."""
+
+    def __init__(self, definition: Definition, store: Store, host: Actor, *,
+                 effects: Mapping[str, EffectFn], conditions: Mapping[str, ConditionFn],
+                 history_limit: int = 200) -> None:
         self.definition = definition
+        self.groups: Groups = groups(definition)
+        self.count_rules = count_rules(definition, self.groups)
         self.store = store
         self.host = host
+        self.effects = effects
+        self.conditions = conditions
         self.history_limit = history_limit
         self.model = Lifecycle()
         # Called as failpoint(trigger, k) before the k-th effect (and with k == len(effects)
         # before the final record): tests crash there; $AGENT_FSM_FAILPOINT kills the process.
         self.failpoint: Callable[[str, int], None] = env_failpoint
-        self._doc: StateDoc | None = None
-        self._args: dict[str, Any] = {}
         self._machine: Machine | None = None
 
     @property
     def machine(self) -> Machine:
-        """The `transitions` machine, built on first use: readers (`status`) never need it."""
+        """The `transitions` machine, built on first use: readers (`status`) never need it.
+
+        Each trigger is called with the state document and the transition's arguments as event
+        data (`doc`, `args`), and a list (`refusals`) where a failing condition leaves its reason.
+        """
         if self._machine is None:
             from transitions import Machine
 
@@ -98,14 +131,14 @@ class Controller:
         with self.store.locked():
             doc = self._resumed(self.store.read())
             self.machine.set_state(doc.state, model=self.model)
-            self._doc = doc
-            self._args = self.host.prepare(args)
+            refusals: list[AgentFsmError] = []
             try:
-                getattr(self.model, trigger)()
+                fired = getattr(self.model, trigger)(
+                    doc=doc, args=self.host.prepare(args), refusals=refusals)
             except MachineError:
                 raise self._illegal(trigger, doc) from None
-            finally:
-                self._doc = None
+            if not fired:
+                raise refusals[0]
             return doc
 
     def resume(self) -> StateDoc:
@@ -117,23 +150,24 @@ class Controller:
         return self.definition.triggers_from(state)
 
     # Internals ----------------------------------------------------------------------------
-    def _condition(self, name: str) -> Any:
-        check = CONDITIONS[name]
+    def _condition(self, name: str) -> Callable[[EventData], bool]:
+        check = self.conditions[name]
 
-        def run(event: EventData) -> bool:
-            assert self._doc is not None
-            dest = self.definition.transition(event.event.name).dest
-            pending = Pending(event.event.name, self._doc.state, dest, [], 0, self._args, 0.0)
-            check(self.host, Step(self._doc, pending))  # raises with the reason when it fails
-            return True
+        def holds(event: EventData) -> bool:
+            trigger = event.event.name
+            step = Step(event.kwargs["doc"], trigger, self.definition.transition(trigger).dest,
+                        event.kwargs["args"])
+            refusal = check(self.host, step)
+            if refusal is not None:
+                event.kwargs["refusals"].append(refusal)
+            return refusal is None
 
-        return run
+        return holds
 
     def _run(self, event: EventData) -> None:
-        doc = self._doc
-        assert doc is not None
+        doc: StateDoc = event.kwargs["doc"]
         t = self.definition.transition(event.event.name)
-        args = dict(self._args)
+        args = dict(event.kwargs["args"])
         if doc.upgrade is not None:  # kept for the history entry, though effects may clear it
             args["upgrade"] = {"from": doc.upgrade.from_version, "to": doc.upgrade.to_version}
         doc.pending = Pending(
@@ -160,12 +194,12 @@ class Controller:
         assert pending is not None
         t = self.definition.transition(pending.trigger)
         tolerant = {e.name for e in t.effects if e.tolerant}
-        step = Step(doc, pending)
+        step = Step(doc, pending.trigger, pending.dest, pending.args)
         while pending.done < len(pending.effects):
             self.failpoint(pending.trigger, pending.done)
             name = pending.effects[pending.done]
             try:
-                EFFECTS[name](self.host, step)
+                self.effects[name](self.host, step)
             except AgentFsmError as exc:
                 if name not in tolerant:
                     raise
@@ -185,9 +219,8 @@ class Controller:
             "upgrade": versions,
         }
         # Counted in the same write that records the transition: exactly once, crash or not.
-        counted = counters.from_history(doc.history) if doc.counters is None \
-            else counters.Counters(**doc.counters)
-        doc.counters = counters.to_json(counters.tally(counted, entry))
+        counted = counters.Counters(**(doc.counters or {}))
+        doc.counters = counters.to_json(counters.tally(counted, entry, self.count_rules))
         doc.history.append(entry)
         del doc.history[:-self.history_limit]
         doc.state = pending.dest
@@ -196,23 +229,9 @@ class Controller:
 
     def _illegal(self, trigger: str, doc: StateDoc) -> IllegalTransition:
         allowed = ", ".join(self.allowed(doc.state)) or "none"
-        why = situation(doc)
+        why = situation(self.definition, doc)
         return IllegalTransition(
             f"can't {trigger} while {doc.state}: {why} (allowed now: {allowed})",
             trigger=trigger, state=doc.state,
         )
 
-
-def situation(doc: StateDoc) -> str:
-    """One line on what is going on in this state, for refusals and status."""
-    up = doc.upgrade
-    to = up.to_version if up else "?"
-    frm = up.from_version if up else "?"
-    return {
-        "idle": "nothing is installed yet; run `agent-fsm install --version V`",
-        "candidate_running": f"an upgrade to {to} is being judged",
-        "judged_ok": f"the upgrade to {to} passed and its result is being published",
-        "judged_failed": f"the upgrade to {to} failed; recovery to {frm} is starting",
-        "recovering": f"the upgrade to {to} failed; rolling back to {frm}",
-        "converged": "no upgrade is pending",
-    }.get(doc.state, doc.state)

@@ -35,6 +35,35 @@ def check_version(version: str) -> str:
     return version
 
 
+def read_manifest(path: Path, expected_version: str | None = None) -> Manifest:
+    """Read and check a `release.toml`; a stored release's must name its directory's version.
+
+    A missing file raises FileNotFoundError, which each caller words for its own context.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ReleaseError(f"release manifest {path} is invalid: {exc}") from None
+    unknown = set(data) - {"version", "workload"}
+    if unknown:
+        raise ReleaseError(f"release manifest {path}: unknown key(s) {', '.join(sorted(unknown))}")
+    version = data.get("version")
+    if expected_version is not None and version != expected_version:
+        raise ReleaseError(
+            f"release manifest {path} says version {version!r}, but its directory "
+            f"is {expected_version!r}; re-add the release"
+        )
+    if not isinstance(version, str):
+        raise ReleaseError(f"release manifest {path} has no `version` string")
+    check_version(version)
+    workload = data.get("workload", [])
+    if not isinstance(workload, list) or not all(isinstance(a, str) for a in workload):
+        raise ReleaseError(f"release manifest {path}: `workload` must be a list of strings")
+    return Manifest(version, tuple(workload))
+
+
 class Releases:
     def __init__(self, paths: Paths) -> None:
         self.paths = paths
@@ -55,27 +84,13 @@ class Releases:
     def manifest(self, version: str) -> Manifest:
         path = self.path(version) / "release.toml"
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            return read_manifest(path, expected_version=version)
         except FileNotFoundError:
             known = ", ".join(self.versions()) or "none"
             raise ReleaseError(
                 f"release {version} is not on this host ({path} is missing); known releases: "
                 f"{known}; add it with `agent-fsm release add DIR`"
             ) from None
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise ReleaseError(f"release manifest {path} is invalid: {exc}") from None
-        unknown = set(data) - {"version", "workload"}
-        if unknown:
-            raise ReleaseError(f"release manifest {path}: unknown key(s) {', '.join(sorted(unknown))}")
-        if data.get("version") != version:
-            raise ReleaseError(
-                f"release manifest {path} says version {data.get('version')!r}, but its directory "
-                f"is {version!r}; re-add the release"
-            )
-        workload = data.get("workload", [])
-        if not isinstance(workload, list) or not all(isinstance(a, str) for a in workload):
-            raise ReleaseError(f"release manifest {path}: `workload` must be a list of strings")
-        return Manifest(version, tuple(workload))
 
     def _pointer(self, link: Path) -> str | None:
         try:

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import files
 from ..errors import Refused, StateFileError
+from .counters import CountRules, seed, to_json
 
 SCHEMA = 1
 FILE_MODE = 0o644
@@ -106,8 +107,9 @@ def _verify_canonical(raw: bytes) -> bool | None:
 
 class Store:
     def __init__(self, path: Path, lock_path: Path, states: Collection[str], initial: str,
-                 *, lock_timeout: float = 30.0) -> None:
+                 *, count_rules: CountRules | None = None, lock_timeout: float = 30.0) -> None:
         self.path = path
+        self.count_rules = count_rules
         self.lock_path = lock_path
         self.states = frozenset(states)
         self.initial = initial
@@ -155,6 +157,13 @@ class Store:
             if name not in self.states:
                 known = ", ".join(sorted(self.states))
                 raise self._refuse(f"names unknown state {name!r} (known: {known})")
+        return self._upgraded(doc)
+
+    def _upgraded(self, doc: StateDoc) -> StateDoc:
+        """The one place an older file is brought up to date, in memory (the next transition
+        writes it): a file from before counters were kept gets them from its history."""
+        if doc.counters is None and self.count_rules is not None:
+            doc.counters = to_json(seed(doc.history, doc.last_result, self.count_rules))
         return doc
 
     @staticmethod

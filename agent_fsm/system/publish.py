@@ -8,13 +8,13 @@ Either failing raises PublishError; the daemon retries, and the gate stays close
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from .. import files
 from ..errors import PublishError
+from . import proc
 
 Outcome = Literal["ok", "rolled_back"]
 
@@ -61,14 +61,11 @@ class RecordPublisher:
             raise PublishError(f"could not record the result in {self.results_dir}: {exc}") from None
         if not self.command:
             return
+        name = self.command[0]
         try:
-            proc = subprocess.run(list(self.command), input=payload, text=True,
-                                  capture_output=True, timeout=self.timeout, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise PublishError(f"publish command {self.command[0]} could not run: {exc}") from None
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise PublishError(
-                f"publish command {self.command[0]} exited {proc.returncode}"
-                + (f": {tail[-1]}" if tail else "")
-            )
+            done = proc.run(self.command, timeout=self.timeout, stdin=payload)
+        except proc.CouldNotRun as exc:
+            raise PublishError(f"publish command {name} could not run: {exc.reason}") from None
+        if done.returncode != 0:
+            raise PublishError(f"publish command {name} exited {done.returncode}"
+                               + (f": {done.tail}" if done.tail else ""))

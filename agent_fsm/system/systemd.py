@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 from typing import Protocol
 
 from ..errors import SystemdError
+from . import proc
 
 
 class Systemd(Protocol):
@@ -32,18 +32,13 @@ class Systemctl:
         self.timeout = timeout
 
     def _run(self, *args: str) -> None:
-        argv = [self.executable, *args]
+        command = " ".join([self.executable, *args])
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
-                                  check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SystemdError(f"`{' '.join(argv)}` could not run: {exc}") from None
-        if proc.returncode != 0:
-            detail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise SystemdError(
-                f"`{' '.join(argv)}` exited {proc.returncode}: "
-                f"{detail[-1] if detail else 'no output'}"
-            )
+            done = proc.run([self.executable, *args], timeout=self.timeout)
+        except proc.CouldNotRun as exc:
+            raise SystemdError(f"`{command}` could not run: {exc.reason}") from None
+        if done.returncode != 0:
+            raise SystemdError(f"`{command}` exited {done.returncode}: {done.tail or 'no output'}")
 
     def daemon_reload(self) -> None:
         self._run("daemon-reload")

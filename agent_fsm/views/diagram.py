@@ -7,11 +7,11 @@ are tested on hand-built diagrams; `from_definition` is the only bridge to `stat
 from __future__ import annotations
 
 import shutil
-import subprocess
 from dataclasses import dataclass
 
 from ..errors import AgentFsmError
 from ..lifecycle.definition import Definition
+from ..system import proc
 
 DIAGRAM_FILE = "agent-upgrade.md"
 FORMATS = ("mermaid", "dot", "svg", "markdown")
@@ -91,15 +91,14 @@ def svg(diagram: Diagram, highlight: str | None = None, *, executable: str = "do
             "`apt-get install graphviz`) or print `--format dot` and render it elsewhere"
         )
     try:
-        proc = subprocess.run([found, "-Tsvg"], input=dot(diagram, highlight), text=True,
-                              capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise AgentFsmError(f"graphviz (`{found} -Tsvg`) could not run: {exc}") from None
-    if proc.returncode != 0 or "<svg" not in proc.stdout:
-        tail = proc.stderr.strip().splitlines()
-        raise AgentFsmError(f"graphviz (`{found} -Tsvg`) exited {proc.returncode}: "
-                            f"{tail[-1] if tail else 'no SVG on its output'}")
-    return proc.stdout
+        done = proc.run([found, "-Tsvg"], timeout=timeout, stdin=dot(diagram, highlight))
+    except proc.CouldNotRun as exc:
+        raise AgentFsmError(f"graphviz (`{found} -Tsvg`) could not run: {exc.reason}") from None
+    if done.returncode != 0 or "<svg" not in done.stdout:
+        # stderr only: stdout without an SVG in it is not a message
+        raise AgentFsmError(f"graphviz (`{found} -Tsvg`) exited {done.returncode}: "
+                            f"{proc.last_line(done.stderr) or 'no SVG on its output'}")
+    return done.stdout
 
 
 def _cell(items: tuple[str, ...], sep: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,10 +12,11 @@ from typing import Literal
 
 from .. import files
 from ..errors import AgentFsmError
+from ..lifecycle.states import StateName
+from ..system import proc
 from ..wiring import Node
 
 Level = Literal["ok", "warn", "fail"]
-PENDING_STATES = ("candidate_running", "judged_ok", "judged_failed", "recovering")
 REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph",
              "glusterfs", "lustre"}
 
@@ -36,10 +36,10 @@ def _systemd_version() -> Finding:
     exe = shutil.which("systemctl")
     if exe is None:
         return Finding("systemd", "fail", "systemctl is not on PATH", "install systemd")
-    proc = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
-    m = re.match(r"systemd (\d+)", proc.stdout)
+    out = proc.run([exe, "--version"], timeout=None).stdout
+    m = re.match(r"systemd (\d+)", out)
     if not m:
-        return Finding("systemd", "warn", f"could not read the version: {proc.stdout[:60]!r}")
+        return Finding("systemd", "warn", f"could not read the version: {out[:60]!r}")
     version = int(m.group(1))
     if version < 249:
         return Finding("systemd", "warn", f"systemd {version} is older than 249, the oldest tested",
@@ -64,10 +64,9 @@ def _units_verify(node: Node) -> Finding:
             if a.host_path.suffix == ".service":
                 (Path(tmp) / a.host_path.name).write_bytes(a.content)
                 names.append(a.host_path.name)
-        proc = subprocess.run([analyze, "verify", "--man=no", *names], cwd=tmp,
-                              capture_output=True, text=True, check=False)
-    if proc.returncode != 0 or proc.stderr.strip():
-        first = (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[0]
+        done = proc.run([analyze, "verify", "--man=no", *names], timeout=None, cwd=tmp)
+    if done.returncode != 0 or done.stderr.strip():
+        first = (done.stderr.strip().splitlines() or ["exit " + str(done.returncode)])[0]
         return Finding("units", "fail", f"rendered units do not verify cleanly: {first}",
                        "fix the release's assets/ templates")
     return Finding("units", "ok", "rendered units verify with systemd-analyze, no warnings")
@@ -120,33 +119,34 @@ def _consistency(node: Node) -> list[Finding]:
                         "restore it from a backup, or move it aside to start from idle")]
     out = [Finding("state file", "ok", f"{node.paths.state_file} is valid ({doc.state})")]
     try:
-        sig = node.host.signal()
+        sig = node.signal()
     except AgentFsmError as exc:
         return [*out, Finding("signal", "fail", str(exc), "roll back with `agent-fsm recover`")]
-    gate = node.host.gate.is_open()
+    gate = node.gate.is_open()
+    pending = node.groups.pending
     if doc.pending is not None:
         out.append(Finding("owed effects", "warn",
                            f"{doc.pending.trigger} stopped after {doc.pending.done} of "
                            f"{len(doc.pending.effects)} effects",
                            "the next start of the agent resumes it (or `agent-fsm recover`)"))
-    if doc.state in PENDING_STATES and sig is None and doc.pending is None \
-            and doc.state != "judged_ok":
+    if doc.state in pending and sig is None and doc.pending is None \
+            and doc.state != StateName.judged_ok:
         out.append(Finding("signal", "fail", f"state {doc.state} but no upgrade signal",
                            "run `agent-fsm recover` to return to the last-good"))
-    elif doc.state not in PENDING_STATES and sig is not None and doc.pending is None:
+    elif doc.state not in pending and sig is not None and doc.pending is None:
         out.append(Finding("signal", "fail",
                            f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but "
                            f"the state is {doc.state}",
                            f"if no upgrade runs, remove {node.paths.signal_file}"))
     else:
         out.append(Finding("signal", "ok", "signal consistent with the state"))
-    if gate and (sig is not None or doc.state != "converged"):
+    if gate and (sig is not None or doc.state != StateName.converged):
         out.append(Finding("gate", "fail", f"the gate is open in state {doc.state}"
                            + (" with an upgrade signal" if sig else ""),
                            "restart the agent unit: the daemon opens the gate when it may"))
     else:
         out.append(Finding("gate", "ok", f"gate {'open' if gate else 'closed'} in state {doc.state}"))
-    if sig is None and doc.state == "converged":
+    if sig is None and doc.state == StateName.converged:
         try:
             differ = [str(a.path) for a in node.host.rendered() if not a.matches_disk()]
         except AgentFsmError as exc:
@@ -165,7 +165,7 @@ def doctor(node: Node, *, check_systemd: bool = True) -> list[Finding]:
         findings.append(_systemd_version())
     findings += _directories(node)
     findings += _consistency(node)
-    if node.host.releases.selected() is not None:
+    if node.releases.selected() is not None:
         findings.append(_units_verify(node))
     if os.geteuid() != 0:
         findings.append(Finding("user", "warn", f"running as uid {os.geteuid()}, not root",

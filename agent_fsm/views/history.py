@@ -9,7 +9,7 @@ Read without the lock, like `status`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ class History:
     kept: int  # how many transitions the state file holds (bounded by history_limit)
     limit: int  # the configured history_limit
     upgrade: str | None  # the --upgrade filter, if any
+    tones: Mapping[str, str]  # how each state reads: "ok", "none", "busy" or "bad"
 
     def to_json(self) -> list[dict[str, Any]]:
         return [e.to_json() for e in self.entries]
@@ -89,9 +90,11 @@ def current_stay(raw: Sequence[dict[str, Any]], now: float) -> Entry | None:
 def history(node: Node, *, limit: int | None = None, upgrade: str | None = None) -> History:
     """The kept transitions, oldest first; `upgrade` keeps those of upgrades to that version."""
     raw = node.store.read().history
-    entries = timeline(raw, node.host.clock.now())
+    entries = timeline(raw, node.clock.now())
     if upgrade is not None:
         entries = tuple(e for e in entries if e.upgrade is not None and e.upgrade[1] == upgrade)
     if limit is not None:
         entries = entries[-limit:] if limit > 0 else ()
-    return History(entries, len(raw), node.config.history_limit, upgrade)
+    d = node.definition
+    tones = {s: node.groups.tone(s, d.initial) for s in d.state_names}
+    return History(entries, len(raw), node.config.history_limit, upgrade, tones)

@@ -5,21 +5,16 @@ collector (or anything that scrapes a file).
 renders them as text format 0.0.4. Every sample carries an `agent` label with the configured
 name, so two agents on one host do not collide in the collector.
 
-The counters come from `counters(doc)`, the one place that knows where they are kept. Today the
-state file has no counters, so they are tallied from its bounded history (plus the last result,
-when its transition was already trimmed): they can go down when history is trimmed, which
-Prometheus reads as a counter reset. Once the state file keeps counters, `counters` returns them
-instead and nothing else changes.
+The counters are kept in the state file, advanced in the same write as each transition, so they
+never go down (a file from before they were kept gets them from its history, in the store).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from ..lifecycle.counters import PUBLISHES_ROLLED_BACK, Counters, tally
+from ..node.counters import Counters
 from ..node.store import StateDoc
 from ..wiring import Node
 from .history import current_stay
@@ -27,30 +22,9 @@ from .history import current_stay
 PREFIX = "agent_fsm"
 
 
-def _result_in_history(result: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether the transition that published `result` is still in the kept history."""
-    for e in history:
-        published = e.get("trigger") == "complete" or (e.get("trigger"), e.get("from")) in \
-            PUBLISHES_ROLLED_BACK
-        up = e.get("upgrade") or {}
-        if published and up.get("to") == result.get("to") and \
-                float(e["time"]) >= float(result.get("time", 0)):
-            return True
-    return False
-
-
 def counters(doc: StateDoc) -> Counters:
-    """The node's counters: kept in the state file; tallied from history for an older file."""
-    if doc.counters is not None:
-        return Counters(**doc.counters)
-    c = functools.reduce(tally, doc.history, Counters())
-    result = doc.last_result
-    if result is not None and not _result_in_history(result, doc.history):
-        if result.get("outcome") == "ok":
-            c = replace(c, upgrades_ok=c.upgrades_ok + 1)
-        elif result.get("outcome") == "rolled_back":
-            c = replace(c, upgrades_rolled_back=c.upgrades_rolled_back + 1)
-    return c
+    """The node's counters, as the state file keeps them (the store brings older files up)."""
+    return Counters(**(doc.counters or {}))
 
 
 @dataclass(frozen=True)
@@ -69,9 +43,8 @@ class Family:
 
 def collect(node: Node) -> tuple[Family, ...]:
     doc = node.store.read()
-    host = node.host
-    now = host.clock.now()
-    sig = host.signal()
+    now = node.clock.now()
+    sig = node.signal()
     agent = ("agent", node.paths.name)
     c = counters(doc)
     stay = current_stay(doc.history, now)
@@ -83,7 +56,7 @@ def collect(node: Node) -> tuple[Family, ...]:
         Family(f"{PREFIX}_state", "gauge",
                "The upgrade machine's state: 1 for the current state, 0 for the others.",
                tuple(Sample((agent, ("state", s)), 1.0 if s == doc.state else 0.0)
-                     for s in node.controller.definition.state_names)),
+                     for s in node.definition.state_names)),
         Family(f"{PREFIX}_upgrades_total", "counter",
                "Upgrades judged, by outcome (ok, rolled_back).",
                (Sample((agent, ("outcome", "ok")), c.upgrades_ok),
@@ -99,13 +72,13 @@ def collect(node: Node) -> tuple[Family, ...]:
             "The pending upgrade's attempt (starts of the candidate so far); 0 when none.",
             0.0 if sig is None else float(sig.attempt)),
         one("gate_open", "gauge", "1 when the startup gate is open.",
-            1.0 if host.gate.is_open() else 0.0),
+            1.0 if node.gate.is_open() else 0.0),
         one("owed_effects", "gauge",
             "Effects an interrupted transition still owes (resumed at the next start).",
             0.0 if doc.pending is None else float(len(doc.pending.effects) - doc.pending.done)),
         one("info", "gauge", "The selected and last-good releases, as labels; always 1.", 1.0,
-            ("selected", host.releases.selected() or ""),
-            ("last_good", host.releases.last_good() or "")),
+            ("selected", node.releases.selected() or ""),
+            ("last_good", node.releases.last_good() or "")),
     ]
     if stay is not None and stay.lasted is not None:
         families.append(one("state_seconds", "gauge", "Seconds in the current state so far.",

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentFsmError
-from ..lifecycle.engine import situation
+from ..lifecycle.explain import situation
+from ..lifecycle.states import StateName
 from ..node.signal import UpgradeSignal
 from ..node.store import StateDoc
 from ..wiring import Node
@@ -60,6 +61,7 @@ class Status:
     state: str
     meaning: str
     situation: str
+    tone: str  # how the state reads: "ok", "none" (not installed), "busy" or "bad"
     state_since: float | None
     state_seconds: float | None
     selected: str | None
@@ -179,20 +181,20 @@ def next_action(node: Node, doc: StateDoc, sig: UpgradeSignal | None, gate_open:
     """The one thing to do now, by state; every command given is one the operator may run."""
     unit = node.paths.agent_unit_name
     recovery = node.paths.recovery_unit_name
-    selected = node.host.releases.selected()
-    last_good = node.host.releases.last_good()
+    selected = node.releases.selected()
+    last_good = node.releases.last_good()
     journal = f"journalctl -u {unit} -n 50"
     recover = f"{prog} recover"
     to = sig.to_version if sig else (doc.upgrade.to_version if doc.upgrade else "?")
     state = doc.state
-    if state == "idle":
+    if state == StateName.idle:
         if releases:
             newest = max(releases, key=natural_key)
             return NextAction(f"install a release (stored: {', '.join(releases)})",
                               (f"{prog} install --version {newest}",))
         return NextAction("add a release, then install it",
                           (f"{prog} release add DIR", f"{prog} install --version V"))
-    if state == "candidate_running":
+    if state == StateName.candidate_running:
         if sig is None:
             return NextAction("the state file says an upgrade is pending but there is no signal; "
                               "roll back to be safe", (recover,))
@@ -202,26 +204,26 @@ def next_action(node: Node, doc: StateDoc, sig: UpgradeSignal | None, gate_open:
         return NextAction(
             f"wait for the judgment of {to} (attempt {sig.attempt} of "
             f"{node.config.judgment.max_attempts}, {when}); or roll back now", (recover,))
-    if state == "judged_ok":
+    if state == StateName.judged_ok:
         return NextAction(
             f"wait: the result of the upgrade to {to} is being published, then the gate opens; "
             f"if it stays here, publishing is failing and is retried: see the journal", (journal,))
-    if state == "judged_failed":
+    if state == StateName.judged_failed:
         return NextAction(
             f"wait: {recovery} rolls back to {last_good}; if it stays here, roll back now",
             (recover,))
-    if state == "recovering":
+    if state == StateName.recovering:
         if selected == last_good:
             return NextAction(
                 f"wait: {last_good} restarts through {unit}, clears the signal and opens the "
                 f"gate; if it stays here, run recovery again", (recover, journal))
         return NextAction(f"roll back: {selected} is still selected, the last-good is "
                           f"{last_good}", (recover,))
-    if state == "converged" and not gate_open:
+    if state == StateName.converged and not gate_open:
         return NextAction(f"wait: {unit} opens the gate once it has started; if the gate stays "
                           "closed, look at the unit and its journal",
                           (f"systemctl status {unit}", journal))
-    if state == "converged":
+    if state == StateName.converged:
         newer = [v for v in releases
                  if selected is None or natural_key(v) > natural_key(selected)]
         if newer:
@@ -238,12 +240,11 @@ def status(node: Node, *, diff: bool = False, prog: str = "agent-fsm") -> Status
     """The node as it is now. `diff` adds a unified diff for each asset that differs; `prog`
     prefixes the suggested commands (say, with the --config and --root this run was given)."""
     doc = node.store.read()
-    host = node.host
-    now = host.clock.now()
-    sig = host.signal()
-    selected = host.releases.selected()
-    releases = tuple(sorted(host.releases.versions(), key=natural_key))
-    gate_open = host.gate.is_open()
+    now = node.clock.now()
+    sig = node.signal()
+    selected = node.releases.selected()
+    releases = tuple(sorted(node.releases.versions(), key=natural_key))
+    gate_open = node.gate.is_open()
     held = sig is not None
     assets, assets_error = _assets(node, held, selected, diff)
     owed = None
@@ -263,12 +264,13 @@ def status(node: Node, *, diff: bool = False, prog: str = "agent-fsm") -> Status
         name=node.paths.name,
         time=now,
         state=doc.state,
-        meaning=node.controller.definition.state(doc.state).description,
-        situation=situation(doc),
+        meaning=node.definition.state(doc.state).description,
+        situation=situation(node.definition, doc),
+        tone=node.groups.tone(doc.state, node.definition.initial),
         state_since=None if stay is None else stay.time,
         state_seconds=None if stay is None else stay.lasted,
         selected=selected,
-        last_good=host.releases.last_good(),
+        last_good=node.releases.last_good(),
         candidate=candidate,
         releases=releases,
         signal=None if sig is None else _signal_json(sig, now, node.config.judgment.max_attempts),

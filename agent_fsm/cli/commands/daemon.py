@@ -1,0 +1,18 @@
+"""`agent-fsm daemon`: the agent unit's main process (Type=notify)."""
+
+from __future__ import annotations
+
+import typer
+
+from .. import options
+
+
+def daemon(ctx: typer.Context) -> None:
+    """Run as the agent unit's main process (Type=notify): judge or converge, open the gate,
+    send READY=1, supervise the workload, stop cleanly on SIGTERM.
+
+    Example (in the unit): ExecStart=/var/lib/agent-fsm/selected/bin/agent-fsm daemon
+    """
+    from ...agent.daemon import main as daemon_main
+
+    raise typer.Exit(daemon_main(options.of(ctx).node()))

@@ -1,0 +1,21 @@
+"""`agent-fsm recover`: roll back to the last-good release when an upgrade is not judged ok."""
+
+from __future__ import annotations
+
+import typer
+
+from .. import options
+from ..render import out
+
+
+def recover(ctx: typer.Context) -> None:
+    """Roll back to the last-good release when an upgrade is pending and not judged ok.
+
+    Safe to run twice and when nothing is pending (then it says so and exits 0). The recovery
+    unit runs this through the last-good's own recovery script.
+
+    Example: agent-fsm recover
+    """
+    from ...actions.operations import recover as do_recover
+
+    out.print(do_recover(options.of(ctx).node()).message, markup=False)

@@ -1,0 +1,47 @@
+"""The global options (--config, --root) every command receives as `ctx.obj`.
+
+Kept free of typer and rich: the `status --json` fast path (entry.py) uses it as the full CLI does.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import typer
+
+    from ..wiring import Node
+
+
+@dataclass(frozen=True)
+class Globals:
+    """The options given before the command: which config, and which root to write below."""
+
+    config: Path | None = None
+    root: Path | None = None
+
+    def node(self) -> Node:
+        """The node these options name: its config loaded, its paths below the root."""
+        from ..node import config as config_mod
+        from ..wiring import open_node
+
+        return open_node(config_mod.load(self.config), self.root)
+
+    def prog(self) -> str:
+        """How this run was invoked, for the commands `status` suggests."""
+        words = ["agent-fsm"]
+        if self.config is not None:
+            words += ["--config", str(self.config)]
+        if self.root is not None:
+            words += ["--root", str(self.root)]
+        return shlex.join(words)
+
+
+def of(ctx: typer.Context) -> Globals:
+    """The global options of this run, as app.py's callback stored them."""
+    opts = ctx.find_object(Globals)
+    assert opts is not None, "the app's callback sets ctx.obj before any command runs"
+    return opts

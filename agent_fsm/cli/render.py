@@ -1,0 +1,238 @@
+"""Output for people: the consoles, and the views of status, history and doctor as rich text.
+
+Plain when piped (and not wrapped at 80 columns there), no styling at all with NO_COLOR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ..lifecycle.states import StateName
+from ..views.status import span
+
+if TYPE_CHECKING:
+    from ..views.doctor import Finding
+    from ..views.history import History
+    from ..views.status import Status
+
+
+def _console(*, stderr: bool = False) -> Console:
+    # NO_COLOR (https://no-color.org): no colour and no other styling either, so no escapes.
+    # Piped output is plain already: rich styles only a terminal.
+    # Piped, lines are not wrapped at 80 columns (grep and logs read whole lines).
+    plain = os.environ.get("NO_COLOR", "") != ""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if os.environ.get("COLUMNS") or stream.isatty() else 160
+    return Console(stderr=stderr, color_system=None if plain else "auto", highlight=False,
+                   width=width)
+
+
+out = _console()
+err = _console(stderr=True)
+
+# How a state reads (its tone, derived from the definition by the views) as a colour.
+TONE_STYLE = {"ok": "green", "none": "dim", "busy": "yellow", "bad": "red"}
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False))
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "—"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def show(renderable: RenderableType) -> None:
+    """Print for people; piped, without the padding rich adds to the ends of lines."""
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    with out.capture() as captured:
+        out.print(renderable)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    sys.stdout.flush()
+
+
+# status ---------------------------------------------------------------------------------------
+def status_view(st: Status, diff: bool) -> RenderableType:
+    """The human view of a `status.Status`: what is happening, and what may I do."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    state = Text()
+    state.append(st.state, style=f"bold {TONE_STYLE[st.tone]}")
+    state.append(f" — {st.meaning}")
+    if st.state_seconds is not None:
+        state.append(f" (for {span(st.state_seconds)})")
+    table.add_row("state", state)
+    table.add_row("now", st.situation)
+    role = " (the candidate)" if st.candidate and st.selected == st.candidate else ""
+    table.add_row("selected", (st.selected or "—") + role)
+    table.add_row("last-good", st.last_good or "—")
+    if st.candidate:
+        table.add_row("candidate", st.candidate)
+    if st.signal:
+        s = st.signal
+        left = s["deadline_in_seconds"]
+        deadline = (f"deadline in {span(left)}" if left >= 0
+                    else f"deadline passed {span(left)} ago")
+        table.add_row("signal", f"upgrade {s['from']} → {s['to']}, attempt {s['attempt']} of "
+                      f"{s['max_attempts']}, started {span(s['age_seconds'])} ago, {deadline} "
+                      f"({when(s['deadline'])})")
+    else:
+        table.add_row("signal", "none (no upgrade pending)")
+    gate = Text()
+    gate.append(st.gate, style="green" if st.gate == "open" else "yellow")
+    gate.append(" (operations may start)" if st.gate == "open"
+                else " (operations are refused until it opens)")
+    table.add_row("gate", gate)
+    table.add_row("assets", assets_view(st))
+    if st.last_result:
+        r = st.last_result
+        style = "green" if r["outcome"] == "ok" else "red"
+        result = Text(f"{r['from']} → {r['to']}: ")
+        result.append(r["outcome"], style=style)
+        result.append(f" at {when(r['time'])} ({span(st.time - r['time'])} ago)")
+        table.add_row("last result", result)
+    else:
+        table.add_row("last result", "none yet")
+    if st.owed:
+        table.add_row("owed", f"{st.owed['trigger']}: {', '.join(st.owed['effects'])} "
+                      "(resumed by the next start)")
+    table.add_row("triggers", ", ".join(st.allowed) or "none")
+    nxt = Text(st.next.summary)
+    if st.next.commands:
+        nxt.append(": ")
+        nxt.append("; ".join(st.next.commands), style="bold cyan")
+    table.add_row("next", nxt)
+    parts: list[RenderableType] = [table]
+    if diff:
+        diffs = [a.diff for a in st.assets if a.diff]
+        for d in diffs:
+            parts.append(Text(""))
+            for line in d.splitlines():
+                style = ("green" if line.startswith("+") else "red" if line.startswith("-")
+                         else "cyan" if line.startswith("@@") else "")
+                parts.append(Text(line, style=style))
+        if not diffs:
+            parts.append(Text(f"\nno asset differs from what {st.assets_compared_with} would "
+                              "write" if st.assets_compared_with else "\nno release selected"))
+    return Group(*parts)
+
+
+def assets_view(st: Status) -> Text:
+    held = bool(st.held_assets)
+    words = {"same": "same as {v}'s", "differs": "differs from {v}'s",
+             "mode_differs": "mode differs from {v}'s", "missing": "missing",
+             "unknown": "not compared"}
+    v = st.assets_compared_with
+    text = Text(f"held: the last-good's, kept byte for byte until the upgrade is judged; "
+                f"compared with what {v} would write\n" if held else
+                f"compared with what {v} would write\n" if v else "")
+    width = max(len(a.path) for a in st.assets)
+    for a in st.assets:
+        what = words[a.compared].format(v=v)
+        style = {"same": "", "differs": "yellow", "mode_differs": "yellow",
+                 "missing": "red", "unknown": "dim"}[a.compared]
+        text.append(f"{a.path:<{width}}  ")
+        text.append(what + ("  (held)" if a.held else ""), style=style)
+        text.append("\n")
+    if st.assets_error:
+        text.append(f"could not render {st.assets_compared_with}'s assets: {st.assets_error}\n",
+                    style="red")
+    drift = any(a.compared in ("differs", "mode_differs") for a in st.assets)
+    if drift and st.state == StateName.converged and not st.signal:
+        text.append("the daemon's next start rewrites the ones that differ\n", style="dim")
+    text.rstrip()
+    return text
+
+
+def watch(read: Callable[[], Status], view: Callable[[Status], RenderableType],
+          as_json: bool, interval: float, count: int | None) -> None:
+    """Refresh until interrupted (or `count` refreshes): live on a terminal, else one snapshot
+    per interval (JSON: one object per line)."""
+    shown = 0
+
+    def more() -> bool:
+        return count is None or shown < count
+
+    try:
+        if as_json or not out.is_terminal:
+            while more():
+                data = read()
+                if as_json:
+                    print(json.dumps(data.to_json()), flush=True)
+                else:
+                    if shown:
+                        out.print()
+                    out.print(Text(f"— {when(data.time)}", style="dim"))
+                    show(view(data))
+                    out.file.flush()
+                shown += 1
+                if more():
+                    time.sleep(interval)
+            return
+
+        def frame(data: Status) -> RenderableType:
+            return Group(view(data), Text(f"\nrefreshing every {interval:g}s at {when(data.time)};"
+                                          " Ctrl-C to stop", style="dim"))
+
+        with Live(frame(read()), console=out, auto_refresh=False) as live:
+            shown = 1
+            while more():
+                time.sleep(interval)
+                live.update(frame(read()), refresh=True)
+                shown += 1
+    except KeyboardInterrupt:
+        pass  # the way to stop watching; not an error
+
+
+# history and doctor ---------------------------------------------------------------------------
+def show_history(h: History) -> None:
+    """The kept transitions as a table, or a line saying there are none (and why)."""
+    if not h.entries:
+        what = f"of an upgrade to {h.upgrade} " if h.upgrade else ""
+        out.print(f"no transitions {what}in the kept history ({h.kept} kept, at most {h.limit})",
+                  markup=False)
+        return
+    title = f"history of the upgrades to {h.upgrade}" if h.upgrade else "history"
+    table = Table(title=title + " (times in UTC)", title_justify="left")
+    for col in ("time", "trigger", "from → to", "versions", "lasted"):
+        table.add_column(col, no_wrap=col != "lasted")
+    for e in h.entries:
+        versions = f"{e.upgrade[0]} → {e.upgrade[1]}" if e.upgrade else (e.release or "")
+        lasted = "" if e.lasted is None else span(e.lasted) + (" so far" if e.current else "")
+        move = Text(f"{e.source} → ")
+        move.append(e.dest, style=TONE_STYLE.get(h.tones.get(e.dest, ""), ""))
+        stamp = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(stamp, e.trigger, move, versions, lasted)
+    show(table)
+    shown = len(h.entries)
+    if h.kept >= h.limit and shown == h.kept:
+        out.print(Text(f"older transitions were trimmed (history_limit = {h.limit})",
+                       style="dim"))
+
+
+def show_doctor(findings: Sequence[Finding]) -> None:
+    """The findings as a table: level, check, and what to do about each that is not ok."""
+    table = Table(box=None, show_header=False, pad_edge=False)
+    for col in ("level", "check", "finding"):
+        table.add_column(col)
+    mark = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+    for f in findings:
+        detail = f.detail + (f"\n→ {f.fix}" if f.fix and f.level != "ok" else "")
+        table.add_row(mark[f.level], f.check, detail)
+    out.print(table)

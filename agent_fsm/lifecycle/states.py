@@ -1,0 +1,105 @@
+"""State and trigger names as one typed vocabulary, and the groups of states derived from the
+definition: the code names a state only through `StateName`, and asks the definition, never a
+list of its own, which states a group holds.
+
+`check_vocabulary` runs when the definition is loaded: a name the code uses that the definition
+lacks is an error naming it, so a renamed state cannot silently fall out of a comparison.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..errors import DefinitionError
+from ..node.counters import CountRules
+from .definition import Definition
+
+
+class StateName(enum.StrEnum):
+    idle = "idle"
+    candidate_running = "candidate_running"
+    judged_ok = "judged_ok"
+    judged_failed = "judged_failed"
+    recovering = "recovering"
+    converged = "converged"
+
+
+class Trigger(enum.StrEnum):
+    install = "install"
+    activate = "activate"
+    begin_upgrade = "begin_upgrade"
+    candidate_started = "candidate_started"
+    judge_ok = "judge_ok"
+    judge_failed = "judge_failed"
+    complete = "complete"
+    recover = "recover"
+    recovered = "recovered"
+    settle = "settle"
+
+
+def check_vocabulary(d: Definition) -> None:
+    """Refuse a definition that lacks a state or trigger the code names."""
+    states = set(StateName) - set(d.state_names)
+    triggers = set(Trigger) - {t.trigger for t in d.transitions}
+    if states or triggers:
+        missing = [f"state {s}" for s in sorted(states)] + [f"trigger {t}" for t in sorted(triggers)]
+        raise DefinitionError(f"{d.source} lacks what agent-fsm's code names: {', '.join(missing)}")
+
+
+def _dests(d: Definition, effect: str) -> set[str]:
+    return {t.dest for t in d.transitions if effect in t.effect_names}
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Groups of states (and transitions) read off the definition's effects."""
+
+    pending: frozenset[str]  # an upgrade is pending: the signal is written and not yet cleared
+    rolling_back: frozenset[str]  # the candidate was given up: recovery started or last-good selected
+    recover_from: frozenset[str]  # where `recover` may start
+    publishing: frozenset[tuple[str, str]]  # (trigger, source) that publishes a new result
+
+    def tone(self, state: str, initial: str) -> str:
+        """How a state reads to an operator: "none", "ok", "busy" or "bad"."""
+        if state == initial:
+            return "none"
+        if state in self.rolling_back:
+            return "bad"
+        return "busy" if state in self.pending else "ok"
+
+
+def groups(d: Definition) -> Groups:
+    # Pending: from where the signal is written, every state reached without clearing it.
+    pending = _dests(d, "write_signal")
+    frontier = list(pending)
+    while frontier:
+        here = frontier.pop()
+        for t in d.transitions:
+            if here in t.sources and "clear_signal" not in t.effect_names and t.dest not in pending:
+                pending.add(t.dest)
+                frontier.append(t.dest)
+    published = _dests(d, "publish_result")
+    publishing = {
+        (t.trigger, s) for t in d.transitions if "publish_result" in t.effect_names
+        for s in t.sources if s not in published  # from a state whose result is out already
+    }
+    return Groups(
+        pending=frozenset(pending),
+        rolling_back=frozenset(_dests(d, "start_recovery") | _dests(d, "select_last_good")),
+        recover_from=frozenset(s for t in d.transitions if t.trigger == Trigger.recover
+                               for s in t.sources),
+        publishing=frozenset(publishing),
+    )
+
+
+def count_rules(d: Definition, g: Groups) -> CountRules:
+    """Which finished transitions advance which lifetime counter."""
+    ok = {(t, s) for t, s in g.publishing if d.transition(t).dest not in g.pending}
+    return CountRules(
+        upgrades_ok=frozenset(ok),
+        upgrades_rolled_back=g.publishing - ok,
+        rollbacks=frozenset(t.trigger for t in d.transitions if "clear_signal" in t.effect_names
+                            and set(t.sources) & g.rolling_back),
+        attempts=frozenset(t.trigger for t in d.transitions if "count_attempt" in t.effect_names),
+    )

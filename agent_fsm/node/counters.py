@@ -1,0 +1,75 @@
+"""The node's lifetime counters: upgrades by outcome, rollbacks, candidate starts.
+
+Kept in the state file and advanced by each finished transition (`tally`), in the same atomic
+write that records the transition, so each is counted exactly once even across crashes. Which
+transitions count is read off the machine's definition (`CountRules`, built by the lifecycle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Counts that only go up over a node's life."""
+
+    upgrades_ok: int = 0
+    upgrades_rolled_back: int = 0
+    rollbacks: int = 0  # rollbacks completed: the last-good running again
+    attempts: int = 0  # starts of a candidate being judged
+
+
+@dataclass(frozen=True)
+class CountRules:
+    upgrades_ok: frozenset[tuple[str, str]]  # (trigger, source) publishing an ok result
+    upgrades_rolled_back: frozenset[tuple[str, str]]  # ... publishing a rolled-back result
+    rollbacks: frozenset[str]  # triggers that finish a rollback
+    attempts: frozenset[str]  # triggers that count a candidate's start
+
+
+def tally(c: Counters, entry: Mapping[str, Any], rules: CountRules) -> Counters:
+    """`c` plus what one history entry (a finished transition) adds to it."""
+    trigger, source = entry.get("trigger"), entry.get("from")
+    if (trigger, source) in rules.upgrades_ok:
+        return replace(c, upgrades_ok=c.upgrades_ok + 1)
+    if (trigger, source) in rules.upgrades_rolled_back:
+        return replace(c, upgrades_rolled_back=c.upgrades_rolled_back + 1)
+    if trigger in rules.rollbacks:
+        return replace(c, rollbacks=c.rollbacks + 1)
+    if trigger in rules.attempts:
+        return replace(c, attempts=c.attempts + 1)
+    return c
+
+
+def _result_in_history(result: Mapping[str, Any], history: Iterable[Mapping[str, Any]],
+                       rules: CountRules) -> bool:
+    """Whether the transition that published `result` is still in the kept history."""
+    publishing = rules.upgrades_ok | rules.upgrades_rolled_back
+    for e in history:
+        up = e.get("upgrade") or {}
+        if (e.get("trigger"), e.get("from")) in publishing and up.get("to") == result.get("to") \
+                and float(e["time"]) >= float(result.get("time", 0)):
+            return True
+    return False
+
+
+def seed(history: Sequence[Mapping[str, Any]], last_result: Mapping[str, Any] | None,
+         rules: CountRules) -> Counters:
+    """Counters for a state file written before they were kept: tallied from its (bounded)
+    history, plus the last result when its transition was already trimmed."""
+    c = Counters()
+    for entry in history:
+        c = tally(c, entry, rules)
+    if last_result is not None and not _result_in_history(last_result, history, rules):
+        if last_result.get("outcome") == "ok":
+            c = replace(c, upgrades_ok=c.upgrades_ok + 1)
+        elif last_result.get("outcome") == "rolled_back":
+            c = replace(c, upgrades_rolled_back=c.upgrades_rolled_back + 1)
+    return c
+
+
+def to_json(c: Counters) -> dict[str, int]:
+    return asdict(c)

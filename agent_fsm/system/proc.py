@@ -1,0 +1,45 @@
+"""Running a command: one place that starts a process, waits for it and keeps its last line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CouldNotRun as CouldNotRun  # raised by run(); callers catch it here
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def tail(self) -> str:
+        """What the command said last: the last line of stderr, or of stdout when stderr is
+        empty; "" when it said nothing."""
+        return last_line(self.stderr or self.stdout)
+
+
+def last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
+        env: Mapping[str, str] | None = None, cwd: Path | str | None = None) -> Completed:
+    """Run `argv` to completion and capture its output as text.
+
+    `stdin` is sent as its input (without it the command inherits ours); `env` is added to our
+    environment. A non-zero exit is returned, not raised: what it means is the caller's call.
+    """
+    try:
+        proc = subprocess.run(list(argv), input=stdin, capture_output=True, text=True,
+                              timeout=timeout, cwd=cwd, check=False,
+                              env=None if env is None else {**os.environ, **env})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CouldNotRun(argv, str(exc)) from None
+    return Completed(proc.returncode, proc.stdout, proc.stderr)

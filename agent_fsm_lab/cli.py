@@ -1,0 +1,39 @@
+"""`agent-fsm demo`: the lab's command, which the CLI finds in the entry point group `agent_fsm.commands`.
+
+The runtime never imports the lab (a packed release carries only agent_fsm/), so the demo is a
+plugin: declared in pyproject.toml, there when the project is installed.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from agent_fsm.cli.render import out
+
+
+def demo() -> None:
+    """Show the whole story in a private systemd: install 1.0.0, upgrade to a good 2.0.0, then
+    to a 3.0.0 that crashes at start with broken assets, and watch it roll back.
+
+    Needs root, util-linux unshare/nsenter and systemd; touches nothing of the host outside its
+    own directory under /var/lib/agent-fsm-e2e.
+
+    Example: sudo agent-fsm demo
+    """
+    from .demo import run as run_demo
+
+    result = run_demo(lambda line: out.print(line, markup=False, highlight=False))
+    t0 = result.timeline[0]["time"] if result.timeline else 0.0
+    table = Table(title="timeline")
+    for col in ("t", "trigger", "from → to", "versions"):
+        table.add_column(col)
+    for e in result.timeline:
+        up = e.get("upgrade")
+        versions = f"{up['from']} → {up['to']}" if up else (e.get("release") or "")
+        table.add_row(f"+{e['time'] - t0:.1f}s", e["trigger"], f"{e['from']} → {e['to']}",
+                      versions)
+    out.print(table)
+    st = result.status
+    out.print(f"final: {st['state']}, selected {st['selected']}, last-good {st['last_good']}, "
+              f"gate {st['gate']}, signal {st['signal']}, last result "
+              f"{st['last_result']['to']} {st['last_result']['outcome']}", markup=False)

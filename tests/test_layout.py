@@ -1,0 +1,44 @@
+"""The package's shape: small modules, and a release that carries the runtime alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import agent_fsm
+from agent_fsm.actions.packing import pack
+
+PACKAGE = Path(agent_fsm.__file__).parent
+MAX_LINES = 300
+
+
+class TestLayout:
+    def test_no_runtime_module_is_over_the_limit(self) -> None:
+        """Every module of the runtime package stays readable in one sitting."""
+        long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+                if (n := len(p.read_text().splitlines())) > MAX_LINES}
+        assert long == {}
+
+    def test_a_packed_release_ships_runtime_code_only(self, tmp_path: Path) -> None:
+        """`release pack` copies the runtime package with its definition; no harness, no demo,
+        no tests travel into a release."""
+        release = pack("1.0.0", tmp_path / "rel")
+        lib = release / "lib"
+        assert sorted(p.name for p in lib.iterdir()) == ["agent_fsm"]
+        names = {p.name for p in (lib / "agent_fsm").rglob("*")}
+        assert "agent-upgrade.toml" in names
+        assert not names & {"sandbox.py", "lab.py", "demo.py", "conftest.py"}
+        assert not (lib / "agent_fsm" / "states").is_symlink()
+
+    def test_the_demo_is_a_command_of_the_checkout_not_of_a_release(self, tmp_path: Path) -> None:
+        """`agent-fsm demo` comes from the harness's plugin; a packed release has no such
+        command, so nothing it runs as root can load the harness."""
+        release = pack("1.0.0", tmp_path / "rel")
+        shipped = subprocess.run([str(release / "bin" / "agent-fsm"), "--help"],
+                                 capture_output=True, text=True, check=False, cwd=tmp_path)
+        here = subprocess.run([sys.executable, "-m", "agent_fsm", "--help"],
+                              capture_output=True, text=True, check=False, cwd=tmp_path)
+        assert shipped.returncode == here.returncode == 0, shipped.stderr + here.stderr
+        assert " demo " in here.stdout
+        assert " demo " not in shipped.stdout and " recover " in shipped.stdout
