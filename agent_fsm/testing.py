@@ -66,18 +66,36 @@ class FakeSystemd:
 
 @dataclass
 class FakePublisher:
-    """Keeps published results; fails the first `failures` calls. `on_publish` observes."""
+    """Records results in `recorded` and queues them; delivering moves them to `published`,
+    failing the first `failures` delivery attempts. `on_publish` observes each attempt."""
 
     failures: int = 0
+    recorded: list[Result] = field(default_factory=list)
     published: list[Result] = field(default_factory=list)
+    queue: list[Result] = field(default_factory=list)
     attempts: int = 0
     on_publish: Callable[[Result], None] | None = None
 
+    def record(self, result: Result) -> None:
+        key = (result.to_version, result.started, result.outcome)
+        if key not in {(r.to_version, r.started, r.outcome) for r in self.recorded}:
+            self.recorded.append(result)
+            self.queue.append(result)
+
+    def deliver(self) -> int:
+        delivered = 0
+        while self.queue:
+            result = self.queue[0]
+            self.attempts += 1
+            if self.on_publish is not None:
+                self.on_publish(result)
+            if self.failures > 0:
+                self.failures -= 1
+                raise PublishError("publish command fake exited 1: injected failure")
+            self.published.append(self.queue.pop(0))
+            delivered += 1
+        return delivered
+
     def publish(self, result: Result) -> None:
-        self.attempts += 1
-        if self.on_publish is not None:
-            self.on_publish(result)
-        if self.failures > 0:
-            self.failures -= 1
-            raise PublishError("publish command fake exited 1: injected failure")
-        self.published.append(result)
+        self.record(result)
+        self.deliver()

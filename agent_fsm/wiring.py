@@ -65,8 +65,8 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
     host = Host(
         paths,
         systemd if systemd is not None else Systemctl(),
-        publisher if publisher is not None else RecordPublisher(paths.results_dir,
-                                                                config.publish_command),
+        publisher if publisher is not None else RecordPublisher(
+            paths.results_dir, config.publish_command, outbox=paths.outbox_dir),
         clock if clock is not None else SystemClock(),
     )
     store = Store(paths.state_file, paths.lock_file, definition.state_names, definition.initial,

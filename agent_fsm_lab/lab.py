@@ -11,17 +11,29 @@ from the host's config. It packs releases of four kinds:
 
 Broken assets name a binary that does not exist and a recovery script that exits 1: had the
 candidate's assets been written before its judgment, its own rollback would break.
+
+With `faults=True` the lab can also break the host around the agent, on request, through flag
+files in `<test_dir>/faults/` (`Lab.fault(name)` sets one, `Lab.fault(name, False)` clears it):
+
+- the node's publisher: `publish_command` is the lab's script, which delivers each result into
+  `<test_dir>/outbox/` (`Lab.published()`), fails while `publish-fails` is set and never answers
+  while `publish-hangs` is set;
+- systemctl: the CLI (`Lab.cli`), the agent unit and the recovery unit find a wrapper first in
+  their PATH, which refuses the verb V ("Access denied", exit 1) while `refuse-V` is set, e.g.
+  `refuse-reset-failed`, `refuse-daemon-reload`, and otherwise runs the real systemctl.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Literal
 
+import agent_fsm
 from agent_fsm.actions import packing
 
 from .sandbox import SystemdSandbox, python_paths, under_private_tmp
@@ -40,14 +52,55 @@ BROKEN_ASSETS = {
 }
 
 
+# The PATH systemd gives services (and `SystemdSandbox.run` gives commands).
+SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+SYSTEMCTL_WRAPPER = """#!/bin/sh
+# The lab's systemctl: the real one, except a verb V refused while $faults/refuse-V exists.
+faults={faults}
+if [ -n "${{1:-}}" ] && [ -e "$faults/refuse-$1" ]; then
+    echo "Failed to $*: Access denied (fault injected by the lab)" >&2
+    exit 1
+fi
+exec {systemctl} "$@"
+"""
+
+PUBLISHER = """#!/bin/sh
+# The lab's publisher: fails while $faults/publish-fails exists, never answers while
+# $faults/publish-hangs exists; else delivers the result (JSON on stdin) into the outbox.
+faults={faults} outbox={outbox}
+if [ -e "$faults/publish-fails" ]; then
+    echo "publisher unreachable (fault injected by the lab)" >&2
+    exit 1
+fi
+while [ -e "$faults/publish-hangs" ]; do sleep 0.2; done
+tmp="$outbox/.$$.tmp"
+cat > "$tmp"
+mv "$tmp" "$outbox/$(date +%s%N)-$$.json"
+"""
+
+
 class Lab:
     def __init__(self, sandbox: SystemdSandbox, *, deadline: float = 6, soak: float = 1,
-                 max_attempts: int = 2) -> None:
+                 max_attempts: int = 2, faults: bool = False,
+                 config_extra: dict[str, Any] | None = None) -> None:
+        """Configure the agent (see the module docstring); `faults`: set up the fault kit;
+        `config_extra`: more top-level config keys (values written as TOML via JSON, so
+        strings, numbers and lists of them)."""
         self.sb = sandbox
         self.dir = sandbox.test_dir
         self.state_dir = self.dir / "state"
         self.packs = self.dir / "packs"
         self.config = self.dir / "config.toml"
+        self.faults_dir = self.dir / "faults"
+        self.outbox = self.dir / "outbox"
+        # Every `cli` call gets these; the CLI inside runs the agent_fsm this harness packs from
+        # (the same one as the .venv's editable install, unless run from another checkout).
+        package_root = Path(agent_fsm.__file__).resolve().parents[1]
+        self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": str(package_root)}
+        extra = dict(config_extra or {})
+        if faults:
+            extra.setdefault("publish_command", [str(self._setup_faults())])
         health = self.state_dir / "health"
         check = f'test "$(cat {health} 2>/dev/null)" = "$AGENT_FSM_VERSION"'
         self.config.write_text(
@@ -56,7 +109,8 @@ class Lab:
             f'lib_dir = "{self.dir / "lib"}"\n'
             'unit_dir = "/etc/systemd/system"\n'
             f'run_dir = "/run/{NAME}"\n'
-            "[judgment]\n"
+            + "".join(f"{key} = {json.dumps(value)}\n" for key, value in extra.items())
+            + "[judgment]\n"
             f"deadline_seconds = {deadline}\n"
             f"soak_seconds = {soak}\n"
             f"max_attempts = {max_attempts}\n"
@@ -69,6 +123,54 @@ class Lab:
             dropin = sandbox.host_path(f"/etc/systemd/system/{UNIT}.d")
             dropin.mkdir(parents=True, exist_ok=True)
             (dropin / "lab-python-under-tmp.conf").write_text("[Service]\nPrivateTmp=no\n")
+
+    # Host setup and faults --------------------------------------------------------------
+    def dropin(self, unit: str, name: str, text: str, reload: bool = True) -> Path:
+        """Write drop-in `<unit>.d/<name>.conf` (it survives the agent's asset writes)."""
+        directory = self.sb.host_path(f"/etc/systemd/system/{unit}.d")
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{name}.conf"
+        path.write_text(text)
+        if reload:
+            self.sb.systemctl("daemon-reload")
+        return path
+
+    def _setup_faults(self) -> Path:
+        """The systemctl wrapper first in every PATH that calls it, and the publisher."""
+        bin_dir = self.faults_dir / "bin"
+        bin_dir.mkdir(parents=True)
+        self.outbox.mkdir(mode=0o755)
+        real = shutil.which("systemctl", path="/usr/bin:/bin") or "/bin/systemctl"
+        wrapper = bin_dir / "systemctl"
+        wrapper.write_text(SYSTEMCTL_WRAPPER.format(faults=self.faults_dir, systemctl=real))
+        wrapper.chmod(0o755)
+        publisher = self.faults_dir / "publish"
+        publisher.write_text(PUBLISHER.format(faults=self.faults_dir, outbox=self.outbox))
+        publisher.chmod(0o755)
+        path = f"{bin_dir}:{SERVICE_PATH}"
+        self.env["PATH"] = path
+        # The agent unit is ProtectSystem=strict: the publisher it runs may write the outbox.
+        self.dropin(UNIT, "lab-faults", f"[Service]\nEnvironment=PATH={path}\n"
+                    f"ReadWritePaths=-{self.outbox}\n", reload=False)
+        self.dropin(RECOVERY_UNIT, "lab-faults", f"[Service]\nEnvironment=PATH={path}\n",
+                    reload=False)
+        return publisher
+
+    def fault(self, name: str, on: bool = True) -> None:
+        """Set (or clear) a fault flag: `publish-fails`, `publish-hangs`, `refuse-<verb>`."""
+        if not self.faults_dir.is_dir():
+            raise RuntimeError("this Lab was made without faults=True")
+        flag = self.faults_dir / name
+        if on:
+            flag.write_text("on\n")
+        else:
+            flag.unlink(missing_ok=True)
+
+    def published(self) -> list[dict[str, Any]]:
+        """The results the lab's publisher delivered, oldest first."""
+        if not self.outbox.is_dir():
+            return []
+        return [json.loads(p.read_text()) for p in sorted(self.outbox.glob("*.json"))]
 
     # Releases ---------------------------------------------------------------------------
     def pack(self, version: str, kind: Kind = "good") -> Path:
@@ -91,11 +193,12 @@ class Lab:
         return path
 
     # Driving ----------------------------------------------------------------------------
-    def cli(self, *args: str, check: bool = True,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """Run agent-fsm inside the sandbox, as an operator on that host would."""
+    def cli(self, *args: str, check: bool = True, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run agent-fsm inside the sandbox, as an operator on that host would (`env`: more
+        environment for this call, e.g. a failpoint)."""
         return self.sb.run(sys.executable, "-m", "agent_fsm", "--config", str(self.config),
-                           *args, check=check, timeout=timeout, env={"COLUMNS": "120"})
+                           *args, check=check, timeout=timeout, env={**self.env, **(env or {})})
 
     def status(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.cli("status", "--json").stdout)

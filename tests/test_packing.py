@@ -77,7 +77,7 @@ class TestAddListPrune:
             world.add_release(v)
         world.installed("1.0.0")
         world.upgrading("2.0.0")
-        assert prune(world.node) == ["0.9.0", "0.9.5"]
+        assert prune(world.node).removed == ("0.9.0", "0.9.5")
         assert world.node.host.releases.versions() == ["1.0.0", "2.0.0"]
 
 

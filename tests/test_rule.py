@@ -25,12 +25,13 @@ class TestHoldWhileSignalled:
         assert before != world.rendered("2.0.0")
 
     def test_missing_asset_is_still_written(self, world: World) -> None:
-        """With a signal, an asset missing from disk is written from the candidate's templates."""
+        """With a signal, an asset missing from disk is written: the last-good's, never the
+        candidate's (tests/test_last_good_assets.py has the details)."""
         world.installed("1.0.0")
         world.paths.recovery_script.unlink()
         kept_unit = world.paths.agent_unit.read_bytes()
         world.upgrading("2.0.0")
-        assert world.paths.recovery_script.read_bytes() == world.rendered("2.0.0")["agent-recovery.sh"]
+        assert world.paths.recovery_script.read_bytes() == world.rendered("1.0.0")["agent-recovery.sh"]
         assert world.paths.agent_unit.read_bytes() == kept_unit
 
     def test_without_signal_all_differing_assets_are_rewritten(self, world: World) -> None:
@@ -97,7 +98,9 @@ class TestAfterJudgment:
         assert not world.node.host.gate.is_open()
         assert world.node.host.releases.selected() == "1.0.0"
         assert ("start", "agent-recovery.service") in world.systemd.calls
-        assert [r.outcome for r in world.publisher.published] == ["rolled_back"]
+        # Recorded for delivery; the way back never waits on the publish command.
+        assert [r.outcome for r in world.publisher.recorded] == ["rolled_back"]
+        assert world.publisher.attempts == 0
 
     def test_recovered_clears_signal_writes_last_good_assets_and_opens_gate(
             self, world: World) -> None:

@@ -13,11 +13,13 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import files
-from ..errors import ReleaseError
+from ..errors import Refused, ReleaseError, StateFileError
 from ..node import assets
-from ..node.releases import check_version, read_manifest
+from ..node.releases import check_version, natural_key, read_manifest
+from ..node.store import StateDoc
 from ..wiring import Node
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the agent_fsm package
@@ -97,17 +99,126 @@ def add(directory: Path, node: Node) -> Added:
     return Added(version, target, already=False)
 
 
-def prune(node: Node) -> list[str]:
-    """Remove stored releases except the selected, the last-good and a pending upgrade's."""
-    host = node.host
-    removed = []
-    with node.store.locked():  # no upgrade may select a release while it is being removed
-        keep = {host.releases.selected(), host.releases.last_good()}
-        sig = host.signal()
-        if sig is not None:
-            keep |= {sig.from_version, sig.to_version}
-        for version in host.releases.versions():
-            if version not in keep:
-                shutil.rmtree(host.releases.path(version))
-                removed.append(version)
-    return removed
+@dataclass(frozen=True)
+class Pruned:
+    """What `prune` did (or, dry, would do): each stored release removed or kept, and why."""
+
+    removed: tuple[str, ...]
+    kept: tuple[tuple[str, tuple[str, ...]], ...]  # (version, reasons), in version order
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"removed": list(self.removed), "dry_run": self.dry_run,
+                "kept": [{"version": v, "why": list(why)} for v, why in self.kept]}
+
+
+def protected(node: Node, doc: StateDoc) -> dict[str, list[str]]:
+    """The releases the way back or an owed transition may still need, each with why.
+
+    The selected and the last-good; both ends of a pending upgrade, as the signal and the state
+    file name them; and every version a transition left owed by a crash names (its `release`,
+    its `from`, its `upgrade`), which `resume`, `recover` and the daemon's next start will need.
+    """
+    why: dict[str, list[str]] = {}
+
+    def mark(version: object, reason: str) -> None:
+        if version is None:
+            return
+        if not isinstance(version, str):
+            raise StateFileError(
+                f"state file {node.paths.state_file} names {version!r} as a release ({reason}); "
+                "prune cannot tell what it needs, so nothing was removed; run `agent-fsm doctor`")
+        reasons = why.setdefault(version, [])
+        if reason not in reasons:
+            reasons.append(reason)
+
+    releases = node.releases
+    mark(releases.selected(), "selected")
+    mark(releases.last_good(), "last-good")
+    sig = node.signal()
+    if sig is not None:
+        mark(sig.from_version, "pending upgrade")
+        mark(sig.to_version, "pending upgrade")
+    if doc.upgrade is not None:
+        mark(doc.upgrade.from_version, "pending upgrade")
+        mark(doc.upgrade.to_version, "pending upgrade")
+    if doc.pending is not None:
+        owed = f"owed by an interrupted {doc.pending.trigger}"
+        args = doc.pending.args
+        mark(args.get("release"), owed)
+        mark(args.get("from"), owed)
+        upgrade = args.get("upgrade")
+        if upgrade is not None:
+            if not isinstance(upgrade, dict):
+                mark(upgrade, owed)  # refuses: not a pair of versions
+            else:
+                mark(upgrade.get("from"), owed)
+                mark(upgrade.get("to"), owed)
+    return why
+
+
+def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
+          dry_run: bool = False) -> Pruned:
+    """Remove stored releases that neither the way back nor an owed transition needs.
+
+    Never removed: the `protected` releases. Then, by what is asked:
+    - nothing: releases newer than the selected (staged for a coming upgrade) are kept too, and
+      the older ones removed;
+    - `keep=N`: the N newest of the others are kept, the rest removed (staged ones too);
+    - `names`: exactly those are removed; if any is protected or not stored, the whole prune is
+      refused (Refused, ReleaseError) and nothing is removed.
+    The state file is read under the store's lock, so no transition runs meanwhile; a damaged
+    one refuses the prune (StateFileError) before anything is removed.
+    """
+    if names and keep is not None:
+        raise ReleaseError("name the releases to remove or give --keep N, not both")
+    if keep is not None and keep < 0:
+        raise ReleaseError(f"--keep {keep}: give a number of releases, 0 or more")
+    releases = node.releases
+    with node.store.locked():  # no transition may select a release while it is being removed
+        doc = node.store.read()  # damaged: StateFileError, before anything is touched
+        why = protected(node, doc)
+        stored = sorted(releases.versions(), key=natural_key)
+        if names:
+            asked = list(dict.fromkeys(check_version(n) for n in names))
+            missing = [n for n in asked if n not in stored]
+            if missing:
+                raise ReleaseError(
+                    f"release {', '.join(missing)} is not stored (stored: "
+                    f"{', '.join(stored) or 'none'}); nothing was removed")
+            refused = [f"{n} ({', '.join(why[n])})" for n in asked if n in why]
+            if refused:
+                raise Refused(
+                    f"will not remove {'; '.join(refused)}: protected, as the way back or what "
+                    "an owed transition needs; nothing was removed")
+            remove = set(asked)
+        else:
+            others = [v for v in stored if v not in why]
+            if keep is not None:
+                for v in others[max(len(others) - keep, 0):]:
+                    why[v] = [f"within --keep {keep}"]
+            else:
+                selected = releases.selected()
+                for v in others:
+                    if selected is None:
+                        why[v] = ["staged: nothing is selected yet"]
+                    elif natural_key(v) > natural_key(selected):
+                        why[v] = [f"staged: newer than the selected {selected}"]
+            remove = {v for v in stored if v not in why}
+        removed = tuple(v for v in stored if v in remove)
+        if not dry_run:
+            for stale in node.paths.releases_dir.glob(".*.pruning"):  # a crash in _remove's
+                shutil.rmtree(stale, ignore_errors=True)
+            for version in removed:
+                _remove(releases.path(version))
+    kept = tuple((v, tuple(why[v])) for v in stored if v not in remove)
+    return Pruned(removed, kept, dry_run)
+
+
+def _remove(path: Path) -> None:
+    """Take a release out of the store in one rename, then delete it: a crash midway leaves a
+    hidden `.<version>.pruning` (swept by the next prune), never a half release."""
+    gone = path.with_name(f".{path.name}.pruning")
+    os.replace(path, gone)
+    files.fsync_dir(path.parent)
+    shutil.rmtree(gone)

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import signal
 import subprocess
-import sys
 import time
-from types import FrameType
+from collections.abc import Callable
 
 from ..errors import AgentFsmError, PublishError
 from ..lifecycle.engine import Controller
@@ -33,100 +31,46 @@ from ..system.clock import Clock
 from ..system.notify import Notifier, watchdog_interval
 from ..wiring import Node
 from . import judge as judge_mod
+from .runtime import Waker, WakerClock, setup_logging
 
 log = logging.getLogger("agent_fsm")
 
 PUBLISH_RETRY_FIRST = 1.0
 PUBLISH_RETRY_MAX = 30.0
-PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
-            logging.CRITICAL: 2}
+DELIVERY_RETRY_MAX = 300.0
 
 
 def open_gate_after_judgment(controller: Controller, clock: Clock,
-                             max_tries: int | None = None) -> StateDoc:
+                             max_tries: int | None = None,
+                             before_try: Callable[[int, str], None] = lambda _n, _why: None,
+                             ) -> StateDoc:
     """Run `complete` (publish, clear signal, write assets, reload, promote, open the gate).
 
     A failed publish is retried with a growing delay; the gate stays closed meanwhile, because
     `open_gate` comes after `publish_result` in the recorded transition and resuming never
-    skips an effect. `max_tries` bounds the retries (None: until it works).
+    skips an effect. `before_try(n, last_error)` runs before each try (the daemon tells systemd
+    to extend its start timeout, so a slow publisher never turns a good upgrade into a
+    rollback). `max_tries` bounds the retries (None: until it works).
     """
     delay = PUBLISH_RETRY_FIRST
     tries = 0
+    why = ""
     while True:
         tries += 1
+        before_try(tries, why)
         try:
             doc = controller.resume()
             if doc.state == StateName.judged_ok:
                 doc = controller.fire(Trigger.complete)
             return doc
         except PublishError as exc:
+            why = str(exc)
             if max_tries is not None and tries >= max_tries:
                 raise
             log.warning("publishing the result failed (try %d), retrying in %.0fs: %s",
                         tries, delay, exc)
             clock.sleep(delay)
             delay = min(delay * 2, PUBLISH_RETRY_MAX)
-
-
-class JournalFormatter(logging.Formatter):
-    """`<N>message`: journald reads the priority from the prefix."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return f"<{PRIORITY.get(record.levelno, 6)}>{record.getMessage()}"
-
-
-def setup_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JournalFormatter())
-    root = logging.getLogger("agent_fsm")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    root.propagate = False
-
-
-class Waker:
-    """Sleeps that end early on a signal: handlers write to a pipe (set_wakeup_fd)."""
-
-    def __init__(self) -> None:
-        self.stop = False
-        self.child = False
-        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
-        signal.signal(signal.SIGTERM, self._on_stop)
-        signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGCHLD, self._on_child)
-
-    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
-        self.stop = True
-
-    def _on_child(self, signum: int, frame: FrameType | None) -> None:
-        self.child = True
-
-    def wait(self, timeout: float | None) -> None:
-        if self.stop:
-            return
-        ready, _, _ = select.select([self._r], [], [], timeout)
-        if ready:
-            try:
-                while os.read(self._r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-
-
-class WakerClock:
-    """The system clock, but a sleep ends at once when SIGTERM arrives."""
-
-    def __init__(self, waker: Waker) -> None:
-        self.waker = waker
-
-    def now(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while not self.waker.stop and (left := end - time.monotonic()) > 0:
-            self.waker.wait(left)
 
 
 class Daemon:
@@ -136,6 +80,7 @@ class Daemon:
         self.waker = waker
         self.clock = WakerClock(waker)
         self.workload: subprocess.Popen[bytes] | None = None
+        self.retry_delay = PUBLISH_RETRY_FIRST / 2
 
     # Workload ---------------------------------------------------------------------------
     def _release_env(self, version: str) -> dict[str, str]:
@@ -171,6 +116,29 @@ class Daemon:
         log.info("%s", text)
         self.notifier.status(text)
 
+    def extend_start(self, tries: int, why: str) -> None:
+        """Before each try to publish a judged-ok result: give systemd's start timeout room
+        for one more try (the publish command's own timeout plus a margin)."""
+        room = float(getattr(self.node.host.publisher, "timeout", 30.0)) + PUBLISH_RETRY_MAX + 10
+        text = ("publishing the result before opening the gate" if tries == 1 else
+                f"publishing the result failed, try {tries}: {why}")
+        self.notifier.extend_timeout(room, text)
+
+    def deliver_results(self) -> float | None:
+        """Deliver recorded results still queued (a rolled-back one, say); None when the outbox
+        is empty, else the seconds until the next try. Never blocks the way back."""
+        try:
+            delivered = self.node.host.publisher.deliver()
+        except AgentFsmError as exc:
+            self.retry_delay = min(self.retry_delay * 2, DELIVERY_RETRY_MAX)
+            log.warning("delivering a recorded result failed, retrying in %.0fs: %s",
+                        self.retry_delay, exc)
+            return self.retry_delay
+        if delivered:
+            log.info("delivered %d recorded result(s)", delivered)
+        self.retry_delay = PUBLISH_RETRY_FIRST / 2
+        return None
+
     def startup(self) -> bool:
         """Bring the node to an open gate; False when this process must exit non-zero."""
         node, controller = self.node, self.node.controller
@@ -183,7 +151,7 @@ class Daemon:
             return self.judge_candidate(selected)
         if doc.state == StateName.judged_ok:
             self.status("publishing the result of the upgrade before opening the gate")
-            open_gate_after_judgment(controller, self.clock)
+            open_gate_after_judgment(controller, self.clock, before_try=self.extend_start)
         elif doc.state in (StateName.judged_failed, StateName.recovering):
             if doc.state == StateName.recovering and selected == node.releases.last_good():
                 self.status(f"back on last-good {selected}: clearing the signal, writing assets")
@@ -225,7 +193,7 @@ class Daemon:
         if verdict.ok:
             self.status(f"candidate {version} judged ok: {verdict.reason}")
             controller.fire(Trigger.judge_ok)
-            open_gate_after_judgment(controller, self.clock)
+            open_gate_after_judgment(controller, self.clock, before_try=self.extend_start)
             return True
         log.error("candidate %s judged failed: %s; starting recovery", version, verdict.reason)
         self.stop_workload()
@@ -256,10 +224,17 @@ class Daemon:
         self.notifier.ready(f"{self.node.paths.name} {version} running; gate open")
         log.info("ready: %s running, gate open", version)
         interval = watchdog_interval()
+        retry = self.deliver_results()
+        next_try = None if retry is None else time.monotonic() + retry
         while not self.waker.stop:
             if interval is not None:
                 self.notifier.watchdog()
-            self.waker.wait(interval)
+            waits = [w for w in (interval, next_try and max(next_try - time.monotonic(), 0))
+                     if w is not None]
+            self.waker.wait(min(waits) if waits else None)
+            if next_try is not None and time.monotonic() >= next_try and not self.waker.stop:
+                retry = self.deliver_results()
+                next_try = None if retry is None else time.monotonic() + retry
             if self.waker.stop:
                 # On a stop systemd signals the whole cgroup, so the workload may exit first:
                 # that is the stop, not a failure (a failure would start recovery).

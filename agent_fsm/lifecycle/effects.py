@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AgentFsmError, Refused, ReleaseError
-from ..node import assets, signal
+from ..node import assets, kept_assets, signal
 from ..node.gate import Gate
 from ..node.paths import Paths
 from ..node.releases import Releases
@@ -206,6 +206,11 @@ class Host:
         selected = self.releases.selected()
         if selected is None:
             raise ReleaseError("no release is selected, so none can be promoted to last-good")
+        # Keep its rendered assets first, so holding them during the next upgrade needs no
+        # release directory (a crash before the pointer moves re-runs both).
+        failed = kept_assets.keep_release(self.paths, self.releases, selected)
+        if failed is not None:
+            log.error("release %s's assets cannot be kept for the way back: %s", selected, failed)
         self.releases.promote(selected)
 
     @effect
@@ -237,8 +242,12 @@ class Host:
             log.info("upgrade pending: holding the last-good's asset(s) %s",
                      ", ".join(map(str, on_disk)))
         if len(on_disk) == len(self.asset_paths()):
-            return  # nothing missing: the candidate's templates are not even read
-        written = assets.hold(self.rendered())
+            return  # nothing missing
+        # Only the last-good's: the candidate's release and templates are never read here.
+        found = kept_assets.last_good(self.paths, self.releases)
+        log.log(logging.WARNING if found.fallback else logging.INFO,
+                "upgrade pending: restoring missing asset(s) %s", found.source)
+        written = assets.hold(found.assets)
         log.info("upgrade pending: wrote missing asset(s) %s",
                  ", ".join(str(a.path) for a in written))
 
@@ -252,14 +261,32 @@ class Host:
         if written:
             log.info("rewrote asset(s) that differed: %s", ", ".join(str(a.path) for a in written))
 
-    @effect
-    def publish_result(self, step: Step) -> None:
+    def _result(self, step: Step) -> Result | None:
+        """The result this transition reports, or None when it was reported already."""
         up = self._upgrade(step)
         outcome: Outcome = "ok" if step.dest == StateName.converged else "rolled_back"
         last = step.doc.last_result
         if last and last.get("to") == up.to_version and last.get("started") == up.started \
                 and last.get("outcome") == outcome:
-            return  # already published for this upgrade
-        result = Result(up.from_version, up.to_version, outcome, up.started, self.clock.now())
+            return None
+        return Result(up.from_version, up.to_version, outcome, up.started, self.clock.now())
+
+    @effect
+    def publish_result(self, step: Step) -> None:
+        """Record the result and deliver it (and any older one queued) before going on."""
+        result = self._result(step)
+        if result is None:
+            self.publisher.deliver()  # recorded by an earlier run; the delivery may be owed
+            return
         self.publisher.publish(result)
+        step.doc.last_result = result.to_json()
+
+    @effect
+    def record_result(self, step: Step) -> None:
+        """Record the result locally, queued for delivery: the way back never waits on the
+        publish command (the last-good's daemon delivers it)."""
+        result = self._result(step)
+        if result is None:
+            return
+        self.publisher.record(result)
         step.doc.last_result = result.to_json()

@@ -47,8 +47,11 @@ def check_vocabulary(d: Definition) -> None:
         raise DefinitionError(f"{d.source} lacks what agent-fsm's code names: {', '.join(missing)}")
 
 
-def _dests(d: Definition, effect: str) -> set[str]:
-    return {t.dest for t in d.transitions if effect in t.effect_names}
+RESULT_EFFECTS = ("publish_result", "record_result")
+
+
+def _dests(d: Definition, *effects: str) -> set[str]:
+    return {t.dest for t in d.transitions if set(effects) & set(t.effect_names)}
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class Groups:
     pending: frozenset[str]  # an upgrade is pending: the signal is written and not yet cleared
     rolling_back: frozenset[str]  # the candidate was given up: recovery started or last-good selected
     recover_from: frozenset[str]  # where `recover` may start
-    publishing: frozenset[tuple[str, str]]  # (trigger, source) that publishes a new result
+    publishing: frozenset[tuple[str, str]]  # (trigger, source) that reports a new result
 
     def tone(self, state: str, initial: str) -> str:
         """How a state reads to an operator: "none", "ok", "busy" or "bad"."""
@@ -79,9 +82,9 @@ def groups(d: Definition) -> Groups:
             if here in t.sources and "clear_signal" not in t.effect_names and t.dest not in pending:
                 pending.add(t.dest)
                 frontier.append(t.dest)
-    published = _dests(d, "publish_result")
+    published = _dests(d, *RESULT_EFFECTS)
     publishing = {
-        (t.trigger, s) for t in d.transitions if "publish_result" in t.effect_names
+        (t.trigger, s) for t in d.transitions if set(RESULT_EFFECTS) & set(t.effect_names)
         for s in t.sources if s not in published  # from a state whose result is out already
     }
     return Groups(

@@ -4,7 +4,8 @@ Each release carries templates of them (`assets/` in the release). Rendered for 
 are compared with what is on disk and written in one of three ways:
 
 - hold: keep every existing file byte for byte, write only missing ones (an upgrade is pending,
-  so what is on disk is the last-good's and is the only way back);
+  so what is on disk is the last-good's and is the only way back; the missing ones come from the
+  last-good's copy in `kept_assets`, never from the candidate);
 - converge: rewrite the ones that differ;
 - write all.
 """
@@ -65,13 +66,18 @@ def variables(paths: Paths, version: str) -> dict[str, str]:
     }
 
 
-def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
-    """Render a release's asset templates for this host."""
-    targets = {
+def targets(paths: Paths) -> dict[str, tuple[Path, Path, int]]:
+    """Each template's asset on this host: its host path, where it is written, and its mode."""
+    return {
         "agent.service": (paths.host_agent_unit, paths.agent_unit, UNIT_MODE),
         "recovery.service": (paths.host_recovery_unit, paths.recovery_unit, UNIT_MODE),
         "recovery.sh": (paths.host_recovery_script, paths.recovery_script, SCRIPT_MODE),
     }
+
+
+def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
+    """Render a release's asset templates for this host, in the order of TEMPLATES."""
+    where = targets(paths)
     values = variables(paths, version)
     out: list[Asset] = []
     for template_name in TEMPLATES:
@@ -89,7 +95,7 @@ def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
                 f"template {template_path} of release {version} uses an unknown or malformed "
                 f"placeholder ({exc}); known: {', '.join(sorted(values))}"
             ) from None
-        host_path, path, mode = targets[template_name]
+        host_path, path, mode = where[template_name]
         out.append(Asset(host_path, path, mode, content.encode()))
     return tuple(out)
 

@@ -82,8 +82,18 @@ class Paths:
         return self.state_dir / "upgrade-signal.json"
 
     @property
+    def last_good_assets(self) -> Path:
+        """The last-good's rendered assets, kept when it was promoted (see `kept_assets`)."""
+        return self.state_dir / "last-good-assets.json"
+
+    @property
     def results_dir(self) -> Path:
         return self.state_dir / "results"
+
+    @property
+    def outbox_dir(self) -> Path:
+        """Results recorded and not yet delivered by the publish command."""
+        return self.state_dir / "outbox"
 
     @property
     def releases_dir(self) -> Path:

@@ -35,6 +35,11 @@ def check_version(version: str) -> str:
     return version
 
 
+def natural_key(version: str) -> tuple[tuple[int, int | str], ...]:
+    """Order versions as people do: 10.0.0 after 9.1.0."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", version) if p)
+
+
 def read_manifest(path: Path, expected_version: str | None = None) -> Manifest:
     """Read and check a `release.toml`; a stored release's must name its directory's version.
 

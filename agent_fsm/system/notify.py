@@ -38,6 +38,10 @@ class Notifier:
     def status(self, status: str) -> bool:
         return self.send(f"STATUS={status}")
 
+    def extend_timeout(self, seconds: float, status: str) -> bool:
+        """Ask for `seconds` more before the current start (or stop) times out."""
+        return self.send(f"EXTEND_TIMEOUT_USEC={int(seconds * 1_000_000)}", f"STATUS={status}")
+
     def stopping(self) -> bool:
         return self.send("STOPPING=1", "STATUS=stopping")
 

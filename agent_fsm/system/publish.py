@@ -38,29 +38,64 @@ class Result:
 
 
 class Publisher(Protocol):
-    def publish(self, result: Result) -> None: ...
+    def record(self, result: Result) -> None:
+        """Keep the result locally and durably, queued for delivery; never runs a command."""
+
+    def deliver(self) -> int:
+        """Deliver the queued results, oldest first; the number delivered. Raises
+        PublishError at the first that fails (it and the later ones stay queued)."""
+
+    def publish(self, result: Result) -> None:
+        """Record the result, then deliver everything queued (it included)."""
 
 
 class RecordPublisher:
-    """Writes `<state_dir>/results/<started>-<to>.json`, then runs the configured command."""
+    """Records `<state_dir>/results/<started>-<to>.json` and queues a copy in the outbox
+    (`<state_dir>/outbox/`); delivering runs the configured command with the result as JSON on
+    stdin and takes the copy out of the outbox once the command exits 0."""
 
     def __init__(self, results_dir: Path, command: tuple[str, ...] = (),
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, outbox: Path | None = None) -> None:
         self.results_dir = results_dir
+        self.outbox = outbox if outbox is not None else results_dir.parent / "outbox"
         self.command = command
         self.timeout = timeout
 
-    def record_path(self, result: Result) -> Path:
-        return self.results_dir / f"{int(result.started * 1000)}-{result.to_version}.json"
+    def _name(self, result: Result) -> str:
+        return f"{int(result.started * 1000)}-{result.to_version}.json"
 
-    def publish(self, result: Result) -> None:
-        payload = json.dumps(result.to_json(), indent=2) + "\n"
+    def record_path(self, result: Result) -> Path:
+        return self.results_dir / self._name(result)
+
+    def record(self, result: Result) -> None:
+        payload = (json.dumps(result.to_json(), indent=2) + "\n").encode()
         try:
-            files.atomic_write(self.record_path(result), payload.encode(), 0o644)
+            files.atomic_write(self.record_path(result), payload, 0o644)
+            files.atomic_write(self.outbox / self._name(result), payload, 0o600)
         except OSError as exc:
             raise PublishError(f"could not record the result in {self.results_dir}: {exc}") from None
-        if not self.command:
-            return
+
+    def queued(self) -> list[Path]:
+        try:
+            return sorted((p for p in self.outbox.iterdir() if p.suffix == ".json"),
+                          key=lambda p: (int(p.name.split("-", 1)[0]), p.name))
+        except FileNotFoundError:
+            return []
+
+    def deliver(self) -> int:
+        delivered = 0
+        for path in self.queued():
+            if self.command:
+                self._run(path.read_text(encoding="utf-8"))
+            files.remove(path)
+            delivered += 1
+        return delivered
+
+    def publish(self, result: Result) -> None:
+        self.record(result)
+        self.deliver()
+
+    def _run(self, payload: str) -> None:
         name = self.command[0]
         try:
             done = proc.run(self.command, timeout=self.timeout, stdin=payload)

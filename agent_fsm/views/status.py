@@ -10,13 +10,13 @@ docs/operations.md and pinned by tests/test_status.py.
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentFsmError
 from ..lifecycle.explain import situation
 from ..lifecycle.states import StateName
+from ..node.releases import natural_key
 from ..node.signal import UpgradeSignal
 from ..node.store import StateDoc
 from ..wiring import Node
@@ -103,11 +103,6 @@ class Status:
             "allowed": list(self.allowed),
             "next": self.next.to_json(),
         }
-
-
-def natural_key(version: str) -> tuple[tuple[int, int | str], ...]:
-    """Order versions as people do: 10.0.0 after 9.1.0."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", version) if p)
 
 
 def _signal_json(sig: UpgradeSignal, now: float, max_attempts: int) -> dict[str, Any]:

@@ -73,12 +73,47 @@ def release_list(
 
 
 @app.command("prune", epilog=EXIT_CODES)
-def release_prune(ctx: typer.Context) -> None:
-    """Remove stored releases other than the selected, the last-good and a pending upgrade's.
+def release_prune(
+    ctx: typer.Context,
+    versions: Annotated[list[str] | None, typer.Argument(
+        metavar="VERSION", help="Remove exactly these releases (refused, exit 3, if any is protected).",
+        show_default=False)] = None,
+    keep: Annotated[int | None, typer.Option(
+        "--keep", min=0, metavar="N", help="Keep the N newest unprotected releases, remove the rest.",
+        show_default=False)] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Say what would be removed and kept; remove nothing.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="One JSON object: removed, kept (version, why), dry_run.")] = False,
+) -> None:
+    """Remove stored releases that neither the way back nor an owed transition needs.
 
-    Example: agent-fsm release prune
+    Never removed, whatever is asked: the selected, the last-good, both ends of a pending
+    upgrade, and every version a transition interrupted by a crash still names (`status` shows
+    it as owed). With no arguments, releases newer than the selected are kept too (staged for a
+    coming upgrade) and the older ones removed. With --keep N, the N newest of the others are
+    kept and the rest removed, staged ones included. With VERSION..., exactly those are
+    removed; if any is protected, the prune is refused (exit 3) and nothing is removed. A
+    damaged state file refuses the prune (exit 1). One line per release: `removed V` or
+    `kept V (why)`.
+
+    Example: agent-fsm release prune --dry-run, then agent-fsm release prune --keep 2
     """
     from ...actions.packing import prune
+    from ...node.releases import natural_key
 
-    removed = prune(options.of(ctx).node())
-    out.print(f"removed {', '.join(removed)}" if removed else "nothing to prune", markup=False)
+    if versions and keep is not None:
+        raise typer.BadParameter("name releases to remove, or give --keep N, not both",
+                                 param_hint="--keep")
+    result = prune(options.of(ctx).node(), tuple(versions or ()), keep=keep, dry_run=dry_run)
+    if as_json:
+        render.print_json(result.to_json())
+        return
+    kept = dict(result.kept)
+    verb = "would remove" if dry_run else "removed"
+    for version in sorted({*result.removed, *kept}, key=natural_key):
+        line = f"{verb} {version}" if version in result.removed else (
+            f"kept {version} ({', '.join(kept[version])})")
+        out.print(line, markup=False)
+    if not result.removed:
+        out.print("nothing to prune" if kept else "no releases stored", markup=False)

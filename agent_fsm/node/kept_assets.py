@@ -1,0 +1,202 @@
+"""The last-good's service assets, kept in the state dir so the way back needs no release.
+
+When a release is promoted to last-good, the bytes and modes it renders for this host are kept
+in one file, `<state_dir>/last-good-assets.json`, with its version and the host values they were
+rendered with. One file written atomically: the kept assets are always one release's, never a
+mix. While an upgrade is pending, a missing asset is restored from here byte for byte, so holding
+depends only on the last-good and the host: never on the candidate's release, and not even on
+the last-good's release directory. The file carries a schema and a checksum; a damaged one is
+refused (and left untouched) rather than trusted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import files
+from ..errors import AssetError, ReleaseError
+from .assets import TEMPLATES, Asset, render, targets, variables
+from .paths import Paths
+from .releases import Releases, check_version
+from .store import checksum
+
+SCHEMA = 1
+FILE_MODE = 0o600  # in the agent's private state dir; nobody else needs to read it
+ALLOWED_MODE_BITS = 0o755  # what an asset may have: no setuid, nothing group/world-writable
+
+
+@dataclass(frozen=True)
+class KeptAssets:
+    """The assets one release rendered for this host when it was promoted to last-good."""
+
+    version: str
+    rendered_for: dict[str, str]  # the template variables they were rendered with
+    contents: dict[str, tuple[int, bytes]]  # template name -> (mode, bytes)
+
+    def fits(self, paths: Paths) -> bool:
+        """Whether rendering the release now would give these bytes: same host values."""
+        return self.rendered_for == variables(paths, self.version)
+
+    def assets(self, paths: Paths) -> tuple[Asset, ...]:
+        """The kept assets at this host's paths, in the order of TEMPLATES."""
+        where = targets(paths)
+        out = []
+        for name in TEMPLATES:
+            host_path, path, _ = where[name]
+            mode, content = self.contents[name]
+            out.append(Asset(host_path, path, mode, content))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Found:
+    """The last-good's assets to restore, and where they came from (for the log)."""
+
+    assets: tuple[Asset, ...]
+    source: str
+    fallback: bool  # not the exact kept copy: worth a warning
+
+
+def _render(paths: Paths, releases: Releases, version: str) -> tuple[Asset, ...]:
+    releases.manifest(version)
+    return render(releases.path(version), paths, version)
+
+
+def last_good(paths: Paths, releases: Releases) -> Found:
+    """The last-good's assets for this host, never the selected release's (during an upgrade,
+    the candidate's): the copy kept when it was promoted; else, on a node promoted before copies
+    were kept (or whose copy is unusable or stale), rendered from the last-good's release."""
+    version = releases.last_good()
+    if version is None:
+        raise AssetError(f"there is no last-good release ({paths.last_good} is missing) whose "
+                         "assets could be restored; restore the missing asset(s) by hand")
+    where = paths.last_good_assets
+    try:
+        kept = read(where)
+    except AssetError as exc:
+        kept, why = None, str(exc)
+    else:
+        if kept is None:
+            why = f"no copy of its assets is kept in {where} (promoted by an older agent-fsm)"
+        elif kept.version != version:
+            why = f"the copy kept in {where} is release {kept.version}'s"
+        elif not kept.fits(paths):
+            why = f"the copy kept in {where} was rendered for other host settings"
+        else:
+            return Found(kept.assets(paths),
+                         f"from the copy of last-good {version}'s assets kept in {where}", False)
+    try:
+        rendered = _render(paths, releases, version)
+    except (AssetError, ReleaseError) as exc:
+        if kept is not None and kept.version == version:
+            return Found(kept.assets(paths), f"from the copy kept in {where} all the same: {why}, "
+                         f"and last-good {version}'s release cannot render them ({exc})", True)
+        raise AssetError(
+            f"cannot restore last-good {version}'s missing asset(s): {why}; and its release "
+            f"cannot render them ({exc}); re-add release {version} with `agent-fsm release add "
+            "DIR`, or restore the missing asset(s) by hand, then restart the agent unit"
+        ) from None
+    return Found(rendered, f"rendered from last-good {version}'s release "
+                 f"{releases.path(version)}, because {why}", True)
+
+
+def keep_release(paths: Paths, releases: Releases, version: str) -> AssetError | None:
+    """Keep what `version` renders for this host, before it is promoted to last-good.
+
+    A release whose templates do not render keeps no copy (a stale one, another release's, is
+    worse than none) and the reason is returned, not raised: `complete` tolerates a candidate
+    whose assets fail to render (the gate still opens), so promoting it must not strand it.
+    """
+    try:
+        rendered = _render(paths, releases, version)
+    except AssetError as exc:
+        discard(paths.last_good_assets)
+        return exc
+    keep(paths, version, rendered)
+    return None
+
+
+def keep(paths: Paths, version: str, rendered: tuple[Asset, ...]) -> None:
+    """Keep what `version` renders for this host (`rendered`) as the last-good's assets."""
+    names = {path: name for name, (_, path, _) in targets(paths).items()}
+    contents = {names[a.path]: a for a in rendered}
+    if set(contents) != set(TEMPLATES):
+        raise AssetError(f"cannot keep release {version}'s assets: rendered "
+                         f"{', '.join(sorted(contents))}, expected {', '.join(TEMPLATES)}")
+    body: dict[str, Any] = {
+        "schema": SCHEMA,
+        "version": version,
+        "rendered_for": variables(paths, version),
+        "assets": {name: {"mode": a.mode, "content": base64.b64encode(a.content).decode()}
+                   for name, a in sorted(contents.items())},
+    }
+    data = json.dumps({"checksum": checksum(body), **body}, indent=2, sort_keys=True) + "\n"
+    try:
+        files.atomic_write(paths.last_good_assets, data.encode(), FILE_MODE)
+    except OSError as exc:
+        raise AssetError(f"could not keep release {version}'s assets in "
+                         f"{paths.last_good_assets}: {exc}") from None
+
+
+def discard(path: Path) -> bool:
+    """Remove the kept copy (a stale one is worse than none); return whether it existed."""
+    return files.remove(path)
+
+
+def read(path: Path) -> KeptAssets | None:
+    """The kept copy, or None when there is none (a node promoted before it was kept).
+
+    A damaged, unknown or nonsensical file raises AssetError saying so; it is left untouched.
+    """
+    raw = files.read_bytes(path)
+    if raw is None:
+        return None
+    try:
+        return _decode(raw)
+    except (ValueError, TypeError, KeyError, binascii.Error, ReleaseError) as exc:
+        raise AssetError(
+            f"the kept copy of the last-good's assets {path} is unusable ({exc}); it was left "
+            "untouched and is not used; it is written again when a release is next promoted "
+            "(`agent-fsm install`, `agent-fsm activate` or a completed upgrade)"
+        ) from None
+
+
+def _decode(raw: bytes) -> KeptAssets:
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"schema {data.get('schema')!r}, this agent-fsm reads {SCHEMA}")
+    body = {k: v for k, v in data.items() if k != "checksum"}
+    if data.get("checksum") != checksum(body):
+        raise ValueError(f"checksum {data.get('checksum')!r} does not match its contents")
+    version = data["version"]
+    if not isinstance(version, str):
+        raise TypeError("`version` is not a string")
+    check_version(version)
+    rendered_for = data["rendered_for"]
+    if not isinstance(rendered_for, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in rendered_for.items()):
+        raise TypeError("`rendered_for` is not a table of strings")
+    kept = data["assets"]
+    if not isinstance(kept, dict) or set(kept) != set(TEMPLATES):
+        raise ValueError(f"`assets` must name exactly {', '.join(TEMPLATES)}")
+    contents: dict[str, tuple[int, bytes]] = {}
+    for name in TEMPLATES:
+        entry = kept[name]
+        if not isinstance(entry, dict) or set(entry) != {"mode", "content"}:
+            raise ValueError(f"asset {name} must have exactly `mode` and `content`")
+        mode, content = entry["mode"], entry["content"]
+        if isinstance(mode, bool) or not isinstance(mode, int) \
+                or mode < 0 or mode & ~ALLOWED_MODE_BITS:
+            raise ValueError(f"asset {name} has mode {mode!r}, not within "
+                             f"{ALLOWED_MODE_BITS:04o}")
+        if not isinstance(content, str):
+            raise TypeError(f"asset {name}'s `content` is not a string")
+        contents[name] = (mode, base64.b64decode(content, validate=True))
+    return KeptAssets(version, dict(rendered_for), contents)
