@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from agent_fsm.agent.runtime import Waker
 from tests.helpers import World, make_world
 
 
@@ -11,6 +14,16 @@ from tests.helpers import World, make_world
 def world(tmp_path: Path) -> World:
     """A fresh node below a temporary root: real files, fake systemctl, publisher and clock."""
     return make_world(tmp_path / "root")
+
+
+@pytest.fixture
+def waker() -> Iterator[Waker]:
+    """The daemon's signal-driven sleeper, with this process's signal handlers restored after."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)}
+    yield Waker()
+    signal.set_wakeup_fd(-1)
+    for s, h in saved.items():
+        signal.signal(s, h)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.node.config import Config, Judgment
 from agent_fsm.system.notify import Notifier
 from tests.helpers import World, env_with_stub_systemctl, make_world
-
-
-@pytest.fixture
-def waker() -> Iterator[Waker]:
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)}
-    yield Waker()
-    signal.set_wakeup_fd(-1)
-    for s, h in saved.items():
-        signal.signal(s, h)
 
 
 def _world(tmp_path: Path, checks: tuple[tuple[str, ...], ...]) -> World:

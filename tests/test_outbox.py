@@ -4,9 +4,7 @@ delivering (the publish command) is retried apart from the transitions."""
 from __future__ import annotations
 
 import json
-import signal
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,15 +16,6 @@ from agent_fsm.system.publish import RecordPublisher, Result
 from tests.helpers import World
 
 BROKEN_UNIT = "[Service]\nExecStart=/nonexistent\n"
-
-
-@pytest.fixture
-def waker() -> Iterator[Waker]:
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)}
-    yield Waker()
-    signal.set_wakeup_fd(-1)
-    for s, h in saved.items():
-        signal.signal(s, h)
 
 
 class TestWayBackIgnoresThePublisher:
