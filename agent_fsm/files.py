@@ -47,8 +47,9 @@ def ensure_dir(directory: Path, mode: int = 0o755) -> None:
 
 
 @contextlib.contextmanager
-def _open_dir(directory: Path) -> Iterator[int]:
-    ensure_dir(directory)
+def _open_dir(directory: Path, *, create: bool = True) -> Iterator[int]:
+    if create:
+        ensure_dir(directory)
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -79,9 +80,10 @@ def _refuse_link(dir_fd: int, path: Path) -> None:
         raise _unsafe(path, "a symlink is planted there")
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data` and exactly `mode`, atomically and durably."""
-    with _open_dir(path.parent) as dir_fd:
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, create_dir: bool = True) -> None:
+    """Replace `path` with `data` and exactly `mode`, atomically and durably. Without
+    `create_dir`, a missing directory is FileNotFoundError (and nothing is written)."""
+    with _open_dir(path.parent, create=create_dir) as dir_fd:
         _refuse_link(dir_fd, path)
         tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .lifecycle.definition import Definition
-from .lifecycle.effects import CONDITIONS, EFFECTS, Host, load_definition
+from .lifecycle.effects import Host
 from .lifecycle.engine import Controller
 from .lifecycle.states import Groups, count_rules, groups
+from .lifecycle.table import CONDITIONS, EFFECTS, load_definition
+from .node import validate
 from .node.config import Config
 from .node.gate import Gate
 from .node.paths import Paths
@@ -66,10 +68,13 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
         paths,
         systemd if systemd is not None else Systemctl(),
         publisher if publisher is not None else RecordPublisher(
-            paths.results_dir, config.publish_command, outbox=paths.outbox_dir),
+            paths.results_dir, config.publish_command, outbox=paths.outbox_dir,
+            check=validate.result_file),
         clock if clock is not None else SystemClock(),
     )
     store = Store(paths.state_file, paths.lock_file, definition.state_names, definition.initial,
+                  triggers=[t.trigger for t in definition.transitions],
+                  effects=[e.name for t in definition.transitions for e in t.effects],
                   count_rules=count_rules(definition, groups(definition)))
     controller = Controller(definition, store, host, effects=EFFECTS, conditions=CONDITIONS,
                             history_limit=config.history_limit)

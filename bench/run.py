@@ -34,8 +34,9 @@ from typing import Any
 
 from agent_fsm import files
 from agent_fsm.actions import packing
-from agent_fsm.lifecycle.effects import CONDITIONS, EFFECTS, Host, load_definition
+from agent_fsm.lifecycle.effects import Host
 from agent_fsm.lifecycle.engine import Controller
+from agent_fsm.lifecycle.table import CONDITIONS, EFFECTS, load_definition
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.config import Config
 from agent_fsm.node.paths import Paths

@@ -79,6 +79,8 @@ def make_world(root: Path, config: Config | None = None, systemd: FakeSystemd | 
     publisher = publisher or FakePublisher()
     clock = clock or FakeClock()
     node = open_node(config, root, systemd=systemd, publisher=publisher, clock=clock)
+    # As systemd's RuntimeDirectory= does while the agent unit runs: the gate's directory.
+    node.paths.gate_file.parent.mkdir(parents=True, exist_ok=True)
     return World(root, node, systemd, publisher, clock)
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.lifecycle.effects import load_definition
 from agent_fsm.lifecycle.engine import FAILPOINT_ENV
+from agent_fsm.lifecycle.table import load_definition
 from tests.helpers import World, make_world
 from tests.test_machine import _args, _to
 

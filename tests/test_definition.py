@@ -11,7 +11,7 @@ import pytest
 
 from agent_fsm.errors import DefinitionError
 from agent_fsm.lifecycle.definition import default_text
-from agent_fsm.lifecycle.effects import load_definition
+from agent_fsm.lifecycle.table import load_definition
 
 GOOD = """
 [machine]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.errors import AgentFsmError
-from agent_fsm.lifecycle.effects import load_definition
+from agent_fsm.lifecycle.table import load_definition
 from agent_fsm.views import diagram
 from tests.helpers import make_world
 from tests.test_cli import one_line_error, run

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from agent_fsm.errors import IllegalTransition, Refused, ReleaseError
-from agent_fsm.lifecycle.effects import load_definition
+from agent_fsm.lifecycle.table import load_definition
 from agent_fsm.node import signal
 from tests.helpers import World
 
@@ -39,6 +39,17 @@ def _to(state: str) -> Callable[[World], None]:
 
 
 def _args(trigger: str, world: World) -> dict[str, str]:
+    if trigger == "orphaned_signal" and world.node.signal() is None:  # as from a restored backup
+        releases = world.node.releases
+        if releases.last_good() is None:
+            releases.select("1.0.0")
+            releases.promote("1.0.0")
+        world.add_release("2.0.0")
+        now = world.clock.now()
+        signal.write(world.paths.signal_file, signal.UpgradeSignal("1.0.0", "2.0.0", 1, now,
+                                                                     now + 60))
+        releases.select("2.0.0")
+        return {}
     if trigger in ("install", "activate", "begin_upgrade"):
         world.add_release("3.0.0")
         return {"release": "3.0.0"}

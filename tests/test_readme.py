@@ -106,6 +106,8 @@ class Host:
     # What `agent-fsm daemon` does when systemd (re)starts it ----------------------------
     def daemon_starts(self) -> None:
         node = self.node()
+        # systemd creates the unit's RuntimeDirectory= (the gate's directory) at each start.
+        node.paths.gate_file.parent.mkdir(parents=True, exist_ok=True)
         state = node.store.read().state
         if state == "converged":
             node.controller.fire("settle")

@@ -10,8 +10,8 @@ import pytest
 import agent_fsm
 from agent_fsm.errors import DefinitionError
 from agent_fsm.lifecycle.definition import default_text
-from agent_fsm.lifecycle.effects import load_definition
 from agent_fsm.lifecycle.states import StateName, Trigger, check_vocabulary, count_rules, groups
+from agent_fsm.lifecycle.table import load_definition
 
 PACKAGE = Path(agent_fsm.__file__).parent
 SHIPPED, _ = default_text()
@@ -53,7 +53,8 @@ class TestGroups:
         assert g.rolling_back == {"judged_failed", "recovering"}
         assert g.recover_from == {"candidate_running", "judged_failed", "recovering"}
         assert g.publishing == {("judge_failed", "candidate_running"),
-                                ("recover", "candidate_running"), ("complete", "judged_ok")}
+                                ("recover", "candidate_running"), ("complete", "judged_ok"),
+                                ("orphaned_signal", "idle"), ("orphaned_signal", "converged")}
 
     def test_groups_follow_the_definition(self) -> None:
         """Change the definition and the groups change with it: nothing is restated in code."""
@@ -71,7 +72,9 @@ class TestGroups:
         rules = count_rules(d, groups(d))
         assert rules.upgrades_ok == {("complete", "judged_ok")}
         assert rules.upgrades_rolled_back == {("judge_failed", "candidate_running"),
-                                              ("recover", "candidate_running")}
+                                              ("recover", "candidate_running"),
+                                              ("orphaned_signal", "idle"),
+                                              ("orphaned_signal", "converged")}
         assert rules.rollbacks == {"recovered"}
         assert rules.attempts == {"candidate_started"}
 

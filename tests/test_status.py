@@ -23,7 +23,8 @@ from tests.test_cli import ROOT, one_line_error, run
 STATUS_KEYS = {
     "name", "time", "state", "meaning", "situation", "state_since", "state_seconds",
     "selected", "last_good", "candidate", "releases", "signal", "gate", "held_assets",
-    "assets", "assets_compared_with", "assets_error", "last_result", "owed", "allowed", "next",
+    "assets", "assets_compared_with", "assets_error", "last_result", "owed", "skipped", "allowed",
+    "next",
 }
 SIGNAL_KEYS = {"from", "to", "attempt", "max_attempts", "started", "deadline", "age_seconds",
                "deadline_in_seconds"}

@@ -35,8 +35,10 @@ class TestRoundTrip:
             upgrade=Upgrade("1.0.0", "2.0.0", 12.5),
             pending=Pending("complete", "candidate_running", "converged", ["a", "b"], 1,
                             {"release": "2.0.0", "n": 3}, 12.5),
-            last_result={"to": "1.0.0", "outcome": "ok"},
-            history=[{"trigger": "install", "time": 1.0}],
+            last_result={"from": "0.9.0", "to": "1.0.0", "outcome": "ok", "started": 1.0,
+                         "time": 2.0},
+            history=[{"time": 1.0, "trigger": "install", "from": "idle", "to": "converged",
+                      "release": "1.0.0", "upgrade": None}],
         )
         store.write(doc)
         assert store.read() == doc

@@ -43,13 +43,22 @@ def begin_upgrade(node: Node, version: str) -> StateDoc:
 
 def recover(node: Node) -> Done:
     """Roll back to the last-good when an upgrade is pending and not judged ok; else say so."""
-    doc = node.controller.resume()
+    doc = node.store.read()
+    if not node.controller.supersedes(Trigger.recover, doc):
+        doc = node.controller.resume()  # else recover replaces what is owed: never finish it
     if doc.state in node.groups.recover_from:
         doc = node.controller.fire(Trigger.recover)
         return Done(f"rolling back to last-good {node.releases.last_good()}: selected, "
                     f"start limit reset, {node.paths.agent_unit_name} restarted", doc.state)
     if doc.state == StateName.judged_ok:
         return Done("nothing to roll back: the upgrade was judged ok and is completing", doc.state)
+    sig = node.signal()
+    if sig is not None and doc.state in node.definition.transition(Trigger.orphaned_signal).sources:
+        doc = node.controller.fire(Trigger.orphaned_signal)
+        return Done(f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but the "
+                    f"state file knew no upgrade: the candidate was never judged here; rolling "
+                    f"back to last-good {node.releases.last_good()}: selected, "
+                    f"{node.paths.agent_unit_name} restarted", doc.state)
     return Done("nothing to roll back: no upgrade is pending", doc.state)
 
 

@@ -38,6 +38,7 @@ log = logging.getLogger("agent_fsm")
 PUBLISH_RETRY_FIRST = 1.0
 PUBLISH_RETRY_MAX = 30.0
 DELIVERY_RETRY_MAX = 300.0
+STOP_GRACE = 30.0  # how long to wait for the stop of a restart this process queued
 
 
 def open_gate_after_judgment(controller: Controller, clock: Clock,
@@ -144,6 +145,14 @@ class Daemon:
         node, controller = self.node, self.node.controller
         doc = controller.resume()
         selected = node.releases.selected()
+        orphan_from = node.definition.transition(Trigger.orphaned_signal).sources
+        if doc.state in orphan_from and node.signal() is not None:
+            # The state file knows no upgrade but the signal says one is pending (a restored
+            # backup, a lost file): whatever runs was never judged here. Roll back.
+            log.error("an upgrade signal exists but the state file (%s) knows no upgrade; "
+                      "rolling back to the last-good", doc.state)
+            controller.fire(Trigger.orphaned_signal)
+            return self._stop_follows(STOP_GRACE)  # the restart just queued stops us
         if doc.state == StateName.idle or selected is None:
             log.error("nothing is installed: run `agent-fsm install --version V` first")
             return False
@@ -162,10 +171,6 @@ class Daemon:
                 node.host.systemd.start(node.paths.recovery_unit_name)
                 return False
         else:
-            if node.signal() is not None:
-                log.error("an upgrade signal exists but the state file has no upgrade pending; "
-                          "holding the assets and the gate; run `agent-fsm doctor`")
-                return False
             self.status("converging the service assets")
             controller.fire(Trigger.settle)
         self.start_workload(selected)

@@ -112,6 +112,9 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     if st.owed:
         table.add_row("owed", f"{st.owed['trigger']}: {', '.join(st.owed['effects'])} "
                       "(resumed by the next start)")
+    for s in st.skipped:
+        table.add_row("skipped", Text(f"{s['effect']} during {s['trigger']} at {when(s['time'])}: "
+                                      f"{s['error']}", style="yellow"))
     table.add_row("triggers", ", ".join(st.allowed) or "none")
     nxt = Text(st.next.summary)
     if st.next.commands:

@@ -42,6 +42,7 @@ class Transition:
     conditions: tuple[str, ...]
     effects: tuple[Effect, ...]
     description: str
+    supersedes: tuple[str, ...] = ()  # owed transitions it may replace instead of resuming
 
     @property
     def effect_names(self) -> tuple[str, ...]:
@@ -152,7 +153,8 @@ def parse(text: str, source: str, *, effects: Collection[str],
     seen: set[str] = set()
     for i, raw in enumerate(data.get("transitions", [])):
         where = f"{source}: transition #{i + 1}"
-        extra = set(raw) - {"trigger", "source", "dest", "conditions", "effects", "description"}
+        extra = set(raw) - {"trigger", "source", "dest", "conditions", "effects", "description",
+                            "supersedes"}
         if extra:
             raise DefinitionError(f"{where}: unknown key(s) {_listing(extra)}")
         trigger = raw.get("trigger")
@@ -169,6 +171,7 @@ def parse(text: str, source: str, *, effects: Collection[str],
             conditions=_names(raw.get("conditions", []), f"{where} conditions"),
             effects=_effects(raw.get("effects", []), f"{where} effects"),
             description=str(raw.get("description", "")),
+            supersedes=_names(raw.get("supersedes", []), f"{where} supersedes"),
         )
         undeclared = (set(t.sources) | {t.dest}) - declared
         if undeclared:
@@ -187,6 +190,12 @@ def parse(text: str, source: str, *, effects: Collection[str],
             )
         transitions.append(t)
 
+    triggers = {t.trigger for t in transitions}
+    for t in transitions:
+        unknown_owed = set(t.supersedes) - triggers
+        if unknown_owed:
+            raise DefinitionError(f"{source}: transition {t.trigger!r} supersedes unknown "
+                                  f"trigger(s): {_listing(unknown_owed)}")
     reachable = {initial}
     frontier = [initial]
     while frontier:

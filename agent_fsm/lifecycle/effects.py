@@ -1,8 +1,8 @@
 """The host as the machine sees it: the conditions transitions check and the effects they run.
 
 Every name in `states/agent-upgrade.toml` resolves here: `@condition` and `@effect` register the
-methods of `Host` under their names in `CONDITIONS` and `EFFECTS`, the tables the engine is
-given, and `load_definition` checks the definition against them. A condition answers: None when
+methods of `Host` under their names in the tables of `lifecycle.table`, which the engine is
+given and the definition is checked against. A condition answers: None when
 it holds, else the error that refuses the transition (saying why). Each effect is idempotent (a
 crash after it and before its progress is recorded runs it again) and works through small
 injected objects: files below the configured paths, systemd, a publisher and a clock.
@@ -11,11 +11,10 @@ injected objects: files below the configured paths, systemd, a publisher and a c
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import AgentFsmError, Refused, ReleaseError
+from ..errors import AgentFsmError, Refused, ReleaseError, SignalError
 from ..node import assets, kept_assets, signal
 from ..node.gate import Gate
 from ..node.paths import Paths
@@ -24,41 +23,11 @@ from ..node.store import Upgrade
 from ..system.clock import Clock
 from ..system.publish import Outcome, Publisher, Result
 from ..system.systemd import Systemd
-from . import definition as definition_mod
-from .definition import Definition
 from .engine import Step
-from .states import StateName, check_vocabulary
+from .states import StateName
+from .table import condition, effect
 
 log = logging.getLogger("agent_fsm")
-
-
-Effect = Callable[["Host", Step], None]
-Condition = Callable[["Host", Step], AgentFsmError | None]
-EFFECTS: dict[str, Effect] = {}
-CONDITIONS: dict[str, Condition] = {}
-
-
-def effect(fn: Effect) -> Effect:
-    EFFECTS[fn.__name__] = fn
-    return fn
-
-
-def condition(fn: Condition) -> Condition:
-    CONDITIONS[fn.__name__] = fn
-    return fn
-
-
-def load_definition(text: str | None = None, source: str = "<text>") -> Definition:
-    """The shipped definition, checked against the effects and conditions the code has and
-    the state and trigger names it uses; or another machine's `text` (tests, benchmarks),
-    checked against the effects and conditions only."""
-    shipped = text is None
-    if text is None:
-        text, source = definition_mod.default_text()
-    d = definition_mod.parse(text, source, effects=EFFECTS, conditions=CONDITIONS)
-    if shipped:
-        check_vocabulary(d)
-    return d
 
 
 class Host:
@@ -105,7 +74,10 @@ class Host:
         out = dict(args)
         out.setdefault("started", self.clock.now())
         out.setdefault("from", self.releases.last_good() or self.releases.selected())
-        sig = self.signal()
+        try:
+            sig = self.signal()
+        except SignalError:  # the way back must not need it; what does need it reports it
+            sig = None
         if sig is not None:
             out.setdefault("attempt", sig.attempt + 1)
         return out
@@ -140,6 +112,12 @@ class Host:
         return None
 
     @condition
+    def upgrade_signalled(self, step: Step) -> AgentFsmError | None:
+        if self.signal() is not None:
+            return None
+        return Refused("no upgrade signal exists; nothing to roll back")
+
+    @condition
     def not_selected(self, step: Step) -> AgentFsmError | None:
         if self.releases.selected() != step.arg("release"):
             return None
@@ -162,8 +140,12 @@ class Host:
 
     @effect
     def open_gate(self, step: Step) -> None:
-        self.gate.open()
-        log.info("startup gate open")
+        if self.gate.open():
+            log.info("startup gate open")
+        else:
+            log.warning("the gate stays closed: %s is not running (its run directory %s is "
+                        "absent); its next start opens it", self.paths.agent_unit_name,
+                        self.gate.path.parent)
 
     @effect
     def write_signal(self, step: Step) -> None:
@@ -172,6 +154,11 @@ class Host:
         deadline = up.started + self.paths.config.judgment.deadline_seconds
         signal.write(self.paths.signal_file,
                      signal.UpgradeSignal(up.from_version, up.to_version, 0, up.started, deadline))
+
+    @effect
+    def adopt_signal(self, step: Step) -> None:
+        """Take the pending upgrade from the signal when the state file lost it."""
+        step.doc.upgrade = self._upgrade(step)
 
     @effect
     def clear_signal(self, step: Step) -> None:

@@ -129,7 +129,10 @@ class Controller:
         if trigger not in {t.trigger for t in self.definition.transitions}:
             raise AgentFsmError(f"{trigger!r} is not a trigger of {self.definition.name}")
         with self.store.locked():
-            doc = self._resumed(self.store.read())
+            doc = self.store.read()
+            if self.supersedes(trigger, doc):
+                self._supersede(doc, trigger)
+            doc = self._resumed(doc)
             self.machine.set_state(doc.state, model=self.model)
             refusals: list[AgentFsmError] = []
             try:
@@ -140,6 +143,29 @@ class Controller:
             if not fired:
                 raise refusals[0]
             return doc
+
+    def supersedes(self, trigger: str, doc: StateDoc) -> bool:
+        """Whether `trigger`, from the document's state, replaces the transition left owed
+        instead of resuming it (declared with `supersedes` in the definition)."""
+        t = self.definition.transition(trigger)
+        return doc.pending is not None and doc.pending.trigger in t.supersedes \
+            and doc.state in t.sources
+
+    def _supersede(self, doc: StateDoc, by: str) -> None:
+        pending = doc.pending
+        assert pending is not None
+        log.warning("%s supersedes %s, left owed at effect %d of %d (%s not run)", by,
+                    pending.trigger, pending.done + 1, len(pending.effects),
+                    ", ".join(pending.effects[pending.done:]))
+        # In the history, not counted: the transition did not happen; the state is unchanged.
+        doc.history.append({
+            "time": self.host.clock.now(), "trigger": pending.trigger, "from": pending.source,
+            "to": pending.source, "release": pending.args.get("release"),
+            "upgrade": pending.args.get("upgrade"), "superseded_by": by,
+        })
+        del doc.history[:-self.history_limit]
+        doc.pending = None
+        self.store.write(doc)
 
     def resume(self) -> StateDoc:
         """Finish a transition a crash left owed; return the (possibly unchanged) state."""
@@ -194,6 +220,7 @@ class Controller:
         assert pending is not None
         t = self.definition.transition(pending.trigger)
         tolerant = {e.name for e in t.effects if e.tolerant}
+        skipped: list[dict[str, str]] = []  # failures let pass, kept in the history entry
         step = Step(doc, pending.trigger, pending.dest, pending.args)
         while pending.done < len(pending.effects):
             self.failpoint(pending.trigger, pending.done)
@@ -204,6 +231,7 @@ class Controller:
                 if name not in tolerant:
                     raise
                 log.error("%s failed during %s and was skipped: %s", name, pending.trigger, exc)
+                skipped.append({"effect": name, "error": str(exc)})
             pending.done += 1
             self.store.write(doc)
         self.failpoint(pending.trigger, pending.done)
@@ -217,6 +245,7 @@ class Controller:
             "to": pending.dest,
             "release": pending.args.get("release"),
             "upgrade": versions,
+            **({"skipped": skipped} if skipped else {}),
         }
         # Counted in the same write that records the transition: exactly once, crash or not.
         counted = counters.Counters(**(doc.counters or {}))

@@ -35,6 +35,7 @@ class Trigger(enum.StrEnum):
     complete = "complete"
     recover = "recover"
     recovered = "recovered"
+    orphaned_signal = "orphaned_signal"
     settle = "settle"
 
 
@@ -62,6 +63,7 @@ class Groups:
     rolling_back: frozenset[str]  # the candidate was given up: recovery started or last-good selected
     recover_from: frozenset[str]  # where `recover` may start
     publishing: frozenset[tuple[str, str]]  # (trigger, source) that reports a new result
+    cycle_starts: frozenset[str]  # triggers that start an install, an upgrade or a rollback
 
     def tone(self, state: str, initial: str) -> str:
         """How a state reads to an operator: "none", "ok", "busy" or "bad"."""
@@ -82,10 +84,12 @@ def groups(d: Definition) -> Groups:
             if here in t.sources and "clear_signal" not in t.effect_names and t.dest not in pending:
                 pending.add(t.dest)
                 frontier.append(t.dest)
-    published = _dests(d, *RESULT_EFFECTS)
+    # A result is new unless the upgrade in flight has reported one already: from a pending
+    # state that a reporting transition leads to (recover after judge_failed reports nothing).
+    reported = _dests(d, *RESULT_EFFECTS) & pending
     publishing = {
         (t.trigger, s) for t in d.transitions if set(RESULT_EFFECTS) & set(t.effect_names)
-        for s in t.sources if s not in published  # from a state whose result is out already
+        for s in t.sources if s not in reported
     }
     return Groups(
         pending=frozenset(pending),
@@ -93,6 +97,9 @@ def groups(d: Definition) -> Groups:
         recover_from=frozenset(s for t in d.transitions if t.trigger == Trigger.recover
                                for s in t.sources),
         publishing=frozenset(publishing),
+        # Close the gate from a settled state: an operation (or a rollback) begins there.
+        cycle_starts=frozenset(t.trigger for t in d.transitions if "close_gate" in t.effect_names
+                               and not set(t.sources) <= pending),
     )
 
 

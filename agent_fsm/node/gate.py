@@ -1,6 +1,9 @@
 """The startup gate: a runtime file whose presence lets operations (another upgrade too) start.
 
-It lives under the run directory (a tmpfs on a real host), so every boot starts with it closed.
+It lives in the run directory, which systemd creates when the agent unit starts and removes when
+it stops (`RuntimeDirectory=`, on a tmpfs): so the gate is closed at every boot and whenever the
+agent is not running, and no other process (a `recover` finishing what the agent left owed) can
+open it for an agent that is down.
 """
 
 from __future__ import annotations
@@ -17,8 +20,14 @@ class Gate:
     def is_open(self) -> bool:
         return self.path.exists()
 
-    def open(self) -> None:
-        files.atomic_write(self.path, b"open\n", 0o644)
+    def open(self) -> bool:
+        """Open the gate; False (and nothing written) when the run directory is absent, that
+        is, when the agent unit is not running."""
+        try:
+            files.atomic_write(self.path, b"open\n", 0o644, create_dir=False)
+        except FileNotFoundError:
+            return False
+        return True
 
     def close(self) -> None:
         files.remove(self.path)

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import files
 from ..errors import SignalError
+from . import validate
 
 
 @dataclass(frozen=True)
@@ -38,24 +39,27 @@ class UpgradeSignal:
 
 
 def read(path: Path) -> UpgradeSignal | None:
-    """The pending upgrade's signal, or None when no upgrade is pending."""
+    """The pending upgrade's signal, or None when no upgrade is pending. A signal that is not
+    JSON, or a field of it that is not valid (`validate.signal_body`), is SignalError: one line
+    naming the file, the field and its value; the file is left as it is."""
     raw = files.read_bytes(path)
     if raw is None:
         return None
     try:
-        data = json.loads(raw)
-        return UpgradeSignal(
-            from_version=str(data["from"]),
-            to_version=str(data["to"]),
-            attempt=int(data["attempt"]),
-            started=float(data["started"]),
-            deadline=float(data["deadline"]),
-        )
-    except (ValueError, KeyError, TypeError) as exc:
+        data = validate.parse(raw)
+        validate.signal_body(data)
+    except ValueError as exc:  # validate.Invalid among them
+        sep = ": " if isinstance(exc, validate.Invalid) else " "
         raise SignalError(
-            f"upgrade signal {path} is unreadable ({exc.__class__.__name__}: {exc}); it was left "
-            "untouched; run `agent-fsm doctor`, or `agent-fsm recover` to roll back"
+            f"upgrade signal {path}{sep}{exc}; it was left untouched; run `agent-fsm doctor`"
         ) from None
+    return UpgradeSignal(
+        from_version=data["from"],
+        to_version=data["to"],
+        attempt=data["attempt"],
+        started=float(data["started"]),
+        deadline=float(data["deadline"]),
+    )
 
 
 def write(path: Path, signal: UpgradeSignal) -> None:

@@ -2,8 +2,10 @@
 
 `<state_dir>/state.json` carries a schema version and a checksum of its contents. Writers hold a
 `FileLock` on the sibling `state.lock` for a whole transition; readers need no lock, because
-every write is atomic (see `files`). A file that is damaged, of a newer schema or names an
-unknown state is refused with a message saying so, and never overwritten.
+every write is atomic (see `files`). A file that is damaged, of a newer schema, or with a field
+that is not what the machine writes (`validate.state_body`: types, ranges, the machine's names,
+release versions) is refused with one line naming the file, the field and its value, and is
+never overwritten.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from .. import files
 from ..errors import Refused, StateFileError
+from . import validate
 from .counters import CountRules, seed, to_json
 
 SCHEMA = 1
@@ -107,11 +110,17 @@ def _verify_canonical(raw: bytes) -> bool | None:
 
 class Store:
     def __init__(self, path: Path, lock_path: Path, states: Collection[str], initial: str,
-                 *, count_rules: CountRules | None = None, lock_timeout: float = 30.0) -> None:
+                 *, triggers: Collection[str] | None = None,
+                 effects: Collection[str] | None = None, count_rules: CountRules | None = None,
+                 lock_timeout: float = 30.0) -> None:
+        """`states`, `triggers` and `effects` are the machine's names a file may use; without
+        `triggers` or `effects` (a store built for a test) any name of theirs is accepted."""
         self.path = path
         self.count_rules = count_rules
         self.lock_path = lock_path
         self.states = frozenset(states)
+        self.triggers = None if triggers is None else frozenset(triggers)
+        self.effects = None if effects is None else frozenset(effects)
         self.initial = initial
         self.lock_timeout = lock_timeout
 
@@ -128,36 +137,33 @@ class Store:
         return self.decode(raw)
 
     def decode(self, raw: bytes) -> StateDoc:
+        """The document in `raw`, or StateFileError: damaged, newer, or a field not valid."""
         try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            what = "is empty" if not raw.strip() else "is not valid JSON"
-            raise self._refuse(what) from None
+            data = validate.parse(raw)
+        except ValueError as exc:
+            raise self._refuse(str(exc)) from None
         if not isinstance(data, dict):
             raise self._refuse("is not a JSON object")
         schema = data.get("schema")
-        if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA:
+        if not isinstance(schema, int) or isinstance(schema, bool) or schema < SCHEMA:
+            raise self._refuse(f"has schema {schema!r}, expected {SCHEMA}")
+        if schema > SCHEMA:
             raise StateFileError(
                 f"state file {self.path} has schema {schema}, newer than this agent-fsm "
                 f"understands ({SCHEMA}); it was left untouched; run the newer agent-fsm that "
                 "wrote it"
             )
-        if schema != SCHEMA:
-            raise self._refuse(f"has schema {schema!r}, expected {SCHEMA}")
         stored = data.pop("checksum", None)
         if not _verify_canonical(raw):
             expected = checksum(data)
             if stored != expected:
                 raise self._refuse(f"has checksum {stored!r}, expected {expected!r}")
         try:
-            doc = self._from_body(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise self._refuse(f"is malformed ({exc.__class__.__name__}: {exc})") from None
-        for name in (doc.state, *(() if doc.pending is None else (doc.pending.dest,))):
-            if name not in self.states:
-                known = ", ".join(sorted(self.states))
-                raise self._refuse(f"names unknown state {name!r} (known: {known})")
-        return self._upgraded(doc)
+            validate.state_body(data, self.states, self.triggers, self.effects)
+        except validate.Invalid as exc:
+            raise StateFileError(f"state file {self.path}: {exc}; it was left untouched; run "
+                                 "`agent-fsm doctor`") from None
+        return self._upgraded(self._from_body(data))
 
     def _upgraded(self, doc: StateDoc) -> StateDoc:
         """The one place an older file is brought up to date, in memory (the next transition
@@ -168,25 +174,20 @@ class Store:
 
     @staticmethod
     def _from_body(data: dict[str, Any]) -> StateDoc:
+        """The document of a body `validate.state_body` accepted."""
         up = data["upgrade"]
         pend = data["pending"]
-        history = data["history"]
-        if not isinstance(history, list):
-            raise TypeError("history is not a list")
         return StateDoc(
-            state=str(data["state"]),
-            upgrade=None if up is None else Upgrade(
-                str(up["from"]), str(up["to"]), float(up["started"])
-            ),
+            state=data["state"],
+            upgrade=None if up is None else Upgrade(up["from"], up["to"], float(up["started"])),
             pending=None if pend is None else Pending(
-                trigger=str(pend["trigger"]), source=str(pend["source"]),
-                dest=str(pend["dest"]), effects=[str(e) for e in pend["effects"]],
-                done=int(pend["done"]), args=dict(pend["args"]), started=float(pend["started"]),
+                trigger=pend["trigger"], source=pend["source"], dest=pend["dest"],
+                effects=list(pend["effects"]), done=pend["done"], args=pend["args"],
+                started=float(pend["started"]),
             ),
             last_result=data["last_result"],
-            history=history,
-            counters=None if data.get("counters") is None else {
-                str(k): int(v) for k, v in data["counters"].items()},
+            history=data["history"],
+            counters=None if data.get("counters") is None else dict(data["counters"]),
         )
 
     def write(self, doc: StateDoc) -> None:

@@ -8,6 +8,7 @@ Either failing raises PublishError; the daemon retries, and the gate stays close
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -52,14 +53,18 @@ class Publisher(Protocol):
 class RecordPublisher:
     """Records `<state_dir>/results/<started>-<to>.json` and queues a copy in the outbox
     (`<state_dir>/outbox/`); delivering runs the configured command with the result as JSON on
-    stdin and takes the copy out of the outbox once the command exits 0."""
+    stdin and takes the copy out of the outbox once the command exits 0. `check` (given by the
+    wiring: `node.validate.result_file`) refuses a queued copy that is not a valid result, with
+    ValueError naming the field; it then stays queued, and so do the ones after it."""
 
     def __init__(self, results_dir: Path, command: tuple[str, ...] = (),
-                 timeout: float = 30.0, outbox: Path | None = None) -> None:
+                 timeout: float = 30.0, outbox: Path | None = None,
+                 check: Callable[[bytes], None] | None = None) -> None:
         self.results_dir = results_dir
         self.outbox = outbox if outbox is not None else results_dir.parent / "outbox"
         self.command = command
         self.timeout = timeout
+        self.check = check
 
     def _name(self, result: Result) -> str:
         return f"{int(result.started * 1000)}-{result.to_version}.json"
@@ -78,15 +83,31 @@ class RecordPublisher:
     def queued(self) -> list[Path]:
         try:
             return sorted((p for p in self.outbox.iterdir() if p.suffix == ".json"),
-                          key=lambda p: (int(p.name.split("-", 1)[0]), p.name))
+                          key=lambda p: (int(n) if (n := p.name.split("-", 1)[0]).isdigit()
+                                         else -1, p.name))
         except FileNotFoundError:
             return []
+
+    def _payload(self, path: Path) -> str:
+        """A queued result's text, checked: PublishError, naming it, when it cannot be sent."""
+        try:
+            raw = path.read_bytes()
+            if self.check is not None:
+                self.check(raw)
+            return raw.decode("utf-8")
+        except (OSError, ValueError) as exc:
+            why = f"could not be read: {exc}" if isinstance(exc, OSError) else str(exc)
+            raise PublishError(
+                f"queued result {path}: {why}; it was not sent, and it and the results after "
+                "it stay queued; correct it or move it aside"
+            ) from None
 
     def deliver(self) -> int:
         delivered = 0
         for path in self.queued():
+            payload = self._payload(path)
             if self.command:
-                self._run(path.read_text(encoding="utf-8"))
+                self._run(payload)
             files.remove(path)
             delivered += 1
         return delivered

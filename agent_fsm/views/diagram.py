@@ -30,6 +30,7 @@ class Edge:
     dest: str
     conditions: tuple[str, ...]
     effects: tuple[str, ...]  # in order; a tolerant one ends in "?"
+    supersedes: tuple[str, ...] = ()  # owed transitions it replaces instead of resuming
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Diagram:
 def from_definition(d: Definition) -> Diagram:
     edges = tuple(
         Edge(t.trigger, s, t.dest, t.conditions,
-             tuple(e.name + ("?" if e.tolerant else "") for e in t.effects))
+             tuple(e.name + ("?" if e.tolerant else "") for e in t.effects), t.supersedes)
         for t in d.transitions for s in t.sources
     )
     return Diagram(d.name, d.initial, tuple(Node(s.name, s.description) for s in d.states), edges)
@@ -129,13 +130,15 @@ def markdown(diagram: Diagram) -> str:
         "",
         "Effects run in the order shown and are recorded before they run, so a crash resumes "
         "them; one marked `?` may fail without failing the transition (its failure is logged).",
+        "A transition that *supersedes* others replaces one of them left owed by a crash instead",
+        "of resuming it (recorded in the history as superseded).",
         "",
-        "| trigger | from | to | conditions | effects, in order |",
-        "| --- | --- | --- | --- | --- |",
+        "| trigger | from | to | conditions | effects, in order | supersedes |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     out += [
         f"| `{e.trigger}` | `{e.source}` | `{e.dest}` | {_cell(e.conditions, ', ')} | "
-        f"{_cell(e.effects, ' → ')} |"
+        f"{_cell(e.effects, ' → ')} | {_cell(e.supersedes, ', ')} |"
         for e in diagram.edges
     ]
     return "\n".join(out) + "\n"

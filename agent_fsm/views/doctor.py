@@ -13,8 +13,10 @@ from typing import Literal
 from .. import files
 from ..errors import AgentFsmError
 from ..lifecycle.states import StateName
+from ..node import validate
 from ..system import proc
 from ..wiring import Node
+from .history import skipped_effects
 
 Level = Literal["ok", "warn", "fail"]
 REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph",
@@ -111,6 +113,20 @@ def _directories(node: Node) -> list[Finding]:
     return out
 
 
+def _damaged_signal_fix(node: Node, state: str) -> str:
+    """The way out of an unreadable signal, which never lets an unjudged candidate in."""
+    sig, unit = node.paths.signal_file, node.paths.agent_unit_name
+    if state in node.groups.recover_from:
+        return "roll back with `agent-fsm recover` (it does not need the signal)"
+    selected, last_good = node.releases.selected(), node.releases.last_good()
+    if selected is not None and selected == last_good:
+        return (f"the node runs its last-good {last_good}: move the signal aside (`mv {sig} "
+                f"{sig}.damaged`) and `systemctl restart {unit}`")
+    return (f"{selected} is selected but the last-good is {last_good}: `systemctl stop {unit}`, "
+            f"move the signal aside (`mv {sig} {sig}.damaged`), then `agent-fsm activate --to "
+            f"{last_good}`")
+
+
 def _consistency(node: Node) -> list[Finding]:
     try:
         doc = node.store.read()
@@ -121,7 +137,7 @@ def _consistency(node: Node) -> list[Finding]:
     try:
         sig = node.signal()
     except AgentFsmError as exc:
-        return [*out, Finding("signal", "fail", str(exc), "roll back with `agent-fsm recover`")]
+        return [*out, Finding("signal", "fail", str(exc), _damaged_signal_fix(node, doc.state))]
     gate = node.gate.is_open()
     pending = node.groups.pending
     if doc.pending is not None:
@@ -137,7 +153,9 @@ def _consistency(node: Node) -> list[Finding]:
         out.append(Finding("signal", "fail",
                            f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but "
                            f"the state is {doc.state}",
-                           f"if no upgrade runs, remove {node.paths.signal_file}"))
+                           "run `agent-fsm recover`: the candidate was never judged here, so the "
+                           "node rolls back to the last-good (never remove the signal by hand: "
+                           "the next start would accept the unjudged candidate)"))
     else:
         out.append(Finding("signal", "ok", "signal consistent with the state"))
     if gate and (sig is not None or doc.state != StateName.converged):
@@ -159,12 +177,49 @@ def _consistency(node: Node) -> list[Finding]:
     return out
 
 
+def _outbox(node: Node) -> list[Finding]:
+    """Queued results that delivery refuses, checked as `system.publish` checks them."""
+    try:
+        queued = sorted(p for p in node.paths.outbox_dir.iterdir() if p.suffix == ".json")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [Finding("outbox", "fail", f"cannot list {node.paths.outbox_dir}: {exc}")]
+    out = []
+    for path in queued:
+        try:
+            validate.result_file(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            out.append(Finding("outbox", "fail", f"queued result {path}: {exc}",
+                               "correct it or move it aside: delivery stops at it"))
+    return out
+
+
+def _skipped(node: Node) -> list[Finding]:
+    """Effects allowed to fail that did, since the latest install, upgrade or rollback."""
+    try:
+        doc = node.store.read()
+    except AgentFsmError:
+        return []  # reported by the state file's own finding
+    unit = node.paths.agent_unit_name
+    return [Finding(
+        "skipped effect", "warn",
+        f"{s['effect']} failed during {s['trigger']} and was let pass: {s['error']}",
+        f"run `systemctl reset-failed {unit}` when you can: until then, once StartLimitBurst "
+        f"starts fall within StartLimitIntervalSec systemd refuses the next start"
+        if s["effect"] == "reset_start_limit" else
+        "the next start of the agent writes and reloads again; see its journal")
+        for s in skipped_effects(doc.history, node.groups.cycle_starts)]
+
+
 def doctor(node: Node, *, check_systemd: bool = True) -> list[Finding]:
     findings: list[Finding] = []
     if check_systemd:
         findings.append(_systemd_version())
     findings += _directories(node)
     findings += _consistency(node)
+    findings += _skipped(node)
+    findings += _outbox(node)
     if node.releases.selected() is not None:
         findings.append(_units_verify(node))
     if os.geteuid() != 0:

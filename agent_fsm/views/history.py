@@ -87,6 +87,19 @@ def current_stay(raw: Sequence[dict[str, Any]], now: float) -> Entry | None:
     return timeline(raw[start:], now)[0] if raw else None
 
 
+def skipped_effects(raw: Sequence[dict[str, Any]],
+                    cycle_starts: frozenset[str]) -> tuple[dict[str, Any], ...]:
+    """Effects let fail (logged, e.g. a refused `reset-failed`) since the latest install,
+    upgrade or rollback began: what an operator should know about the node's last cycle."""
+    found: list[dict[str, Any]] = []
+    for e in reversed(raw):
+        found[:0] = [{"time": e["time"], "trigger": e["trigger"], **s}
+                     for s in e.get("skipped") or ()]
+        if e["trigger"] in cycle_starts:
+            break
+    return tuple(found)
+
+
 def history(node: Node, *, limit: int | None = None, upgrade: str | None = None) -> History:
     """The kept transitions, oldest first; `upgrade` keeps those of upgrades to that version."""
     raw = node.store.read().history

@@ -20,7 +20,7 @@ from ..node.releases import natural_key
 from ..node.signal import UpgradeSignal
 from ..node.store import StateDoc
 from ..wiring import Node
-from .history import current_stay
+from .history import current_stay, skipped_effects
 
 ROLES = ("agent unit", "recovery unit", "recovery script")
 
@@ -76,6 +76,7 @@ class Status:
     assets_error: str | None
     last_result: dict[str, Any] | None
     owed: dict[str, Any] | None
+    skipped: tuple[dict[str, Any], ...]  # effects let fail since the last cycle began
     allowed: tuple[str, ...]
     next: NextAction
 
@@ -100,6 +101,7 @@ class Status:
             "assets_error": self.assets_error,
             "last_result": self.last_result,
             "owed": self.owed,
+            "skipped": list(self.skipped),
             "allowed": list(self.allowed),
             "next": self.next.to_json(),
         }
@@ -182,6 +184,10 @@ def next_action(node: Node, doc: StateDoc, sig: UpgradeSignal | None, gate_open:
     recover = f"{prog} recover"
     to = sig.to_version if sig else (doc.upgrade.to_version if doc.upgrade else "?")
     state = doc.state
+    if sig is not None and state not in node.groups.pending:
+        return NextAction(f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but "
+                          f"the state file knows no upgrade: the candidate was never judged "
+                          f"here; roll back to the last-good ({last_good})", (recover,))
     if state == StateName.idle:
         if releases:
             newest = max(releases, key=natural_key)
@@ -276,6 +282,7 @@ def status(node: Node, *, diff: bool = False, prog: str = "agent-fsm") -> Status
         assets_error=assets_error,
         last_result=doc.last_result,
         owed=owed,
+        skipped=skipped_effects(doc.history, node.groups.cycle_starts),
         allowed=node.controller.allowed(doc.state),
         next=action,
     )

@@ -13,6 +13,8 @@ when the code under test never converges.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import subprocess
 import threading
 import time
@@ -189,6 +191,41 @@ def test_missing_recovery_script_is_restored_from_the_last_good(
     assert lab.assets() == last_good
     assert lab.sb.show(RECOVERY_UNIT, "Result") == "success", _why(lab)
     assert "broken recovery script" not in lab.sb.journal(RECOVERY_UNIT)
+
+
+# 4. A signal without an upgrade in the state file ------------------------------------------
+def test_state_restored_from_backup_mid_judgment_comes_back_to_last_good(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """state.json restored from a backup taken while converged, in the middle of a
+    candidate's judgment (the signal exists, the state knows no upgrade): the node comes back
+    to the last-good with the gate open and never accepts the unjudged candidate."""
+    lab = _installed(systemd_sandbox, soak=5)
+    last_good = lab.assets()
+    state_file = lab.state_dir / "state.json"
+    backup = lab.dir / "state.json.backup"
+    shutil.copy2(state_file, backup)
+    lab.pack("2.0.0")  # a good candidate: only its judgment, which is lost, could accept it
+    lab.cli("upgrade", "--to", "2.0.0", timeout=30)
+    assert wait_until(lambda: _signal_attempt(lab) >= 1, 15), _why(lab)
+    restoring = lab.state_dir / ".state.json.restoring"
+    shutil.copy2(backup, restoring)
+    os.replace(restoring, state_file)  # as an operator's restore would, atomically
+
+    seen_last_good: set[str] = set()
+    end: dict[str, Any] = {}
+
+    def back() -> bool:
+        nonlocal end
+        end = lab.status()
+        seen_last_good.add(str(end["last_good"]))
+        return (end["state"] == "converged" and end["gate"] == "open" and end["signal"] is None
+                and end["owed"] is None and lab.sb.show(UNIT, "ActiveState") == "active")
+
+    settled = wait_until(back, 40, interval=0.5)
+    assert "2.0.0" not in seen_last_good, f"the unjudged candidate was accepted: {end}"
+    assert settled, f"never settled; last status: {end}" + _why(lab)
+    assert (end["selected"], end["last_good"]) == ("1.0.0", "1.0.0")
+    assert lab.assets() == last_good
 
 
 # 5. release prune after an interrupted upgrade ---------------------------------------------

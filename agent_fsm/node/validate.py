@@ -1,0 +1,281 @@
+"""What agent-fsm reads back from its own files, checked field by field after the checksum.
+
+Small typed checkers take a value and the name of its field (`pending.done`, `history[3].time`)
+and return the value, or raise `Invalid`: one line naming the field and the value and saying what
+was expected. The readers (`store`, `signal`, the outbox of `system.publish`) prefix the file and
+add what to do. `state_body`, `signal_body` and `result_body` are the three files' rules: types,
+ranges (finite, non-negative times and counts, `pending.done` within the effects), known names
+(the machine's states, triggers and effects, when the reader is given them) and versions as
+`releases.check_version` has them. Old layouts are the store's to bring up to date
+(`Store._upgraded`); what they lack (counters) is allowed here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import fields
+from typing import Any
+
+from .counters import Counters
+from .releases import VERSION_RE
+
+MISSING: Any = object()  # a key the object lacks
+COUNTERS = tuple(f.name for f in fields(Counters))
+OUTCOMES = ("ok", "rolled_back")
+MAX_TIME = 1e15  # seconds since the epoch: some thirty million years, and exact as a float
+TIME = f"a time in seconds since the epoch, from 0 to {MAX_TIME:g}"
+MAX_COUNT = 2**53  # beyond it a count no longer survives conversion to a float (metrics)
+VERSION = "a release version (letters, digits, '.', '+', '_' and '-', at most 64)"
+
+
+class Invalid(ValueError):
+    """One field is not what it must be; the message names it and its value."""
+
+    def __init__(self, field: str, value: Any, expected: str = "", *, problem: str = "") -> None:
+        self.field = field
+        super().__init__(problem or f"{field} is {shown(value)}, expected {expected}")
+
+
+def shown(value: Any) -> str:
+    """The value as a message shows it: on one line, and short."""
+    if value is MISSING:
+        return "missing"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse(raw: bytes) -> Any:
+    """JSON from a file's bytes; ValueError ("is empty", "is not valid JSON") if it is not."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise ValueError("is empty" if not raw.strip() else "is not valid JSON") from None
+
+
+# The checkers -----------------------------------------------------------------------------
+def obj(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Invalid(field, value, "an object")
+    return value
+
+
+def array(value: Any, field: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise Invalid(field, value, "a list")
+    return value
+
+
+def time(value: Any, field: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) \
+            and 0 <= value <= MAX_TIME:  # NaN compares false
+        return float(value)
+    raise Invalid(field, value, TIME)
+
+
+def count(value: Any, field: str, most: int | None = None, of: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 \
+            or value > (MAX_COUNT if most is None else most):
+        expected = "a non-negative integer" if most is None else \
+            f"an integer from 0 to {most}{f' ({of})' if of else ''}"
+        raise Invalid(field, value, expected)
+    return value
+
+
+def flag(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise Invalid(field, value, "true or false")
+    return value
+
+
+def version(value: Any, field: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, str) and _is_version(value):
+        return value
+    raise Invalid(field, value, VERSION + (" or null" if optional else ""))
+
+
+def name(value: Any, field: str, known: Collection[str] | None, kind: str) -> str:
+    """A name of the machine's: any string when the reader was not given the known ones."""
+    if not isinstance(value, str):
+        raise Invalid(field, value, f"the name of a {kind}")
+    if known is not None and value not in known:
+        listed = ", ".join(sorted(known))
+        raise Invalid(field, value,
+                      problem=f"{field} names unknown {kind} {value!r} (known: {listed})")
+    return value
+
+
+def one_of(value: Any, field: str, choices: Collection[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise Invalid(field, value, " or ".join(repr(c) for c in choices))
+    return value
+
+
+def _nullable(data: Mapping[str, Any], key: str) -> Any:
+    """The value of a key that may be null but not absent."""
+    value = data.get(key, MISSING)
+    if value is MISSING:
+        raise Invalid(key, value, "an object or null")
+    return value
+
+
+def _pair(value: Any, field: str) -> None:
+    """An upgrade's versions, {from, to}, or null."""
+    if value is not None:
+        pair = obj(value, field)
+        version(pair.get("from", MISSING), f"{field}.from")
+        version(pair.get("to", MISSING), f"{field}.to")
+
+
+# The files --------------------------------------------------------------------------------
+def result_body(data: Any, where: str = "") -> None:
+    """A published result (the state file's `last_result`, an outbox entry)."""
+    r = obj(data, where or "the result")
+    at = f"{where}." if where else ""
+    version(r.get("from", MISSING), f"{at}from")
+    version(r.get("to", MISSING), f"{at}to")
+    one_of(r.get("outcome", MISSING), f"{at}outcome", OUTCOMES)
+    time(r.get("started", MISSING), f"{at}started")
+    time(r.get("time", MISSING), f"{at}time")
+
+
+def result_file(raw: bytes) -> None:
+    """A queued result's bytes (`system.publish` sends them as they are): ValueError if they
+    are not a valid result."""
+    try:
+        data = parse(raw)
+    except ValueError as exc:
+        raise ValueError(str(exc).removeprefix("is ")) from None  # "not valid JSON"
+    result_body(data)
+
+
+def signal_body(data: Any) -> None:
+    s = obj(data, "the signal")
+    version(s.get("from", MISSING), "from")
+    version(s.get("to", MISSING), "to")
+    count(s.get("attempt", MISSING), "attempt")
+    time(s.get("started", MISSING), "started")
+    time(s.get("deadline", MISSING), "deadline")
+
+
+# The values `Host.prepare` and the engine fix in a transition's arguments; others are kept as
+# they are (JSON, read by no one here).
+def _args(value: Any, field: str) -> None:
+    args = obj(value, field)
+    for key, check in (("release", version), ("from", version)):
+        if key in args:
+            check(args[key], f"{field}.{key}", optional=True)
+    if "started" in args:
+        time(args["started"], f"{field}.started")
+    if "attempt" in args:
+        count(args["attempt"], f"{field}.attempt")
+    if "no_start" in args:
+        flag(args["no_start"], f"{field}.no_start")
+    if "upgrade" in args:
+        _pair(args["upgrade"], f"{field}.upgrade")
+
+
+def _entry(value: Any, field: str, states: Collection[str] | None,
+           triggers: Collection[str] | None, effects: Collection[str] | None) -> None:
+    e = obj(value, field)
+    time(e.get("time", MISSING), f"{field}.time")
+    name(e.get("trigger", MISSING), f"{field}.trigger", triggers, "trigger")
+    name(e.get("from", MISSING), f"{field}.from", states, "state")
+    name(e.get("to", MISSING), f"{field}.to", states, "state")
+    version(e.get("release", MISSING), f"{field}.release", optional=True)
+    _pair(e.get("upgrade", MISSING), f"{field}.upgrade")
+    # Kept by some entries only: the trigger that superseded this owed transition, and the
+    # tolerant effects that failed and were let pass.
+    if "superseded_by" in e:
+        name(e["superseded_by"], f"{field}.superseded_by", triggers, "trigger")
+    for i, skip in enumerate(array(e.get("skipped", []), f"{field}.skipped")):
+        s = obj(skip, f"{field}.skipped[{i}]")
+        name(s.get("effect", MISSING), f"{field}.skipped[{i}].effect", effects, "effect")
+        if not isinstance(s.get("error", MISSING), str):
+            raise Invalid(f"{field}.skipped[{i}].error", s.get("error", MISSING), "a string")
+
+
+def _history(value: Any, states: Collection[str] | None, triggers: Collection[str] | None,
+             effects: Collection[str] | None) -> None:
+    """Each entry as `_entry` checks it. The history is long and read by every `status`, so a
+    common entry is first looked over without building a message (`versions` caches those
+    found good); any other is checked by `_entry`, which names the field it refuses."""
+    versions: set[str] = set()
+    for i, e in enumerate(array(value, "history")):
+        if type(e) is dict and len(e) == 6 and _common(e, states, triggers, versions):
+            continue  # six keys: no `superseded_by`, no `skipped`
+        _entry(e, f"history[{i}]", states, triggers, effects)
+
+
+def _common(e: dict[str, Any], states: Collection[str] | None,
+            triggers: Collection[str] | None, versions: set[str]) -> bool:
+    t, trigger, source, dest = e.get("time"), e.get("trigger"), e.get("from"), e.get("to")
+    if type(t) is not float or not 0 <= t <= MAX_TIME or type(trigger) is not str \
+            or type(source) is not str or type(dest) is not str \
+            or (triggers is not None and trigger not in triggers) \
+            or (states is not None and (source not in states or dest not in states)):
+        return False
+    up, release = e.get("upgrade"), e.get("release", MISSING)
+    found = () if up is None else (up.get("from"), up.get("to")) if type(up) is dict else (0,)
+    for v in found if release is None else (release, *found):
+        if type(v) is not str:
+            return False
+        if v not in versions:
+            if not _is_version(v):
+                return False
+            versions.add(v)
+    return True
+
+
+def _is_version(v: str) -> bool:
+    """`releases.check_version`'s rule, as a test rather than an error."""
+    return VERSION_RE.match(v) is not None and ".." not in v
+
+
+def _pending(value: Any, states: Collection[str] | None, triggers: Collection[str] | None,
+             effects: Collection[str] | None) -> None:
+    p = obj(value, "pending")
+    name(p.get("trigger", MISSING), "pending.trigger", triggers, "trigger")
+    name(p.get("source", MISSING), "pending.source", states, "state")
+    name(p.get("dest", MISSING), "pending.dest", states, "state")
+    owed = array(p.get("effects", MISSING), "pending.effects")
+    for i, effect in enumerate(owed):
+        name(effect, f"pending.effects[{i}]", effects, "effect")
+    count(p.get("done", MISSING), "pending.done", len(owed), "the number of effects")
+    _args(p.get("args", MISSING), "pending.args")
+    time(p.get("started", MISSING), "pending.started")
+
+
+def _counters(value: Any) -> None:
+    c = obj(value, "counters")
+    for key in c:
+        if key not in COUNTERS:
+            raise Invalid("counters", key, problem=f"counters has unknown counter {key!r} "
+                          f"(known: {', '.join(COUNTERS)})")
+    for key in COUNTERS:
+        count(c.get(key, MISSING), f"counters.{key}")
+
+
+def state_body(data: Mapping[str, Any], states: Collection[str] | None = None,
+               triggers: Collection[str] | None = None,
+               effects: Collection[str] | None = None) -> None:
+    """The state file's body (schema and checksum already checked). A file from before
+    counters were kept has none: `Store._upgraded` seeds them."""
+    name(data.get("state", MISSING), "state", states, "state")
+    up = _nullable(data, "upgrade")
+    if up is not None:
+        u = obj(up, "upgrade")
+        version(u.get("from", MISSING), "upgrade.from")
+        version(u.get("to", MISSING), "upgrade.to")
+        time(u.get("started", MISSING), "upgrade.started")
+    pend = _nullable(data, "pending")
+    if pend is not None:
+        _pending(pend, states, triggers, effects)
+    last = _nullable(data, "last_result")
+    if last is not None:
+        result_body(last, "last_result")
+    _history(data.get("history", MISSING), states, triggers, effects)
+    if data.get("counters") is not None:
+        _counters(data["counters"])
