@@ -1,0 +1,82 @@
+"""What operators and systemd rely on, transition by transition: what may be triggered in each
+state, and the order of the effects that touch systemd and the gate."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_fsm.errors import ReleaseError
+from tests.helpers import World
+from tests.test_machine import _to
+
+# What `status` lists as allowed in each state (docs/operations.md, "States"): the operator's
+# contract, pinned here so that a transition added by mistake to a state is caught.
+ALLOWED = {
+    "idle": {"install", "orphaned_signal"},
+    "converged": {"install", "activate", "begin_upgrade", "orphaned_signal", "settle"},
+    "candidate_running": {"candidate_started", "judge_ok", "judge_failed", "recover"},
+    "judged_ok": {"complete"},
+    "judged_failed": {"recover"},
+    "recovering": {"recover", "recovered"},
+}
+
+
+class TestWhatEachStateAllows:
+    @pytest.mark.parametrize("state", sorted(ALLOWED))
+    def test_allowed_triggers(self, world: World, state: str) -> None:
+        """Each state allows exactly its documented triggers: no candidate start after a
+        failed judgment, no judgment without a candidate, no `activate` before an install."""
+        _to(state)(world)
+        assert set(world.node.controller.allowed(world.node.store.read().state)) == ALLOWED[state]
+
+
+class TestOrder:
+    def _observe(self, world: World) -> list[tuple[str, bool]]:
+        """(systemctl verb, gate open?) for each call, as systemd would see them."""
+        seen: list[tuple[str, bool]] = []
+        world.systemd.on_call = lambda verb, _unit: seen.append((verb, world.node.gate.is_open()))
+        return seen
+
+    def test_begin_upgrade_closes_the_gate_and_resets_the_start_limit_before_restarting(
+            self, world: World) -> None:
+        """The gate is closed before the candidate starts, and the start-limit count is reset
+        before the restart (else a sixth start within the interval fails)."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        seen = self._observe(world)
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        assert seen == [("reset-failed", False), ("restart", False)]
+        assert not world.node.gate.is_open()
+
+    @pytest.mark.parametrize("trigger", ["activate", "install"])
+    def test_reload_comes_before_the_restart(self, world: World, trigger: str) -> None:
+        """Written units are loaded (daemon-reload) before the agent restarts through them."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        seen = self._observe(world)
+        world.node.controller.fire(trigger, release="2.0.0")
+        verbs = [v for v, _ in seen]
+        assert verbs.index("daemon-reload") < verbs.index("restart")
+
+    @pytest.mark.parametrize("path", ["complete", "recovered", "settle"])
+    def test_the_gate_opens_only_after_systemd_is_reloaded(self, world: World,
+                                                           path: str) -> None:
+        """No operation can start (the gate is shut) until systemd has loaded the assets."""
+        world.installed("1.0.0")
+        if path == "settle":
+            world.node.gate.close()  # as at every start of the agent: its run dir is new
+        else:
+            world.upgrading("2.0.0")
+            world.node.controller.fire("judge_ok" if path == "complete" else "recover")
+        seen = self._observe(world)
+        world.node.controller.fire(path)
+        assert ("daemon-reload", False) in seen and world.node.gate.is_open()
+
+    def test_install_of_a_missing_release_changes_nothing(self, world: World) -> None:
+        """Installing a release that is not stored is refused before anything is recorded or
+        touched: no owed transition is left to fail at every start."""
+        world.installed("1.0.0")
+        before = world.paths.state_file.read_bytes()
+        with pytest.raises(ReleaseError, match="not on this host"):
+            world.node.controller.fire("install", release="9.9.9")
+        assert world.paths.state_file.read_bytes() == before and world.node.gate.is_open()
