@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import secrets
 import stat
@@ -145,6 +146,65 @@ def read_bytes(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file `path`, read without following a symlink at it and without
+    blocking on a FIFO or device. FileNotFoundError when it is missing; ValueError when it is a
+    symlink, not a regular file, or larger than `limit` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("it is a symlink") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("it is not a regular file")
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ValueError(f"it is larger than {limit} bytes")
+    return b"".join(chunks)
+
+
+def ensure_private_dir(directory: Path) -> None:
+    """Create `directory` 0700 (its parents 0755) if missing; tighten one of ours that others
+    may read or enter to 0700 (no other user needs it, and a readable lock in it lets any user
+    block every writer); refuse it (`check_private_dir`) if it is foreign or others may write."""
+    ensure_dir(directory.parent)
+    ensure_dir(directory, 0o700)
+    check_private_dir(directory)
+    mode = stat.S_IMODE(os.lstat(directory).st_mode)
+    if mode & 0o077:
+        os.chmod(directory, 0o700, follow_symlinks=False)
+        logging.getLogger("agent_fsm").warning(
+            "state directory %s had mode %04o; tightened to 0700: only agent-fsm uses it",
+            directory, mode)
+
+
+def private_file(path: Path, mode: int = 0o600) -> None:
+    """Give an existing regular file `path` exactly `mode` (a symlink there is refused)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _unsafe(path, "a symlink is planted there") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _unsafe(path, "it is not a regular file")
+        if stat.S_IMODE(st.st_mode) != mode:
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def check_private_dir(directory: Path) -> None:

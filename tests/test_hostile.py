@@ -98,7 +98,7 @@ class TestOwnershipAndModes:
             world.paths.recovery_script, world.paths.state_dir, world.paths.agent_unit.parent)}
         assert modes == {"state.json": 0o644, "agent.service": 0o644,
                          "agent-recovery.service": 0o644, "agent-recovery.sh": 0o755,
-                         "agent-fsm": 0o755, "system": 0o755}
+                         "agent-fsm": 0o700, "system": 0o755}
 
 
 class FailingDisk:

@@ -10,6 +10,7 @@ from agent_fsm.errors import DefinitionError
 from agent_fsm.lifecycle.definition import default_text
 from agent_fsm.lifecycle.engine import env_failpoint
 from agent_fsm.lifecycle.table import load_definition
+from agent_fsm.node import release_store
 from tests.helpers import World
 
 BROKEN_UNIT = "[Service]\nExecStart=/nonexistent\n"
@@ -41,6 +42,9 @@ class TestSupersede:
         world.node.controller.failpoint = env_failpoint
         for version in ("1.0.0",):  # ... and cannot: neither the kept copy nor the release
             (world.paths.releases_dir / version / "assets" / "recovery.sh").unlink()
+            # As if it had been stored so (no recorded digest to say otherwise): a release
+            # changed since it was added would be refused at select (test_release_store).
+            release_store.forget(world.paths.releases_dir, version)
         with pytest.raises(Exception, match="recovery"):
             world.reopen().node.controller.resume()
         done = recover(world.node)

@@ -8,6 +8,7 @@ A packed release runs on its own: `lib/agent_fsm` is a copy of the package that 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -16,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import files
-from ..errors import Refused, ReleaseError, StateFileError
-from ..node import assets
+from ..errors import AssetError, Refused, ReleaseError, StateFileError
+from ..node import assets, release_store, release_tree
 from ..node.releases import check_version, natural_key, read_manifest
 from ..node.store import StateDoc
 from ..wiring import Node
@@ -27,6 +28,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the agent_fsm package
 LAUNCHER = """#!/bin/sh
 # agent-fsm release {version}: runs this release's own copy of agent-fsm.
 here=$(dirname "$(readlink -f "$0")")
+# No __pycache__ written into the store: a stored release never changes (its digest is checked).
+export PYTHONDONTWRITEBYTECODE=1
 PYTHONPATH="$here/../lib${{PYTHONPATH:+:$PYTHONPATH}}" exec {python} -m agent_fsm "$@"
 """
 
@@ -65,38 +68,55 @@ def _toml_str(s: str) -> str:
 class Added:
     version: str
     path: Path
-    already: bool
+    already: bool  # the same content was stored already
+    digest: str = ""
+    replaced: str | None = None  # why a stored copy of the same content was replaced
 
 
 def validate(directory: Path, node: Node) -> str:
-    """Check a release directory before it is stored; return its version."""
+    """Check a (staged, so normalized) release directory before it is stored; return its
+    version."""
     manifest = directory / "release.toml"
     try:
         version = read_manifest(manifest).version
     except FileNotFoundError:
         raise ReleaseError(f"{directory} is not a release: {manifest} is missing") from None
     launcher = directory / "bin" / "agent-fsm"
-    if not os.access(launcher, os.X_OK):
+    if not launcher.is_file() or not os.access(launcher, os.X_OK):
         raise ReleaseError(f"release {version} has no executable {launcher}")
     assets.render(directory, node.paths, version)  # its templates must render for this host
     return version
 
 
 def add(directory: Path, node: Node) -> Added:
-    """Validate a release directory and store it as `<state_dir>/releases/<version>/`."""
-    version = validate(directory, node)
-    releases = node.host.releases
-    target = releases.path(version)
-    if target.exists():
-        return Added(version, target, already=True)
-    tmp = target.with_name(f".{version}.adding")
-    shutil.rmtree(tmp, ignore_errors=True)
-    files.ensure_dir(target.parent)
-    shutil.copytree(directory, tmp, symlinks=True)
-    os.replace(tmp, target)
-    files.fsync_dir(target.parent)
-    releases.manifest(version)
-    return Added(version, target, already=False)
+    """Store a normalized copy of a release directory as `<state_dir>/releases/<version>/`, with
+    its digest (`node.release_store`): under the writers' lock, copied into a hidden directory
+    inside `releases/`, checked there (what is checked is what is stored), renamed into place.
+
+    The same version with the same digest is `already` stored; with another, Refused, naming
+    both. A symlink, device, FIFO or socket in it, or a release over the limits, is refused
+    (ReleaseError) naming the path, with nothing stored.
+    """
+    staging = re.compile(re.escape(str(node.paths.releases_dir)) + r"/\.adding\.[0-9a-f]+")
+
+    def named(exc: Exception) -> str:  # by where the operator has it, not the staging copy
+        return staging.sub(lambda _: str(directory), str(exc))
+
+    with node.store.locked():
+        try:
+            done = release_store.store(directory, node.paths.releases_dir,
+                                       lambda staged: validate(staged, node))
+        except release_tree.Bad as exc:
+            raise ReleaseError(
+                f"refusing release {directory}: {named(exc)}; a release holds regular files and "
+                "directories only, within the store's limits (docs/operations.md, Releases); "
+                "nothing was stored") from None
+        except OSError as exc:
+            raise ReleaseError(f"could not store release {directory}: {named(exc)}; nothing "
+                               "was stored") from None
+        except (ReleaseError, AssetError) as exc:
+            raise type(exc)(named(exc)) from None
+    return Added(done.version, done.path, done.already, done.digest, done.replaced)
 
 
 @dataclass(frozen=True)
@@ -221,4 +241,5 @@ def _remove(path: Path) -> None:
     gone = path.with_name(f".{path.name}.pruning")
     os.replace(path, gone)
     files.fsync_dir(path.parent)
+    release_store.forget(path.parent, path.name)
     shutil.rmtree(gone)

@@ -8,6 +8,9 @@ are compared with what is on disk and written in one of three ways:
   last-good's copy in `kept_assets`, never from the candidate);
 - converge: rewrite the ones that differ;
 - write all.
+
+Every value goes through `quoted` first: a unit's by systemd's rules, the script's by the
+shell's (`quoting`), so no host value can add a line, a setting or a command.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from .. import files
 from ..errors import AssetError
 from .paths import Paths
+from .quoting import shell_word, unit_path, unit_token, unit_word
 
 UNIT_MODE = 0o644
 SCRIPT_MODE = 0o755
@@ -40,7 +44,7 @@ class Asset:
 
 
 def variables(paths: Paths, version: str) -> dict[str, str]:
-    """The names a template may use, all host paths."""
+    """The names a template may use: host values as they are (`quoted` writes them)."""
     judgment = paths.config.judgment
     # The unit's start timeout bounds the whole judgment: deadline plus soak plus a margin for
     # resuming owed effects and writing the assets.
@@ -66,6 +70,32 @@ def variables(paths: Paths, version: str) -> dict[str, str]:
     }
 
 
+# How each value is written into a unit (see `quoting`): names and numbers as plain tokens, the
+# config file as one ExecStart= argument, every other value a path. The script quotes them all
+# as shell words.
+_UNIT_TOKENS = {"name", "version", "agent_unit", "recovery_unit", "timeout_start_sec",
+                "max_attempts"}
+_UNIT_WORDS = {"config"}
+
+
+def quoted(values: dict[str, str], template_name: str) -> dict[str, str]:
+    """`values` as they are written into `template_name`: a unit's by systemd's rules, the
+    script's by the shell's. AssetError (one line, naming the value) if one cannot be written."""
+    out = {}
+    for key, value in values.items():
+        if template_name.endswith(".sh"):
+            quote = shell_word
+        else:
+            quote = (unit_token if key in _UNIT_TOKENS else
+                     unit_word if key in _UNIT_WORDS else unit_path)
+        try:
+            out[key] = quote(value)
+        except ValueError as exc:
+            raise AssetError(f"cannot write `{key}` into {template_name}: {exc}; change it in "
+                             "the config") from None
+    return out
+
+
 def targets(paths: Paths) -> dict[str, tuple[Path, Path, int]]:
     """Each template's asset on this host: its host path, where it is written, and its mode."""
     return {
@@ -89,7 +119,7 @@ def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
                 f"release {version} has no readable template {template_path}: {exc}"
             ) from None
         try:
-            content = string.Template(text).substitute(values)
+            content = string.Template(text).substitute(quoted(values, template_name))
         except (KeyError, ValueError) as exc:
             raise AssetError(
                 f"template {template_path} of release {version} uses an unknown or malformed "

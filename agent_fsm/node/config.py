@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .quoting import control_character
 
 DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")
 CONFIG_ENV = "AGENT_FSM_CONFIG"
@@ -49,6 +52,25 @@ _TOP_KEYS = {
     "publish_command": list,
     "judgment": dict,
 }
+# What systemd and the agent can take. A week bounds a judgment (and TimeoutStartSec=, which
+# is deadline + soak + 10 whole seconds); StartLimitBurst= is max_attempts.
+WEEK = 7 * 86400
+BOUNDS: dict[str, tuple[float, float]] = {  # key: (lowest, highest); only soak may be 0
+    "history_limit": (1, 100_000),
+    "judgment.deadline_seconds": (0, WEEK),
+    "judgment.soak_seconds": (0, WEEK),
+    "judgment.max_attempts": (1, 100),
+}
+# A unit name's prefix (systemd.unit(5) "DESCRIPTION": ASCII letters, digits, ":", "-", "_",
+# "." and a backslash), less three: no backslash (systemd's escape character) and no ":" (which
+# `systemd-analyze verify` cannot take in a unit file's name); none leading "-" (it would read as
+# an option) or "." (a hidden file).
+NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# Directories are written into ReadWritePaths=, RuntimeDirectory= and an ExecStart= executable
+# (see `quoting.unit_path`): none of these characters can be expressed there.
+_NOT_IN_DIRS = "\"'\\$"
+MAX_PATH_BYTES = 1024
+
 _JUDGMENT_KEYS = {
     "deadline_seconds": float,
     "soak_seconds": float,
@@ -58,7 +80,9 @@ _JUDGMENT_KEYS = {
 
 
 def _bad(source: Path, key: str, value: Any, expected: str) -> ConfigError:
-    return ConfigError(f"config {source}: `{key}` is {value!r}; expected {expected}")
+    text = repr(value)
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return ConfigError(f"config {source}: `{key}` is {text}; expected {expected}")
 
 
 def _check_keys(source: Path, table: dict[str, Any], known: dict[str, type], where: str) -> None:
@@ -70,14 +94,19 @@ def _check_keys(source: Path, table: dict[str, Any], known: dict[str, type], whe
 
 
 def _number(source: Path, key: str, value: Any, *, integer: bool) -> Any:
+    low, high = BOUNDS[key]
+    zero_ok = key == "judgment.soak_seconds"
+    kind = "an integer" if integer else "a finite number"
+    expected = (f"{kind} from {low:g} to {high:g}" if integer or zero_ok
+                else f"{kind} above {low:g}, at most {high:g}")
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad(source, key, value, "an integer" if integer else "a number")
+        raise _bad(source, key, value, expected)
     if integer and not isinstance(value, int):
-        raise _bad(source, key, value, "an integer")
-    if value <= 0 and key != "judgment.soak_seconds":
-        raise _bad(source, key, value, "a positive number")
-    if value < 0:
-        raise _bad(source, key, value, "zero or more")
+        raise _bad(source, key, value, expected)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _bad(source, key, value, expected)
+    if value > high or value < low or (value == low and not integer and not zero_ok):
+        raise _bad(source, key, value, expected)
     return value
 
 
@@ -88,9 +117,32 @@ def _argv(source: Path, key: str, value: Any) -> tuple[str, ...]:
 
 
 def _path(source: Path, key: str, value: Any) -> Path:
+    """An absolute, normalized directory that every unit and the script can name."""
     if not isinstance(value, str) or not value.startswith("/"):
         raise _bad(source, key, value, "an absolute path")
+    control = control_character(value)
+    if control is not None:
+        raise _bad(source, key, value, f"a path without control characters (it has {control})")
+    if any(ch.isspace() or ch in _NOT_IN_DIRS for ch in value):
+        raise _bad(source, key, value, "a path without whitespace, quotes, backslashes or '$' "
+                   "(systemd cannot take them in ReadWritePaths= or ExecStart=)")
+    if value == "/" or value.startswith("//") or os.path.normpath(value) != value:
+        raise _bad(source, key, value, "a normalized absolute directory other than / (no '.', "
+                   "'..' or empty parts, no trailing '/')")
+    if len(value.encode()) > MAX_PATH_BYTES or any(len(p.encode()) > 255 for p in value.split("/")):
+        raise _bad(source, key, value, f"a path of at most {MAX_PATH_BYTES} bytes, 255 a part")
     return Path(value)
+
+
+def check_source(source: Path) -> Path:
+    """The config file's own path, as the units and the script name it: absolute (relative to
+    the working directory it was given in), and without control characters."""
+    source = source if source.is_absolute() else source.absolute()
+    control = control_character(str(source))
+    if control is not None:
+        raise ConfigError(f"config file path {str(source)!r} contains a control character "
+                          f"({control}); the units and the recovery script must name it")
+    return source
 
 
 def parse(data: dict[str, Any], source: Path) -> Config:
@@ -99,16 +151,17 @@ def parse(data: dict[str, Any], source: Path) -> Config:
     kwargs: dict[str, Any] = {"source": source}
     if "name" in data:
         name = data["name"]
-        if not isinstance(name, str) or not name or not name.replace("-", "").isalnum():
-            raise _bad(source, "name", name, "a unit name of letters, digits and '-'")
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+            raise _bad(source, "name", name, "a unit name prefix of 1 to 128 ASCII letters, "
+                       "digits, '_', '.' and '-', not starting with '-' or '.'")
         kwargs["name"] = name
     for key in ("state_dir", "lib_dir", "unit_dir", "run_dir"):
         if key in data:
             kwargs[key] = _path(source, key, data[key])
     run_dir = kwargs.get("run_dir")
-    if run_dir is not None and (run_dir.parent == run_dir or Path("/run") not in run_dir.parents):
-        raise _bad(source, "run_dir", str(run_dir),
-                   "a directory below /run (a tmpfs: the gate must close at every boot)")
+    if run_dir is not None and (Path("/run") not in run_dir.parents or ":" in str(run_dir)):
+        raise _bad(source, "run_dir", str(run_dir), "a directory below /run, without ':' "
+                   "(a tmpfs: the gate must close at every boot)")
     if "history_limit" in data:
         kwargs["history_limit"] = _number(source, "history_limit", data["history_limit"],
                                           integer=True)
@@ -148,7 +201,7 @@ def load(path: Path | None) -> Config:
     explicit = path if path is not None else (
         Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
     )
-    source = explicit or DEFAULT_CONFIG
+    source = check_source(explicit or DEFAULT_CONFIG)
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:

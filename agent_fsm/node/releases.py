@@ -4,10 +4,15 @@ A release is a directory `<state_dir>/releases/<version>/` holding `release.toml
 and, optionally, the workload the daemon supervises), `bin/agent-fsm` and `assets/` (the
 templates of the service assets this version writes). The pointers are symlinks switched
 atomically, so systemd's `ExecStart` can run through `selected`.
+
+Every read of a stored release goes through `manifest`, which first checks the release against
+the digest recorded when it was added (`release_store`): a release that changed since is refused
+before it is selected, rendered or run.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tomllib
@@ -16,9 +21,15 @@ from pathlib import Path
 
 from .. import files
 from ..errors import ReleaseError
+from . import release_store, release_tree
 from .paths import Paths
 
-VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
+log = logging.getLogger("agent_fsm")
+MAX_MANIFEST_BYTES = 64 << 10
+
+# `\Z`, not `$`: `$` also matches before a trailing newline, and "1.0\n" is no version. With it
+# even a reader's `VERSION_RE.match` (validate.py) holds the whole string to the rule.
+VERSION_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}\Z")
 
 
 @dataclass(frozen=True)
@@ -28,7 +39,7 @@ class Manifest:
 
 
 def check_version(version: str) -> str:
-    if not VERSION_RE.match(version) or ".." in version:
+    if not VERSION_RE.fullmatch(version) or ".." in version:
         raise ReleaseError(
             f"{version!r} is not a release version: use letters, digits, '.', '+', '_' and '-'"
         )
@@ -46,10 +57,10 @@ def read_manifest(path: Path, expected_version: str | None = None) -> Manifest:
     A missing file raises FileNotFoundError, which each caller words for its own context.
     """
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(files.read_regular(path, MAX_MANIFEST_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and TOMLDecodeError included
         raise ReleaseError(f"release manifest {path} is invalid: {exc}") from None
     unknown = set(data) - {"version", "workload"}
     if unknown:
@@ -69,6 +80,15 @@ def read_manifest(path: Path, expected_version: str | None = None) -> Manifest:
     return Manifest(version, tuple(workload))
 
 
+@dataclass(frozen=True)
+class Integrity:
+    """A stored release against its recorded digest, for `release list`."""
+
+    digest: str | None  # recorded when it was added; else (stored before digests) as it is now
+    recorded: bool
+    problem: str | None  # why it would be refused; None when intact
+
+
 class Releases:
     def __init__(self, paths: Paths) -> None:
         self.paths = paths
@@ -86,16 +106,48 @@ class Releases:
     def exists(self, version: str) -> bool:
         return (self.path(version) / "release.toml").is_file()
 
-    def manifest(self, version: str) -> Manifest:
+    def _checked(self, version: str) -> tuple[Manifest, release_store.Checked]:
         path = self.path(version) / "release.toml"
         try:
-            return read_manifest(path, expected_version=version)
+            checked = self.verify(version)
+            return read_manifest(path, expected_version=version), checked
         except FileNotFoundError:
             known = ", ".join(self.versions()) or "none"
             raise ReleaseError(
                 f"release {version} is not on this host ({path} is missing); known releases: "
                 f"{known}; add it with `agent-fsm release add DIR`"
             ) from None
+
+    def manifest(self, version: str) -> Manifest:
+        """The stored release's manifest, once the release is checked against its digest."""
+        return self._checked(version)[0]
+
+    def verify(self, version: str) -> release_store.Checked:
+        """Check a stored release against the digest recorded when it was added; one stored
+        before digests were kept must at least be what the store holds (regular files and
+        directories, ours, no loose mode). ReleaseError says what differs and what to do;
+        FileNotFoundError when it is not stored."""
+        try:
+            return release_store.check(self.paths.releases_dir, check_version(version))
+        except release_tree.Bad as exc:
+            raise ReleaseError(
+                f"release {version} is not what was stored: {exc}; it was not used. Add it again "
+                f"with `agent-fsm release add DIR` (DIR: release {version}'s directory), which "
+                f"replaces a damaged copy, or remove it with `agent-fsm release prune {version}`"
+            ) from None
+
+    def integrity(self, version: str) -> Integrity:
+        try:
+            checked = release_store.check(self.paths.releases_dir, check_version(version))
+        except (release_tree.Bad, OSError) as exc:
+            try:
+                was = release_store.recorded(self.paths.releases_dir, version)
+            except release_tree.Bad:
+                was = None
+            return Integrity(None if was is None else release_store.digest(was), was is not None,
+                             str(exc))
+        return Integrity(release_store.digest(checked.recorded or checked.manifest),
+                         checked.recorded is not None, None)
 
     def _pointer(self, link: Path) -> str | None:
         try:
@@ -113,7 +165,11 @@ class Releases:
         return self._pointer(self.paths.last_good)
 
     def _point(self, link: Path, version: str) -> None:
-        self.manifest(version)  # refuse to point at a missing or broken release
+        _, checked = self._checked(version)  # refuse to point at a missing or broken release
+        if checked.recorded is None:  # stored before digests were kept: record it now (locked)
+            release_store.record(self.paths.releases_dir, version, checked.manifest)
+            log.warning("release %s was stored before digests were kept; recorded its digest "
+                        "%s", version, release_store.digest(checked.manifest))
         # Relative target: the pointer stays right when the tree is seen below --root.
         target = os.path.relpath(self.path(version), link.parent)
         files.atomic_symlink(link, target)

@@ -205,9 +205,11 @@ class Store:
         """Hold the writers' lock for a whole transition."""
         import filelock  # writers only: readers (status) need no lock
 
-        files.ensure_dir(self.lock_path.parent)
-        files.check_private_dir(self.lock_path.parent)
-        lock = filelock.FileLock(str(self.lock_path), timeout=self.lock_timeout)
+        # The state dir 0700 and the lock 0600: a user who could open the lock could hold it
+        # (`flock -s`) and make every transition time out.
+        files.ensure_private_dir(self.lock_path.parent)
+        files.private_file(self.lock_path)  # one made before it was kept private
+        lock = filelock.FileLock(str(self.lock_path), timeout=self.lock_timeout, mode=0o600)
         try:
             lock.acquire()
         except filelock.Timeout:

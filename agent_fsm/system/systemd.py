@@ -24,7 +24,8 @@ class Systemctl:
     """The real thing: `systemctl` in a subprocess.
 
     Restarts and starts are queued with --no-block: the caller may be the unit's own process,
-    which must not wait for its own stop.
+    which must not wait for its own stop. A unit name always follows `--`, so that no name,
+    whatever the config says, can be read as an option.
     """
 
     def __init__(self, executable: str = "systemctl", timeout: float = 60.0) -> None:
@@ -44,13 +45,13 @@ class Systemctl:
         self._run("daemon-reload")
 
     def reset_failed(self, unit: str) -> None:
-        self._run("reset-failed", unit)
+        self._run("reset-failed", "--", unit)
 
     def restart(self, unit: str) -> None:
-        self._run("restart", "--no-block", unit)
+        self._run("restart", "--no-block", "--", unit)
 
     def start(self, unit: str) -> None:
-        self._run("start", "--no-block", unit)
+        self._run("start", "--no-block", "--", unit)
 
     def enable(self, unit: str) -> None:
-        self._run("enable", unit)
+        self._run("enable", "--", unit)

@@ -31,7 +31,12 @@ def release_pack(
     """
     from ...actions.packing import pack
 
-    path = pack(version, output, tuple(shlex.split(workload)) if workload else ())
+    try:
+        argv = tuple(shlex.split(workload)) if workload else ()
+    except ValueError as exc:  # an unclosed quote or a trailing backslash
+        raise typer.BadParameter(f"{workload!r} is not a command in shell words: {exc}",
+                                 param_hint="--workload") from None
+    path = pack(version, output, argv)
     out.print(f"packed release {version} in {path}", markup=False)
 
 
@@ -40,15 +45,22 @@ def release_add(
     ctx: typer.Context,
     directory: Annotated[Path, typer.Argument(help="A release directory (from `release pack`).")],
 ) -> None:
-    """Validate a release directory and store it on this host.
+    """Validate a release directory and store a normalized copy of it on this host.
+
+    The copy holds regular files and directories only (a symlink, device, FIFO or socket in
+    DIRECTORY is refused, exit 1), owned by root, modes 0755 (directories, executables) or 0644,
+    and its digest is recorded. Adding a version already stored with other content is refused
+    (exit 3), naming both digests; with the same content it says "already stored" (exit 0).
 
     Example: agent-fsm release add ./agent-fsm-2.0.0
     """
     from ...actions.packing import add
 
     added = add(directory, options.of(ctx).node())
-    verb = "already stored at" if added.already else "stored at"
-    out.print(f"release {added.version} {verb} {added.path}", markup=False)
+    verb = "already stored at" if added.already and not added.replaced else "stored at"
+    note = f"; it replaced the stored copy: {added.replaced}" if added.replaced else ""
+    out.print(f"release {added.version} {verb} {added.path} ({added.digest}{note})",
+              markup=False)
 
 
 @app.command("list", epilog=EXIT_CODES)
@@ -56,20 +68,33 @@ def release_list(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON list.")] = False,
 ) -> None:
-    """List the stored releases, marking the selected and the last-good.
+    """List the stored releases with their digests, marking the selected and the last-good.
+
+    Each release is checked against the digest recorded when it was added; one that no longer
+    matches is marked DAMAGED with what differs (it is refused when selected or rendered).
+    --json: a list of {version, selected, last_good, digest, digest_recorded, intact, problem}.
 
     Example: agent-fsm release list --json
     """
     releases = options.of(ctx).node().host.releases
     selected, last_good = releases.selected(), releases.last_good()
-    rows = [{"version": v, "selected": v == selected, "last_good": v == last_good}
-            for v in releases.versions()]
+    rows = []
+    for v in releases.versions():
+        check = releases.integrity(v)
+        rows.append({"version": v, "selected": v == selected, "last_good": v == last_good,
+                     "digest": check.digest, "digest_recorded": check.recorded,
+                     "intact": check.problem is None, "problem": check.problem})
     if as_json:
         render.print_json(rows)
         return
     for r in rows:
         marks = [m for m, on in (("selected", r["selected"]), ("last-good", r["last_good"])) if on]
-        out.print(f"{r['version']}" + (f"  ({', '.join(marks)})" if marks else ""), markup=False)
+        line = f"{r['version']}  {r['digest'] or 'no digest'}"
+        line += f"  ({', '.join(marks)})" if marks else ""
+        if not r["digest_recorded"] and r["intact"]:
+            line += "  (stored before digests were kept; recorded when next selected)"
+        line += f"  DAMAGED: {r['problem']}" if r["problem"] else ""
+        out.print(line, markup=False)
 
 
 @app.command("prune", epilog=EXIT_CODES)

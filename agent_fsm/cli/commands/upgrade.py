@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Annotated
 
 import typer
 
+from ...errors import EXIT_USAGE
 from .. import options
 from ..render import out
+
+
+def _seconds(value: float) -> float:
+    """--timeout is checked before anything starts: a finite number of seconds above 0, else a
+    usage error (exit 2) in one line."""
+    if not math.isfinite(value) or value <= 0:
+        sys.stderr.write(f"agent-fsm: upgrade: --timeout {value!r} is not a finite number of "
+                         "seconds above 0; nothing was started\n")
+        raise typer.Exit(EXIT_USAGE)
+    return value
 
 
 def upgrade(
@@ -17,7 +30,9 @@ def upgrade(
         "--wait", help="Follow the upgrade to its end: exit 0 when converged, 4 when rolled "
         "back.")] = False,
     timeout: Annotated[float, typer.Option(
-        "--timeout", help="With --wait: give up following after S seconds (exit 1).")] = 600.0,
+        "--timeout", callback=_seconds, help="With --wait: give up following after S seconds "
+        "(exit 1). A finite number above 0, else a usage error (exit 2) and nothing starts.")
+    ] = 600.0,
 ) -> None:
     """Upgrade to a release: write the signal, select it, reset the start limit, restart.
 

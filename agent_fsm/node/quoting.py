@@ -1,0 +1,84 @@
+"""How a host value is written into a systemd unit, and how into a POSIX shell script.
+
+The two languages quote differently, so each template kind has its own step (`assets.render`
+picks it). Each function returns the value's text for its context, or raises ValueError when the
+value cannot be expressed there; a value that needs no quoting comes back as it is, so ordinary
+paths render byte for byte as before.
+
+Units (systemd 252 as on the nodes; the sections named are the man pages'):
+
+- `unit_word`: one argument of a command line (`ExecStart=`). systemd.service(5) "COMMAND LINES"
+  unquotes by systemd.syntax(7) "QUOTING": a double-quoted item, with C-style escapes, so `\\`
+  and `"` are backslash-escaped inside it; the opening quote must start the item. Specifiers are
+  expanded after unquoting (systemd.unit(5) "SPECIFIERS": `%%` is one `%`), and so is
+  environment substitution at exec time (`$$` is one `$`), so both are doubled in or out of
+  quotes. Whitespace, quotes, backslashes and `;` (a lone `;` separates commands) are quoted.
+- `unit_path`: a path in a path-valued setting (`ReadWritePaths=`, `RuntimeDirectory=`), also
+  used as the leading part of an `ExecStart=` executable (`<selected>/bin/agent-fsm`). Such an
+  item is split on whitespace and unquoted, and a quote only counts at the start of an item, so
+  whitespace, quotes and backslashes cannot be expressed; nor can `$` (systemd.service(5): the
+  program to execute may not be a variable). `%` is doubled (specifiers are expanded there too).
+- `unit_token`: names and numbers (unit names, versions, counts): only `[A-Za-z0-9:_.+-]`.
+
+Scripts: `shell_word` is `shlex.quote` (single quotes, POSIX sh). No control character is
+allowed anywhere: a newline would end a line of the unit or a comment of the script.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import unicodedata
+
+# Control, format (bidi overrides, zero-width), surrogate, line and paragraph separators.
+_CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_TOKEN = re.compile(r"[A-Za-z0-9:_.+-]+")
+_WORD_NEEDS_QUOTES = frozenset(" \t\n\r\"'\\;")
+_NOT_IN_UNIT_PATH = frozenset("\"'\\$")
+
+
+def control_character(value: str) -> str | None:
+    """The first control character of `value` as `U+XXXX`, or None."""
+    for ch in value:
+        if unicodedata.category(ch) in _CONTROL_CATEGORIES:
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+def _no_control(value: str) -> None:
+    found = control_character(value)
+    if found is not None:
+        raise ValueError(f"{value!r} contains a control character ({found})")
+
+
+def unit_token(value: str) -> str:
+    """A name or a number in a unit: letters, digits and `:_.+-` only, written as it is."""
+    if not _TOKEN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a plain token (letters, digits, ':_.+-')")
+    return value
+
+
+def unit_word(value: str) -> str:
+    """One command-line argument of `ExecStart=`: quoted if needed, `%` and `$` doubled."""
+    _no_control(value)
+    text = value.replace("%", "%%").replace("$", "$$")
+    if value and not _WORD_NEEDS_QUOTES.intersection(value):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def unit_path(value: str) -> str:
+    """A path in a path-valued setting or an executable's path: `%` doubled; refused if it has
+    whitespace, quotes, backslashes or `$` (systemd cannot take them there)."""
+    _no_control(value)
+    bad = sorted({ch for ch in value if ch.isspace() or ch in _NOT_IN_UNIT_PATH})
+    if bad or not value:
+        raise ValueError(f"{value!r} cannot be a path in a unit (it has {' '.join(map(repr, bad))})"
+                         if bad else "an empty path cannot be written into a unit")
+    return value.replace("%", "%%")
+
+
+def shell_word(value: str) -> str:
+    """One word of a POSIX shell script: `shlex.quote`d (unchanged when nothing needs it)."""
+    _no_control(value)
+    return shlex.quote(value)

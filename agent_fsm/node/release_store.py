@@ -1,0 +1,206 @@
+"""The release store: each stored release's digest, recorded when it is added and checked
+before it is selected or rendered, and the one way a release gets into `releases/`.
+
+A release's digest is "sha256:" and the SHA-256 of its manifest, a UTF-8 text: one header line,
+`agent-fsm release manifest v1`, then one line per entry below the release directory (itself
+excluded), sorted by the relative path's UTF-8 bytes:
+
+    d 0755 - - assets
+    f 0644 412 <the SHA-256 of the file's bytes, hex> assets/agent.service
+
+type (`d` directory, `f` regular file), mode (4 octal digits), size in bytes and content hash
+(`-` for a directory), and the path relative to the release, `/` between names. The store
+holds nothing else (`release_tree`), so this is all of a release. The manifest is recorded
+when the release is added, in `releases/.digests/<version>` (outside the release tree, and
+hidden, so never taken for a version), so that a mismatch can name what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import files
+from ..errors import Refused
+from .release_tree import DIR_MODE, Bad, Entry, copy, scan
+
+HEADER = b"agent-fsm release manifest v1\n"
+DIGESTS = ".digests"
+MAX_RECORD_BYTES = 16 << 20  # a recorded manifest: 10,000 lines
+
+
+def manifest(entries: list[Entry]) -> bytes:
+    return HEADER + b"".join(e.line() for e in entries)
+
+
+def digest(manifest_bytes: bytes) -> str:
+    return "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+
+
+def record_path(releases_dir: Path, version: str) -> Path:
+    return releases_dir / DIGESTS / version
+
+
+def record(releases_dir: Path, version: str, manifest_bytes: bytes) -> None:
+    """Record a stored release's manifest (the caller holds the writers' lock)."""
+    files.atomic_write(record_path(releases_dir, version), manifest_bytes, 0o644)
+
+
+def recorded(releases_dir: Path, version: str) -> bytes | None:
+    """The manifest recorded for `version`, or None (a release stored before digests were kept).
+    Raises Bad when the record is not a readable manifest."""
+    path = record_path(releases_dir, version)
+    try:
+        data = files.read_regular(path, MAX_RECORD_BYTES)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise Bad(path, f"cannot be read: {exc}") from None
+    if not data.startswith(HEADER):
+        raise Bad(path, "is not a release manifest")
+    return data
+
+
+def forget(releases_dir: Path, version: str) -> None:
+    files.remove(record_path(releases_dir, version))
+
+
+def differences(was: bytes, now: bytes, limit: int = 3) -> str:
+    """What differs between two manifests, in a few words: changed, added and removed paths."""
+    def parse(m: bytes) -> dict[str, tuple[str, ...]]:
+        rows = (line.split(" ", 4) for line in m[len(HEADER):].decode(errors="replace").splitlines())
+        return {r[4]: tuple(r[:4]) for r in rows if len(r) == 5}
+
+    a, b = parse(was), parse(now)
+    said = []
+    for path in sorted(a.keys() | b.keys()):
+        if path not in b:
+            said.append(f"{path} removed")
+        elif path not in a:
+            said.append(f"{path} added")
+        elif a[path][0] != b[path][0]:
+            said.append(f"{path} changed type")
+        elif a[path][2:] != b[path][2:]:
+            said.append(f"{path} changed content")
+        elif a[path][1] != b[path][1]:
+            said.append(f"{path} changed mode {a[path][1]} to {b[path][1]}")
+    more = f" and {len(said) - limit} more" if len(said) > limit else ""
+    return ", ".join(said[:limit]) + more if said else "its recorded manifest is malformed"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A stored release as it is now, and the manifest recorded when it was added."""
+
+    manifest: bytes
+    recorded: bytes | None  # None: stored before digests were kept
+
+    @property
+    def digest(self) -> str:
+        return digest(self.manifest)
+
+
+def check(releases_dir: Path, version: str) -> Checked:
+    """Check stored release `version` against its recorded manifest. Raises Bad saying what
+    differs; FileNotFoundError when the release is not stored."""
+    release = releases_dir / version
+    now = manifest(scan(release))
+    was = recorded(releases_dir, version)
+    if was is not None and was != now:
+        raise Bad(release, f"does not match its digest {digest(was)} recorded when it was added "
+                  f"({differences(was, now)})")
+    return Checked(now, was)
+
+
+@dataclass(frozen=True)
+class Stored:
+    version: str
+    path: Path
+    digest: str
+    already: bool  # the same content was stored already, intact
+    replaced: str | None = None  # why a stored copy of the same content was replaced
+
+
+def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str]) -> Stored:
+    """Store a normalized copy of the release `directory` in `releases_dir`, with its digest.
+    The caller holds the writers' lock.
+
+    The copy is made in a hidden directory inside `releases_dir` and `validate`d there (it
+    returns the version), so what is checked is what is stored; it is renamed into place whole.
+    A version stored with the same digest is `already` (a damaged copy, or one stored before
+    digests were kept, is replaced by the new one); with another digest, Refused, naming both.
+    Raises Bad for an entry the store refuses.
+    """
+    files.ensure_dir(releases_dir)
+    _sweep(releases_dir)
+    staging = releases_dir / f".adding.{secrets.token_hex(6)}"
+    try:
+        copy(directory, staging)
+        version = validate(staging)
+        new = manifest(scan(staging))
+        target = releases_dir / version
+        replaced = None
+        if os.path.lexists(target):
+            replaced = _replaces(releases_dir, version, new, directory)
+            if replaced is None:
+                return Stored(version, target, digest(new), already=True)
+        os.chmod(staging, DIR_MODE)
+        record(releases_dir, version, new)
+        if replaced is not None:  # a crash between the renames: the next add puts it back
+            old = releases_dir / f".{version}.replaced.{secrets.token_hex(6)}"
+            os.rename(target, old)
+            os.rename(staging, target)
+            files.fsync_dir(releases_dir)
+            shutil.rmtree(old)
+        else:
+            os.rename(staging, target)
+            files.fsync_dir(releases_dir)
+        return Stored(version, target, digest(new), replaced is not None, replaced)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> str | None:
+    """None when the stored `version` is `new`, intact; why it is replaced when it holds the
+    same content, damaged or never normalized; Refused when its content differs."""
+    try:
+        was = recorded(releases_dir, version)
+    except Bad:
+        was = None  # an unreadable record: judged by the stored tree, as if none was kept
+    if was is None:  # stored before digests were kept: compare it as the store would hold it
+        try:
+            stored = digest(manifest(scan(releases_dir / version, stored=False, normalize=True)))
+        except (Bad, OSError) as exc:
+            stored = f"none (its copy cannot be read: {exc})"
+        if stored == digest(new):
+            return "it was stored before digests were kept"
+    elif was == new:
+        try:
+            check(releases_dir, version)
+            return None
+        except Bad as exc:
+            return f"the stored copy was damaged: {exc}"
+    else:
+        stored = digest(was)
+    raise Refused(
+        f"release {version} is already stored with digest {stored}, but {directory} has digest "
+        f"{digest(new)}: a version's content never changes; pack this one as a new version, or "
+        f"remove {version} first (`agent-fsm release prune {version}`) if nothing needs it; "
+        "nothing was stored")
+
+
+def _sweep(releases_dir: Path) -> None:
+    """Clear what an interrupted add left, putting back a release it was replacing."""
+    for stale in releases_dir.glob(".*.replaced.*"):
+        back = releases_dir / stale.name[1:].split(".replaced.")[0]
+        if os.path.lexists(back):
+            shutil.rmtree(stale)
+        else:
+            os.rename(stale, back)
+    for stale in [*releases_dir.glob(".adding.*"), *releases_dir.glob(".*.adding")]:
+        shutil.rmtree(stale, ignore_errors=True)

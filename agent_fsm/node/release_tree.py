@@ -1,0 +1,208 @@
+"""A release tree as the store holds it: the normalized copy `release add` makes, and the walk
+that hashes a stored one (`release_store` records and checks the digest).
+
+A stored copy is normalized: regular files and directories only (a symlink, device, FIFO or
+socket anywhere in the release is refused, naming it; no link is ever followed), owned by the
+uid that stored it, directories and executables (any x bit) 0755 and other files 0644: never
+setuid, setgid or sticky, never writable by group or others; within the LIMITS below.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import files
+
+MAX_FILE_BYTES = 64 << 20  # one file
+MAX_RELEASE_BYTES = 256 << 20  # all files of a release
+MAX_ENTRIES = 10_000  # files and directories of a release
+MAX_DEPTH = 32  # nested directories
+DIR_MODE = EXEC_MODE = 0o755
+FILE_MODE = 0o644
+_CHUNK = 1 << 20
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Bad(Exception):
+    """An entry the store does not accept, or a tree over the limits: `path`, then why."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path} {why}")
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str  # relative, `/` between names
+    mode: int
+    size: int | None = None  # None: a directory
+    sha256: str = "-"
+
+    def line(self) -> bytes:
+        kind, size = ("d", "-") if self.size is None else ("f", str(self.size))
+        return f"{kind} {self.mode:04o} {size} {self.sha256} {self.path}\n".encode()
+
+
+def normal_mode(st: os.stat_result) -> int:
+    """The mode the store gives an entry: 0755 for directories and executables, else 0644."""
+    return DIR_MODE if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111 else FILE_MODE
+
+
+def _kind(st: os.stat_result, dir_fd: int, name: str, path: Path) -> None:
+    mode = st.st_mode
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+        return
+    if stat.S_ISLNK(mode):
+        raise Bad(path, f"is a symlink (to {os.readlink(name, dir_fd=dir_fd)})")
+    what = "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+        "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "special file"
+    raise Bad(path, f"is a {what}")
+
+
+def _check_stored(st: os.stat_result, path: Path) -> None:
+    if st.st_uid != os.geteuid():
+        raise Bad(path, f"is owned by uid {st.st_uid}, not {os.geteuid()}")
+    if st.st_mode & 0o7022:
+        raise Bad(path, f"has mode {stat.S_IMODE(st.st_mode):04o}")
+
+
+def _walk(root_fd: int, root: Path, *, stored: bool) -> Iterator[tuple[str, int, str, os.stat_result]]:
+    """Every entry below `root_fd` as (relative path, parent's fd, name, lstat), each directory
+    before what it holds, names in order; only regular files and directories, within the limits.
+    `stored`: also refuse an entry another uid owns or one with a mode the store never gives."""
+    count = 0
+
+    def visit(dir_fd: int, prefix: str, depth: int) -> Iterator[tuple[str, int, str, os.stat_result]]:
+        nonlocal count
+        names = []
+        with os.scandir(dir_fd) as it:
+            for e in it:
+                count += 1
+                if count > MAX_ENTRIES:
+                    raise Bad(root, f"has more than {MAX_ENTRIES} files and directories")
+                names.append(e.name)
+        for name in sorted(names):
+            rel = prefix + name
+            path = root / rel
+            if not name.isprintable():
+                raise Bad(root / repr(rel), "has a name with a control character or not UTF-8")
+            st = os.lstat(name, dir_fd=dir_fd)
+            _kind(st, dir_fd, name, path)
+            if stored:
+                _check_stored(st, path)
+            yield rel, dir_fd, name, st
+            if stat.S_ISDIR(st.st_mode):
+                if depth >= MAX_DEPTH:
+                    raise Bad(path, f"is nested more than {MAX_DEPTH} directories deep")
+                fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                try:
+                    yield from visit(fd, rel + "/", depth + 1)
+                finally:
+                    os.close(fd)
+
+    yield from visit(root_fd, "", 1)
+
+
+class _Reader:
+    """Reads the files of one tree within the per-file and per-release byte limits."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.total = 0
+
+    def chunks(self, dir_fd: int, name: str, st: os.stat_result, path: Path) -> Iterator[bytes]:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)  # a link swapped in: ELOOP
+        try:
+            now = os.fstat(fd)
+            if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                raise Bad(path, "was replaced while it was read")
+            if now.st_size > MAX_FILE_BYTES:  # refused before a byte is copied
+                raise Bad(path, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+            size = 0
+            while chunk := os.read(fd, _CHUNK):
+                size += len(chunk)
+                self.total += len(chunk)
+                if size > MAX_FILE_BYTES:
+                    raise Bad(path, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+                if self.total > MAX_RELEASE_BYTES:
+                    raise Bad(self.root, f"holds more than {MAX_RELEASE_BYTES >> 20} MiB")
+                yield chunk
+        finally:
+            os.close(fd)
+
+
+def _open_root(root: Path, *, follow: bool) -> int:
+    try:
+        return os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW if follow else _DIR_FLAGS)
+    except NotADirectoryError:
+        raise Bad(root, "is not a directory") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Bad(root, "is a symlink") from None
+        raise
+
+
+def copy(src: Path, dst: Path) -> None:
+    """Store a normalized copy of the release directory `src` as the new directory `dst`.
+
+    `src` itself may be reached through a symlink (it is what the operator named); nothing in
+    it is followed. `dst` is left 0700 (the caller renames it into place, then opens it up).
+    Raises Bad for an entry the store refuses; OSError as it comes.
+    """
+    src_fd = _open_root(src, follow=True)
+    try:
+        os.mkdir(dst, 0o700)
+        made = [dst]
+        reader = _Reader(src)
+        for rel, dir_fd, name, st in _walk(src_fd, src, stored=False):
+            target = dst / rel
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(target, 0o700)
+                os.chmod(target, DIR_MODE)  # exact, whatever the umask or a setgid parent
+                made.append(target)
+                continue
+            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                          | os.O_CLOEXEC, 0o600)
+            try:
+                for chunk in reader.chunks(dir_fd, name, st, src / rel):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(out, view):]
+                os.fchmod(out, normal_mode(st))
+                os.fsync(out)
+            finally:
+                os.close(out)
+        for directory in reversed(made):
+            files.fsync_dir(directory)
+    finally:
+        os.close(src_fd)
+
+
+def scan(release: Path, *, stored: bool = True, normalize: bool = False) -> list[Entry]:
+    """The entries of a release tree, hashed, in manifest order. `stored`: refuse what the store
+    never holds (another owner, a loose mode); `normalize`: give the modes the store would."""
+    root_fd = _open_root(release, follow=False)
+    reader = _Reader(release)
+    entries = []
+    try:
+        if stored:
+            _check_stored(os.fstat(root_fd), release)
+        for rel, dir_fd, name, st in _walk(root_fd, release, stored=stored):
+            mode = normal_mode(st) if normalize else stat.S_IMODE(st.st_mode)
+            if stat.S_ISDIR(st.st_mode):
+                entries.append(Entry(rel, mode))
+                continue
+            h, size = hashlib.sha256(), 0
+            for chunk in reader.chunks(dir_fd, name, st, release / rel):
+                h.update(chunk)
+                size += len(chunk)
+            entries.append(Entry(rel, mode, size, h.hexdigest()))
+    finally:
+        os.close(root_fd)
+    return sorted(entries, key=lambda e: e.path.encode())
