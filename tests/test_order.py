@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent_fsm.errors import ReleaseError
+from agent_fsm.errors import Refused, ReleaseError
+from agent_fsm.node import signal
 from tests.helpers import World
 from tests.test_machine import _to
 
@@ -80,3 +81,68 @@ class TestOrder:
         with pytest.raises(ReleaseError, match="not on this host"):
             world.node.controller.fire("install", release="9.9.9")
         assert world.paths.state_file.read_bytes() == before and world.node.gate.is_open()
+
+
+class TestInvariantsAtEveryStep:
+    @pytest.mark.parametrize("trigger", ["install", "activate"])
+    def test_the_gate_is_shut_whenever_the_selection_moves(self, world: World,
+                                                           trigger: str) -> None:
+        """Crashed after any effect of install or activate: if the selected release is no
+        longer the one that was running, the gate is already shut (no operation may start
+        on a node switching releases)."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        effects = world.node.definition.transition(trigger).effects
+        for k in range(1, len(effects) + 1):
+            node = world.reopen().node
+            node.controller.failpoint = _crash_at(trigger, k)
+            with pytest.raises(_Crash):
+                node.controller.fire(trigger, release="2.0.0")
+            if node.releases.selected() != "1.0.0":
+                assert not node.gate.is_open(), f"gate open after effect {k} of {trigger}"
+            world.reopen().node.controller.resume()
+            world.node.controller.fire("activate", release="1.0.0")
+            world.node.controller.fire("settle")
+
+    @pytest.mark.parametrize("path", ["install", "activate", "complete", "recovered"])
+    def test_systemd_reloads_the_assets_as_written(self, world: World, path: str) -> None:
+        """When systemd is told to reload, the assets on disk are already the ones this
+        transition writes: it never loads stale units."""
+        world.installed("1.0.0")
+        args: dict[str, str] = {}
+        if path in ("install", "activate"):
+            world.add_release("2.0.0")
+            args = {"release": "2.0.0"}
+            expected = "2.0.0"
+        else:
+            world.upgrading("2.0.0")
+            world.node.controller.fire("judge_ok" if path == "complete" else "recover")
+            expected = "2.0.0" if path == "complete" else "1.0.0"
+        at_reload: list[dict[str, bytes | None]] = []
+        world.systemd.on_call = lambda verb, _u: at_reload.append(world.assets_on_disk()) \
+            if verb == "daemon-reload" else None
+        world.node.controller.fire(path, **args)
+        assert at_reload and at_reload[0] == world.rendered(expected)
+
+    def test_install_is_refused_while_a_signal_exists(self, world: World) -> None:
+        """An install on a node with an upgrade signal (even one the state file does not know)
+        is refused: the way out is `recover`, and nothing is selected or promoted."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        now = world.clock.now()
+        signal.write(world.paths.signal_file,
+                     signal.UpgradeSignal("1.0.0", "2.0.0", 1, now, now + 60))
+        with pytest.raises(Refused, match="is pending"):
+            world.node.controller.fire("install", release="2.0.0")
+        assert world.node.releases.last_good() == "1.0.0"
+
+
+class _Crash(BaseException):
+    """Stands for the process dying."""
+
+
+def _crash_at(trigger: str, index: int):  # type: ignore[no-untyped-def]
+    def failpoint(t: str, k: int) -> None:
+        if (t, k) == (trigger, index):
+            raise _Crash
+    return failpoint
