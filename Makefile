@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint unit e2e demo diagram bench clean system-packages
+.PHONY: test lint unit e2e demo diagram bench mutants clean system-packages
 
 # Debian packages the suite uses for real (graphviz renders the svg diagram). Installed when
 # missing and when run as root (CI is); elsewhere the tests that need them say what is missing.
@@ -48,6 +48,12 @@ diagram: $(STAMP)
 # Not part of `make test`: figures, not assertions (docs/benchmarks.md). As root, ~4 minutes.
 bench: $(STAMP)
 	$(PY) -m bench.run
+
+# Not part of `make test`: every one-step variant of states/agent-upgrade.toml must fail the
+# suite (docs/reliability.md). The committed tree (HEAD), unit suite, both cores: ~40 minutes.
+# MUTANTS_ARGS=--e2e runs the e2e suite on the unit suite's survivors too.
+mutants: $(STAMP)
+	$(PY) tools/mutants.py --rev HEAD --jobs 2 --output mutants-results.json $(MUTANTS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build
