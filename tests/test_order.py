@@ -73,13 +73,15 @@ class TestOrder:
         world.node.controller.fire(path)
         assert ("daemon-reload", False) in seen and world.node.gate.is_open()
 
-    def test_install_of_a_missing_release_changes_nothing(self, world: World) -> None:
-        """Installing a release that is not stored is refused before anything is recorded or
-        touched: no owed transition is left to fail at every start."""
+    @pytest.mark.parametrize("trigger", ["install", "activate", "begin_upgrade"])
+    def test_a_missing_release_changes_nothing(self, world: World, trigger: str) -> None:
+        """Installing, activating or upgrading to a release that is not stored is refused
+        before anything is recorded or touched: no owed transition is left to fail at every
+        start."""
         world.installed("1.0.0")
         before = world.paths.state_file.read_bytes()
         with pytest.raises(ReleaseError, match="not on this host"):
-            world.node.controller.fire("install", release="9.9.9")
+            world.node.controller.fire(trigger, release="9.9.9")
         assert world.paths.state_file.read_bytes() == before and world.node.gate.is_open()
 
 
@@ -103,6 +105,22 @@ class TestInvariantsAtEveryStep:
             world.reopen().node.controller.resume()
             world.node.controller.fire("activate", release="1.0.0")
             world.node.controller.fire("settle")
+
+    def test_the_gate_is_shut_whenever_a_signal_exists(self, world: World) -> None:
+        """Crashed after any effect of begin_upgrade: once the signal exists, the gate is
+        already shut (no operation may start while an upgrade is pending)."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        for k in range(1, len(world.node.definition.transition("begin_upgrade").effects) + 1):
+            node = world.reopen().node
+            node.controller.failpoint = _crash_at("begin_upgrade", k)
+            with pytest.raises(_Crash):
+                node.controller.fire("begin_upgrade", release="2.0.0")
+            if node.signal() is not None:
+                assert not node.gate.is_open(), f"gate open with a signal after effect {k}"
+            world.reopen().node.controller.resume()
+            for trigger in ("candidate_started", "recover", "recovered"):
+                world.node.controller.fire(trigger)
 
     @pytest.mark.parametrize("path", ["install", "activate", "complete", "recovered"])
     def test_systemd_reloads_the_assets_as_written(self, world: World, path: str) -> None:
