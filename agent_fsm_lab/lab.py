@@ -52,6 +52,10 @@ BROKEN_ASSETS = {
 }
 
 
+# The interpreter the units run releases with (the config's `python`): the node's own, never
+# this harness's venv; Debian's python3 (3.11 here, the ABI the packing venv vendors).
+NODE_PYTHON = "/usr/bin/python3"
+
 # The PATH systemd gives services (and `SystemdSandbox.run` gives commands).
 SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -99,6 +103,7 @@ class Lab:
         package_root = Path(agent_fsm.__file__).resolve().parents[1]
         self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": str(package_root)}
         extra = dict(config_extra or {})
+        python = str(extra.pop("python", NODE_PYTHON))
         if faults:
             extra.setdefault("publish_command", [str(self._setup_faults())])
         health = self.state_dir / "health"
@@ -109,6 +114,7 @@ class Lab:
             f'lib_dir = "{self.dir / "lib"}"\n'
             'unit_dir = "/etc/systemd/system"\n'
             f'run_dir = "/run/{NAME}"\n'
+            f'python = "{python}"\n'
             + "".join(f"{key} = {json.dumps(value)}\n" for key, value in extra.items())
             + "[judgment]\n"
             f"deadline_seconds = {deadline}\n"

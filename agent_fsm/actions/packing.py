@@ -1,17 +1,16 @@
 """Making and adding releases: `release pack`, `release add`, `release prune`.
 
-A packed release runs on its own: `lib/agent_fsm` is a copy of the package that packed it,
-`bin/agent-fsm` runs it with the interpreter (and so the dependencies) that packed it, and
-`assets/` holds its templates of the service assets.
+A packed release runs on its own with the node's `python3`: `lib/` holds a copy of the
+agent_fsm package that packed it and its runtime dependencies (`vendoring`), `bin/agent-fsm`
+runs them with the interpreter the node's config names, and `assets/` holds its templates of
+the service assets.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,16 +21,10 @@ from ..node import assets, release_store, release_tree
 from ..node.releases import check_version, natural_key, read_manifest
 from ..node.store import StateDoc
 from ..wiring import Node
+from .vendoring import launcher as launcher_text
+from .vendoring import vendor
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the agent_fsm package
-
-LAUNCHER = """#!/bin/sh
-# agent-fsm release {version}: runs this release's own copy of agent-fsm.
-here=$(dirname "$(readlink -f "$0")")
-# No __pycache__ written into the store: a stored release never changes (its digest is checked).
-export PYTHONDONTWRITEBYTECODE=1
-PYTHONPATH="$here/../lib${{PYTHONPATH:+:$PYTHONPATH}}" exec {python} -m agent_fsm "$@"
-"""
 
 
 def _ignore(_dir: str, names: list[str]) -> list[str]:
@@ -48,9 +41,10 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = ()) -> Path:
     (tmp / "bin").mkdir(parents=True)
     # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
     shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
+    vendor(tmp / "lib")
     shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
     launcher = tmp / "bin" / "agent-fsm"
-    launcher.write_text(LAUNCHER.format(version=version, python=shlex.quote(sys.executable)))
+    launcher.write_text(launcher_text(version))
     launcher.chmod(0o755)
     manifest = f'version = "{version}"\n'
     if workload:

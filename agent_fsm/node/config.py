@@ -36,6 +36,7 @@ class Config:
     lib_dir: Path = Path("/usr/local/lib/agent-fsm")
     unit_dir: Path = Path("/etc/systemd/system")
     run_dir: Path = Path("/run/agent-fsm")
+    python: Path = Path("/usr/bin/python3")  # the interpreter a release's bin/agent-fsm runs
     history_limit: int = 200
     publish_command: tuple[str, ...] = ()
     judgment: Judgment = field(default_factory=Judgment)
@@ -48,6 +49,7 @@ _TOP_KEYS = {
     "lib_dir": Path,
     "unit_dir": Path,
     "run_dir": Path,
+    "python": Path,
     "history_limit": int,
     "publish_command": list,
     "judgment": dict,
@@ -155,7 +157,7 @@ def parse(data: dict[str, Any], source: Path) -> Config:
             raise _bad(source, "name", name, "a unit name prefix of 1 to 128 ASCII letters, "
                        "digits, '_', '.' and '-', not starting with '-' or '.'")
         kwargs["name"] = name
-    for key in ("state_dir", "lib_dir", "unit_dir", "run_dir"):
+    for key in ("state_dir", "lib_dir", "unit_dir", "run_dir", "python"):
         if key in data:
             kwargs[key] = _path(source, key, data[key])
     run_dir = kwargs.get("run_dir")
@@ -216,4 +218,27 @@ def load(path: Path | None) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {source} is not valid TOML: {exc}") from None
-    return parse(data, source)
+    config = parse(data, source)
+    if "python" in data:
+        _launcher_reads(source, text, data["python"])
+    return config
+
+
+# How a release's bin/agent-fsm reads `python` before any Python runs (`vendoring._READ_PYTHON`
+# is the same rule in sed): a top-level `python = "..."` on its own line, before any table.
+_PYTHON_LINE = re.compile(r'[ \t]*python[ \t]*=[ \t]*"([^"]*)"[ \t]*(#.*)?')
+_TABLE_LINE = re.compile(r"[ \t]*\[")
+
+
+def _launcher_reads(source: Path, text: str, value: Any) -> None:
+    for line in text.splitlines():
+        if _TABLE_LINE.match(line):
+            break
+        found = _PYTHON_LINE.fullmatch(line)
+        if found:
+            if found.group(1) == value:
+                return
+            break
+    raise ConfigError(
+        f'config {source}: write `python` as one line `python = "{value}"` before any table: '
+        "a release's bin/agent-fsm reads it there before Python starts")

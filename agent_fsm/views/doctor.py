@@ -6,32 +6,20 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from .. import files
 from ..errors import AgentFsmError
 from ..lifecycle.states import StateName
 from ..node import validate
 from ..system import proc
 from ..wiring import Node
+from . import modes
+from .finding import Finding, Level
 from .history import skipped_effects
 
-Level = Literal["ok", "warn", "fail"]
+__all__ = ["Finding", "Level", "doctor"]
 REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph",
              "glusterfs", "lustre"}
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    level: Level
-    detail: str
-    fix: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {"check": self.check, "level": self.level, "detail": self.detail, "fix": self.fix}
 
 
 def _systemd_version() -> Finding:
@@ -90,20 +78,9 @@ def _fs_type(path: Path) -> str | None:
 
 
 def _directories(node: Node) -> list[Finding]:
-    out: list[Finding] = []
+    """Modes, owners and links (`modes`), and a lock that locks."""
     paths = node.paths
-    try:
-        files.check_private_dir(paths.state_dir)
-        out.append(Finding("state directory", "ok", f"{paths.state_dir} is private to this user"))
-    except AgentFsmError as exc:
-        out.append(Finding("state directory", "fail", str(exc)))
-    for label, d in (("unit directory", paths.agent_unit.parent),
-                     ("script directory", paths.recovery_script.parent)):
-        if d.is_symlink():
-            out.append(Finding(label, "fail", f"{d} is a symlink", "make it a real directory"))
-        elif d.exists() and d.stat().st_mode & 0o022:
-            out.append(Finding(label, "fail", f"{d} is writable by group or others",
-                               f"chmod go-w {d}"))
+    out = modes.state_dir(paths) + modes.assets(paths)
     fstype = _fs_type(paths.state_dir if paths.state_dir.exists() else paths.state_dir.parent)
     if fstype in REMOTE_FS:
         out.append(Finding("lock", "fail", f"{paths.lock_file} is on a {fstype} filesystem, where "
