@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -103,3 +104,15 @@ def env_with_stub_systemctl(tmp_path: Path) -> dict[str, str]:
 
 def copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, symlinks=True)
+
+
+class Crash(BaseException):
+    """Stands for the process dying at a failpoint: nothing below catches a BaseException."""
+
+
+def crash_at(trigger: str, index: int) -> Callable[[str, int], None]:
+    """A failpoint that crashes just before effect `index` of `trigger`."""
+    def failpoint(t: str, k: int) -> None:
+        if (t, k) == (trigger, index):
+            raise Crash(f"{t}:{k}")
+    return failpoint

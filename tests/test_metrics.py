@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent_fsm.node.config import Config, Judgment
 from agent_fsm.views.metrics import Counters, Family, Sample, collect, counters, exposition
-from tests.helpers import World, make_world
+from tests.helpers import Crash, World, crash_at, make_world
 from tests.test_cli import run
 from tests.test_history import good_then_failed
 
@@ -119,8 +119,8 @@ class TestParsedByPrometheus:
     def test_owed_effects(self, world: World) -> None:
         """An interrupted transition shows how many effects it still owes."""
         world.installed("1.0.0")
-        world.node.controller.failpoint = _crash_at("settle", 1)
-        with pytest.raises(_Crash):
+        world.node.controller.failpoint = crash_at("settle", 1)
+        with pytest.raises(Crash):
             world.node.controller.fire("settle")
         assert metrics(world)["agent_fsm_owed_effects"][()] == 2
 
@@ -199,12 +199,3 @@ class TestCommand:
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-class _Crash(Exception):
-    pass
-
-
-def _crash_at(trigger: str, index: int):  # type: ignore[no-untyped-def]
-    def failpoint(t: str, k: int) -> None:
-        if (t, k) == (trigger, index):
-            raise _Crash(f"{t}:{k}")
-    return failpoint

@@ -7,7 +7,7 @@ import pytest
 
 from agent_fsm.errors import Refused, ReleaseError
 from agent_fsm.node import signal
-from tests.helpers import World
+from tests.helpers import Crash, World, crash_at
 from tests.test_machine import _to
 
 # What `status` lists as allowed in each state (docs/operations.md, "States"): the operator's
@@ -97,8 +97,8 @@ class TestInvariantsAtEveryStep:
         effects = world.node.definition.transition(trigger).effects
         for k in range(1, len(effects) + 1):
             node = world.reopen().node
-            node.controller.failpoint = _crash_at(trigger, k)
-            with pytest.raises(_Crash):
+            node.controller.failpoint = crash_at(trigger, k)
+            with pytest.raises(Crash):
                 node.controller.fire(trigger, release="2.0.0")
             if node.releases.selected() != "1.0.0":
                 assert not node.gate.is_open(), f"gate open after effect {k} of {trigger}"
@@ -113,8 +113,8 @@ class TestInvariantsAtEveryStep:
         world.add_release("2.0.0")
         for k in range(1, len(world.node.definition.transition("begin_upgrade").effects) + 1):
             node = world.reopen().node
-            node.controller.failpoint = _crash_at("begin_upgrade", k)
-            with pytest.raises(_Crash):
+            node.controller.failpoint = crash_at("begin_upgrade", k)
+            with pytest.raises(Crash):
                 node.controller.fire("begin_upgrade", release="2.0.0")
             if node.signal() is not None:
                 assert not node.gate.is_open(), f"gate open with a signal after effect {k}"
@@ -155,12 +155,3 @@ class TestInvariantsAtEveryStep:
         assert world.node.releases.last_good() == "1.0.0"
 
 
-class _Crash(BaseException):
-    """Stands for the process dying."""
-
-
-def _crash_at(trigger: str, index: int):  # type: ignore[no-untyped-def]
-    def failpoint(t: str, k: int) -> None:
-        if (t, k) == (trigger, index):
-            raise _Crash
-    return failpoint

@@ -12,26 +12,17 @@ import pytest
 
 from agent_fsm.actions.packing import prune
 from agent_fsm.errors import StateFileError
-from tests.helpers import World, make_world
+from tests.helpers import Crash, World, crash_at, make_world
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class _Crash(Exception):
-    """A process dying at a failpoint, as far as the engine can tell."""
-
-
-def _crash_at(trigger: str, index: int):  # type: ignore[no-untyped-def]
-    def failpoint(t: str, k: int) -> None:
-        if (t, k) == (trigger, index):
-            raise _Crash(f"{t}:{k}")
-    return failpoint
 
 
 def _crashed(world: World, trigger: str, release: str, index: int) -> World:
     """Fire `trigger` and crash before its effect `index`; return the world after a restart."""
-    world.node.controller.failpoint = _crash_at(trigger, index)
-    with pytest.raises(_Crash):
+    world.node.controller.failpoint = crash_at(trigger, index)
+    with pytest.raises(Crash):
         world.node.controller.fire(trigger, release=release)
     after = world.reopen()
     pending = after.node.store.read().pending

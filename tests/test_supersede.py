@@ -11,20 +11,11 @@ from agent_fsm.lifecycle.definition import default_text
 from agent_fsm.lifecycle.engine import env_failpoint
 from agent_fsm.lifecycle.table import load_definition
 from agent_fsm.node import release_store
-from tests.helpers import World
+from tests.helpers import Crash, World, crash_at
 
 BROKEN_UNIT = "[Service]\nExecStart=/nonexistent\n"
 
 
-class Crash(BaseException):
-    """Stands for the process dying."""
-
-
-def _crash_at(trigger: str, index: int):  # type: ignore[no-untyped-def]
-    def failpoint(t: str, k: int) -> None:
-        if (t, k) == (trigger, index):
-            raise Crash
-    return failpoint
 
 
 class TestSupersede:
@@ -36,7 +27,7 @@ class TestSupersede:
         world.node.controller.fire("begin_upgrade", release="2.0.0")
         world.paths.recovery_script.unlink()  # holding must restore it ...
         world.paths.last_good_assets.unlink()
-        world.node.controller.failpoint = _crash_at("candidate_started", 1)
+        world.node.controller.failpoint = crash_at("candidate_started", 1)
         with pytest.raises(Crash):
             world.node.controller.fire("candidate_started")
         world.node.controller.failpoint = env_failpoint
@@ -61,7 +52,7 @@ class TestSupersede:
         result is recorded once and the recovery unit is not started on top of the rollback."""
         world.installed("1.0.0")
         world.upgrading("2.0.0")
-        world.node.controller.failpoint = _crash_at("judge_failed", 1)
+        world.node.controller.failpoint = crash_at("judge_failed", 1)
         with pytest.raises(Crash):
             world.node.controller.fire("judge_failed")
         world.node.controller.failpoint = env_failpoint
@@ -76,7 +67,7 @@ class TestSupersede:
         """What `recover` does not declare it supersedes (an interrupted install) is finished
         first, as always."""
         world.add_release("1.0.0")
-        world.node.controller.failpoint = _crash_at("install", 3)
+        world.node.controller.failpoint = crash_at("install", 3)
         with pytest.raises(Crash):
             world.node.controller.fire("install", release="1.0.0")
         world.node.controller.failpoint = env_failpoint

@@ -22,7 +22,7 @@ from agent_fsm.node import validate
 from agent_fsm.node.store import checksum
 from agent_fsm.system.publish import RecordPublisher, Result
 from agent_fsm.views.doctor import doctor
-from tests.helpers import World, copy_tree, make_world
+from tests.helpers import Crash, World, copy_tree, crash_at, make_world
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\nmax_attempts = 3\n'
@@ -30,15 +30,6 @@ GONE = object()  # the mutation that removes the key
 NAN, INF = math.nan, math.inf
 
 
-class _Crash(Exception):
-    pass
-
-
-def _crash_at(trigger: str, index: int):  # type: ignore[no-untyped-def]
-    def failpoint(t: str, k: int) -> None:
-        if (t, k) == (trigger, index):
-            raise _Crash(f"{t}:{k}")
-    return failpoint
 
 
 def _rich(world: World) -> World:
@@ -51,8 +42,8 @@ def _rich(world: World) -> World:
     c.fire("recover")
     c.fire("recovered")
     world.add_release("3.0.0")
-    c.failpoint = _crash_at("begin_upgrade", 3)
-    with pytest.raises(_Crash):
+    c.failpoint = crash_at("begin_upgrade", 3)
+    with pytest.raises(Crash):
         c.fire("begin_upgrade", release="3.0.0")
     return world
 
