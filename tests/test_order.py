@@ -142,16 +142,20 @@ class TestInvariantsAtEveryStep:
         world.node.controller.fire(path, **args)
         assert at_reload and at_reload[0] == world.rendered(expected)
 
-    def test_install_is_refused_while_a_signal_exists(self, world: World) -> None:
-        """An install on a node with an upgrade signal (even one the state file does not know)
-        is refused: the way out is `recover`, and nothing is selected or promoted."""
+    @pytest.mark.parametrize("trigger", ["install", "activate", "begin_upgrade"])
+    def test_nothing_starts_over_a_signal(self, world: World, trigger: str) -> None:
+        """An install, activation or upgrade on a node with an upgrade signal (even one the
+        state file does not know) is refused: the way out is `recover`; nothing is selected,
+        promoted or signalled anew."""
         world.installed("1.0.0")
         world.add_release("2.0.0")
+        world.add_release("3.0.0")
         now = world.clock.now()
-        signal.write(world.paths.signal_file,
-                     signal.UpgradeSignal("1.0.0", "2.0.0", 1, now, now + 60))
+        orphan = signal.UpgradeSignal("1.0.0", "2.0.0", 1, now, now + 60)
+        signal.write(world.paths.signal_file, orphan)
         with pytest.raises(Refused, match="is pending"):
-            world.node.controller.fire("install", release="2.0.0")
-        assert world.node.releases.last_good() == "1.0.0"
+            world.node.controller.fire(trigger, release="3.0.0")
+        assert world.node.releases.selected() == world.node.releases.last_good() == "1.0.0"
+        assert world.node.signal() == orphan
 
 
