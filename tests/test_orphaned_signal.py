@@ -29,12 +29,13 @@ class TestOrphanedSignal:
         """The candidate's daemon, finding a signal the state file does not know, rolls back
         to the last-good (selects it and queues a restart) instead of failing every start."""
         before = _restored_mid_judgment(world)
+        world.systemd.calls.clear()
         waker.stop = True  # the restart it queues stops it
         assert Daemon(world.node, Notifier(""), waker).startup()
         doc = world.node.store.read()
         assert doc.state == "recovering" and doc.upgrade is not None
         assert world.node.releases.selected() == "1.0.0"
-        assert ("restart", "agent.service") in world.systemd.calls
+        assert world.systemd.calls[-1] == ("restart", "agent.service")
         assert doc.last_result is not None and doc.last_result["outcome"] == "rolled_back"
         assert doc.history[-1]["trigger"] == "orphaned_signal"
         assert doc.history[-1]["upgrade"] == {"from": "1.0.0", "to": "2.0.0"}
@@ -42,6 +43,16 @@ class TestOrphanedSignal:
         assert world.node.store.read().state == "converged"
         assert world.node.releases.last_good() == "1.0.0" and world.node.signal() is None
         assert world.assets_on_disk() == before
+
+    def test_the_gate_is_shut_on_the_way_back(self, world: World) -> None:
+        """On a node whose gate is open (the candidate runs as if settled), rolling back an
+        orphaned signal shuts the gate until the last-good's start opens it."""
+        _restored_mid_judgment(world)
+        world.node.gate.open()
+        recover(world.node)
+        assert not world.node.gate.is_open()
+        world.node.controller.fire("recovered")
+        assert world.node.gate.is_open()
 
     def test_recover_with_no_state_file_rolls_back(self, world: World) -> None:
         """With the state file lost (idle) and a signal, `recover` rolls back to the

@@ -1,7 +1,8 @@
 """Mutation gate for the machine definition: every one-step variant of states/agent-upgrade.toml
 must make the test suite fail, or it is reported as a survivor.
 
-Run from the repository root (not part of `make test`; about 1-3 minutes per variant per job):
+Run from the repository root (not part of `make test`; a killed variant takes seconds, a survivor
+the whole unit suite):
 
     .venv/bin/python tools/mutants.py [--jobs 2] [--e2e] [--only REGEX] [--output FILE]
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import copy
 import json
 import os
@@ -203,6 +205,23 @@ class TimedOut(Exception):
     pass
 
 
+# The children running now. Each has its own process group (a timeout kills the whole group), so a
+# signal to this process does not reach them: the handler below kills them before exiting.
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _kill_children_and_exit(signum: int, _frame: object) -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    print(f"\n[mutants] stopped by signal {signum}: killed {len(live)} running test process group(s)",
+          file=sys.stderr, flush=True)
+    os._exit(128 + signum)
+
+
 def snapshot(repo: Path, dest: Path, rev: str | None = None) -> None:
     """Copy the working tree's tracked and untracked-not-ignored files, symlinks as symlinks
     (or, with `rev`, that commit's tree)."""
@@ -240,9 +259,11 @@ def run(argv: list[str], tree: Path, log: Path, deadline: float) -> int:
     with log.open("a") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
-        proc = subprocess.Popen(argv, cwd=tree, env=child_env(tree), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        with _LIVE_LOCK:
+            proc = subprocess.Popen(argv, cwd=tree, env=child_env(tree), stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            _LIVE.add(proc)
         try:
             return proc.wait(timeout=remaining)
         except subprocess.TimeoutExpired:
@@ -254,6 +275,9 @@ def run(argv: list[str], tree: Path, log: Path, deadline: float) -> int:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
 
 
 def first_failure(output: str) -> tuple[str, str]:
@@ -482,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the unmutated run (and its time-based ordering)")
     parser.add_argument("--list", action="store_true", help="list the variant ids and exit")
     args = parser.parse_args(argv)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _kill_children_and_exit)
 
     repo = args.repo.resolve()
     if args.rev is not None:
