@@ -136,6 +136,7 @@ class TestInvariantsAtEveryStep:
             world.upgrading("2.0.0")
             world.node.controller.fire("judge_ok" if path == "complete" else "recover")
             expected = "2.0.0" if path == "complete" else "1.0.0"
+            world.paths.recovery_unit.unlink()  # damage the way out repairs, before its reload
         at_reload: list[dict[str, bytes | None]] = []
         world.systemd.on_call = lambda verb, _u: at_reload.append(world.assets_on_disk()) \
             if verb == "daemon-reload" else None
