@@ -160,3 +160,16 @@ class TestInvariantsAtEveryStep:
         assert world.node.signal() == orphan
 
 
+
+
+class TestRecoveredNeedsTheLastGood:
+    def test_recovered_is_refused_while_the_candidate_is_selected(self, world: World) -> None:
+        """The way back ends only on the last-good: with the candidate still selected,
+        `recovered` is refused (exit 3) and the signal and the shut gate stay."""
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        world.node.controller.fire("recover")
+        world.node.releases.select("2.0.0")  # as a hand-made switch would leave it
+        with pytest.raises(Refused, match="recovery is not finished"):
+            world.node.controller.fire("recovered")
+        assert world.node.signal() is not None and not world.node.gate.is_open()
