@@ -35,7 +35,8 @@ class TestOrphanedSignal:
         doc = world.node.store.read()
         assert doc.state == "recovering" and doc.upgrade is not None
         assert world.node.releases.selected() == "1.0.0"
-        assert world.systemd.calls[-1] == ("restart", "agent.service")
+        assert world.systemd.calls == [("reset-failed", "agent.service"),
+                                       ("restart", "agent.service")]
         assert doc.last_result is not None and doc.last_result["outcome"] == "rolled_back"
         assert doc.history[-1]["trigger"] == "orphaned_signal"
         assert doc.history[-1]["upgrade"] == {"from": "1.0.0", "to": "2.0.0"}
