@@ -4,8 +4,11 @@ accepted."""
 
 from __future__ import annotations
 
+import pytest
+
 from agent_fsm.actions.operations import recover
 from agent_fsm.agent.daemon import Daemon, Waker
+from agent_fsm.errors import Refused
 from agent_fsm.system.notify import Notifier
 from agent_fsm.views.doctor import doctor
 from agent_fsm.views.status import status
@@ -54,6 +57,15 @@ class TestOrphanedSignal:
         assert not world.node.gate.is_open()
         world.node.controller.fire("recovered")
         assert world.node.gate.is_open()
+
+    def test_no_signal_no_orphan(self, world: World) -> None:
+        """Without a signal there is nothing to roll back: the transition is refused and
+        nothing is recorded or owed."""
+        world.installed("1.0.0")
+        before = world.paths.state_file.read_bytes()
+        with pytest.raises(Refused, match="no upgrade signal"):
+            world.node.controller.fire("orphaned_signal")
+        assert world.paths.state_file.read_bytes() == before and world.node.gate.is_open()
 
     def test_recover_with_no_state_file_rolls_back(self, world: World) -> None:
         """With the state file lost (idle) and a signal, `recover` rolls back to the
