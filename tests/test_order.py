@@ -122,13 +122,16 @@ class TestInvariantsAtEveryStep:
             for trigger in ("candidate_started", "recover", "recovered"):
                 world.node.controller.fire(trigger)
 
-    @pytest.mark.parametrize("path", ["install", "activate", "complete", "recovered"])
+    @pytest.mark.parametrize("path", ["install", "activate", "complete", "recovered", "settle"])
     def test_systemd_reloads_the_assets_as_written(self, world: World, path: str) -> None:
         """When systemd is told to reload, the assets on disk are already the ones this
         transition writes: it never loads stale units."""
         world.installed("1.0.0")
         args: dict[str, str] = {}
-        if path in ("install", "activate"):
+        if path == "settle":
+            expected = "1.0.0"
+            world.paths.agent_unit.write_text("# drifted\n")  # settle converges it back
+        elif path in ("install", "activate"):
             world.add_release("2.0.0")
             args = {"release": "2.0.0"}
             expected = "2.0.0"
@@ -160,6 +163,20 @@ class TestInvariantsAtEveryStep:
         assert world.node.signal() == orphan
 
 
+
+
+class TestSettleNeedsNoSignal:
+    def test_settle_is_refused_while_a_signal_exists(self, world: World) -> None:
+        """A start that would converge the assets is refused while a signal exists: the held
+        assets are the way back and are never converged to the selected release."""
+        world.installed("1.0.0")
+        now = world.clock.now()
+        signal.write(world.paths.signal_file,
+                     signal.UpgradeSignal("1.0.0", "2.0.0", 1, now, now + 60))
+        before = world.assets_on_disk()
+        with pytest.raises(Refused, match="is pending"):
+            world.node.controller.fire("settle")
+        assert world.assets_on_disk() == before
 
 
 class TestRecoveredNeedsTheLastGood:
