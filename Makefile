@@ -4,11 +4,13 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint unit e2e demo diagram bench mutants clean system-packages
+.PHONY: test lint unit e2e demo diagram bench mutants clean system-packages sanity
 
-# Debian packages the suite uses for real (graphviz renders the svg diagram). Installed when
+# Debian packages the suite uses for real (graphviz renders the svg diagram; podman builds, loads
+# and removes release images in a private store). Installed when
 # missing and when run as root (CI is); elsewhere the tests that need them say what is missing.
-DEB_PACKAGES := graphviz
+# openssh-client: ssh-keygen signs and verifies releases (tests/test_signing.py).
+DEB_PACKAGES := graphviz podman openssh-client
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,14 +32,26 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/agent-fsm diagram --check
 
-test: lint system-packages
-	$(VENV)/bin/pytest
+# The suite runs on four workers: most e2e time is systemd waiting (timeouts, restarts), so two
+# cores carry four. Tests that share a booted fleet are one xdist_group (--dist loadgroup).
+PYTEST_PARALLEL ?= -n 4 --dist loadgroup
+
+test: lint sanity system-packages
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
+
+# ansible-test sanity of the Ansible collection agent_fsm.fleet (docs/fleet.md), on this Python,
+# without containers: ~7 s, ~90 s the first time (each test's requirements go into a venv cached
+# under ~/.ansible/test). pylint is left out (its venv alone is ~25 s; ruff lints these files);
+# `make sanity SANITY_ARGS=` runs it too.
+SANITY_ARGS ?= --skip-test pylint
+sanity: $(STAMP)
+	sh ansible/sanity/run.sh $(VENV) $(SANITY_ARGS)
 
 unit: $(STAMP)
-	$(VENV)/bin/pytest -m "not e2e"
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not e2e"
 
 e2e: $(STAMP)
-	$(VENV)/bin/pytest -m e2e
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -m e2e
 
 demo: $(STAMP)
 	$(VENV)/bin/agent-fsm demo
@@ -45,7 +59,8 @@ demo: $(STAMP)
 diagram: $(STAMP)
 	$(VENV)/bin/agent-fsm diagram --write
 
-# Not part of `make test`: figures, not assertions (docs/benchmarks.md). As root, ~4 minutes.
+# Not part of `make test`: figures, not assertions (docs/benchmarks.md). As root, ~5 minutes;
+# prints the table, writes bench/results.json and the chart bench/ratios.svg (neither committed).
 bench: $(STAMP)
 	$(PY) -m bench.run
 

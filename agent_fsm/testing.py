@@ -4,7 +4,7 @@ boundary (systemctl, a publish command) and time. Everything else is real and ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .errors import PublishError, SystemdError
@@ -40,6 +40,7 @@ class FakeSystemd:
     calls: list[tuple[str, str]] = field(default_factory=list)
     fail: set[str] = field(default_factory=set)
     on_call: Callable[[str, str], None] | None = None
+    shown: dict[str, str] = field(default_factory=dict)  # what `show` answers
 
     def _call(self, verb: str, unit: str = "") -> None:
         if self.on_call is not None:
@@ -62,6 +63,10 @@ class FakeSystemd:
 
     def enable(self, unit: str) -> None:
         self._call("enable", unit)
+
+    def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
+        self._call("show", unit)
+        return {k: v for k, v in self.shown.items() if k in properties}
 
 
 @dataclass

@@ -13,9 +13,10 @@ from pathlib import Path
 from .lifecycle.definition import Definition
 from .lifecycle.effects import Host
 from .lifecycle.engine import Controller
+from .lifecycle.hooks import check as check_hooks
 from .lifecycle.states import Groups, count_rules, groups
 from .lifecycle.table import CONDITIONS, EFFECTS, load_definition
-from .node import validate
+from .node import hook_failures, validate
 from .node.config import Config
 from .node.gate import Gate
 from .node.paths import Paths
@@ -23,6 +24,7 @@ from .node.releases import Releases
 from .node.signal import UpgradeSignal
 from .node.store import Store
 from .system.clock import Clock, SystemClock
+from .system.hooks import HookRunner
 from .system.publish import Publisher, RecordPublisher
 from .system.systemd import Systemctl, Systemd
 
@@ -64,9 +66,10 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
     """Wire a node; anything not given is the real implementation."""
     paths = Paths(config, root)
     definition = load_definition()
+    check_hooks(config.hooks, definition, config.source)  # the trigger names it may use
     host = Host(
         paths,
-        systemd if systemd is not None else Systemctl(),
+        systemd if systemd is not None else Systemctl(config.systemctl),
         publisher if publisher is not None else RecordPublisher(
             paths.results_dir, config.publish_command, outbox=paths.outbox_dir,
             check=validate.result_file),
@@ -76,6 +79,10 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
                   triggers=[t.trigger for t in definition.transitions],
                   effects=[e.name for t in definition.transitions for e in t.effects],
                   count_rules=count_rules(definition, groups(definition)))
+    hooks = HookRunner(config.name, config.hooks.before, config.hooks.after,
+                       config.hooks.timeout_seconds,
+                       noted=lambda key, failed: hook_failures.note(
+                           paths.state_dir, key, host.clock.now(), failed))
     controller = Controller(definition, store, host, effects=EFFECTS, conditions=CONDITIONS,
-                            history_limit=config.history_limit)
+                            history_limit=config.history_limit, hooks=hooks)
     return Node(config, paths, host, store, controller)

@@ -3,8 +3,10 @@
 Every figure is the median of a few runs, divided by a floor: the cost of the same job done by
 the simplest thing that could do it on this machine (a bare `systemctl restart` of the same
 daemon, one durable write of the same bytes, a bare `python -c pass`...). Ratios travel between
-machines better than seconds. Results go to a rich table and to `bench/results.json` (a list of
-objects: name, value, floor, ratio, target, unit, passed, samples, details). No test asserts on
+machines better than seconds. Results go to a rich table on the terminal, to
+`bench/results.json` (a list of objects: name, value, floor, ratio, target, unit, passed,
+samples, details) and to a small SVG chart of the ratios against their targets,
+`bench/ratios.svg`. No test asserts on
 these numbers; see docs/benchmarks.md for what each one means and for the latest figures.
 
 The systemd figures run in a private systemd (`SystemdSandbox`) driven by `Lab`, one sandbox per
@@ -49,6 +51,7 @@ from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_p
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "bench" / "results.json"
+DEFAULT_CHART = REPO / "bench" / "ratios.svg"
 # On the real disk on this project's machines (ext4); /tmp may be a tmpfs elsewhere.
 WORK_BASE = Path("/var/tmp")
 
@@ -59,8 +62,21 @@ UNHEALTHY = {"deadline": 2.0, "soak": 0.0, "max_attempts": 2}
 IDLE_SETTLE = 10.0  # seconds idle before the first reading
 IDLE_INTERVALS = (5.0, 5.0, 5.0)  # then readings this far apart
 
-RSS_FLOOR_MB = 45.0
-WAKEUPS_FLOOR = 1.0  # per second
+RSS_FLOOR_MB = 20.0  # a fixed budget: an interpreter with what the daemon needs, no CLI
+WAKEUPS_FLOOR = 1.0  # per second; the target ratio is 0: an idle daemon never wakes up
+
+# The floor of `daemon_start_to_ready`: the simplest Type=notify service in Python, started by the
+# same interpreter the same way (`-I -S -B`) as a release's bin/agent-fsm starts the daemon.
+NOTIFY_FLOOR_UNIT = "notify-floor.service"
+NOTIFY_FLOOR_SCRIPT = """\
+import os, signal, socket
+address = os.environ["NOTIFY_SOCKET"]
+if address.startswith("@"):
+    address = "\\0" + address[1:]
+with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+    sock.sendto(b"READY=1", address)
+signal.pause()
+"""
 
 # A machine of two states and two effect-free transitions: what `durable_transition` fires.
 FLIP_FLOP = """\
@@ -92,7 +108,7 @@ UPGRADE_CYCLE = (
     ("complete", "judged_ok", "converged"),
 )
 
-GROUPS = ("durable", "status", "upgrades", "idle")
+GROUPS = ("durable", "status", "upgrades", "idle")  # upgrades includes daemon_start_to_ready
 RESTART = "`systemctl restart agent.service` of a good release until READY=1"
 # name: (group, what the value is, what the floor is, unit, target ratio)
 SPECS: dict[str, tuple[str, str, str, str, float]] = {
@@ -102,24 +118,28 @@ SPECS: dict[str, tuple[str, str, str, str, float]] = {
         "ms", 3.0),
     "status_json": (
         "status", "`agent-fsm status --json` of a converged node, history at the default limit",
-        "`python -c pass` with the same interpreter", "ms", 10.0),
+        "`python -c pass` with the same interpreter", "ms", 5.0),
     "status_json_long_history": (
         "status", "`status --json` with 10,000 entries of history (history_limit = 10000)",
         "`status --json` with 10 entries, same config", "ms", 1.2),
     "good_upgrade": (
         "upgrades", "`upgrade --wait` to a good candidate until READY=1, minus the soak",
-        RESTART, "s", 3.0),
+        RESTART, "s", 1.8),
     "rollback_crash_at_start": (
         "upgrades", "`upgrade --wait` to a candidate that crashes at start until the last-good "
-        "is READY, gate open, signal cleared", RESTART, "s", 10.0),
+        "is READY, gate open, signal cleared", RESTART, "s", 5.0),
     "rollback_failed_health": (
-        "upgrades", "the same for a candidate whose health check fails, minus the soak",
-        RESTART, "s", 10.0),
+        "upgrades", "the same for a candidate whose health check fails, minus the configured "
+        "deadline (policy: no judge may call a check failed before it)", RESTART, "s", 2.5),
+    "daemon_start_to_ready": (
+        "upgrades", "`systemctl restart agent.service` of a converged agent until READY=1",
+        "`systemctl restart` of a bare-Python Type=notify service (same interpreter, -I -S -B) "
+        "until READY=1", "s", 1.5),
     "daemon_idle_rss": (
         "idle", "the daemon's VmRSS after 10 s idle", "a fixed budget", "MB", 1.0),
     "daemon_idle_wakeups": (
         "idle", "the daemon's voluntary context switches per second while idle, no watchdog",
-        "a fixed budget of one per second", "/s", 1.0),
+        "one per second (the target is none at all)", "/s", 0.0),
 }
 
 
@@ -239,7 +259,7 @@ def durable_run(root: Path, history_limit: int, repeat: int, per_sample: int) ->
 
     run = DurableRun(warmup=history_limit + 100)
     fire(run.warmup)  # the steady state of a node in service: its history at the limit
-    run.history_entries = len(store.read().history)
+    run.history_entries = len(_history_of(store))
     data = paths.state_file.read_bytes()
     run.state_file_bytes = len(data)
     floor_path = paths.state_file.with_name("floor.json")
@@ -265,9 +285,12 @@ def durable_transition(workdir: Path, repeat: int, per_sample: int = 40) -> Figu
         return round(statistics.median(xs), 3)
 
     state_dir = workdir / "durable" / "state"
+    ratios = sorted(t / w for t, w in zip(steady.transition_ms, steady.write_ms, strict=True))
     return figure(
         "durable_transition", steady.transition_ms, steady.write_ms,
         {
+            "ratio_min_median_max": [round(ratios[0], 2), round(statistics.median(ratios), 2),
+                                     round(ratios[-1], 2)],
             "directory": str(state_dir),
             "filesystem": filesystem_of(state_dir),
             "history_entries": f"{steady.history_entries} (the default history_limit) after "
@@ -312,8 +335,14 @@ def make_status_node(root: Path, entries: int, history_limit: int | None) -> Pat
     cfg.write_text('name = "agent"\n'
                    + (f"history_limit = {history_limit}\n" if history_limit else ""))
     node = open_node(config_mod.load(cfg), root, systemd=FakeSystemd(), publisher=FakePublisher())
+    # The node's interpreter as seen below --root (adding a release checks it can run it): the
+    # one that packs them here.
+    python = node.paths.real(node.config.python)
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.symlink_to(sys.executable)
     for version in ("1.0.0", "2.0.0"):
         packing.add(packing.pack(version, root / "packs" / version), node)
+    node.paths.gate_file.parent.mkdir(parents=True, exist_ok=True)  # systemd's RuntimeDirectory=
     c = node.controller
     c.fire("install", release="1.0.0")
     c.fire("settle")  # what the daemon does at start: opens the gate
@@ -321,10 +350,23 @@ def make_status_node(root: Path, entries: int, history_limit: int | None) -> Pat
         c.fire(trigger, **({"release": "2.0.0"} if trigger == "begin_upgrade" else {}))
     with node.store.locked():
         doc = node.store.read()
-        real = doc.history
-        doc.history = (_history(entries, real[0]["time"]) + real)[-entries:]
+        real = _history_of(node.store)
+        padded = (_history(entries, real[0]["time"]) + real)[-entries:]
+        journal = getattr(node.store, "journal", None)
+        if journal is None:  # the history inside the state file
+            doc.history = padded  # type: ignore[attr-defined]
+        else:  # the history in its journal beside it, numbered; the state names the last
+            journal.rewrite([{**e, "seq": i} for i, e in enumerate(padded, 1)])
+            doc.seq = len(padded)
         node.store.write(doc)
     return cfg
+
+
+def _history_of(store: Store) -> list[dict[str, Any]]:
+    """The history as the store keeps it (in the state file, or in a journal beside it)."""
+    if hasattr(store, "history"):
+        return list(store.history())
+    return list(store.read().history)  # type: ignore[attr-defined]
 
 
 def _run_env() -> dict[str, str]:
@@ -374,7 +416,7 @@ from pathlib import Path
 from agent_fsm.node import config
 from agent_fsm import wiring
 from agent_fsm.views import status
-n = node.open_node(config.load(Path(sys.argv[1])), Path(sys.argv[2]))
+n = wiring.open_node(config.load(Path(sys.argv[1])), Path(sys.argv[2]))
 print(json.dumps(status.status(n).to_json(), indent=2))
 """
 
@@ -411,11 +453,11 @@ def status_figures(workdir: Path, repeat: int) -> list[Figure]:
     def med(xs: list[float]) -> float:
         return round(statistics.median(xs), 1)
 
-    sizes = {k: (c.parent / "var/lib/agent-fsm/state.json").stat().st_size
-             for k, c in nodes.items()}
+    sizes = {k: {f.name: f.stat().st_size for f in (c.parent / "var/lib/agent-fsm").iterdir()
+                 if f.is_file() and not f.name.endswith(".lock")} for k, c in nodes.items()}
     status = figure(
         "status_json", wall["default"], wall["pass"],
-        {"history_entries": 200, "state_file_bytes": sizes["default"],
+        {"history_entries": 200, "file_bytes": sizes["default"],
          "python": sys.version.split()[0],
          "cpu_ms": {"status": med(cpu["default"]), "pass": med(cpu["pass"])},
          "without_cli_ms": {"wall": med(wall["no_cli"]), "cpu": med(cpu["no_cli"]),
@@ -425,7 +467,7 @@ def status_figures(workdir: Path, repeat: int) -> list[Figure]:
     )
     long = figure(
         "status_json_long_history", wall["10000"], wall["10"],
-        {"history_limit": 10_000, "state_file_bytes": {"10": sizes["10"], "10000": sizes["10000"]},
+        {"history_limit": 10_000, "file_bytes": {"10": sizes["10"], "10000": sizes["10000"]},
          "cpu_ms": {"10000": med(cpu["10000"]), "10": med(cpu["10"])},
          "default_history_limit": Config().history_limit,
          "status_ms_at_default_limit_200_entries": med(wall["default"]),
@@ -488,50 +530,79 @@ def timed_upgrade(lab: Lab, version: str, *, rolled_back: bool) -> tuple[float, 
     want = before if rolled_back else version
     if st["selected"] != want or st["signal"] is not None or st["gate"] != "open":
         raise BenchError(f"after the upgrade to {version}: {st}, expected {want} selected")
-    history = json.loads((lab.state_dir / "state.json").read_bytes())["history"]
-    timeline: list[Any] = [(e["trigger"], round(e["time"] - started, 2)) for e in history
+    timeline: list[Any] = [(e["trigger"], round(e["time"] - started, 2)) for e in lab.history()
                            if e["time"] >= started]
     return elapsed, [*timeline, ("READY=1, gate open", round(elapsed, 2))]
 
 
+def install_notify_floor(lab: Lab) -> None:
+    """The bare-Python Type=notify service `daemon_start_to_ready` compares the agent with."""
+    script = lab.dir / "notify-floor.py"
+    script.write_text(NOTIFY_FLOOR_SCRIPT)
+    python = str(lab.config.read_text().split('python = "', 1)[1].split('"', 1)[0])
+    lab.sb.write_unit(NOTIFY_FLOOR_UNIT, "[Unit]\nDescription=bench floor: READY=1 from a bare "
+                      "Python\n\n[Service]\nType=notify\n"
+                      f"ExecStart={python} -I -S -B {script}\n")
+
+
+def notify_floor_to_ready(lab: Lab) -> float:
+    """`systemctl restart` of the bare-Python notify service: returns at its READY=1."""
+    t0 = time.perf_counter()
+    lab.sb.systemctl("restart", NOTIFY_FLOOR_UNIT)
+    elapsed = time.perf_counter() - t0
+    if lab.sb.show(NOTIFY_FLOOR_UNIT, "ActiveState") != "active":
+        raise BenchError("the notify floor is not active\n"
+                         + lab.sb.diagnostics(NOTIFY_FLOOR_UNIT))
+    return elapsed
+
+
 def upgrade_figures(repeat: int) -> list[Figure]:
-    good, crash, unhealthy = (figure(n) for n in ("good_upgrade", "rollback_crash_at_start",
-                                                   "rollback_failed_health"))
+    good, crash, unhealthy, start = (figure(n) for n in (
+        "good_upgrade", "rollback_crash_at_start", "rollback_failed_health",
+        "daemon_start_to_ready"))
     floor: list[float] = []
-    # (figure, judgment settings, kind of candidate, major version, soak subtracted?)
-    runs: list[tuple[Figure, dict[str, float], Kind, str, bool]] = [
-        (good, GOOD, "good", "2", True),
-        (crash, CRASH, "crash", "3", False),
-        (unhealthy, UNHEALTHY, "unhealthy", "4", True),
+    # (figure, judgment settings, kind of candidate, major version, what is subtracted)
+    runs: list[tuple[Figure, dict[str, float], Kind, str, tuple[str, ...]]] = [
+        (good, GOOD, "good", "2", ("soak",)),
+        (crash, CRASH, "crash", "3", ()),
+        (unhealthy, UNHEALTHY, "unhealthy", "4", ("soak", "deadline")),
     ]
-    for fig, settings, kind, major, minus_soak in runs:
+    for fig, settings, kind, major, policy in runs:
         say(f"  {fig.name}: private systemd, {kind} candidates, {settings}")
         walls: list[float] = []
         timelines: list[list[Any]] = []
-        soak = settings["soak"] if minus_soak else 0.0
+        subtracted = sum(settings[k] for k in policy)
         with lab_node(settings) as lab:
+            install_notify_floor(lab)
             for i in range(repeat):
                 version = f"{major}.{i}.0"
                 lab.pack(version, kind)
+                start.floor_samples.append(notify_floor_to_ready(lab))
                 floor.append(restart_to_ready(lab))
                 wall, timeline = timed_upgrade(lab, version, rolled_back=kind != "good")
                 walls.append(wall)
                 timelines.append(timeline)
-                fig.samples.append(wall - soak)
+                fig.samples.append(wall - subtracted)
         fig.details = {
             "judgment": {"deadline_seconds": settings["deadline"],
                          "soak_seconds": settings["soak"],
                          "max_attempts": int(settings["max_attempts"])},
-            "soak_subtracted_s": soak,
+            "subtracted_s": {k: settings[k] for k in policy},
             "wall_s": [round(w, 3) for w in walls],
             "timelines_s": timelines,
         }
         if kind == "unhealthy":
-            fig.details["median_minus_deadline_s"] = round(
-                statistics.median(walls) - soak - settings["deadline"], 3)
+            fig.details["median_wall_s"] = round(statistics.median(walls), 3)
     for fig, *_ in runs:
         fig.floor_samples = list(floor)  # one floor, measured before every upgrade of all three
-    return [good, crash, unhealthy]
+    unhealthy.details["ratio_without_subtracting_the_deadline"] = round(
+        (unhealthy.details["median_wall_s"] - UNHEALTHY["soak"]) / statistics.median(floor), 2)
+    start.samples = list(floor)
+    start.details = {"converged_agent_restarts_s": [round(x, 3) for x in floor],
+                     "notify_floor_restarts_s": [round(x, 3) for x in start.floor_samples],
+                     "floor_unit": "Type=notify, ExecStart=<the node's python> -I -S -B "
+                                   "<script: send READY=1, pause>"}
+    return [good, crash, unhealthy, start]
 
 
 def _proc_status(pid: int) -> dict[str, int]:
@@ -614,13 +685,24 @@ def report(figures: list[Figure]) -> None:
 
     table = Table(title="agent-fsm benchmarks (medians; ratio = value / floor)")
     for col, justify in (("benchmark", "left"), ("value", "right"), ("floor", "right"),
-                         ("ratio", "right"), ("target", "right"), ("", "left")):
+                         ("ratio", "right"), ("min-max", "right"), ("target", "right"),
+                         ("", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for f in figures:
         verdict = ("skipped" if f.skipped else "[green]pass[/]" if f.passed else "[red]MISS[/]")
+        spread = f.details.get("ratio_min_median_max")
         table.add_row(f.name, _fmt(f.value, f.unit), _fmt(f.floor, f.unit),
-                      "—" if f.ratio is None else f"{f.ratio:.2f}", f"≤ {f.target:g}", verdict)
+                      "—" if f.ratio is None else f"{f.ratio:.2f}",
+                      f"{spread[0]:.2f}-{spread[2]:.2f}" if spread else "",
+                      f"≤ {f.target:g}", verdict)
     Console(stderr=False).print(table)
+
+
+def write_chart(figures: list[Figure], path: Path) -> None:
+    from .chart import svg
+
+    rows = [(f.name, f.ratio, f.target, f.passed) for f in figures]
+    path.write_text(svg(rows, f"agent-fsm benchmarks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -631,6 +713,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only this group (repeatable): " + ", ".join(GROUPS))
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
                         help=f"where to write the JSON (default {DEFAULT_OUTPUT.relative_to(REPO)})")
+    parser.add_argument("--chart", type=Path, default=DEFAULT_CHART,
+                        help=f"where to write the SVG chart (default {DEFAULT_CHART.relative_to(REPO)})")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a figure misses")
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -644,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps([f.to_json() for f in figures], indent=2) + "\n")
     report(figures)
-    say(f"wrote {args.output} in {time.monotonic() - t0:.0f} s")
+    write_chart(figures, args.chart)
+    say(f"wrote {args.output} and {args.chart} in {time.monotonic() - t0:.0f} s")
     return 1 if args.strict and any(f.passed is False for f in figures) else 0
 
 

@@ -82,6 +82,12 @@ def make_world(root: Path, config: Config | None = None, systemd: FakeSystemd | 
     node = open_node(config, root, systemd=systemd, publisher=publisher, clock=clock)
     # As systemd's RuntimeDirectory= does while the agent unit runs: the gate's directory.
     node.paths.gate_file.parent.mkdir(parents=True, exist_ok=True)
+    # The host below the root has the config's python (release add runs it there, as a container
+    # driving its host does): the one this machine has at that path.
+    host_python = node.paths.real(config.python)
+    if not host_python.exists() and config.python.exists():
+        host_python.parent.mkdir(parents=True, exist_ok=True)
+        host_python.symlink_to(config.python)
     return World(root, node, systemd, publisher, clock)
 
 

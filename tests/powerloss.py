@@ -4,7 +4,9 @@ It lets every operation of `agent_fsm.files` happen for real while it records wh
 a file's content once it was fsynced, a directory's entries once the directory was fsynced.
 At a chosen operation it stops the run (`Crash`), then `lose_power()` rewrites the tree as a
 disk would come back: each directory with only its durable entries, each file with only its
-durable content (a new file never fsynced comes back empty). Directories themselves are kept.
+durable content (a new file never fsynced comes back empty), except that a file appended to
+since its last fsync keeps half of what was appended: a torn last record, as an append cut
+short leaves it. Directories themselves are kept.
 """
 
 from __future__ import annotations
@@ -39,6 +41,14 @@ def _listing(directory: Path) -> dict[str, Entry]:
             elif stat.S_ISREG(st.st_mode):
                 out[e.name] = (st.st_ino, "file", "")
     return out
+
+
+def _torn(durable: bytes, current: bytes | None) -> bytes:
+    """What comes back of a file: its durable bytes, and half of any unsynced append to them."""
+    if not durable or current is None or not current.startswith(durable):
+        return durable
+    extra = current[len(durable):]
+    return durable + extra[:len(extra) // 2]
 
 
 @dataclass
@@ -92,10 +102,12 @@ class PowerLoss:
     def _restore(self, d: Path) -> None:
         durable = self.dirs.get(d, {})
         now = _listing(d)
+        current = {ino: (d / name).read_bytes() for name, (ino, kind, _) in now.items()
+                   if kind == "file"}
         for name in now:
             (d / name).unlink()
         for name, (ino, kind, target) in durable.items():
             if kind == "link":
                 (d / name).symlink_to(target)
             else:
-                (d / name).write_bytes(self.content.get(ino, b""))
+                (d / name).write_bytes(_torn(self.content.get(ino, b""), current.get(ino)))

@@ -41,7 +41,7 @@ def test_concurrent_upgrades_recovers_and_status(tmp_path: Path) -> None:
         if c[0] == "status":
             assert code == 0 and json.loads(out)["state"] in {
                 "converged", "candidate_running", "recovering"}
-    begun = [h for h in world.node.store.read().history if h["trigger"] == "begin_upgrade"]
+    begun = [h for h in world.node.store.history() if h["trigger"] == "begin_upgrade"]
     assert len(begun) == 1
     assert world.paths.lock_file.exists()
 

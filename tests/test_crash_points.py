@@ -18,6 +18,7 @@ import pytest
 
 from agent_fsm.lifecycle.engine import FAILPOINT_ENV
 from agent_fsm.lifecycle.table import load_definition
+from tests.crash_child import KILL_AFTER_APPEND
 from tests.helpers import World, make_world
 from tests.test_machine import _args, _to
 
@@ -26,6 +27,12 @@ POINTS = [(t.trigger, t.sources[0], k) for t in DEFINITION.transitions
           for k in range(len(t.effects) + 1)]
 ROOT = Path(__file__).resolve().parent.parent
 COVERED: list[str] = []
+APPENDED: list[str] = []  # the kills between the journal append and the state write
+
+
+def _trail(world: World) -> list[tuple[int, str, str, str]]:
+    """The history as the journal holds it (each transition once, numbered without a gap)."""
+    return [(e["seq"], e["trigger"], e["from"], e["to"]) for e in world.node.store.history()]
 
 
 def _end(world: World) -> dict[str, object]:
@@ -41,6 +48,7 @@ def _end(world: World) -> dict[str, object]:
         "selected": host.releases.selected(),
         "last_good": host.releases.last_good(),
         "assets": world.assets_on_disk(),
+        "history": _trail(world),
     }
 
 
@@ -94,3 +102,39 @@ def test_every_point_is_covered() -> None:
     """The points are the definition's: one per effect boundary of every transition."""
     expected = sum(len(t.effects) + 1 for t in DEFINITION.transitions)
     assert len(POINTS) == expected > len(DEFINITION.transitions)
+
+
+# One of each kind: the journal's creation, effects owed, a result published, none owed.
+APPENDS = ["install", "begin_upgrade", "complete", "settle"]
+
+
+@pytest.mark.parametrize("trigger", APPENDS)
+def test_sigkill_between_the_journal_and_the_state_write(tmp_path: Path, systemctl: Path,
+                                                         trigger: str) -> None:
+    """Killed after the history entry was appended but before the state file committed it:
+    the entry is not shown, and the next start records the transition exactly once."""
+    t = DEFINITION.transition(trigger)
+    reference = make_world(tmp_path / "ref")
+    _to(t.sources[0])(reference)
+    reference.node.controller.fire(trigger, **_args(trigger, reference))
+
+    world = make_world(tmp_path / "crash")
+    _to(t.sources[0])(world)
+    args = _args(trigger, world)
+    before = _trail(world)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.crash_child", str(world.root), str(systemctl), trigger,
+         json.dumps(args)],
+        cwd=ROOT, env={**os.environ, KILL_AFTER_APPEND: "1"},
+        capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    APPENDED.append(trigger)
+
+    crashed = world.reopen()
+    assert _trail(crashed) == before  # appended, not committed: not shown
+    assert crashed.node.store.journal.path.read_bytes().count(b"\n") == len(before) + 1
+    if t.effects:
+        crashed.node.controller.resume()
+    else:
+        crashed.node.controller.fire(trigger, **args)
+    assert _end(crashed) == _end(reference)

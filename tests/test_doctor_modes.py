@@ -5,18 +5,20 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from agent_fsm.views import modes
 from agent_fsm.views.doctor import Finding, doctor
-from tests.helpers import World
+from tests.helpers import DEFAULT_CONFIG, World, make_world
 
 MODE_CHECKS = {"state directory", "lock file", "state dir entries", "state dir link",
                "state dir entry", "state dir owner", "state dir mode", "state dir walk",
                "pointer", "asset", "asset modes", "unit directory", "script directory",
-               "parent directory"}
+               "parent directory", "config file", "config directory", "config modes",
+               "allowed signers"}
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 
 
@@ -218,3 +220,44 @@ class TestBounds:
         out = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True,
                              check=True).stdout
         assert out == os.fsencode(planted)
+
+
+class TestConfigFile:
+    @pytest.fixture
+    def configured(self, tmp_path: Path) -> tuple[World, Path]:
+        """A node whose config file is the host's own, /etc/agent-fsm/config.toml below the root."""
+        cfg = tmp_path / "root" / "etc" / "agent-fsm" / "config.toml"
+        cfg.parent.mkdir(mode=0o755, parents=True)
+        cfg.write_text('name = "agent"\n')
+        cfg.chmod(0o644)
+        world = make_world(tmp_path / "root", replace(DEFAULT_CONFIG, source=cfg))
+        return world.installed("1.0.0"), cfg
+
+    def test_safe_config_passes(self, configured: tuple[World, Path]) -> None:
+        """A config file of root's, 0644, in a 0755 directory: no config finding fails."""
+        world, _ = configured
+        found = [f for f in doctor(world.node, check_systemd=False) if f.check.startswith("config")]
+        assert [(f.check, f.level) for f in found] == [("config modes", "ok")]
+
+    def test_writable_config_file(self, configured: tuple[World, Path]) -> None:
+        """A config file others may write (0666) is a failure fixed with chmod go-w."""
+        world, cfg = configured
+        cfg.chmod(0o666)
+        assert _fix(world, "config file", cfg) == f"chmod go-w {_q(cfg)}"
+
+    def test_writable_config_directory(self, configured: tuple[World, Path]) -> None:
+        """A directory above the config that others may write (0777) is a failure."""
+        world, cfg = configured
+        cfg.parent.chmod(0o777)
+        assert _fix(world, "config directory", cfg.parent) == f"chmod go-w {_q(cfg.parent)}"
+
+    @as_root
+    def test_foreign_allowed_signers(self, configured: tuple[World, Path]) -> None:
+        """An allowed-signers file another user owns is a failure fixed with chown."""
+        world, cfg = configured
+        signers = cfg.parent / "allowed_signers"
+        signers.write_text("")
+        os.chown(signers, 65534, 65534)
+        world = make_world(world.root, replace(world.node.config,
+                                               allowed_signers=Path("/etc/agent-fsm/allowed_signers")))
+        assert _fix(world, "allowed signers", signers) == f"chown {os.geteuid()} {_q(signers)}"

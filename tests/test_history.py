@@ -12,7 +12,8 @@ from agent_fsm.views.history import history, timeline
 from tests.helpers import World, make_world
 from tests.test_cli import run
 
-ENTRY_KEYS = {"time", "trigger", "from", "to", "release", "upgrade", "lasted_seconds", "current"}
+ENTRY_KEYS = {"time", "trigger", "from", "to", "release", "upgrade", "lasted_seconds", "current",
+              "reason", "reason_class"}
 
 
 @pytest.fixture

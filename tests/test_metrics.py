@@ -10,10 +10,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent_fsm.node.config import Config, Judgment
+from agent_fsm.views.history import history
 from agent_fsm.views.metrics import Counters, Family, Sample, collect, counters, exposition
 from tests.helpers import Crash, World, crash_at, make_world
 from tests.test_cli import run
 from tests.test_history import good_then_failed
+from tests.test_journal import to_schema_1
 
 FAMILIES = {
     "agent_fsm_state": "gauge",
@@ -25,6 +27,9 @@ FAMILIES = {
     "agent_fsm_gate_open": "gauge",
     "agent_fsm_owed_effects": "gauge",
     "agent_fsm_info": "gauge",
+    "agent_fsm_hold_active": "gauge",
+    "agent_fsm_inhibitors": "gauge",
+    "agent_fsm_rollbacks_by_reason": "counter",
     "agent_fsm_state_seconds": "gauge",
     "agent_fsm_last_transition_timestamp_seconds": "gauge",
 }
@@ -139,7 +144,8 @@ class TestCountersSurviveTrimming:
                                                      judgment=Judgment(deadline_seconds=60)))
         good_then_failed(world)
         doc = world.node.store.read()
-        assert [e["trigger"] for e in doc.history] == ["recover", "recovered"]
+        assert [e.trigger for e in history(world.node).entries] == ["recover", "recovered"]
+        assert len(world.node.store.history()) < 4  # the journal itself is bounded too
         assert counters(doc) == Counters(upgrades_ok=1, upgrades_rolled_back=1, rollbacks=1,
                                          attempts=2)
 
@@ -148,9 +154,7 @@ class TestCountersSurviveTrimming:
         next transition stores the counters from there on."""
         world = make_world(tmp_path / "root")
         good_then_failed(world)
-        doc = world.node.store.read()
-        doc.counters = None
-        world.node.store.write(doc)
+        to_schema_1(world, counters=False)
         old = counters(world.node.store.read())
         assert old == Counters(upgrades_ok=1, upgrades_rolled_back=1, rollbacks=1, attempts=2)
         world.node.controller.fire("settle")

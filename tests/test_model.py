@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from agent_fsm.errors import Refused
+from agent_fsm.node import known_bad
 from tests.helpers import World, make_world
 
 VERSIONS = ["1.0.0", "2.0.0", "3.0.0", "4.0.0"]
@@ -30,6 +31,7 @@ class Model:
     last_good: str = "1.0.0"
     upgrade: tuple[str, str] | None = None  # (from, to) while a signal exists
     gate: bool = True
+    known_bad: frozenset[str] = frozenset()  # rolled back here: refused unless forced
 
 
 class Lifecycle(RuleBasedStateMachine):
@@ -51,7 +53,7 @@ class Lifecycle(RuleBasedStateMachine):
     def teardown(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def fire(self, trigger: str, crash_at: int | None, **args: str) -> None:
+    def fire(self, trigger: str, crash_at: int | None, **args: object) -> None:
         """Fire, maybe crashing before effect `crash_at`; a crash is followed by a restart."""
         controller = self.world.node.controller
 
@@ -70,25 +72,26 @@ class Lifecycle(RuleBasedStateMachine):
 
     # Operator and daemon operations ---------------------------------------------------------
     @precondition(lambda self: self.model.state == "converged" and self.model.gate)
-    @rule(to=st.sampled_from(VERSIONS), crash_at=CRASH)
-    def upgrade(self, to: str, crash_at: int | None) -> None:
-        if to == self.model.selected:
+    @rule(to=st.sampled_from(VERSIONS), crash_at=CRASH, force=st.booleans())
+    def upgrade(self, to: str, crash_at: int | None, force: bool) -> None:
+        if to == self.model.selected or (to in self.model.known_bad and not force):
             try:
                 self.world.node.controller.fire("begin_upgrade", release=to)
             except Refused:
                 return
-            raise AssertionError("an upgrade to the selected release was not refused")
-        self.fire("begin_upgrade", crash_at, release=to)
+            raise AssertionError(f"an upgrade to {to} (selected or known bad) was not refused")
+        self.fire("begin_upgrade", crash_at, release=to, **({"force": True} if force else {}))
         self.fire("candidate_started", None)
         self.model = Model("candidate_running", to, self.model.last_good,
-                           (self.model.last_good, to), False)
+                           (self.model.last_good, to), False, self.model.known_bad)
 
     @precondition(lambda self: self.model.state == "candidate_running")
     @rule(crash_at=CRASH)
     def judged_ok(self, crash_at: int | None) -> None:
         self.fire("judge_ok", None)
         self.fire("complete", crash_at)
-        self.model = Model("converged", self.model.selected, self.model.selected, None, True)
+        self.model = Model("converged", self.model.selected, self.model.selected, None, True,
+                           self.model.known_bad - {self.model.selected})
 
     @precondition(lambda self: self.model.state == "candidate_running")
     @rule(crash_at=CRASH)
@@ -101,19 +104,22 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(crash_at=CRASH)
     def recover(self, crash_at: int | None) -> None:
         self.fire("recover", crash_at)
+        assert self.model.upgrade is not None
+        self.model.known_bad |= {self.model.upgrade[1]}
         self.model.state, self.model.selected = "recovering", self.model.last_good
 
     @precondition(lambda self: self.model.state == "recovering")
     @rule(crash_at=CRASH)
     def last_good_back(self, crash_at: int | None) -> None:
         self.fire("recovered", crash_at)
-        self.model = Model("converged", self.model.last_good, self.model.last_good, None, True)
+        self.model = Model("converged", self.model.last_good, self.model.last_good, None, True,
+                           self.model.known_bad)
 
     @precondition(lambda self: self.model.state == "converged")
     @rule(to=st.sampled_from(VERSIONS), crash_at=CRASH)
     def activate(self, to: str, crash_at: int | None) -> None:
         self.fire("activate", crash_at, release=to)
-        self.model = Model("converged", to, to, None, False)
+        self.model = Model("converged", to, to, None, False, self.model.known_bad)
 
     @precondition(lambda self: self.model.state == "converged")
     @rule(crash_at=CRASH)
@@ -140,6 +146,8 @@ class Lifecycle(RuleBasedStateMachine):
         assert host.releases.last_good() == self.model.last_good
         assert (None if sig is None else (sig.from_version, sig.to_version)) == self.model.upgrade
         assert host.gate.is_open() == self.model.gate
+        marks = known_bad.read(known_bad.path(self.world.paths)).marks
+        assert set(marks) == self.model.known_bad
 
     @invariant()
     def last_good_assets_never_lost(self) -> None:

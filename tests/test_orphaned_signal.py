@@ -41,8 +41,8 @@ class TestOrphanedSignal:
         assert world.systemd.calls == [("reset-failed", "agent.service"),
                                        ("restart", "agent.service")]
         assert doc.last_result is not None and doc.last_result["outcome"] == "rolled_back"
-        assert doc.history[-1]["trigger"] == "orphaned_signal"
-        assert doc.history[-1]["upgrade"] == {"from": "1.0.0", "to": "2.0.0"}
+        assert world.node.store.history(doc)[-1]["trigger"] == "orphaned_signal"
+        assert world.node.store.history(doc)[-1]["upgrade"] == {"from": "1.0.0", "to": "2.0.0"}
         world.node.controller.fire("recovered")
         assert world.node.store.read().state == "converged"
         assert world.node.releases.last_good() == "1.0.0" and world.node.signal() is None
@@ -84,7 +84,7 @@ class TestOrphanedSignal:
         recover(world.node)
         world.node.controller.fire("recovered")
         assert world.node.releases.last_good() == "1.0.0"
-        assert all(e["trigger"] != "complete" for e in world.node.store.read().history[-3:])
+        assert all(e["trigger"] != "complete" for e in world.node.store.history()[-3:])
 
     def test_doctor_and_status_advise_recover_not_removing_the_signal(self,
                                                                       world: World) -> None:

@@ -1,14 +1,17 @@
-"""Power loss at every file operation of a transition: what was not fsynced is dropped, yet
-every file comes back old or new, never torn, and the node converges."""
+"""Power loss at every file operation of a transition: what was not fsynced is dropped (an
+unsynced append comes back torn), yet the state file and assets come back old or new, the
+history journal shows each committed transition once and no other, and the node converges."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from agent_fsm.node.config import Config
 from agent_fsm.node.store import Store
-from tests.helpers import World, copy_tree, make_world
+from tests.helpers import DEFAULT_CONFIG, World, copy_tree, make_world
 from tests.powerloss import Crash, PowerLoss
 from tests.test_machine import _args, _to
 
@@ -16,19 +19,24 @@ COVERED: list[str] = []
 CASES = [("begin_upgrade", "converged"), ("candidate_started", "candidate_running"),
          ("complete", "judged_ok"), ("recover", "candidate_running"),
          ("recovered", "recovering"), ("install", "idle")]
+# With history_limit 1 every append rotates the journal: its atomic rewrite under power loss.
+ROTATING = replace(DEFAULT_CONFIG, history_limit=1)
+RUNS = [(*c, DEFAULT_CONFIG) for c in CASES] + [("candidate_started", "candidate_running", ROTATING)]
 
 
 def _end(world: World) -> tuple[object, ...]:
     doc = world.node.store.read()
     host = world.node.host
     sig = host.signal()
+    trail = tuple((e["seq"], e["trigger"], e["from"], e["to"]) for e in world.node.store.history())
     return (doc.state, doc.pending is None, host.releases.selected(), host.releases.last_good(),
             None if sig is None else sig.to_version, host.gate.is_open(),
-            tuple(sorted(world.assets_on_disk().items())))
+            tuple(sorted(world.assets_on_disk().items())), trail)
 
 
-def _count_ops(tmp_path: Path, trigger: str, source: str, monkeypatch: pytest.MonkeyPatch) -> int:
-    world = make_world(tmp_path / "count")
+def _count_ops(tmp_path: Path, trigger: str, source: str, monkeypatch: pytest.MonkeyPatch,
+               config: Config) -> int:
+    world = make_world(tmp_path / "count", config)
     _to(source)(world)
     args = _args(trigger, world)
     layer = PowerLoss(world.root)
@@ -38,13 +46,15 @@ def _count_ops(tmp_path: Path, trigger: str, source: str, monkeypatch: pytest.Mo
     return layer.ops
 
 
-@pytest.mark.parametrize(("trigger", "source"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("trigger", "source", "config"), RUNS,
+                         ids=[c[0] + ("-rotating" if c[2] is ROTATING else "") for c in RUNS])
 def test_power_loss_at_every_operation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       trigger: str, source: str) -> None:
-    """For each file operation N of the transition: cut the power before it, drop what was not
-    durable, and check the state file and assets are each old or new, then that the next start
+                                       trigger: str, source: str, config: Config) -> None:
+    """For each file operation N of the transition, and once after the last: cut the power
+    before it, drop what was not durable, and check the state file and assets are each old or
+    new and the history journal holds every committed transition, then that the next start
     (resuming or, if nothing was recorded, firing again) ends like an uninterrupted run."""
-    reference = make_world(tmp_path / "ref")
+    reference = make_world(tmp_path / "ref", config)
     _to(source)(reference)
     before_assets = reference.assets_on_disk()
     before_state = reference.paths.state_file.read_bytes() if reference.paths.state_file.exists() \
@@ -52,18 +62,24 @@ def test_power_loss_at_every_operation(tmp_path: Path, monkeypatch: pytest.Monke
     reference.node.controller.fire(trigger, **_args(trigger, reference))
     after_assets = reference.assets_on_disk()
     expected = _end(reference)
+    if config is ROTATING:  # rewritten to the last committed entry and the new one
+        assert reference.node.store.journal.path.read_bytes().count(b"\n") == 2
 
-    total = _count_ops(tmp_path, trigger, source, monkeypatch)
+    total = _count_ops(tmp_path, trigger, source, monkeypatch, config)
     assert total > 3
-    prepared = make_world(tmp_path / "prepared")
+    prepared = make_world(tmp_path / "prepared", config)
     _to(source)(prepared)
     args = _args(trigger, prepared)
-    for n in range(1, total + 1):
+    recorded = prepared.node.store.read().seq  # transitions committed before this one
+    for n in range(1, total + 2):  # total + 1: the power goes out once the run has finished
         copy_tree(prepared.root, tmp_path / f"n{n}")
-        world = make_world(tmp_path / f"n{n}")
+        world = make_world(tmp_path / f"n{n}", config)
         layer = PowerLoss(world.root, crash_at=n)
         layer.install(monkeypatch)
-        with pytest.raises(Crash):
+        if n <= total:
+            with pytest.raises(Crash):
+                world.node.controller.fire(trigger, **args)
+        else:
             world.node.controller.fire(trigger, **args)
         monkeypatch.undo()
         layer.lose_power()
@@ -73,9 +89,11 @@ def test_power_loss_at_every_operation(tmp_path: Path, monkeypatch: pytest.Monke
         doc = store.read()  # never torn: it decodes, checksum and all
         if doc.pending is None:
             assert store.path.exists() or before_state is None
+        kept = [e["seq"] for e in store.history(doc)]  # the committed ones, the last included
+        assert kept == list(range(doc.seq - len(kept) + 1, doc.seq + 1)) and (kept or not doc.seq)
         for name, content in back.assets_on_disk().items():
             assert content in (before_assets[name], after_assets[name]), (n, name)
-        if doc.state == source and doc.pending is None:
+        if doc.pending is None and doc.seq == recorded:
             back.node.controller.fire(trigger, **args)  # nothing was recorded: do it again
         else:
             back.node.controller.resume()

@@ -151,7 +151,8 @@ class TestPrune:
         world.installed("2.0.0")
         world.add_release("1.0.0")
         state = world.paths.state_file
-        damaged = state.read_bytes().replace(b'"2.0.0"', b'"2.0.1"', 1)
+        damaged = state.read_bytes().replace(b'"converged"', b'"convergex"', 1)
+        assert damaged != state.read_bytes()
         state.write_bytes(damaged)
         with pytest.raises(StateFileError, match="checksum"):
             prune(world.node)

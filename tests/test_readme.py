@@ -67,6 +67,9 @@ class Host:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.root = tmp / "root"
+        # The host below the root has its python (release add asks it what it can load).
+        (self.root / "usr" / "bin").mkdir(parents=True)
+        (self.root / "usr" / "bin" / "python3").symlink_to("/usr/bin/python3")
         self.config = tmp / "config.toml"
         self.config.write_text("[judgment]\ndeadline_seconds = 60\nsoak_seconds = 0\n")
         self.bin = tmp / "bin"

@@ -25,7 +25,8 @@ class TestSkippedEffects:
         assert world.node.releases.selected() == "1.0.0"
         assert [v for v, _u in world.systemd.calls].count("restart") >= 2
         doc = world.node.store.read()
-        skipped = [(e["trigger"], s["effect"]) for e in doc.history for s in e.get("skipped", [])]
+        skipped = [(e["trigger"], s["effect"])
+                   for e in world.node.store.history(doc) for s in e.get("skipped", [])]
         assert skipped == [("begin_upgrade", "reset_start_limit"), ("recover", "reset_start_limit")]
 
     def test_status_and_doctor_show_what_was_let_pass(self, world: World) -> None:

@@ -28,7 +28,8 @@ class TestRoundTrip:
         assert not store.path.exists()
 
     def test_every_field_survives_a_write_and_read(self, tmp_path: Path) -> None:
-        """What is written is read back equal: state, upgrade, owed effects, result, history."""
+        """What is written is read back equal: state, upgrade, owed effects, result, and what
+        the state keeps of its history (the last seq, the stay, the effects let fail)."""
         store = _store(tmp_path)
         doc = StateDoc(
             state="candidate_running",
@@ -37,8 +38,9 @@ class TestRoundTrip:
                             {"release": "2.0.0", "n": 3}, 12.5),
             last_result={"from": "0.9.0", "to": "1.0.0", "outcome": "ok", "started": 1.0,
                          "time": 2.0},
-            history=[{"time": 1.0, "trigger": "install", "from": "idle", "to": "converged",
-                      "release": "1.0.0", "upgrade": None}],
+            seq=7, since=1.0, last_transition=2.5,
+            skipped=[{"time": 2.5, "trigger": "install", "effect": "reset_start_limit",
+                      "error": "refused"}],
         )
         store.write(doc)
         assert store.read() == doc
@@ -52,7 +54,7 @@ DAMAGED = {
     "not json": (b"state: idle\n", "is not valid JSON"),
     "not an object": (b"[1, 2]\n", "is not a JSON object"),
     "wrong checksum": (None, "has checksum"),
-    "newer schema": (None, "has schema 2, newer than this agent-fsm understands"),
+    "newer schema": (None, "has schema 3, newer than this agent-fsm understands"),
     "unknown state": (None, "names unknown state 'flying'"),
 }
 
@@ -67,7 +69,7 @@ def _damaged(kind: str, good: bytes) -> bytes:
     if kind == "wrong checksum":
         data["state"] = "idle"
     elif kind == "newer schema":
-        data["schema"] = 2
+        data["schema"] = 3
     elif kind == "unknown state":
         data["state"] = "flying"
         data.pop("checksum")
@@ -132,7 +134,7 @@ class TestLocking:
 
     def test_encoding_is_stable(self) -> None:
         """The same document always encodes to the same bytes (so checksums are reproducible)."""
-        doc = StateDoc(state="idle", history=[{"b": 1, "a": 2}])
+        doc = StateDoc(state="idle", skipped=[{"b": 1, "a": 2}])
         assert encode(doc) == encode(doc)
 
 

@@ -42,7 +42,7 @@ class TestSupersede:
         doc = world.node.store.read()
         assert done.state == "recovering" and doc.pending is None
         assert world.node.releases.selected() == "1.0.0"
-        superseded = [e for e in doc.history if e.get("superseded_by")]
+        superseded = [e for e in world.node.store.history(doc) if e.get("superseded_by")]
         assert [(e["trigger"], e["superseded_by"]) for e in superseded] == [
             ("candidate_started", "recover")]
         assert ("restart", "agent.service") in world.systemd.calls
@@ -74,7 +74,7 @@ class TestSupersede:
         done = recover(world.node)
         doc = world.node.store.read()
         assert done.message.startswith("nothing to roll back") and doc.state == "converged"
-        assert not any(e.get("superseded_by") for e in doc.history)
+        assert not any(e.get("superseded_by") for e in world.node.store.history(doc))
 
     def test_superseding_an_unknown_trigger_is_refused_at_load(self) -> None:
         """A definition naming an unknown trigger under `supersedes` fails to load, naming it."""

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from agent_fsm.errors import PublishError, SignalError, StateFileError
+from agent_fsm.node import journal, validate
 from agent_fsm.node import signal as signal_file
-from agent_fsm.node import validate
 from agent_fsm.node.store import checksum
 from agent_fsm.system.publish import RecordPublisher, Result
 from agent_fsm.views.doctor import doctor
@@ -92,6 +92,14 @@ def _mutated_state(raw: bytes, field: str, value: Any) -> bytes:
     return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
+def _write_line(world: World, index: int, entry: dict[str, Any]) -> None:
+    """Replace line `index` of the history journal with `entry`, its checksum right."""
+    path = world.node.store.journal.path
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[index] = journal.encode(entry)
+    path.write_bytes(b"".join(lines))
+
+
 def _mutated_signal(raw: bytes, field: str, value: Any) -> bytes:
     data = json.loads(raw)
     if field == "":
@@ -142,24 +150,23 @@ STATE_CASES: list[tuple[str, Any, str]] = [
     ("last_result.outcome", "maybe", "last_result.outcome is 'maybe'"),
     ("last_result.started", -INF, "last_result.started is -inf"),
     ("last_result.time", "now", "last_result.time is 'now'"),
-    ("history", {}, "history is {}"),
-    ("history.0", "install", "history[0] is 'install'"),
-    ("history.0.time", GONE, "history[0].time is missing"),
-    ("history.0.time", NAN, "history[0].time is nan"),
-    ("history.0.time", 10**400, "history[0].time is 1000"),
-    ("history.3.trigger", "explode", "history[3].trigger names unknown trigger 'explode'"),
-    ("history.1.from", "nowhere", "history[1].from names unknown state 'nowhere'"),
-    ("history.1.to", None, "history[1].to is None"),
-    ("history.2.release", 1.5, "history[2].release is 1.5"),
-    ("history.4.upgrade", "x", "history[4].upgrade is 'x'"),
-    ("history.4.upgrade.from", "", "history[4].upgrade.from is ''"),
-    ("history.4.upgrade.to", 7, "history[4].upgrade.to is 7"),
-    ("history.5.superseded_by", 5, "history[5].superseded_by is 5"),
-    ("history.5.skipped", "x", "history[5].skipped is 'x'"),
-    ("history.5.skipped", [3], "history[5].skipped[0] is 3"),
-    ("history.5.skipped", [{"effect": "explode", "error": "e"}],
-     "history[5].skipped[0].effect names unknown effect 'explode'"),
-    ("history.5.skipped", [{"effect": "close_gate"}], "history[5].skipped[0].error is missing"),
+    ("last_result.reason", 7, "last_result.reason is 7"),
+    ("last_result.reason_class", "bored", "last_result.reason_class is 'bored'"),
+    ("seq", -1, "seq is -1"),
+    ("seq", GONE, "seq is missing"),
+    ("since", "x", "since is 'x'"),
+    ("since", GONE, "since is missing"),
+    ("last_transition", NAN, "last_transition is nan"),
+    ("skipped", {}, "skipped is {}"),
+    ("skipped", [3], "skipped[0] is 3"),
+    ("skipped", [{"time": -1, "trigger": "recover", "effect": "close_gate", "error": "e"}],
+     "skipped[0].time is -1"),
+    ("skipped", [{"time": 1.0, "trigger": "explode", "effect": "close_gate", "error": "e"}],
+     "skipped[0].trigger names unknown trigger 'explode'"),
+    ("skipped", [{"time": 1.0, "trigger": "recover", "effect": "explode", "error": "e"}],
+     "skipped[0].effect names unknown effect 'explode'"),
+    ("skipped", [{"time": 1.0, "trigger": "recover", "effect": "close_gate"}],
+     "skipped[0].error is missing"),
     ("counters", [], "counters is []"),
     ("counters.attempts", -1, "counters.attempts is -1"),
     ("counters.attempts", 10**400, "counters.attempts is 1000"),
@@ -168,8 +175,29 @@ STATE_CASES: list[tuple[str, Any, str]] = [
     ("counters.upgrades_rolled_back", "1", "counters.upgrades_rolled_back is '1'"),
     ("counters.bogus", 1, "counters has unknown counter 'bogus'"),
 ]
+# (line index.field, bad value, what the message names): a history journal entry's fields.
+ENTRY_CASES: list[tuple[str, Any, str]] = [
+    ("0.seq", GONE, "has seq None, expected a positive integer"),
+    ("0.seq", 0, "has seq 0, expected a positive integer"),
+    ("0.time", GONE, "entry.time is missing"),
+    ("0.time", NAN, "entry.time is nan"),
+    ("0.time", 10**400, "entry.time is 1000"),
+    ("3.trigger", "explode", "entry.trigger names unknown trigger 'explode'"),
+    ("1.from", "nowhere", "entry.from names unknown state 'nowhere'"),
+    ("1.to", None, "entry.to is None"),
+    ("2.release", 1.5, "entry.release is 1.5"),
+    ("4.upgrade", "x", "entry.upgrade is 'x'"),
+    ("4.upgrade.from", "", "entry.upgrade.from is ''"),
+    ("4.upgrade.to", 7, "entry.upgrade.to is 7"),
+    ("5.superseded_by", 5, "entry.superseded_by is 5"),
+    ("5.skipped", "x", "entry.skipped is 'x'"),
+    ("5.skipped", [3], "entry.skipped[0] is 3"),
+    ("5.skipped", [{"effect": "explode", "error": "e"}],
+     "entry.skipped[0].effect names unknown effect 'explode'"),
+    ("5.skipped", [{"effect": "close_gate"}], "entry.skipped[0].error is missing"),
+]
 # Run through the CLI as subprocesses: one of each kind of bad value.
-STATE_CLI = ["pending.done=-5", "history.0.time=<gone>", "pending.effects.1='explode'",
+STATE_CLI = ["pending.done=-5", "seq=-1", "pending.effects.1='explode'",
              "upgrade.started=inf", "last_result.outcome='maybe'"]
 
 
@@ -267,11 +295,16 @@ class TestStateFile:
         assert world.paths.state_file.read_bytes() == bad
 
     def test_older_layouts_still_read(self, rich: World, tmp_path: Path) -> None:
-        """An indented file (checked the slow way) and one without counters still read, the
-        latter counted from its history; a bad field in an indented file is still refused."""
+        """An indented file (checked the slow way) and an old one (schema 1, its history inside)
+        without counters still read, the latter counted from its history; a bad field in an
+        indented file is still refused."""
         world = _copy(rich, tmp_path)
         data = json.loads(world.paths.state_file.read_bytes())
-        del data["counters"], data["checksum"]
+        for key in ("counters", "checksum", "seq", "since", "last_transition", "skipped"):
+            del data[key]
+        data["schema"] = 1
+        data["history"] = [{k: v for k, v in e.items() if k != "seq"}
+                           for e in world.node.store.history()]
         data["checksum"] = checksum(data)
         world.paths.state_file.write_text(json.dumps(data, indent=1))
         doc = world.node.store.read()
@@ -284,15 +317,42 @@ class TestStateFile:
         with pytest.raises(StateFileError, match=r"pending\.done is 9, expected an integer "
                                                  r"from 0 to 5"):
             world.node.store.read()
+        data.pop("checksum")
+        data["pending"]["done"] = 3
+        data["history"][2]["trigger"] = "explode"
+        data["checksum"] = checksum(data)
+        world.paths.state_file.write_text(json.dumps(data, indent=1))
+        with pytest.raises(StateFileError, match=r"history\[2\]\.trigger names unknown"):
+            world.node.store.read()
 
-    def test_entries_fields_kept_by_some_are_read(self, rich: World) -> None:
+    def test_entries_fields_kept_by_some_are_read(self, rich: World, tmp_path: Path) -> None:
         """A history entry may also name the trigger that superseded it and the tolerant
         effects that failed; valid ones are read as they are."""
-        raw = rich.paths.state_file.read_bytes()
-        raw = _mutated_state(raw, "history.5.superseded_by", "recover")
-        raw = _mutated_state(raw, "history.5.skipped",
-                             [{"effect": "reset_start_limit", "error": "refused"}])
-        assert rich.node.store.decode(raw).history[5]["superseded_by"] == "recover"
+        world = _copy(rich, tmp_path)
+        entry = {**world.node.store.history()[5], "superseded_by": "recover",
+                 "skipped": [{"effect": "reset_start_limit", "error": "refused"}]}
+        _write_line(world, 5, entry)
+        assert world.node.store.history()[5]["superseded_by"] == "recover"
+        assert world.node.store.read_journal().damaged == ()
+
+    @pytest.mark.parametrize(("field", "value", "needle"), ENTRY_CASES,
+                             ids=[_id(f, v) for f, v, _ in ENTRY_CASES])
+    def test_a_bad_journal_entry_is_skipped_and_named(self, rich: World, tmp_path: Path,
+                                                      field: str, value: Any,
+                                                      needle: str) -> None:
+        """A journal line with a right checksum but a bad field is skipped by `history` and
+        named, with its line, by `doctor`; the state file is not affected."""
+        world = _copy(rich, tmp_path)
+        index, _, key = field.partition(".")
+        entry = world.node.store.history()[int(index)]
+        _set(entry, key, value)
+        kept = len(world.node.store.history())
+        _write_line(world, int(index), entry)
+        read = world.node.store.read_journal()
+        assert [d.line for d in read.damaged] == [int(index) + 1]
+        assert needle in read.damaged[0].why and len(read.entries) == kept - 1
+        found = [f.detail for f in doctor(world.node, check_systemd=False) if f.check == "history"]
+        assert len(found) == 1 and f"line {int(index) + 1} {needle}" in found[0], found
 
     def test_a_store_given_no_names_accepts_any(self, rich: World, tmp_path: Path) -> None:
         """A store built without the machine's triggers and effects (as tests build one) does

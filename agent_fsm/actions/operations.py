@@ -5,6 +5,7 @@ Each returns a frozen result for the CLI to render; refusals and errors are rais
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 
 from ..errors import AgentFsmError
 from ..lifecycle.states import StateName, Trigger
+from ..node import reasons
 from ..node.store import StateDoc
 from ..wiring import Node
 
@@ -37,8 +39,26 @@ def activate(node: Node, version: str) -> Done:
                 f"{node.paths.agent_unit_name} restarted", doc.state)
 
 
-def begin_upgrade(node: Node, version: str) -> StateDoc:
-    return node.controller.fire(Trigger.begin_upgrade, release=version)
+def begin_upgrade(node: Node, version: str, *, force: bool = False) -> StateDoc:
+    """Start an upgrade; `force` goes past a hold and inhibitors (the definition's conditions
+    read it as the step's `force` argument)."""
+    return node.controller.fire(Trigger.begin_upgrade, release=version,
+                                **({"force": True} if force else {}))
+
+
+def why_recover(node: Node) -> dict[str, str]:
+    """Why this rollback, as the result records it: the recovery unit (its environment says so)
+    reads the agent unit's end from systemd; anyone else is an operator. Never raises: the way
+    back does not wait on systemd's answer."""
+    if os.environ.get(reasons.RECOVERY_ENV) != "unit":
+        return {"reason": "rolled back by hand with `agent-fsm recover`", "reason_class": "manual"}
+    unit = node.paths.agent_unit_name
+    try:
+        shown = node.host.systemd.show(unit, reasons.PROPERTIES)
+    except AgentFsmError:
+        shown = {}
+    reason, why = reasons.from_unit(unit, shown)
+    return {"reason": reason, "reason_class": why}
 
 
 def recover(node: Node) -> Done:
@@ -47,14 +67,15 @@ def recover(node: Node) -> Done:
     if not node.controller.supersedes(Trigger.recover, doc):
         doc = node.controller.resume()  # else recover replaces what is owed: never finish it
     if doc.state in node.groups.recover_from:
-        doc = node.controller.fire(Trigger.recover)
+        doc = node.controller.fire(Trigger.recover, **why_recover(node))
         return Done(f"rolling back to last-good {node.releases.last_good()}: selected, "
                     f"start limit reset, {node.paths.agent_unit_name} restarted", doc.state)
     if doc.state == StateName.judged_ok:
         return Done("nothing to roll back: the upgrade was judged ok and is completing", doc.state)
     sig = node.signal()
     if sig is not None and doc.state in node.definition.transition(Trigger.orphaned_signal).sources:
-        doc = node.controller.fire(Trigger.orphaned_signal)
+        doc = node.controller.fire(Trigger.orphaned_signal, reason_class="orphaned", reason=(
+            f"an upgrade signal existed but the state file ({doc.state}) knew no upgrade"))
         return Done(f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but the "
                     f"state file knew no upgrade: the candidate was never judged here; rolling "
                     f"back to last-good {node.releases.last_good()}: selected, "
@@ -71,13 +92,20 @@ class UpgradeOutcome:
 
 def follow(node: Node, started: float, to_version: str, timeout: float,
            on_state: Callable[[float, str, str], None] = lambda _t, _tr, _s: None,
-           interval: float = 0.2) -> UpgradeOutcome:
-    """Watch an upgrade (by reading, never locking) until it converges; report its outcome."""
+           interval: float = 0.02, reread: float = 0.5) -> UpgradeOutcome:
+    """Watch an upgrade (by reading, never locking) until it converges; report its outcome.
+
+    The state file and the gate are looked at (one stat each) every `interval` seconds and the
+    state read when either changed, or `reread` seconds after the last read whatever they show:
+    the end is noticed within milliseconds at the cost of a read per transition.
+    """
     end = time.monotonic() + timeout
     seen: list[tuple[float, str, str]] = []
     while True:
+        mark = _mark(node)
+        last_read = time.monotonic()
         doc = node.store.read()
-        for entry in doc.history:
+        for entry in node.store.history(doc):
             step = (entry["time"], entry["trigger"], entry["to"])
             if entry["time"] >= started and step not in seen:
                 seen.append(step)
@@ -92,4 +120,19 @@ def follow(node: Node, started: float, to_version: str, timeout: float,
                 f"the upgrade to {to_version} did not finish within {timeout:g}s (state "
                 f"{doc.state}); it goes on: follow it with `agent-fsm status`"
             )
-        time.sleep(interval)
+        while (_mark(node) == mark and time.monotonic() - last_read < reread
+               and time.monotonic() <= end):
+            time.sleep(interval)
+
+
+def _mark(node: Node) -> tuple[tuple[int, int, int] | None, ...]:
+    """What a change of the state file or the gate changes (a write replaces the state file)."""
+    out: list[tuple[int, int, int] | None] = []
+    for path in (node.paths.state_file, node.paths.gate_file):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            out.append(None)
+        else:
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from ..node import assets, release_store, release_tree
 from ..node.releases import check_version, natural_key, read_manifest
 from ..node.store import StateDoc
 from ..wiring import Node
+from . import abi, images, trust
 from .vendoring import launcher as launcher_text
 from .vendoring import vendor
 
@@ -31,8 +32,10 @@ def _ignore(_dir: str, names: list[str]) -> list[str]:
     return [n for n in names if n in ("__pycache__",) or n.endswith(".pyc")]
 
 
-def pack(version: str, output: Path, workload: tuple[str, ...] = ()) -> Path:
-    """Write a release directory for `version` at `output` (which must not exist yet)."""
+def pack(version: str, output: Path, workload: tuple[str, ...] = (),
+         sign_key: Path | None = None) -> Path:
+    """Write a release directory for `version` at `output` (which must not exist yet), with
+    what it needs of the node's `python` (`abi`), signed with `sign_key` if given (`trust`)."""
     check_version(version)
     if output.exists():
         raise ReleaseError(f"{output} already exists; pack into a new directory")
@@ -50,6 +53,13 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = ()) -> Path:
     if workload:
         manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
     (tmp / "release.toml").write_text(manifest)
+    abi.record(tmp)
+    if sign_key is not None:  # last: the signature covers everything else
+        try:
+            trust.sign(tmp, sign_key)
+        except ReleaseError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     os.replace(tmp, output)
     return output
 
@@ -75,26 +85,30 @@ def validate(directory: Path, node: Node) -> str:
         version = read_manifest(manifest).version
     except FileNotFoundError:
         raise ReleaseError(f"{directory} is not a release: {manifest} is missing") from None
+    trust.check(directory, version, node.config, node.paths)  # who made it, before anything else
     launcher = directory / "bin" / "agent-fsm"
     if not launcher.is_file() or not os.access(launcher, os.X_OK):
         raise ReleaseError(f"release {version} has no executable {launcher}")
     assets.render(directory, node.paths, version)  # its templates must render for this host
+    abi.check(directory, version, node.config.python, node.paths.real(node.config.python))
     return version
 
 
-def add(directory: Path, node: Node) -> Added:
+def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
     """Store a normalized copy of a release directory as `<state_dir>/releases/<version>/`, with
     its digest (`node.release_store`): under the writers' lock, copied into a hidden directory
     inside `releases/`, checked there (what is checked is what is stored), renamed into place.
 
     The same version with the same digest is `already` stored; with another, Refused, naming
     both. A symlink, device, FIFO or socket in it, or a release over the limits, is refused
-    (ReleaseError) naming the path, with nothing stored.
+    (ReleaseError) naming the path, with nothing stored. Messages name it `shown_as` if given
+    (an image's reference, not where it is mounted).
     """
     staging = re.compile(re.escape(str(node.paths.releases_dir)) + r"/\.adding\.[0-9a-f]+")
+    shown = shown_as or str(directory)
 
     def named(exc: Exception) -> str:  # by where the operator has it, not the staging copy
-        return staging.sub(lambda _: str(directory), str(exc))
+        return staging.sub(lambda _: shown, str(exc)).replace(str(directory), shown)
 
     with node.store.locked():
         try:
@@ -102,13 +116,13 @@ def add(directory: Path, node: Node) -> Added:
                                        lambda staged: validate(staged, node))
         except release_tree.Bad as exc:
             raise ReleaseError(
-                f"refusing release {directory}: {named(exc)}; a release holds regular files and "
+                f"refusing release {shown}: {named(exc)}; a release holds regular files and "
                 "directories only, within the store's limits (docs/operations.md, Releases); "
                 "nothing was stored") from None
         except OSError as exc:
-            raise ReleaseError(f"could not store release {directory}: {named(exc)}; nothing "
+            raise ReleaseError(f"could not store release {shown}: {named(exc)}; nothing "
                                "was stored") from None
-        except (ReleaseError, AssetError) as exc:
+        except (ReleaseError, AssetError, Refused) as exc:
             raise type(exc)(named(exc)) from None
     return Added(done.version, done.path, done.already, done.digest, done.replaced)
 
@@ -120,10 +134,12 @@ class Pruned:
     removed: tuple[str, ...]
     kept: tuple[tuple[str, tuple[str, ...]], ...]  # (version, reasons), in version order
     dry_run: bool = False
+    images: images.ImagesPruned = field(default_factory=images.ImagesPruned)  # their images
 
     def to_json(self) -> dict[str, Any]:
         return {"removed": list(self.removed), "dry_run": self.dry_run,
-                "kept": [{"version": v, "why": list(why)} for v, why in self.kept]}
+                "kept": [{"version": v, "why": list(why)} for v, why in self.kept],
+                **({"images": self.images.to_json()} if self.images else {})}
 
 
 def protected(node: Node, doc: StateDoc) -> dict[str, list[str]]:
@@ -206,6 +222,8 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
                     f"will not remove {'; '.join(refused)}: protected, as the way back or what "
                     "an owed transition needs; nothing was removed")
             remove = set(asked)
+            for v in set(stored) - remove:
+                why.setdefault(v, ["not named"])
         else:
             others = [v for v in stored if v not in why]
             if keep is not None:
@@ -220,13 +238,15 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
                         why[v] = [f"staged: newer than the selected {selected}"]
             remove = {v for v in stored if v not in why}
         removed = tuple(v for v in stored if v in remove)
+        image_plan = images.plan(node, why)  # a damaged image record refuses before any removal
         if not dry_run:
             for stale in node.paths.releases_dir.glob(".*.pruning"):  # a crash in _remove's
                 shutil.rmtree(stale, ignore_errors=True)
             for version in removed:
                 _remove(releases.path(version))
+        pruned_images = images.apply(node, image_plan, dry_run=dry_run)
     kept = tuple((v, tuple(why[v])) for v in stored if v not in remove)
-    return Pruned(removed, kept, dry_run)
+    return Pruned(removed, kept, dry_run, pruned_images)
 
 
 def _remove(path: Path) -> None:

@@ -151,7 +151,8 @@ class Daemon:
             # backup, a lost file): whatever runs was never judged here. Roll back.
             log.error("an upgrade signal exists but the state file (%s) knows no upgrade; "
                       "rolling back to the last-good", doc.state)
-            controller.fire(Trigger.orphaned_signal)
+            controller.fire(Trigger.orphaned_signal, reason_class="orphaned", reason=(
+                f"an upgrade signal existed but the state file ({doc.state}) knew no upgrade"))
             return self._stop_follows(STOP_GRACE)  # the restart just queued stops us
         if doc.state == StateName.idle or selected is None:
             log.error("nothing is installed: run `agent-fsm install --version V` first")
@@ -194,7 +195,7 @@ class Daemon:
                 alive=self.workload_alive, stopping=lambda: self.waker.stop,
             )
         except AgentFsmError as exc:
-            verdict = judge_mod.Verdict(False, str(exc))
+            verdict = judge_mod.Verdict(False, str(exc), "crashed")
         if verdict.ok:
             self.status(f"candidate {version} judged ok: {verdict.reason}")
             controller.fire(Trigger.judge_ok)
@@ -202,7 +203,8 @@ class Daemon:
             return True
         log.error("candidate %s judged failed: %s; starting recovery", version, verdict.reason)
         self.stop_workload()
-        controller.fire(Trigger.judge_failed)
+        controller.fire(Trigger.judge_failed, reason=verdict.reason,
+                        reason_class=verdict.reason_class)
         return False
 
     # Serving ----------------------------------------------------------------------------

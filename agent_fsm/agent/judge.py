@@ -14,13 +14,17 @@ from ..node.config import Judgment
 from ..system import proc
 from ..system.clock import Clock
 
-CHECK_INTERVAL = 1.0
+CHECK_INTERVAL = 1.0  # the longest wait between two runs of the checks
+# A check failing at first is re-run soon, then less and less often: a workload is usually ready
+# milliseconds after it starts, and a full interval there delayed every upgrade by up to 1 s.
+FIRST_RECHECK = 0.05
 
 
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
     reason: str
+    reason_class: str = "passed"  # one of `node.reasons.CLASSES`
 
 
 def run_check(argv: Sequence[str], env: dict[str, str], timeout: float) -> tuple[bool, str]:
@@ -50,30 +54,32 @@ def judge(
     """
     if attempt > judgment.max_attempts:
         return Verdict(False, f"started {attempt} times, more than max_attempts "
-                              f"({judgment.max_attempts})")
+                              f"({judgment.max_attempts})", "crashed")
     last = "no checks configured"
+    wait = FIRST_RECHECK
     while True:
         if stopping():
-            return Verdict(False, "stopped while being judged")
+            return Verdict(False, "stopped while being judged", "stopped")
         if not alive():
-            return Verdict(False, "the workload exited while being judged")
+            return Verdict(False, "the workload exited while being judged", "crashed")
         results = [check(argv) for argv in judgment.checks]
         failing = [msg for ok, msg in results if not ok]
         if not failing:
             break
         last = failing[0]
         if clock.now() >= deadline:
-            return Verdict(False, f"checks still failing at the deadline: {last}")
-        clock.sleep(min(CHECK_INTERVAL, max(deadline - clock.now(), 0.05)))
+            return Verdict(False, f"checks still failing at the deadline: {last}", "check_failed")
+        clock.sleep(min(wait, max(deadline - clock.now(), 0.05)))
+        wait = min(wait * 2, CHECK_INTERVAL)
     soak_end = clock.now() + judgment.soak_seconds
     while clock.now() < soak_end:
         if stopping():
-            return Verdict(False, "stopped during the soak")
+            return Verdict(False, "stopped during the soak", "stopped")
         if not alive():
-            return Verdict(False, "the workload exited during the soak")
+            return Verdict(False, "the workload exited during the soak", "crashed")
         clock.sleep(min(CHECK_INTERVAL, soak_end - clock.now()))
     failing = [msg for ok, msg in (check(argv) for argv in judgment.checks) if not ok]
     if failing:
-        return Verdict(False, f"a check failed after the soak: {failing[0]}")
+        return Verdict(False, f"a check failed after the soak: {failing[0]}", "check_failed")
     return Verdict(True, f"checks passed and it stayed up {judgment.soak_seconds:g}s"
                    if judgment.checks else f"stayed up {judgment.soak_seconds:g}s (no checks)")

@@ -23,6 +23,7 @@ from .commands import (
     diagram,
     doctor,
     history,
+    hold,
     install,
     metrics,
     recover,
@@ -70,7 +71,7 @@ def main_options(
 
 for _command in (status.status, history.history, diagram.diagram, metrics.metrics,
                  doctor.doctor, install.install, activate.activate, upgrade.upgrade,
-                 recover.recover, daemon.daemon):
+                 hold.hold, hold.unhold, recover.recover, daemon.daemon):
     app.command(epilog=EXIT_CODES)(_command)
 
 

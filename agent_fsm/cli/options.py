@@ -28,7 +28,7 @@ class Globals:
         from ..node import config as config_mod
         from ..wiring import open_node
 
-        return open_node(config_mod.load(self.config), self.root)
+        return open_node(config_mod.load(self.config, self.root), self.root)
 
     def prog(self) -> str:
         """How this run was invoked, for the commands `status` suggests."""

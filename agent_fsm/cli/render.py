@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -99,6 +100,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     gate.append(" (operations may start)" if st.gate == "open"
                 else " (operations are refused until it opens)")
     table.add_row("gate", gate)
+    table.add_row("hold", hold_view(st))
+    table.add_row("inhibitors", inhibitors_view(st))
     table.add_row("assets", assets_view(st))
     if st.last_result:
         r = st.last_result
@@ -106,6 +109,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         result = Text(f"{r['from']} → {r['to']}: ")
         result.append(r["outcome"], style=style)
         result.append(f" at {when(r['time'])} ({span(st.time - r['time'])} ago)")
+        if r.get("reason_class"):
+            result.append(f" — {r['reason_class']}: {r['reason']}")
         table.add_row("last result", result)
     else:
         table.add_row("last result", "none yet")
@@ -115,6 +120,17 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     for s in st.skipped:
         table.add_row("skipped", Text(f"{s['effect']} during {s['trigger']} at {when(s['time'])}: "
                                       f"{s['error']}", style="yellow"))
+    for k in st.known_bad[0]:  # each refused by `upgrade` unless --force
+        table.add_row("known bad", Text(f"{k['version']}: rolled back at {when(k['time'])} "
+                                        f"({k['reason_class']}: {k['reason']})", style="red"))
+    if st.known_bad[1]:
+        table.add_row("known bad", Text(st.known_bad[1], style="yellow"))
+    for h in st.hooks:  # the host's [hooks]: run before or after these transitions
+        row = Text(f"{h['when']}.{h['trigger']}: {shlex.join(h['argv'])}")
+        if h["failed"]:
+            row.append(f"; last run failed at {when(h['failed']['time'])}: {h['failed']['error']}",
+                       style="red")
+        table.add_row("hook", row)
     table.add_row("triggers", ", ".join(st.allowed) or "none")
     nxt = Text(st.next.summary)
     if st.next.commands:
@@ -134,6 +150,38 @@ def status_view(st: Status, diff: bool) -> RenderableType:
             parts.append(Text(f"\nno asset differs from what {st.assets_compared_with} would "
                               "write" if st.assets_compared_with else "\nno release selected"))
     return Group(*parts)
+
+
+def hold_view(st: Status) -> Text:
+    """The operator's hold, and the command that lifts it."""
+    h = st.hold
+    if h is None:
+        return Text("none")
+    if h["error"]:
+        return Text(f"{h['error']}: `agent-fsm unhold`", style="red")
+    end = "until lifted" if h["until"] is None else f"until {when(h['until'])}"
+    if h["expired"]:
+        return Text(f"expired ({end}; no longer counts): {h['reason']!r}; remove it with "
+                    "`agent-fsm unhold`", style="dim")
+    return Text(f"upgrades held since {when(h['since'])} {end}: {h['reason']!r}; lift with "
+                "`agent-fsm unhold` (or override once with `upgrade --force`)", style="yellow")
+
+
+def inhibitors_view(st: Status) -> Text:
+    """The workloads' inhibitors, each with how it is lifted."""
+    text = Text("" if st.inhibitors else "none")
+    for i in st.inhibitors:
+        pid = "" if i["pid"] is None else f" (pid {i['pid']})"
+        if i["stale"]:
+            text.append(f"{i['name']}{pid}: {i['reason']!r}: stale, pid {i['pid']} is gone, not "
+                        f"honoured; remove it: rm {i['file']}\n", style="dim")
+        elif i["error"]:
+            text.append(f"{i['file']}: {i['error']}; remove it: rm {i['file']}\n", style="red")
+        else:
+            text.append(f"{i['name']}{pid}: {i['reason']!r}: refuses upgrades until its workload "
+                        f"removes {i['file']}\n", style="yellow")
+    text.rstrip()
+    return text
 
 
 def assets_view(st: Status) -> Text:
@@ -213,15 +261,16 @@ def show_history(h: History) -> None:
         return
     title = f"history of the upgrades to {h.upgrade}" if h.upgrade else "history"
     table = Table(title=title + " (times in UTC)", title_justify="left")
-    for col in ("time", "trigger", "from → to", "versions", "lasted"):
-        table.add_column(col, no_wrap=col != "lasted")
+    for col in ("time", "trigger", "from → to", "versions", "lasted", "why"):
+        table.add_column(col, no_wrap=col not in ("lasted", "why"))
     for e in h.entries:
         versions = f"{e.upgrade[0]} → {e.upgrade[1]}" if e.upgrade else (e.release or "")
         lasted = "" if e.lasted is None else span(e.lasted) + (" so far" if e.current else "")
         move = Text(f"{e.source} → ")
         move.append(e.dest, style=TONE_STYLE.get(h.tones.get(e.dest, ""), ""))
         stamp = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(stamp, e.trigger, move, versions, lasted)
+        why = "" if e.reason is None else f"{e.reason[0]}: {e.reason[1]}"
+        table.add_row(stamp, e.trigger, move, versions, lasted, why)
     show(table)
     shown = len(h.entries)
     if h.kept >= h.limit and shown == h.kept:

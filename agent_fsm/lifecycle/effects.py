@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AgentFsmError, Refused, ReleaseError, SignalError
-from ..node import assets, kept_assets, signal
+from ..node import assets, hold, inhibitors, kept_assets, signal
 from ..node.gate import Gate
 from ..node.paths import Paths
+from ..node.reasons import CLASSES, one_line
 from ..node.releases import Releases
 from ..node.store import Upgrade
 from ..system.clock import Clock
@@ -132,6 +133,16 @@ class Host:
             f"recovery is not finished: {selected} is selected but the last-good is "
             f"{last_good}; run `agent-fsm recover`"
         )
+
+    @condition
+    def not_held(self, step: Step) -> AgentFsmError | None:  # `agent-fsm hold`, unless forced
+        return hold.refusal(hold.read(hold.path(self.paths)), self.clock.now(),
+                            force=bool(step.arg("force")))
+
+    @condition
+    def not_inhibited(self, step: Step) -> AgentFsmError | None:  # workloads', unless forced
+        return inhibitors.refusal(inhibitors.scan(inhibitors.directory(self.paths)),
+                                  force=bool(step.arg("force")))
 
     # Effects ------------------------------------------------------------------------------
     @effect
@@ -250,13 +261,16 @@ class Host:
 
     def _result(self, step: Step) -> Result | None:
         """The result this transition reports, or None when it was reported already."""
-        up = self._upgrade(step)
-        outcome: Outcome = "ok" if step.dest == StateName.converged else "rolled_back"
+        up, ok = self._upgrade(step), step.dest == StateName.converged
+        outcome: Outcome = "ok" if ok else "rolled_back"
         last = step.doc.last_result
         if last and last.get("to") == up.to_version and last.get("started") == up.started \
                 and last.get("outcome") == outcome:
             return None
-        return Result(up.from_version, up.to_version, outcome, up.started, self.clock.now())
+        why = str(step.arg("reason_class") or ("passed" if ok else "unknown"))
+        return Result(up.from_version, up.to_version, outcome, up.started, self.clock.now(),
+                      one_line(str(step.arg("reason") or CLASSES["passed" if ok else "unknown"])),
+                      why if why in CLASSES else "unknown")
 
     @effect
     def publish_result(self, step: Step) -> None:
@@ -277,3 +291,8 @@ class Host:
             return
         self.publisher.record(result)
         step.doc.last_result = result.to_json()
+
+
+
+# The known-bad rule's condition and effects register themselves in the same tables.
+from . import known_bad_rule  # noqa: E402,F401

@@ -3,8 +3,9 @@
 `Controller.fire(trigger)` takes the writers' lock, resumes any transition a crash left owed,
 checks that the trigger is allowed from the current state and that its conditions hold, records
 the transition and the effects it owes in the state file (write-ahead), runs the effects one by
-one recording progress after each, and finally records the new state and a history entry. A
-crash anywhere leaves a state file from which `resume` reaches the same end state.
+one recording progress after each, and finally records the new state and a history entry (in
+the journal, committed by the state file: `Store.record`). A crash anywhere leaves a state file
+from which `resume` reaches the same end state.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import AgentFsmError, IllegalTransition
-from ..node import counters
+from ..node import counters, reasons
 from ..node.store import Pending, StateDoc, Store
 from ..system.clock import Clock
 from .definition import Definition
 from .explain import situation
-from .states import Groups, count_rules, groups
+from .hooks import Hooks, NoHooks, ask, before_triggers, finished, telling
+from .states import RESULT_EFFECTS, Groups, count_rules, groups
 
 if TYPE_CHECKING:
     from transitions import EventData, Machine
@@ -79,7 +81,7 @@ class Controller:
 
     def __init__(self, definition: Definition, store: Store, host: Actor, *,
                  effects: Mapping[str, EffectFn], conditions: Mapping[str, ConditionFn],
-                 history_limit: int = 200) -> None:
+                 history_limit: int = 200, hooks: Hooks | None = None) -> None:
         self.definition = definition
         self.groups: Groups = groups(definition)
         self.count_rules = count_rules(definition, self.groups)
@@ -93,6 +95,11 @@ class Controller:
         # before the final record): tests crash there; $AGENT_FSM_FAILPOINT kills the process.
         self.failpoint: Callable[[str, int], None] = env_failpoint
         self._machine: Machine | None = None
+        # Hooks: `before` for operator-started triggers only (never the way back); `after`
+        # for transitions recorded by this run, told once the lock is released.
+        self.hooks: Hooks = hooks if hooks is not None else NoHooks()
+        self.before_triggers = before_triggers(definition)
+        self._finished: list[dict[str, Any]] = []
 
     @property
     def machine(self) -> Machine:
@@ -128,7 +135,8 @@ class Controller:
 
         if trigger not in {t.trigger for t in self.definition.transitions}:
             raise AgentFsmError(f"{trigger!r} is not a trigger of {self.definition.name}")
-        with self.store.locked():
+        asked = self._before(trigger, args)
+        with telling(self.hooks, self._finished), self.store.locked():
             doc = self.store.read()
             if self.supersedes(trigger, doc):
                 self._supersede(doc, trigger)
@@ -137,7 +145,7 @@ class Controller:
             refusals: list[AgentFsmError] = []
             try:
                 fired = getattr(self.model, trigger)(
-                    doc=doc, args=self.host.prepare(args), refusals=refusals)
+                    doc=doc, args=self.host.prepare(args), refusals=refusals, asked=asked)
             except MachineError:
                 raise self._illegal(trigger, doc) from None
             if not fired:
@@ -158,18 +166,16 @@ class Controller:
                     pending.trigger, pending.done + 1, len(pending.effects),
                     ", ".join(pending.effects[pending.done:]))
         # In the history, not counted: the transition did not happen; the state is unchanged.
-        doc.history.append({
+        doc.pending = None
+        self.store.record(doc, {
             "time": self.host.clock.now(), "trigger": pending.trigger, "from": pending.source,
             "to": pending.source, "release": pending.args.get("release"),
             "upgrade": pending.args.get("upgrade"), "superseded_by": by,
-        })
-        del doc.history[:-self.history_limit]
-        doc.pending = None
-        self.store.write(doc)
+        }, self.history_limit)
 
     def resume(self) -> StateDoc:
         """Finish a transition a crash left owed; return the (possibly unchanged) state."""
-        with self.store.locked():
+        with telling(self.hooks, self._finished), self.store.locked():
             return self._resumed(self.store.read())
 
     def allowed(self, state: str) -> tuple[str, ...]:
@@ -194,6 +200,8 @@ class Controller:
         doc: StateDoc = event.kwargs["doc"]
         t = self.definition.transition(event.event.name)
         args = dict(event.kwargs["args"])
+        if not event.kwargs["asked"]:  # the state changed since `_before` looked: ask now
+            ask(self.hooks, t.trigger, doc.state, t.dest, args)
         if doc.upgrade is not None:  # kept for the history entry, though effects may clear it
             args["upgrade"] = {"from": doc.upgrade.from_version, "to": doc.upgrade.to_version}
         doc.pending = Pending(
@@ -246,15 +254,31 @@ class Controller:
             "release": pending.args.get("release"),
             "upgrade": versions,
             **({"skipped": skipped} if skipped else {}),
+            **reasons.entry_keys(doc.last_result, set(RESULT_EFFECTS) & set(t.effect_names)),
         }
         # Counted in the same write that records the transition: exactly once, crash or not.
         counted = counters.Counters(**(doc.counters or {}))
         doc.counters = counters.to_json(counters.tally(counted, entry, self.count_rules))
-        doc.history.append(entry)
-        del doc.history[:-self.history_limit]
         doc.state = pending.dest
         doc.pending = None
-        self.store.write(doc)
+        self.store.record(doc, entry, self.history_limit)  # the journal, then the state file
+        self._finished.append(finished(entry, pending.args, t.effect_names, doc.last_result))
+
+    # Hooks --------------------------------------------------------------------------------
+    def _before(self, trigger: str, args: dict[str, Any]) -> bool:
+        """Run the trigger's `before` hook, if it has one, outside the lock (a slow hook never
+        holds up the daemon), once the transition looks allowed; a refusal is raised. False:
+        not asked yet, because it does not look allowed now (under the lock `_run` asks)."""
+        if trigger not in self.before_triggers or not self.hooks.has_before(trigger):
+            return True
+        t = self.definition.transition(trigger)
+        doc = self.store.read()
+        step = Step(doc, trigger, t.dest, self.host.prepare(args))
+        if doc.pending is not None or doc.state not in t.sources \
+                or any(self.conditions[c](self.host, step) is not None for c in t.conditions):
+            return False
+        ask(self.hooks, trigger, doc.state, t.dest, step.args)
+        return True
 
     def _illegal(self, trigger: str, doc: StateDoc) -> IllegalTransition:
         allowed = ", ".join(self.allowed(doc.state)) or "none"

@@ -112,4 +112,5 @@ def count_rules(d: Definition, g: Groups) -> CountRules:
         rollbacks=frozenset(t.trigger for t in d.transitions if "clear_signal" in t.effect_names
                             and set(t.sources) & g.rolling_back),
         attempts=frozenset(t.trigger for t in d.transitions if "count_attempt" in t.effect_names),
+        cycle_starts=g.cycle_starts,
     )

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .hook_config import HookConfig
+from .hook_config import parse as parse_hooks
 from .quoting import control_character
 
 DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")
@@ -36,10 +38,15 @@ class Config:
     lib_dir: Path = Path("/usr/local/lib/agent-fsm")
     unit_dir: Path = Path("/etc/systemd/system")
     run_dir: Path = Path("/run/agent-fsm")
+    inhibitor_dir: Path = Path("/run/agent-fsm-inhibitors")  # workloads' inhibitor files
     python: Path = Path("/usr/bin/python3")  # the interpreter a release's bin/agent-fsm runs
+    allowed_signers: Path | None = None  # ssh-keygen's allowed-signers file; None: unsigned ok
     history_limit: int = 200
     publish_command: tuple[str, ...] = ()
+    systemctl: tuple[str, ...] = ("systemctl",)  # the argv prefix of every systemctl call
+    podman: tuple[str, ...] = ("podman",)  # the argv prefix of every podman call (release images)
     judgment: Judgment = field(default_factory=Judgment)
+    hooks: HookConfig = field(default_factory=HookConfig)  # [hooks]: before/after transitions
     source: Path | None = None  # the file it was read from, if any
 
 
@@ -49,10 +56,15 @@ _TOP_KEYS = {
     "lib_dir": Path,
     "unit_dir": Path,
     "run_dir": Path,
+    "inhibitor_dir": Path,
     "python": Path,
+    "allowed_signers": Path,
     "history_limit": int,
     "publish_command": list,
+    "systemctl": list,
+    "podman": list,
     "judgment": dict,
+    "hooks": dict,
 }
 # What systemd and the agent can take. A week bounds a judgment (and TimeoutStartSec=, which
 # is deadline + soak + 10 whole seconds); StartLimitBurst= is max_attempts.
@@ -118,6 +130,15 @@ def _argv(source: Path, key: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _command(source: Path, key: str, value: Any) -> tuple[str, ...]:
+    """An argv prefix: a non-empty list of strings, the first an absolute path or a bare name."""
+    argv = _argv(source, key, value)
+    if not argv or not (argv[0].startswith("/") or (argv[0] and "/" not in argv[0])):
+        raise _bad(source, key, value, f'a non-empty list of strings, the first an absolute path '
+                   f'or a command name, e.g. ["{key}"]')
+    return argv
+
+
 def _path(source: Path, key: str, value: Any) -> Path:
     """An absolute, normalized directory that every unit and the script can name."""
     if not isinstance(value, str) or not value.startswith("/"):
@@ -160,15 +181,29 @@ def parse(data: dict[str, Any], source: Path) -> Config:
     for key in ("state_dir", "lib_dir", "unit_dir", "run_dir", "python"):
         if key in data:
             kwargs[key] = _path(source, key, data[key])
+    if "allowed_signers" in data:  # a file, named like the directories (`release add` reads it)
+        kwargs["allowed_signers"] = _path(source, "allowed_signers", data["allowed_signers"])
     run_dir = kwargs.get("run_dir")
     if run_dir is not None and (Path("/run") not in run_dir.parents or ":" in str(run_dir)):
         raise _bad(source, "run_dir", str(run_dir), "a directory below /run, without ':' "
                    "(a tmpfs: the gate must close at every boot)")
+    if "inhibitor_dir" in data:
+        where, gate_dir = _path(source, "inhibitor_dir", data["inhibitor_dir"]), \
+            kwargs.get("run_dir", Config.run_dir)
+        if Path("/run") not in where.parents or where == gate_dir \
+                or gate_dir in where.parents or where in gate_dir.parents:
+            raise _bad(source, "inhibitor_dir", str(where), "a directory below /run (a tmpfs: "
+                       "inhibitors end at boot), apart from run_dir (removed when the agent stops)")
+        kwargs["inhibitor_dir"] = where
     if "history_limit" in data:
         kwargs["history_limit"] = _number(source, "history_limit", data["history_limit"],
                                           integer=True)
     if "publish_command" in data:
         kwargs["publish_command"] = _argv(source, "publish_command", data["publish_command"])
+    if "systemctl" in data:
+        kwargs["systemctl"] = _command(source, "systemctl", data["systemctl"])
+    if "podman" in data:
+        kwargs["podman"] = _command(source, "podman", data["podman"])
     if "judgment" in data:
         table = data["judgment"]
         if not isinstance(table, dict):
@@ -191,11 +226,14 @@ def parse(data: dict[str, Any], source: Path) -> Config:
             if any(not c for c in j["checks"]):
                 raise _bad(source, "judgment.checks", checks, "argv lists that are not empty")
         kwargs["judgment"] = Judgment(**j)
+    if "hooks" in data:
+        kwargs["hooks"] = parse_hooks(source, data["hooks"])
     return Config(**kwargs)
 
 
-def load(path: Path | None) -> Config:
-    """Read the config from `path`, $AGENT_FSM_CONFIG, or the default file.
+def load(path: Path | None, root: Path | None = None) -> Config:
+    """Read the config from `path`, $AGENT_FSM_CONFIG, or the default file (below `root`, the
+    --root, if given: the host's own config, which its units name).
 
     A file named explicitly (option or environment) must exist; the default file may be absent,
     and then every default applies.
@@ -203,7 +241,8 @@ def load(path: Path | None) -> Config:
     explicit = path if path is not None else (
         Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
     )
-    source = check_source(explicit or DEFAULT_CONFIG)
+    default = DEFAULT_CONFIG if root is None else root / DEFAULT_CONFIG.relative_to("/")
+    source = check_source(explicit or default)
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:

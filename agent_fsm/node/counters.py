@@ -28,6 +28,9 @@ class CountRules:
     upgrades_rolled_back: frozenset[tuple[str, str]]  # ... publishing a rolled-back result
     rollbacks: frozenset[str]  # triggers that finish a rollback
     attempts: frozenset[str]  # triggers that count a candidate's start
+    # Triggers that begin an install, an upgrade or a rollback: the effects let fail in the
+    # previous cycle are no longer shown (`journal.advanced_skipped`).
+    cycle_starts: frozenset[str] = frozenset()
 
 
 def tally(c: Counters, entry: Mapping[str, Any], rules: CountRules) -> Counters:

@@ -8,10 +8,11 @@ container writing to its host's filesystem does.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config
+from .config import DEFAULT_CONFIG, Config
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,23 @@ class Paths:
 
     @property
     def host_config(self) -> Path:
-        return self.config.source or Path("/etc/agent-fsm/config.toml")
+        """The config file as the units and the script name it: below --root, the host's path
+        to it (the root taken off); elsewhere, the path it was read from, as it is."""
+        source = self.config.source
+        if source is None:
+            return DEFAULT_CONFIG
+        return self.host_view(source) or source
+
+    def host_view(self, path: Path) -> Path | None:
+        """The host's path to `path` if it lies below --root (compared as written, normalized,
+        symlinks not followed); None if it does not, or there is no root."""
+        if self.root is None:
+            return None
+        root = Path(os.path.normpath(self.root.absolute()))
+        where = Path(os.path.normpath(path.absolute()))
+        if not where.is_relative_to(root):
+            return None
+        return Path("/") / where.relative_to(root)
 
     # Real paths (where agent-fsm reads and writes) ------------------------------------------
     @property

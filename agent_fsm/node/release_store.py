@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .. import files
 from ..errors import Refused
-from .release_tree import DIR_MODE, Bad, Entry, copy, scan
+from .release_tree import DIR_MODE, Bad, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
 DIGESTS = ".digests"
@@ -105,11 +105,11 @@ class Checked:
         return digest(self.manifest)
 
 
-def check(releases_dir: Path, version: str) -> Checked:
-    """Check stored release `version` against its recorded manifest. Raises Bad saying what
-    differs; FileNotFoundError when the release is not stored."""
+def check(releases_dir: Path, version: str, hashed: Hashed | None = None) -> Checked:
+    """Check stored release `version` against its recorded manifest (`hashed`: see `scan`).
+    Raises Bad saying what differs; FileNotFoundError when the release is not stored."""
     release = releases_dir / version
-    now = manifest(scan(release))
+    now = manifest(scan(release, hashed=hashed))
     was = recorded(releases_dir, version)
     if was is not None and was != now:
         raise Bad(release, f"does not match its digest {digest(was)} recorded when it was added "

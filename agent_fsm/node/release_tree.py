@@ -25,7 +25,7 @@ MAX_ENTRIES = 10_000  # files and directories of a release
 MAX_DEPTH = 32  # nested directories
 DIR_MODE = EXEC_MODE = 0o755
 FILE_MODE = 0o644
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16  # larger reads left a long-lived daemon ~6 MB bigger per check
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -184,9 +184,16 @@ def copy(src: Path, dst: Path) -> None:
         os.close(src_fd)
 
 
-def scan(release: Path, *, stored: bool = True, normalize: bool = False) -> list[Entry]:
+# What a file's hash was when its inode, size, mode and times were these: a writer cannot set
+# st_ctime_ns, so an unchanged key means unchanged bytes.
+Hashed = dict[tuple[str, int, int, int, int, int, int], Entry]
+
+
+def scan(release: Path, *, stored: bool = True, normalize: bool = False,
+         hashed: Hashed | None = None) -> list[Entry]:
     """The entries of a release tree, hashed, in manifest order. `stored`: refuse what the store
-    never holds (another owner, a loose mode); `normalize`: give the modes the store would."""
+    never holds (another owner, a loose mode); `normalize`: give the modes the store would;
+    `hashed`: hashes of files seen before in this process, reused while their stat is the same."""
     root_fd = _open_root(release, follow=False)
     reader = _Reader(release)
     entries = []
@@ -198,11 +205,17 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False) -> list
             if stat.S_ISDIR(st.st_mode):
                 entries.append(Entry(rel, mode))
                 continue
+            key = (rel, st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns, st.st_ctime_ns)
+            if hashed is not None and key in hashed:
+                entries.append(hashed[key])
+                continue
             h, size = hashlib.sha256(), 0
             for chunk in reader.chunks(dir_fd, name, st, release / rel):
                 h.update(chunk)
                 size += len(chunk)
             entries.append(Entry(rel, mode, size, h.hexdigest()))
+            if hashed is not None and size == st.st_size:
+                hashed[key] = entries[-1]
     finally:
         os.close(root_fd)
     return sorted(entries, key=lambda e: e.path.encode())

@@ -92,6 +92,10 @@ class Integrity:
 class Releases:
     def __init__(self, paths: Paths) -> None:
         self.paths = paths
+        # Every check walks the whole tree, but a file is hashed again only when its stat changed
+        # since this process hashed it: the daemon's start and a transition check a release
+        # where they select and render it, without reading 18 MB each time.
+        self._hashed: release_tree.Hashed = {}
 
     def path(self, version: str) -> Path:
         return self.paths.releases_dir / check_version(version)
@@ -128,7 +132,8 @@ class Releases:
         directories, ours, no loose mode). ReleaseError says what differs and what to do;
         FileNotFoundError when it is not stored."""
         try:
-            return release_store.check(self.paths.releases_dir, check_version(version))
+            return release_store.check(self.paths.releases_dir, check_version(version),
+                                       self._hashed)
         except release_tree.Bad as exc:
             raise ReleaseError(
                 f"release {version} is not what was stored: {exc}; it was not used. Add it again "

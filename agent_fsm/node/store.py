@@ -1,4 +1,4 @@
-"""The state file: the machine's state, the pending upgrade, the effects still owed, history.
+"""The state file: the machine's state, the pending upgrade, the effects still owed, counters.
 
 `<state_dir>/state.json` carries a schema version and a checksum of its contents. Writers hold a
 `FileLock` on the sibling `state.lock` for a whole transition; readers need no lock, because
@@ -6,6 +6,12 @@ every write is atomic (see `files`). A file that is damaged, of a newer schema, 
 that is not what the machine writes (`validate.state_body`: types, ranges, the machine's names,
 release versions) is refused with one line naming the file, the field and its value, and is
 never overwritten.
+
+The history lives beside it in `history.jsonl` (see `journal`): `record` appends a finished
+transition's entry there, numbered `seq`, then commits it by writing the state file with that
+`seq` and what `status` shows of the history (when the stay began, the last transition's time,
+the effects let fail in this cycle), so `status` never reads the journal. An old file (schema
+1, with its history inside) is read as it is and moved to the journal by the next write.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ from typing import Any
 
 from .. import files
 from ..errors import Refused, StateFileError
-from . import validate
+from . import entries, validate
 from .counters import CountRules, seed, to_json
+from .journal import FILE_NAME, Journal, Read, advanced_skipped, stay_since
 
-SCHEMA = 1
+SCHEMA = 2  # 1: the history was a list inside the state file
 FILE_MODE = 0o644
 
 
@@ -53,8 +60,12 @@ class StateDoc:
     upgrade: Upgrade | None = None
     pending: Pending | None = None
     last_result: dict[str, Any] | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
     counters: dict[str, int] | None = None  # None: a file from before counters were kept
+    seq: int = 0  # the number of the last transition committed to the journal
+    since: float | None = None  # when the stay in the current state began
+    last_transition: float | None = None  # when the last transition finished
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # let fail in this cycle
+    legacy: list[dict[str, Any]] | None = None  # an old file's history, to move to the journal
 
 
 def _body(doc: StateDoc) -> dict[str, Any]:
@@ -72,7 +83,10 @@ def _body(doc: StateDoc) -> dict[str, Any]:
             "started": pend.started,
         },
         "last_result": doc.last_result,
-        "history": doc.history,
+        "seq": doc.seq,
+        "since": doc.since,
+        "last_transition": doc.last_transition,
+        "skipped": doc.skipped,
         **({} if doc.counters is None else {"counters": doc.counters}),
     }
 
@@ -112,17 +126,23 @@ class Store:
     def __init__(self, path: Path, lock_path: Path, states: Collection[str], initial: str,
                  *, triggers: Collection[str] | None = None,
                  effects: Collection[str] | None = None, count_rules: CountRules | None = None,
-                 lock_timeout: float = 30.0) -> None:
+                 lock_timeout: float = 30.0, journal_path: Path | None = None) -> None:
         """`states`, `triggers` and `effects` are the machine's names a file may use; without
-        `triggers` or `effects` (a store built for a test) any name of theirs is accepted."""
+        `triggers` or `effects` (a store built for a test) any name of theirs is accepted. The
+        journal is `history.jsonl` beside the state file unless `journal_path` says otherwise."""
         self.path = path
         self.count_rules = count_rules
         self.lock_path = lock_path
         self.states = frozenset(states)
         self.triggers = None if triggers is None else frozenset(triggers)
         self.effects = None if effects is None else frozenset(effects)
+        self.names = entries.Names(self.states, self.triggers, self.effects)
         self.initial = initial
         self.lock_timeout = lock_timeout
+        self._cycle_starts = frozenset() if count_rules is None else count_rules.cycle_starts
+        versions: set[str] = set()  # found good, shared by the lines of a read
+        self.journal = Journal(journal_path or path.with_name(FILE_NAME),
+                               lambda e, at: entries.history_entry(e, at, self.names, versions))
 
     def _refuse(self, why: str) -> StateFileError:
         return StateFileError(
@@ -145,7 +165,7 @@ class Store:
         if not isinstance(data, dict):
             raise self._refuse("is not a JSON object")
         schema = data.get("schema")
-        if not isinstance(schema, int) or isinstance(schema, bool) or schema < SCHEMA:
+        if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
             raise self._refuse(f"has schema {schema!r}, expected {SCHEMA}")
         if schema > SCHEMA:
             raise StateFileError(
@@ -160,16 +180,27 @@ class Store:
                 raise self._refuse(f"has checksum {stored!r}, expected {expected!r}")
         try:
             validate.state_body(data, self.states, self.triggers, self.effects)
+            if schema == 1:
+                entries.history_list(data.get("history", validate.MISSING), self.names)
+            else:
+                entries.journal_fields(data, self.names)
         except validate.Invalid as exc:
             raise StateFileError(f"state file {self.path}: {exc}; it was left untouched; run "
                                  "`agent-fsm doctor`") from None
         return self._upgraded(self._from_body(data))
 
     def _upgraded(self, doc: StateDoc) -> StateDoc:
-        """The one place an older file is brought up to date, in memory (the next transition
-        writes it): a file from before counters were kept gets them from its history."""
+        """The one place an older file is brought up to date, in memory (the next write makes
+        it so): an old file's history is numbered for the journal, and what `status` shows of
+        it kept; a file from before counters were kept gets them from its history."""
+        if doc.legacy is not None:
+            doc.seq = len(doc.legacy)
+            doc.since = stay_since(doc.legacy)
+            doc.last_transition = float(doc.legacy[-1]["time"]) if doc.legacy else None
+            for e in doc.legacy:
+                doc.skipped = advanced_skipped(doc.skipped, e, self._cycle_starts)
         if doc.counters is None and self.count_rules is not None:
-            doc.counters = to_json(seed(doc.history, doc.last_result, self.count_rules))
+            doc.counters = to_json(seed(doc.legacy or [], doc.last_result, self.count_rules))
         return doc
 
     @staticmethod
@@ -177,7 +208,7 @@ class Store:
         """The document of a body `validate.state_body` accepted."""
         up = data["upgrade"]
         pend = data["pending"]
-        return StateDoc(
+        doc = StateDoc(
             state=data["state"],
             upgrade=None if up is None else Upgrade(up["from"], up["to"], float(up["started"])),
             pending=None if pend is None else Pending(
@@ -186,19 +217,64 @@ class Store:
                 started=float(pend["started"]),
             ),
             last_result=data["last_result"],
-            history=data["history"],
             counters=None if data.get("counters") is None else dict(data["counters"]),
         )
+        if "history" in data:  # schema 1
+            doc.legacy = [{**e, "seq": i} for i, e in enumerate(data["history"], 1)]
+        else:
+            doc.seq, doc.since = data["seq"], data["since"]
+            doc.last_transition, doc.skipped = data["last_transition"], list(data["skipped"])
+        return doc
 
     def write(self, doc: StateDoc) -> None:
-        """Replace the state file atomically and durably. The caller holds the lock."""
+        """Replace the state file atomically and durably (an old file's history moved to the
+        journal first). The caller holds the lock."""
         try:
+            if doc.legacy is not None:
+                # Before the state file that no longer holds it: a crash between the two
+                # leaves the old file, which moves it again.
+                self.journal.rewrite(doc.legacy)
+                doc.legacy = None
             files.atomic_write(self.path, encode(doc), FILE_MODE)
         except OSError as exc:
             raise StateFileError(
                 f"could not write state file {self.path}: {exc}; the transition stopped there "
                 "and the next start resumes it"
             ) from None
+
+    def record(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
+        """Commit a finished transition: its entry appended to the journal (fsynced), then the
+        state file written with its `seq`. A crash between the two leaves the entry beyond the
+        state's `seq`: readers drop it, the resumed transition replaces it. `limit`: the
+        history_limit. The caller holds the lock."""
+        seq = doc.seq + 1
+        try:
+            if doc.legacy is not None:  # the old history first, numbered 1 to len
+                self.journal.rewrite(doc.legacy)
+                doc.legacy = None
+            self.journal.append({**entry, "seq": seq}, limit)
+        except OSError as exc:
+            raise StateFileError(
+                f"could not append to the history journal {self.journal.path}: {exc}; the "
+                "transition stopped there and the next start resumes it") from None
+        doc.seq = seq
+        if doc.since is None or entry["from"] != entry["to"]:
+            doc.since = float(entry["time"])
+        doc.last_transition = float(entry["time"])
+        doc.skipped = advanced_skipped(doc.skipped, entry, self._cycle_starts)[-limit:]
+        self.write(doc)
+
+    def history(self, doc: StateDoc | None = None) -> list[dict[str, Any]]:
+        """The transitions committed as of `doc` (read now if not given), oldest first, each
+        with its `seq`: the journal holds from `history_limit` to twice as many. No lock."""
+        return self.read_journal(doc).entries
+
+    def read_journal(self, doc: StateDoc | None = None) -> Read:
+        """The journal as of `doc`, with the damaged lines it skipped (for `doctor`)."""
+        doc = self.read() if doc is None else doc
+        if doc.legacy is not None:
+            return Read(list(doc.legacy), ())
+        return self.journal.read(doc.seq)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -221,3 +297,4 @@ class Store:
             yield
         finally:
             lock.release()
+

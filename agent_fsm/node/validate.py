@@ -1,13 +1,15 @@
 """What agent-fsm reads back from its own files, checked field by field after the checksum.
 
-Small typed checkers take a value and the name of its field (`pending.done`, `history[3].time`)
+Small typed checkers take a value and the name of its field (`pending.done`, `upgrade.to`)
 and return the value, or raise `Invalid`: one line naming the field and the value and saying what
 was expected. The readers (`store`, `signal`, the outbox of `system.publish`) prefix the file and
 add what to do. `state_body`, `signal_body` and `result_body` are the three files' rules: types,
 ranges (finite, non-negative times and counts, `pending.done` within the effects), known names
 (the machine's states, triggers and effects, when the reader is given them) and versions as
-`releases.check_version` has them. Old layouts are the store's to bring up to date
-(`Store._upgraded`); what they lack (counters) is allowed here.
+`releases.check_version` has them. History entries (the journal's lines, an old state file's
+list) and what the state file keeps of them are checked by `entries`, with these checkers. Old
+layouts are the store's to bring up to date (`Store._upgraded`); what they lack (counters) is
+allowed here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import fields
 from typing import Any
 
 from .counters import Counters
+from .reasons import CLASSES, MAX_REASON
 from .releases import VERSION_RE
 
 MISSING: Any = object()  # a key the object lacks
@@ -113,7 +116,7 @@ def one_of(value: Any, field: str, choices: Collection[str]) -> str:
     return value
 
 
-def _nullable(data: Mapping[str, Any], key: str) -> Any:
+def nullable(data: Mapping[str, Any], key: str) -> Any:
     """The value of a key that may be null but not absent."""
     value = data.get(key, MISSING)
     if value is MISSING:
@@ -121,7 +124,7 @@ def _nullable(data: Mapping[str, Any], key: str) -> Any:
     return value
 
 
-def _pair(value: Any, field: str) -> None:
+def pair(value: Any, field: str) -> None:
     """An upgrade's versions, {from, to}, or null."""
     if value is not None:
         pair = obj(value, field)
@@ -139,6 +142,10 @@ def result_body(data: Any, where: str = "") -> None:
     one_of(r.get("outcome", MISSING), f"{at}outcome", OUTCOMES)
     time(r.get("started", MISSING), f"{at}started")
     time(r.get("time", MISSING), f"{at}time")
+    if "reason" in r and (not isinstance(r["reason"], str) or len(r["reason"]) > MAX_REASON):
+        raise Invalid(f"{at}reason", r["reason"], f"a string of at most {MAX_REASON} characters")
+    if "reason_class" in r:  # both absent in a result recorded before reasons were kept
+        one_of(r["reason_class"], f"{at}reason_class", CLASSES)
 
 
 def result_file(raw: bytes) -> None:
@@ -174,59 +181,7 @@ def _args(value: Any, field: str) -> None:
     if "no_start" in args:
         flag(args["no_start"], f"{field}.no_start")
     if "upgrade" in args:
-        _pair(args["upgrade"], f"{field}.upgrade")
-
-
-def _entry(value: Any, field: str, states: Collection[str] | None,
-           triggers: Collection[str] | None, effects: Collection[str] | None) -> None:
-    e = obj(value, field)
-    time(e.get("time", MISSING), f"{field}.time")
-    name(e.get("trigger", MISSING), f"{field}.trigger", triggers, "trigger")
-    name(e.get("from", MISSING), f"{field}.from", states, "state")
-    name(e.get("to", MISSING), f"{field}.to", states, "state")
-    version(e.get("release", MISSING), f"{field}.release", optional=True)
-    _pair(e.get("upgrade", MISSING), f"{field}.upgrade")
-    # Kept by some entries only: the trigger that superseded this owed transition, and the
-    # tolerant effects that failed and were let pass.
-    if "superseded_by" in e:
-        name(e["superseded_by"], f"{field}.superseded_by", triggers, "trigger")
-    for i, skip in enumerate(array(e.get("skipped", []), f"{field}.skipped")):
-        s = obj(skip, f"{field}.skipped[{i}]")
-        name(s.get("effect", MISSING), f"{field}.skipped[{i}].effect", effects, "effect")
-        if not isinstance(s.get("error", MISSING), str):
-            raise Invalid(f"{field}.skipped[{i}].error", s.get("error", MISSING), "a string")
-
-
-def _history(value: Any, states: Collection[str] | None, triggers: Collection[str] | None,
-             effects: Collection[str] | None) -> None:
-    """Each entry as `_entry` checks it. The history is long and read by every `status`, so a
-    common entry is first looked over without building a message (`versions` caches those
-    found good); any other is checked by `_entry`, which names the field it refuses."""
-    versions: set[str] = set()
-    for i, e in enumerate(array(value, "history")):
-        if type(e) is dict and len(e) == 6 and _common(e, states, triggers, versions):
-            continue  # six keys: no `superseded_by`, no `skipped`
-        _entry(e, f"history[{i}]", states, triggers, effects)
-
-
-def _common(e: dict[str, Any], states: Collection[str] | None,
-            triggers: Collection[str] | None, versions: set[str]) -> bool:
-    t, trigger, source, dest = e.get("time"), e.get("trigger"), e.get("from"), e.get("to")
-    if type(t) is not float or not 0 <= t <= MAX_TIME or type(trigger) is not str \
-            or type(source) is not str or type(dest) is not str \
-            or (triggers is not None and trigger not in triggers) \
-            or (states is not None and (source not in states or dest not in states)):
-        return False
-    up, release = e.get("upgrade"), e.get("release", MISSING)
-    found = () if up is None else (up.get("from"), up.get("to")) if type(up) is dict else (0,)
-    for v in found if release is None else (release, *found):
-        if type(v) is not str:
-            return False
-        if v not in versions:
-            if not _is_version(v):
-                return False
-            versions.add(v)
-    return True
+        pair(args["upgrade"], f"{field}.upgrade")
 
 
 def _is_version(v: str) -> bool:
@@ -261,21 +216,21 @@ def _counters(value: Any) -> None:
 def state_body(data: Mapping[str, Any], states: Collection[str] | None = None,
                triggers: Collection[str] | None = None,
                effects: Collection[str] | None = None) -> None:
-    """The state file's body (schema and checksum already checked). A file from before
-    counters were kept has none: `Store._upgraded` seeds them."""
+    """The state file's body (schema and checksum already checked), but for what it keeps of
+    the history (`entries.journal_fields`, or an old file's list: `entries.history_list`).
+    A file from before counters were kept has none: `Store._upgraded` seeds them."""
     name(data.get("state", MISSING), "state", states, "state")
-    up = _nullable(data, "upgrade")
+    up = nullable(data, "upgrade")
     if up is not None:
         u = obj(up, "upgrade")
         version(u.get("from", MISSING), "upgrade.from")
         version(u.get("to", MISSING), "upgrade.to")
         time(u.get("started", MISSING), "upgrade.started")
-    pend = _nullable(data, "pending")
+    pend = nullable(data, "pending")
     if pend is not None:
         _pending(pend, states, triggers, effects)
-    last = _nullable(data, "last_result")
+    last = nullable(data, "last_result")
     if last is not None:
         result_body(last, "last_result")
-    _history(data.get("history", MISSING), states, triggers, effects)
     if data.get("counters") is not None:
         _counters(data["counters"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,12 +32,18 @@ def last_line(text: str) -> str:
 
 
 def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
-        env: Mapping[str, str] | None = None, cwd: Path | str | None = None) -> Completed:
+        env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
+        group: bool = False) -> Completed:
     """Run `argv` to completion and capture its output as text.
 
     `stdin` is sent as its input (without it the command inherits ours); `env` is added to our
     environment. A non-zero exit is returned, not raised: what it means is the caller's call.
+    `group`: run it in a process group of its own, all of which the timeout kills (a script's
+    children too, which would otherwise hold its output open past the timeout).
     """
+    if group:
+        return _run_group(argv, timeout, stdin, None if env is None else {**os.environ, **env},
+                          cwd)
     try:
         proc = subprocess.run(list(argv), input=stdin, capture_output=True, text=True,
                               timeout=timeout, cwd=cwd, check=False,
@@ -43,3 +51,24 @@ def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CouldNotRun(argv, str(exc)) from None
     return Completed(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _run_group(argv: Sequence[str], timeout: float | None, stdin: str | None,
+               env: Mapping[str, str] | None, cwd: Path | str | None) -> Completed:
+    try:
+        proc = subprocess.Popen(list(argv), stdin=None if stdin is None else subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=cwd, env=env, start_new_session=True)
+    except OSError as exc:
+        raise CouldNotRun(argv, str(exc)) from None
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=5)  # one that left the group may keep the pipes open
+        proc.kill()
+        proc.wait()
+        raise CouldNotRun(argv, f"did not finish within {timeout:g}s (killed)") from None
+    return Completed(proc.returncode, out, err)

@@ -27,6 +27,8 @@ class Result:
     outcome: Outcome
     started: float
     time: float
+    reason: str | None = None  # why, in words (a failed check's last line, an exit status...)
+    reason_class: str | None = None  # why, as one of `node.reasons.CLASSES`
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -35,6 +37,8 @@ class Result:
             "outcome": self.outcome,
             "started": self.started,
             "time": self.time,
+            **({} if self.reason is None else {"reason": self.reason}),
+            **({} if self.reason_class is None else {"reason_class": self.reason_class}),
         }
 
 

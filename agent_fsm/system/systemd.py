@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..errors import SystemdError
 from . import proc
+
+# What systemctl prints, exiting 0, when it believes it runs in a chroot (its root is not PID 1's)
+# or offline ($SYSTEMD_OFFLINE=1): it then ignores start, restart, daemon-reload, reset-failed...
+CHROOT_NOTICE = "Running in chroot, ignoring command"
+SHOW_TIMEOUT = 10.0  # seconds `show` may take: the rollback goes on without its answer
 
 
 class Systemd(Protocol):
@@ -19,27 +26,41 @@ class Systemd(Protocol):
 
     def enable(self, unit: str) -> None: ...
 
+    def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]: ...
+
 
 class Systemctl:
     """The real thing: `systemctl` in a subprocess.
 
-    Restarts and starts are queued with --no-block: the caller may be the unit's own process,
-    which must not wait for its own stop. A unit name always follows `--`, so that no name,
-    whatever the config says, can be read as an option.
+    `prefix` is the argv every call starts with (the config's `systemctl`: an agent in a container
+    may reach its host's systemd through a wrapper); a single string is one program. Restarts and
+    starts are queued with --no-block: the caller may be the unit's own process, which must not
+    wait for its own stop. A unit name always follows `--`, so that no name, whatever the config
+    says, can be read as an option.
     """
 
-    def __init__(self, executable: str = "systemctl", timeout: float = 60.0) -> None:
-        self.executable = executable
+    def __init__(self, prefix: str | Sequence[str] = ("systemctl",), timeout: float = 60.0) -> None:
+        self.prefix = (prefix,) if isinstance(prefix, str) else tuple(prefix)
+        if not self.prefix:
+            raise ValueError("the systemctl prefix is empty: it needs at least the program")
         self.timeout = timeout
 
-    def _run(self, *args: str) -> None:
-        command = " ".join([self.executable, *args])
+    def _run(self, *args: str, timeout: float | None = None) -> proc.Completed:
+        argv = [*self.prefix, *args]
+        command = shlex.join(argv)
         try:
-            done = proc.run([self.executable, *args], timeout=self.timeout)
+            done = proc.run(argv, timeout=timeout or self.timeout)
         except proc.CouldNotRun as exc:
             raise SystemdError(f"`{command}` could not run: {exc.reason}") from None
         if done.returncode != 0:
             raise SystemdError(f"`{command}` exited {done.returncode}: {done.tail or 'no output'}")
+        if CHROOT_NOTICE in done.stderr:  # exit 0, and nothing was done
+            raise SystemdError(
+                f"`{command}` did nothing: systemctl says \"{done.tail}\" (its root is not PID "
+                "1's, as in a container sharing the host's PID namespace); run the container "
+                "without --pid=host, or set `systemctl = [\"env\", \"SYSTEMD_IGNORE_CHROOT=1\", "
+                "\"systemctl\"]` in the config")
+        return done
 
     def daemon_reload(self) -> None:
         self._run("daemon-reload")
@@ -55,3 +76,10 @@ class Systemctl:
 
     def enable(self, unit: str) -> None:
         self._run("enable", "--", unit)
+
+    def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
+        """The unit's properties as `systemctl show` prints them (NAME=VALUE a line); asked on
+        the way back, so it gets a short timeout of its own."""
+        done = self._run("show", f"--property={','.join(properties)}", "--", unit,
+                         timeout=min(self.timeout, SHOW_TIMEOUT))
+        return dict(line.partition("=")[::2] for line in done.stdout.splitlines() if "=" in line)

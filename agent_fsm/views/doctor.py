@@ -13,20 +13,21 @@ from ..lifecycle.states import StateName
 from ..node import validate
 from ..system import proc
 from ..wiring import Node
-from . import modes
+from . import config_modes, modes
 from .finding import Finding, Level
-from .history import skipped_effects
+from .signatures import signatures
 
 __all__ = ["Finding", "Level", "doctor"]
 REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph",
              "glusterfs", "lustre"}
 
 
-def _systemd_version() -> Finding:
-    exe = shutil.which("systemctl")
+def _systemd_version(prefix: tuple[str, ...]) -> Finding:
+    exe = shutil.which(prefix[0])
     if exe is None:
-        return Finding("systemd", "fail", "systemctl is not on PATH", "install systemd")
-    out = proc.run([exe, "--version"], timeout=None).stdout
+        return Finding("systemd", "fail", f"{prefix[0]} (the config's `systemctl`) is not on PATH",
+                       "install systemd, or set `systemctl` in the config")
+    out = proc.run([exe, *prefix[1:], "--version"], timeout=None).stdout
     m = re.match(r"systemd (\d+)", out)
     if not m:
         return Finding("systemd", "warn", f"could not read the version: {out[:60]!r}")
@@ -35,6 +36,18 @@ def _systemd_version() -> Finding:
         return Finding("systemd", "warn", f"systemd {version} is older than 249, the oldest tested",
                        "recovery semantics were checked on 249 to 255")
     return Finding("systemd", "ok", f"systemd {version}")
+
+
+def _root_config(node: Node) -> list[Finding]:
+    """Under --root, a config read from outside the root is named by the units as it is: the
+    host must have the same file at that path."""
+    source = node.config.source
+    if node.paths.root is None or source is None or node.paths.host_view(source) is not None:
+        return []
+    return [Finding("config path", "warn", f"{source} is not below --root {node.paths.root}: the "
+                    f"units name it as {source}, a path on the host",
+                    f"pass the host's own file, e.g. --config {node.paths.root}/etc/agent-fsm/"
+                    "config.toml, or make sure the host has the same file there")]
 
 
 def _units_verify(node: Node) -> Finding:
@@ -80,7 +93,7 @@ def _fs_type(path: Path) -> str | None:
 def _directories(node: Node) -> list[Finding]:
     """Modes, owners and links (`modes`), and a lock that locks."""
     paths = node.paths
-    out = modes.state_dir(paths) + modes.assets(paths)
+    out = modes.state_dir(paths) + modes.assets(paths) + config_modes.config_file(paths)
     fstype = _fs_type(paths.state_dir if paths.state_dir.exists() else paths.state_dir.parent)
     if fstype in REMOTE_FS:
         out.append(Finding("lock", "fail", f"{paths.lock_file} is on a {fstype} filesystem, where "
@@ -186,17 +199,42 @@ def _skipped(node: Node) -> list[Finding]:
         f"starts fall within StartLimitIntervalSec systemd refuses the next start"
         if s["effect"] == "reset_start_limit" else
         "the next start of the agent writes and reloads again; see its journal")
-        for s in skipped_effects(doc.history, node.groups.cycle_starts)]
+        for s in doc.skipped]
+
+
+def _journal(node: Node) -> list[Finding]:
+    """Lines of the history journal that `history` skips (damaged: a checksum or a field)."""
+    try:
+        doc = node.store.read()
+    except AgentFsmError:
+        return []  # reported by the state file's own finding
+    try:
+        read = node.store.read_journal(doc)
+    except AgentFsmError as exc:
+        return [Finding("history", "fail", str(exc))]
+    path = node.store.journal.path
+    if not read.damaged:
+        return []
+    listed = "; ".join(f"line {d.line} {d.why}" for d in read.damaged[:5])
+    more = f" (and {len(read.damaged) - 5} more)" if len(read.damaged) > 5 else ""
+    return [Finding("history", "warn",
+                    f"{path}: {len(read.damaged)} damaged line(s) skipped by `agent-fsm "
+                    f"history`: {listed}{more}",
+                    "nothing to do for the upgrade machine (the state file is what counts); copy "
+                    "the file aside if you want to inspect it: the next rotation drops them")]
 
 
 def doctor(node: Node, *, check_systemd: bool = True) -> list[Finding]:
     findings: list[Finding] = []
     if check_systemd:
-        findings.append(_systemd_version())
+        findings.append(_systemd_version(node.config.systemctl))
+    findings += _root_config(node)
     findings += _directories(node)
     findings += _consistency(node)
     findings += _skipped(node)
+    findings += _journal(node)
     findings += _outbox(node)
+    findings += signatures(node)
     if node.releases.selected() is not None:
         findings.append(_units_verify(node))
     if os.geteuid() != 0:

@@ -1,10 +1,10 @@
-"""What `history` reports: the transitions kept in the state file, as a timeline of stays.
+"""What `history` reports: the transitions kept in the history journal, as a timeline of stays.
 
 Each history entry records a transition at the moment it finished. A *stay* in a state begins
 with the entry whose destination differs from the one before it and lasts until the next such
-entry (self-transitions such as `candidate_started` or `settle` do not end a stay). The same
-reckoning gives `status` its "in this state for" and `metrics` its seconds in the current state.
-Read without the lock, like `status`.
+entry (self-transitions such as `candidate_started` or `settle` do not end a stay). The state
+file keeps when the current stay began (`StateDoc.since`, by the same reckoning), so `status`
+and `metrics` need not read the journal. Read without the lock, like `status`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class Entry:
     upgrade: tuple[str, str] | None  # (from, to) of the upgrade in flight, if any
     lasted: float | None  # seconds in `dest` from here until it was left (or until now)
     current: bool  # this entry began the stay the node is still in
+    reason: tuple[str, str] | None = None  # (class, words) of the result this transition reported
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,13 +41,15 @@ class Entry:
                 "from": self.upgrade[0], "to": self.upgrade[1]},
             "lasted_seconds": self.lasted,
             "current": self.current,
+            "reason_class": None if self.reason is None else self.reason[0],
+            "reason": None if self.reason is None else self.reason[1],
         }
 
 
 @dataclass(frozen=True)
 class History:
     entries: tuple[Entry, ...]  # oldest first, after filtering and the limit
-    kept: int  # how many transitions the state file holds (bounded by history_limit)
+    kept: int  # how many transitions are kept (the last history_limit)
     limit: int  # the configured history_limit
     upgrade: str | None  # the --upgrade filter, if any
     tones: Mapping[str, str]  # how each state reads: "ok", "none", "busy" or "bad"
@@ -73,36 +76,14 @@ def timeline(raw: Sequence[dict[str, Any]], now: float) -> tuple[Entry, ...]:
             dest=str(e["to"]), release=e.get("release"),
             upgrade=None if not up else (str(up["from"]), str(up["to"])),
             lasted=length, current=current,
+            reason=(str(e["reason_class"]), str(e.get("reason"))) if "reason_class" in e else None,
         ))
     return tuple(out)
 
 
-def current_stay(raw: Sequence[dict[str, Any]], now: float) -> Entry | None:
-    """The entry that began the stay the node is in now (None with no history)."""
-    # Only the tail of the history since the last change of state: `status` and `metrics` call
-    # this on every run, and a long history (a high history_limit) must not slow them down.
-    start = len(raw) - 1
-    while start > 0 and raw[start - 1]["to"] == raw[start]["to"]:
-        start -= 1
-    return timeline(raw[start:], now)[0] if raw else None
-
-
-def skipped_effects(raw: Sequence[dict[str, Any]],
-                    cycle_starts: frozenset[str]) -> tuple[dict[str, Any], ...]:
-    """Effects let fail (logged, e.g. a refused `reset-failed`) since the latest install,
-    upgrade or rollback began: what an operator should know about the node's last cycle."""
-    found: list[dict[str, Any]] = []
-    for e in reversed(raw):
-        found[:0] = [{"time": e["time"], "trigger": e["trigger"], **s}
-                     for s in e.get("skipped") or ()]
-        if e["trigger"] in cycle_starts:
-            break
-    return tuple(found)
-
-
 def history(node: Node, *, limit: int | None = None, upgrade: str | None = None) -> History:
     """The kept transitions, oldest first; `upgrade` keeps those of upgrades to that version."""
-    raw = node.store.read().history
+    raw = node.store.history()[-node.config.history_limit:]
     entries = timeline(raw, node.clock.now())
     if upgrade is not None:
         entries = tuple(e for e in entries if e.upgrade is not None and e.upgrade[1] == upgrade)

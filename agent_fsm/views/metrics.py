@@ -6,7 +6,9 @@ renders them as text format 0.0.4. Every sample carries an `agent` label with th
 name, so two agents on one host do not collide in the collector.
 
 The counters are kept in the state file, advanced in the same write as each transition, so they
-never go down (a file from before they were kept gets them from its history, in the store).
+never go down (a file from before they were kept gets them from its history, in the store). The
+state file also keeps when the current stay began and the last transition's time: the history
+journal is never read here.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..node import hold, inhibitors, known_bad
 from ..node.counters import Counters
+from ..node.reasons import CLASSES
 from ..node.store import StateDoc
 from ..wiring import Node
-from .history import current_stay
 
 PREFIX = "agent_fsm"
 
@@ -47,7 +50,6 @@ def collect(node: Node) -> tuple[Family, ...]:
     sig = node.signal()
     agent = ("agent", node.paths.name)
     c = counters(doc)
-    stay = current_stay(doc.history, now)
 
     def one(name: str, kind: str, text: str, value: float, *labels: tuple[str, str]) -> Family:
         return Family(f"{PREFIX}_{name}", kind, text, (Sample((agent, *labels), value),))
@@ -80,13 +82,26 @@ def collect(node: Node) -> tuple[Family, ...]:
             ("selected", node.releases.selected() or ""),
             ("last_good", node.releases.last_good() or "")),
     ]
-    if stay is not None and stay.lasted is not None:
+    held, found = hold.read(hold.path(node.paths)), inhibitors.view(node.paths)
+    stale = sum(1 for i in found if i["stale"])
+    families.append(one("hold_active", "gauge", "1 while upgrades are held (`agent-fsm hold`, "
+                        "not expired).", float(held is not None and not held.expired(now))))
+    families.append(Family(f"{PREFIX}_inhibitors", "gauge", "Workloads' inhibitor files, by "
+                           "status: active (refusing upgrades) or stale (their PID is gone).",
+                           (Sample((agent, ("status", "active")), float(len(found) - stale)),
+                            Sample((agent, ("status", "stale")), float(stale)))))
+    by_reason = known_bad.rollbacks(node.paths)  # kept with the marks, counted once each
+    families.append(Family(f"{PREFIX}_rollbacks_by_reason_total", "counter", "Rollbacks by "
+                           "reason_class (check_failed, crashed, deadline, stopped, manual, ...).",
+                           tuple(Sample((agent, ("reason_class", k)), float(by_reason.get(k, 0)))
+                                 for k in CLASSES if k != "passed")))
+    if doc.since is not None:
         families.append(one("state_seconds", "gauge", "Seconds in the current state so far.",
-                            stay.lasted))
-    if doc.history:
+                            max(now - doc.since, 0.0)))
+    if doc.last_transition is not None:
         families.append(one("last_transition_timestamp_seconds", "gauge",
                             "When the last transition finished, in seconds since the epoch.",
-                            float(doc.history[-1]["time"])))
+                            doc.last_transition))
     return tuple(families)
 
 

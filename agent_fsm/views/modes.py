@@ -49,21 +49,21 @@ def q(path: Path) -> str:
         "".join(f"\\x{b:02x}" for b in os.fsencode(c)) for c in text) + "'"
 
 
-def _mode(st: os.stat_result) -> str:
+def mode_text(st: os.stat_result) -> str:
     return f"{stat.S_IMODE(st.st_mode):04o}"
 
 
-def _ours(st: os.stat_result) -> bool:
+def ours(st: os.stat_result) -> bool:
     return st.st_uid in (0, os.geteuid())
 
 
-def _loose(st: os.stat_result, *, sticky_ok: bool = False) -> bool:
+def loose(st: os.stat_result, *, sticky_ok: bool = False) -> bool:
     """Group or others may write it (in a sticky directory above ours they may only add
     names of their own, not rename ours)."""
     return bool(st.st_mode & 0o022) and not (sticky_ok and st.st_mode & stat.S_ISVTX)
 
 
-def _lstat(path: Path) -> os.stat_result | None:
+def lstat(path: Path) -> os.stat_result | None:
     try:
         return os.lstat(path)
     except FileNotFoundError:
@@ -80,7 +80,7 @@ def _target(path: Path) -> str:
 def state_dir(paths: Paths) -> list[Finding]:
     """The state directory itself, its lock, and every entry below it."""
     top, uid = paths.state_dir, os.geteuid()
-    st = _lstat(top)
+    st = lstat(top)
     if st is None:
         return [Finding("state directory", "ok", f"{top} does not exist yet (the first "
                         "install creates it 0700)")]
@@ -97,14 +97,14 @@ def state_dir(paths: Paths) -> list[Finding]:
         out.append(Finding("state directory", "fail", str(exc),
                            f"chown {uid} {q(top)}" if owner else f"chmod 0700 {q(top)}"))
     if stat.S_IMODE(st.st_mode) != 0o700 and not st.st_mode & 0o022:
-        out.append(Finding("state directory", "fail", f"{top} has mode {_mode(st)}, not 0700: "
+        out.append(Finding("state directory", "fail", f"{top} has mode {mode_text(st)}, not 0700: "
                            "other users may look in and open the lock",
                            f"chmod 0700 {q(top)}"))
     if not out:
         out.append(Finding("state directory", "ok", f"{top} is 0700 and private to uid {uid}"))
-    lock = _lstat(paths.lock_file)
+    lock = lstat(paths.lock_file)
     if lock is not None and stat.S_ISREG(lock.st_mode) and stat.S_IMODE(lock.st_mode) != 0o600:
-        out.append(Finding("lock file", "fail", f"{paths.lock_file} has mode {_mode(lock)}, not "
+        out.append(Finding("lock file", "fail", f"{paths.lock_file} has mode {mode_text(lock)}, not "
                            "0600: another user who opens it can hold it and block every writer",
                            f"chmod 0600 {q(paths.lock_file)}"))
     problems = [f for f in _below(paths) if f is not None]
@@ -196,10 +196,10 @@ def _entry(path: Path, st: os.stat_result, uid: int) -> Finding | None:
                        f"agent-fsm's uid {uid}: that user may change what root runs",
                        f"chown -h {uid} {q(path)}")
     if mode & 0o022:
-        return Finding("state dir mode", "fail", f"{path} has mode {_mode(st)}: group or "
+        return Finding("state dir mode", "fail", f"{path} has mode {mode_text(st)}: group or "
                        "others may write it", f"chmod go-w {q(path)}")
     if stat.S_ISREG(mode) and mode & 0o6000:
-        return Finding("state dir mode", "fail", f"{path} has mode {_mode(st)}: setuid or "
+        return Finding("state dir mode", "fail", f"{path} has mode {mode_text(st)}: setuid or "
                        "setgid; agent-fsm stores none", f"chmod ug-s {q(path)}")
     return None
 
@@ -215,7 +215,7 @@ def _pointer(paths: Paths, link: Path) -> Finding | None:
                        f"{host_releases}: root would run what is there",
                        f"ln -sfn releases/VERSION {q(link)}  (VERSION: a stored release, "
                        "`agent-fsm release list`), after finding out who changed it")
-    st = _lstat(paths.releases_dir / version)
+    st = lstat(paths.releases_dir / version)
     if st is None or not stat.S_ISDIR(st.st_mode):
         return Finding("pointer", "fail", f"{link} points at {target!r}, which is not a stored "
                        "release directory",
@@ -227,7 +227,7 @@ def assets(paths: Paths) -> list[Finding]:
     """The three service assets and the directories above them and the state directory."""
     out = []
     for asset in (paths.agent_unit, paths.recovery_unit, paths.recovery_script):
-        st = _lstat(asset)
+        st = lstat(asset)
         if st is None:
             continue  # missing: the next start writes it; the assets finding says so
         if stat.S_ISLNK(st.st_mode):
@@ -237,12 +237,12 @@ def assets(paths: Paths) -> list[Finding]:
         elif not stat.S_ISREG(st.st_mode):
             out.append(Finding("asset", "fail", f"{asset} is not a regular file "
                                f"({stat.filemode(st.st_mode)})", f"rm {q(asset)}"))
-        elif not _ours(st):
+        elif not ours(st):
             out.append(Finding("asset", "fail", f"{asset} is owned by uid {st.st_uid}, not root "
                                "or agent-fsm's: that user may change what systemd runs as root",
                                f"chown {os.geteuid()} {q(asset)}"))
         elif st.st_mode & 0o022:
-            out.append(Finding("asset", "fail", f"{asset} has mode {_mode(st)}: group or "
+            out.append(Finding("asset", "fail", f"{asset} has mode {mode_text(st)}: group or "
                                "others may change what systemd runs as root",
                                f"chmod go-w {q(asset)}"))
     out += _directories(paths)
@@ -261,7 +261,7 @@ def _directories(paths: Paths) -> list[Finding]:
                     or d == paths.root:
                 continue
             seen.add(d)
-            st = _lstat(d)
+            st = lstat(d)
             label = named.get(d, "parent directory")
             if st is None:
                 continue
@@ -271,12 +271,13 @@ def _directories(paths: Paths) -> list[Finding]:
                                        f"rm {q(d)} && mkdir -m 0755 {q(d)}  (the agent's next "
                                        "start writes what belongs there)"))
                 continue  # above ours: the host's layout (/var/run, a merged /usr)
-            elif not _ours(st):
+            elif not ours(st):
                 out.append(Finding(label, "fail", f"{d} is owned by uid {st.st_uid}, not root or "
                                    "agent-fsm's: that user may swap what is below it",
                                    f"chown {os.geteuid()} {q(d)}"))
-            elif _loose(st, sticky_ok=d not in named):
-                out.append(Finding(label, "fail", f"{d} has mode {_mode(st)}: writable by group "
+            elif loose(st, sticky_ok=d not in named):
+                out.append(Finding(label, "fail", f"{d} has mode {mode_text(st)}: writable by group "
                                    "or others, who may swap what is below it",
                                    f"chmod go-w {q(d)}"))
     return out
+

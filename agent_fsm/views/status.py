@@ -16,11 +16,11 @@ from typing import Any
 from ..errors import AgentFsmError
 from ..lifecycle.explain import situation
 from ..lifecycle.states import StateName
+from ..node import assets, hold, hook_failures, inhibitors, known_bad
 from ..node.releases import natural_key
 from ..node.signal import UpgradeSignal
 from ..node.store import StateDoc
 from ..wiring import Node
-from .history import current_stay, skipped_effects
 
 ROLES = ("agent unit", "recovery unit", "recovery script")
 
@@ -79,6 +79,10 @@ class Status:
     skipped: tuple[dict[str, Any], ...]  # effects let fail since the last cycle began
     allowed: tuple[str, ...]
     next: NextAction
+    hold: dict[str, Any] | None  # `agent-fsm hold`: null or {reason, since, until, ...}
+    inhibitors: tuple[dict[str, Any], ...]  # the workloads' inhibitor files, stale ones marked
+    hooks: tuple[dict[str, Any], ...]  # configured: {when, trigger, argv, failed}
+    known_bad: tuple[tuple[dict[str, Any], ...], str | None] = ((), None)  # marks, damage
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +108,10 @@ class Status:
             "skipped": list(self.skipped),
             "allowed": list(self.allowed),
             "next": self.next.to_json(),
+            "hold": self.hold,
+            "inhibitors": list(self.inhibitors),
+            "hooks": list(self.hooks),
+            "known_bad": list(self.known_bad[0]), "known_bad_error": self.known_bad[1],
         }
 
 
@@ -122,7 +130,8 @@ def _assets(node: Node, held: bool, selected: str | None,
     error = None
     if selected is not None:
         try:
-            rendered = {str(a.path): (a.content, a.mode) for a in host.rendered(selected)}
+            rendered = {str(a.path): (a.content, a.mode)  # compared only: doctor checks digests
+                        for a in assets.render(node.releases.path(selected), paths, selected)}
         except AgentFsmError as exc:  # a broken candidate must not break status
             error = str(exc)
     views = []
@@ -253,8 +262,7 @@ def status(node: Node, *, diff: bool = False, prog: str = "agent-fsm") -> Status
         p = doc.pending
         owed = {"trigger": p.trigger, "from": p.source, "to": p.dest,
                 "effects": p.effects[p.done:]}
-    stay = current_stay(doc.history, now)
-    action = next_action(node, doc, sig, gate_open, now, releases, prog)
+    action = next_action(node, doc, sig, gate_open, now, known_bad.without(node.paths, releases), prog)
     if owed is not None:
         action = NextAction(
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}, resumed "
@@ -268,8 +276,8 @@ def status(node: Node, *, diff: bool = False, prog: str = "agent-fsm") -> Status
         meaning=node.definition.state(doc.state).description,
         situation=situation(node.definition, doc),
         tone=node.groups.tone(doc.state, node.definition.initial),
-        state_since=None if stay is None else stay.time,
-        state_seconds=None if stay is None else stay.lasted,
+        state_since=doc.since,
+        state_seconds=None if doc.since is None else max(now - doc.since, 0.0),
         selected=selected,
         last_good=node.releases.last_good(),
         candidate=candidate,
@@ -280,9 +288,13 @@ def status(node: Node, *, diff: bool = False, prog: str = "agent-fsm") -> Status
         assets=assets,
         assets_compared_with=selected,
         assets_error=assets_error,
-        last_result=doc.last_result,
+        last_result=doc.last_result and {"reason": None, "reason_class": None, **doc.last_result},
         owed=owed,
-        skipped=skipped_effects(doc.history, node.groups.cycle_starts),
+        skipped=tuple(doc.skipped),
         allowed=node.controller.allowed(doc.state),
         next=action,
+        hold=hold.view(node.paths, now),
+        inhibitors=inhibitors.view(node.paths),
+        hooks=hook_failures.view(node.config.hooks, node.paths.state_dir),
+        known_bad=known_bad.view(node.paths),
     )

@@ -21,7 +21,8 @@ def history(
     """Show the transitions the machine went through, oldest first: when, the trigger, from →
     to, the versions, and how long the node stayed in each state.
 
-    The state file keeps the last `history_limit` transitions (config; default 200).
+    The history journal (history.jsonl beside state.json) gives the last `history_limit`
+    transitions (config; default 200).
 
     Example: agent-fsm history --upgrade 2.0.0 --limit 10
     """

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from .. import options
-from ..render import out
 
 
 def recover(ctx: typer.Context) -> None:
@@ -16,6 +15,6 @@ def recover(ctx: typer.Context) -> None:
 
     Example: agent-fsm recover
     """
-    from ...actions.operations import recover as do_recover
+    from ..lean import run_recover  # the code `agent-fsm recover` runs without the full CLI
 
-    out.print(do_recover(options.of(ctx).node()).message, markup=False)
+    raise typer.Exit(run_recover(options.of(ctx)))

@@ -19,15 +19,28 @@ app = typer.Typer(
 
 @app.command("pack", epilog=EXIT_CODES)
 def release_pack(
+    ctx: typer.Context,
     version: Annotated[str, typer.Option("--version", help="The release's version.")],
-    output: Annotated[Path, typer.Option("--output", help="The release directory to create.")],
+    output: Annotated[Path | None, typer.Option(
+        "--output", help="The release directory to create.", show_default=False)] = None,
     workload: Annotated[str | None, typer.Option(
         "--workload", help="A command (shell words) the daemon supervises once the gate opens.",
         show_default=False)] = None,
+    sign_key: Annotated[Path | None, typer.Option(
+        "--sign-key", metavar="KEY", help="Sign the release (release.sig) with this SSH key: a "
+        "private key file, or a public one whose private half is in ssh-agent.",
+        show_default=False)] = None,
+    image: Annotated[str | None, typer.Option(
+        "--image", metavar="REF", show_default=False,
+        help="Build a release image with podman: NAME or containers-storage:NAME (tagged in "
+             "podman's store), or oci-archive:FILE / docker-archive:FILE (written there).")] = None,
 ) -> None:
-    """Make a release directory from this agent-fsm: release.toml, bin/agent-fsm, assets/.
+    """Make a release directory from this agent-fsm: release.toml, python.toml (what it needs
+    of the node's python), bin/agent-fsm, lib/, assets/, and with --sign-key, release.sig.
+    With --image, a release image that holds it at /agent-fsm/release (docs/containers.md).
 
-    Example: agent-fsm release pack --version 2.0.0 --output ./agent-fsm-2.0.0
+    Example: agent-fsm release pack --version 2.0.0 --output ./agent-fsm-2.0.0 --sign-key
+    ~/.ssh/id_ed25519
     """
     from ...actions.packing import pack
 
@@ -36,27 +49,47 @@ def release_pack(
     except ValueError as exc:  # an unclosed quote or a trailing backslash
         raise typer.BadParameter(f"{workload!r} is not a command in shell words: {exc}",
                                  param_hint="--workload") from None
-    path = pack(version, output, argv)
-    out.print(f"packed release {version} in {path}", markup=False)
+    if image is not None:
+        from .release_images import pack_image
+
+        pack_image(ctx, version, output, argv, image, sign_key)
+        return
+    if output is None:
+        raise typer.BadParameter("give --output DIR, --image REF, or both", param_hint="--output")
+    path = pack(version, output, argv, sign_key)
+    signed = f", signed with {sign_key}" if sign_key is not None else ""
+    out.print(f"packed release {version} in {path}{signed}", markup=False)
 
 
 @app.command("add", epilog=EXIT_CODES)
 def release_add(
     ctx: typer.Context,
-    directory: Annotated[Path, typer.Argument(help="A release directory (from `release pack`).")],
+    source: Annotated[str, typer.Argument(
+        metavar="DIRECTORY|IMAGE", help="A release directory (from `release pack`), or an image: "
+        "oci-archive:FILE, docker-archive:FILE, containers-storage:REF or docker://REF.")],
 ) -> None:
-    """Validate a release directory and store a normalized copy of it on this host.
+    """Validate a release directory or image and store a normalized copy of it on this host.
 
     The copy holds regular files and directories only (a symlink, device, FIFO or socket in
     DIRECTORY is refused, exit 1), owned by root, modes 0755 (directories, executables) or 0644,
     and its digest is recorded. Adding a version already stored with other content is refused
     (exit 3), naming both digests; with the same content it says "already stored" (exit 0).
+    When the config names `allowed_signers`, a release no key listed there signed is refused
+    (exit 3); so is one whose compiled extensions the config's `python` cannot load (exit 3).
 
-    Example: agent-fsm release add ./agent-fsm-2.0.0
+    An image holds its release at /agent-fsm/release (`release pack --image` makes one): podman
+    (the `podman` config key) brings it into its store unless it is there already, the release
+    is stored from it the same way, and the image's id is recorded (docs/containers.md).
+
+    Example: agent-fsm release add ./agent-fsm-2.0.0, or oci-archive:./agent-fsm-2.0.0.tar
     """
     from ...actions.packing import add
+    from ...system.podman import parse_reference
+    from .release_images import add_image
 
-    added = add(directory, options.of(ctx).node())
+    node = options.of(ctx).node()
+    ref = parse_reference(source)
+    added = add_image(ref, node) if ref is not None else add(Path(source), node)
     verb = "already stored at" if added.already and not added.replaced else "stored at"
     note = f"; it replaced the stored copy: {added.replaced}" if added.replaced else ""
     out.print(f"release {added.version} {verb} {added.path} ({added.digest}{note})",
@@ -72,18 +105,27 @@ def release_list(
 
     Each release is checked against the digest recorded when it was added; one that no longer
     matches is marked DAMAGED with what differs (it is refused when selected or rendered).
-    --json: a list of {version, selected, last_good, digest, digest_recorded, intact, problem}.
+    A version that rolled back on this node is marked KNOWN BAD (`upgrade` refuses it unless
+    --force). --json: a list of {version, selected, last_good, digest, digest_recorded, intact,
+    problem, images, known_bad}; images: the images it was added from, each {reference, id,
+    digest, added}; known_bad: null or {version, time, reason, reason_class}.
 
     Example: agent-fsm release list --json
     """
-    releases = options.of(ctx).node().host.releases
+    from ...actions.images import read
+    from ...node import known_bad
+
+    node = options.of(ctx).node()
+    releases = node.host.releases
     selected, last_good = releases.selected(), releases.last_good()
+    bad = {k["version"]: k for k in known_bad.view(node.paths)[0]}
     rows = []
     for v in releases.versions():
         check = releases.integrity(v)
         rows.append({"version": v, "selected": v == selected, "last_good": v == last_good,
                      "digest": check.digest, "digest_recorded": check.recorded,
-                     "intact": check.problem is None, "problem": check.problem})
+                     "intact": check.problem is None, "problem": check.problem,
+                     "images": [i.to_json() for i in read(node, v)], "known_bad": bad.get(v)})
     if as_json:
         render.print_json(rows)
         return
@@ -94,7 +136,14 @@ def release_list(
         if not r["digest_recorded"] and r["intact"]:
             line += "  (stored before digests were kept; recorded when next selected)"
         line += f"  DAMAGED: {r['problem']}" if r["problem"] else ""
+        k = bad.get(str(r["version"]))
+        if k:  # `upgrade --to` refuses it unless --force
+            line += f"  KNOWN BAD: rolled back {render.when(k['time'])} ({k['reason_class']}: " \
+                    f"{k['reason']}; upgrade refuses it unless --force)"
         out.print(line, markup=False)
+        for i in read(node, str(r["version"])):
+            out.print(f"  image {i.id} ({i.reference}, manifest {i.digest or 'unknown'})",
+                      markup=False, soft_wrap=True)
 
 
 @app.command("prune", epilog=EXIT_CODES)
@@ -109,7 +158,7 @@ def release_prune(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Say what would be removed and kept; remove nothing.")] = False,
     as_json: Annotated[bool, typer.Option(
-        "--json", help="One JSON object: removed, kept (version, why), dry_run.")] = False,
+        "--json", help="One JSON object: removed, kept (version, why), dry_run, images.")] = False,
 ) -> None:
     """Remove stored releases that neither the way back nor an owed transition needs.
 
@@ -120,12 +169,15 @@ def release_prune(
     kept and the rest removed, staged ones included. With VERSION..., exactly those are
     removed; if any is protected, the prune is refused (exit 3) and nothing is removed. A
     damaged state file refuses the prune (exit 1). One line per release: `removed V` or
-    `kept V (why)`.
+    `kept V (why)`. The images releases were added from go with them, except those agent-fsm
+    did not put into podman's store (docs/containers.md); one podman will not remove stays
+    recorded, is named, and makes the exit 1.
 
     Example: agent-fsm release prune --dry-run, then agent-fsm release prune --keep 2
     """
     from ...actions.packing import prune
     from ...node.releases import natural_key
+    from . import release_images
 
     if versions and keep is not None:
         raise typer.BadParameter("name releases to remove, or give --keep N, not both",
@@ -133,6 +185,7 @@ def release_prune(
     result = prune(options.of(ctx).node(), tuple(versions or ()), keep=keep, dry_run=dry_run)
     if as_json:
         render.print_json(result.to_json())
+        release_images.images_failed(result.images)
         return
     kept = dict(result.kept)
     verb = "would remove" if dry_run else "removed"
@@ -140,5 +193,7 @@ def release_prune(
         line = f"{verb} {version}" if version in result.removed else (
             f"kept {version} ({', '.join(kept[version])})")
         out.print(line, markup=False)
-    if not result.removed:
+    release_images.show_images(result.images, dry_run)
+    if not result.removed and not result.images.removed:
         out.print("nothing to prune" if kept else "no releases stored", markup=False)
+    release_images.images_failed(result.images)

@@ -10,7 +10,6 @@ import typer
 
 from ...errors import EXIT_USAGE
 from .. import options
-from ..render import out
 
 
 def _seconds(value: float) -> float:
@@ -33,32 +32,19 @@ def upgrade(
         "--timeout", callback=_seconds, help="With --wait: give up following after S seconds "
         "(exit 1). A finite number above 0, else a usage error (exit 2) and nothing starts.")
     ] = 600.0,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Go past a hold (`agent-fsm hold`), the workloads' inhibitors and a "
+        "known-bad mark (the version rolled back here), for this upgrade only; each one "
+        "overridden is named.")] = False,
 ) -> None:
     """Upgrade to a release: write the signal, select it, reset the start limit, restart.
 
-    Refused (exit 3) while the startup gate is closed or another upgrade is pending.
+    Refused (exit 3) while the startup gate is closed or another upgrade is pending, and, unless
+    --force, while upgrades are held, a workload's inhibitor exists, or the version is known bad
+    (it rolled back on this node; `agent-fsm status` lists them all).
 
     Example: agent-fsm upgrade --to 2.0.0 --wait --timeout 300
     """
-    from ...actions.operations import begin_upgrade, follow
-    from ...errors import RolledBack
+    from ..lean import run_upgrade  # the code `agent-fsm upgrade` runs without the full CLI
 
-    node = options.of(ctx).node()
-    doc = begin_upgrade(node, to)
-    up = doc.upgrade
-    assert up is not None
-    out.print(f"upgrade {up.from_version} → {up.to_version} started; the candidate is "
-              "being judged", markup=False)
-    if not wait:
-        return
-    t0 = up.started
-
-    def show(when: float, trigger: str, state: str) -> None:
-        out.print(f"  +{when - t0:6.1f}s  {trigger:<18} → {state}", markup=False)
-
-    result = follow(node, up.started, to, timeout, on_state=show)
-    if result.outcome == "ok":
-        out.print(f"upgrade to {to} judged ok; converged on {to}", markup=False)
-        return
-    raise RolledBack(f"the candidate {to} was judged failed; the node rolled back to "
-                     f"{up.from_version}")
+    raise typer.Exit(run_upgrade(options.of(ctx), to, wait, timeout, force))

@@ -1,0 +1,143 @@
+"""What a release needs of the node's interpreter: recorded in its `python.toml` at `release
+pack`, checked against the config's `python` at `release add`.
+
+A release runs with the node's `python` (`vendoring`), and the dependencies it vendors may
+include compiled extension modules (pydantic_core's): those load only in an interpreter of the
+ABI they were built for. `python.toml` holds the oldest Python the release runs on and, when it
+vendors compiled extensions, the ABI of the interpreter that packed it and the file suffixes of
+those extensions:
+
+    requires_python = "3.11"
+    cache_tag = "cpython-311"
+    platform = "linux-x86_64"
+    extension_suffixes = [".cpython-311-x86_64-linux-gnu.so"]
+    extensions = ["pydantic_core/_pydantic_core.cpython-311-x86_64-linux-gnu.so"]
+
+`release add` runs the config's `python` (`-I -S`) and refuses the release (exit 3) when that
+interpreter is older, cannot load one of those suffixes (`importlib.machinery.EXTENSION_SUFFIXES`),
+or is built for another platform. A release without `python.toml` (made by hand, or packed
+before it existed) is not checked.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import files
+from ..errors import ConfigError, CouldNotRun, Refused, ReleaseError
+from ..system import interpreter
+
+FILE = "python.toml"
+REQUIRES_PYTHON = (3, 11)  # as the launcher's own check (`vendoring._BOOT`)
+MAX_BYTES = 64 << 10
+MAX_LISTED = 3  # extensions named in a refusal
+_KEYS = {"requires_python", "cache_tag", "platform", "extension_suffixes", "extensions"}
+_AFTER = "nothing was stored"
+
+
+@dataclass(frozen=True)
+class Needs:
+    requires_python: tuple[int, ...] = REQUIRES_PYTHON
+    cache_tag: str = ""  # the packing interpreter's; "" without compiled extensions
+    platform: str = ""
+    extension_suffixes: tuple[str, ...] = ()
+    extensions: tuple[str, ...] = ()  # relative to lib/
+
+    def describe(self) -> str:
+        return f"{self.cache_tag} on {self.platform}"
+
+
+def needs(lib: Path) -> Needs:
+    """What the packed `lib/` needs: the running (packing) interpreter's ABI when it holds
+    compiled extension modules, the files whose suffix is one this interpreter imports
+    (`.cpython-311-x86_64-linux-gnu.so`, `.abi3.so`, `.so`)."""
+    here = interpreter.running()
+    found: dict[str, str] = {}
+    for path in sorted(lib.rglob("*")):
+        # A module's name holds no dot: its suffix starts at the name's first one.
+        suffix = "." + path.name.split(".", 1)[-1]
+        if suffix in here.suffixes and path.is_file():
+            found[path.relative_to(lib).as_posix()] = suffix
+    if not found:
+        return Needs()
+    return Needs(REQUIRES_PYTHON, here.cache_tag, here.platform,
+                 tuple(sorted(set(found.values()))), tuple(found))
+
+
+def record(release: Path) -> Needs:
+    """Write a packed release's `python.toml` from what its `lib/` holds."""
+    need = needs(release / "lib")
+    lines = [f'requires_python = "{".".join(map(str, need.requires_python))}"']
+    if need.extensions:
+        lines += [f"cache_tag = {json.dumps(need.cache_tag)}",
+                  f"platform = {json.dumps(need.platform)}",
+                  f"extension_suffixes = {json.dumps(list(need.extension_suffixes))}",
+                  f"extensions = {json.dumps(list(need.extensions))}"]
+    (release / FILE).write_text(
+        "# What this release needs of the node's `python`: written by `agent-fsm release pack`,\n"
+        "# checked by `agent-fsm release add` (docs/operations.md, Releases).\n"
+        + "\n".join(lines) + "\n")
+    return need
+
+
+def read(release: Path) -> Needs | None:
+    """A release's `python.toml`, or None when it has none. ReleaseError when it is invalid."""
+    path = release / FILE
+    try:
+        data = tomllib.loads(files.read_regular(path, MAX_BYTES).decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ReleaseError(f"{path} is invalid: {exc}; " + _AFTER) from None
+    unknown = sorted(set(data) - _KEYS)
+    strings = ("extension_suffixes", "extensions")
+    if unknown or not all(isinstance(data.get(k, ""), str) for k in _KEYS - set(strings)) \
+            or not all(isinstance(data.get(k, []), list)
+                       and all(isinstance(s, str) for s in data.get(k, [])) for k in strings):
+        raise ReleaseError(f"{path} is invalid: " + (
+            f"unknown key(s) {', '.join(unknown)} (packed by a newer agent-fsm?)" if unknown
+            else "a value of the wrong type") + "; " + _AFTER)
+    try:
+        requires = tuple(int(p) for p in data.get("requires_python", "3.11").split("."))
+    except ValueError:
+        raise ReleaseError(f"{path} is invalid: requires_python is "
+                           f"{data['requires_python']!r}; " + _AFTER) from None
+    return Needs(requires, data.get("cache_tag", ""), data.get("platform", ""),
+                 tuple(data.get("extension_suffixes", [])), tuple(data.get("extensions", [])))
+
+
+def check(release: Path, version: str, python: Path, found_at: Path | None = None) -> None:
+    """Refuse (Refused, exit 3) a staged release the interpreter `python` cannot run; it is run
+    where it is `found_at` on this machine (below `--root`, the host's own), if that differs."""
+    need = read(release)
+    if need is None:
+        return
+    try:
+        node = interpreter.probe(found_at or python)
+    except (CouldNotRun, interpreter.Unreadable) as exc:
+        why = exc.reason if isinstance(exc, CouldNotRun) else str(exc)
+        where = f" (run as {found_at})" if found_at not in (None, python) else ""
+        raise ConfigError(f"cannot check release {version} against the config's `python` "
+                          f"{python}{where}: {why}; set `python` in the config to the node's Python "
+                          f"{'.'.join(map(str, need.requires_python))} or later; "
+                          + _AFTER) from None
+    what = f"refusing release {version} ({release})"
+    if node.version < need.requires_python:
+        raise Refused(
+            f"{what}: it needs Python {'.'.join(map(str, need.requires_python))} or later, but "
+            f"the config's `python` {python} is {'.'.join(map(str, node.version))}; set "
+            f"`python` in the config to a newer interpreter; " + _AFTER)
+    missing = [s for s in need.extension_suffixes if s not in node.suffixes]
+    if missing or (need.extensions and need.platform != node.platform):
+        listed = ", ".join(need.extensions[:MAX_LISTED]) + (
+            f" and {len(need.extensions) - MAX_LISTED} more"
+            if len(need.extensions) > MAX_LISTED else "")
+        raise Refused(
+            f"{what}: it vendors compiled extensions built for {need.describe()} ({listed}), but "
+            f"the config's `python` {python} is {node.describe()} (it loads "
+            f"{', '.join(node.suffixes) or 'no extensions'}); pack the release on a machine "
+            f"whose Python is the node's ({node.describe()}), or set `python` in the config to "
+            f"an interpreter of {need.describe()}; " + _AFTER)

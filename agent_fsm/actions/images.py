@@ -1,0 +1,168 @@
+"""The images releases came from: what `release add` recorded of each, and which of them
+`release prune` removes (only those agent-fsm itself brought into podman's store).
+
+A release added from an image has a record, `<state_dir>/releases/.images/<version>` (hidden, so
+never taken for a version), a JSON object written atomically under the writers' lock:
+
+    {"schema": 1, "version": "2.0.0",
+     "images": [{"reference": "oci-archive:/srv/agent-fsm-2.0.0.tar", "id": "sha256:…",
+                 "digest": "sha256:…", "added": true}]}
+
+`id` is podman's image id (the digest of the image's configuration: the same whichever
+transport carried it), `digest` the manifest's digest as podman reports it ("" if none).
+
+`added` is true when that `release add` put the image into podman's store (it was not there
+before); only such an image is ever removed, and only once its version is neither stored nor
+kept by prune's rule (`packing.protected` and what prune was asked).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import files
+from ..errors import ReleaseError
+from ..node.releases import natural_key
+from ..system.podman import Podman, image_id
+from ..wiring import Node
+
+RECORDS = ".images"
+SCHEMA = 1
+MAX_RECORD_BYTES = 64 << 10
+NOT_ADDED = "not added by agent-fsm: it was in podman's store already"
+
+
+@dataclass(frozen=True)
+class Image:
+    reference: str  # as given to `release add`
+    id: str  # sha256:<hex>, the image's id in podman's store
+    digest: str  # sha256:<hex>, its manifest's digest; "" when podman reports none
+    added: bool  # `release add` put it into the store: agent-fsm may remove it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reference": self.reference, "id": self.id, "digest": self.digest,
+                "added": self.added}
+
+
+def records(node: Node) -> dict[str, tuple[Image, ...]]:
+    """Every version's recorded images. Raises ReleaseError naming a damaged record."""
+    directory = node.paths.releases_dir / RECORDS
+    try:
+        names = sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+    except FileNotFoundError:
+        return {}
+    return {v: read(node, v) for v in names}
+
+
+def read(node: Node, version: str) -> tuple[Image, ...]:
+    """The images recorded for `version` (none when it has no record)."""
+    path = node.paths.releases_dir / RECORDS / version
+    try:
+        data = json.loads(files.read_regular(path, MAX_RECORD_BYTES))
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or \
+                data.get("version") != version or not isinstance(data.get("images"), list):
+            raise ValueError("not a schema-1 record of this version")
+        return tuple(_image(i) for i in data["images"])
+    except FileNotFoundError:
+        return ()
+    except (OSError, ValueError) as exc:
+        raise ReleaseError(
+            f"image record {path} is damaged ({exc}); agent-fsm removes no image it cannot "
+            "account for, so nothing was removed; compare it with `podman images`, then remove "
+            "the file (its images are then left alone)") from None
+
+
+def _image(item: Any) -> Image:
+    if not isinstance(item, dict) or set(item) != {"reference", "id", "digest", "added"} or \
+            not isinstance(item["reference"], str) or not isinstance(item["added"], bool) or \
+            not all(isinstance(item[k], str) for k in ("id", "digest")) or \
+            image_id(item["id"]) != item["id"] or \
+            (item["digest"] and image_id(item["digest"]) != item["digest"]):
+        raise ValueError(f"bad image entry {item!r:.200}")
+    return Image(item["reference"], item["id"], item["digest"], item["added"])
+
+
+def write(node: Node, version: str, images: tuple[Image, ...]) -> None:
+    """Replace `version`'s record (the caller holds the writers' lock); no images: removed."""
+    path = node.paths.releases_dir / RECORDS / version
+    if not images:
+        files.remove(path)
+        return
+    body = {"schema": SCHEMA, "version": version, "images": [i.to_json() for i in images]}
+    files.atomic_write(path, (json.dumps(body, indent=1) + "\n").encode(), 0o644)
+
+
+def remember(node: Node, version: str, image: Image) -> None:
+    """Record that `version` came from `image` (the caller holds the writers' lock). Once
+    recorded as added by agent-fsm, an image stays so when the same image is added again."""
+    old = read(node, version)
+    was = next((i for i in old if i.id == image.id), None)
+    if was is not None:
+        image = Image(image.reference, image.id, image.digest, image.added or was.added)
+    write(node, version, (*(i for i in old if i.id != image.id), image))
+
+
+@dataclass(frozen=True)
+class ImagesPruned:
+    """What prune did (or, dry, would do) with recorded images."""
+
+    removed: tuple[tuple[str, Image], ...] = ()  # (version, image)
+    kept: tuple[tuple[str, Image, tuple[str, ...]], ...] = ()  # (version, image, why)
+    failed: tuple[tuple[str, Image, str], ...] = ()  # (version, image, what podman said)
+
+    def __bool__(self) -> bool:  # any image recorded at all
+        return bool(self.removed or self.kept or self.failed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"removed": [{"version": v, **i.to_json()} for v, i in self.removed],
+                "kept": [{"version": v, **i.to_json(), "why": list(w)} for v, i, w in self.kept],
+                "failed": [{"version": v, **i.to_json(), "error": e} for v, i, e in self.failed]}
+
+
+@dataclass(frozen=True)
+class Plan:
+    remove: tuple[tuple[str, Image], ...]
+    kept: tuple[tuple[str, Image, tuple[str, ...]], ...]
+    forget: tuple[str, ...]  # versions whose record goes once their images are removed
+
+
+def plan(node: Node, keep: Mapping[str, list[str]]) -> Plan:
+    """Which recorded images go, by prune's rule: a version prune keeps (`keep`: version → why)
+    keeps its images; every other version's images go (its release is being removed, or was
+    by an earlier prune that could not remove them), except those agent-fsm did not add."""
+    remove, kept, forget = [], [], []
+    for version, images in sorted(records(node).items(), key=lambda r: natural_key(r[0])):
+        if version in keep:
+            kept += [(version, i, tuple(keep[version])) for i in images]
+            continue
+        forget.append(version)
+        for i in images:
+            if i.added:
+                remove.append((version, i))
+            else:
+                kept.append((version, i, (NOT_ADDED,)))
+    return Plan(tuple(remove), tuple(kept), tuple(forget))
+
+
+def apply(node: Node, todo: Plan, *, dry_run: bool,
+          podman: Podman | None = None) -> ImagesPruned:
+    """Remove the planned images (the caller holds the writers' lock). An image podman refuses
+    to remove stays recorded, so the next prune tries again; one already gone counts as
+    removed. podman is not run at all when there is nothing to remove."""
+    if dry_run or not todo.remove:
+        return ImagesPruned(todo.remove, todo.kept)
+    podman = podman or Podman(node.config.podman)
+    removed, failed = [], []
+    for version, image in todo.remove:
+        try:
+            if podman.find(image.id) is not None:
+                podman.remove(image.id)
+            removed.append((version, image))
+        except ReleaseError as exc:
+            failed.append((version, image, str(exc)))
+    for version in todo.forget:
+        write(node, version, tuple(i for v, i, _ in failed if v == version))
+    return ImagesPruned(tuple(removed), todo.kept, tuple(failed))

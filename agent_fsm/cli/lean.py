@@ -1,0 +1,178 @@
+"""The commands systemd, fleet tools and upgrade scripts run (`daemon`, `recover`, `status --json`,
+`upgrade`), served without typer, pydantic or rich: their argument shapes, and the code the full
+CLI runs for them too.
+
+Building the typer app costs several times what these commands do, on the critical path of every
+upgrade and rollback (the `upgrade` command, the candidate's daemon, `recover`, the last-good's
+daemon). Only the exact shapes `[--config FILE] [--root DIR] COMMAND [its options]` are recognised
+here; anything else (help, a typo, an option more, a value out of range, shell completion) returns
+None and goes to the full CLI, which owns usage errors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+
+from ..lifecycle.states import Trigger
+from .exits import guarded
+from .options import Globals
+
+GLOBAL_OPTIONS = ("--config", "--root")
+
+
+def run_daemon(opts: Globals) -> int:
+    """`agent-fsm daemon`: the agent unit's main process; its exit code."""
+    from ..agent.daemon import main as daemon_main
+
+    return daemon_main(opts.node())
+
+
+def run_recover(opts: Globals) -> int:
+    """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line."""
+    from ..actions.operations import recover
+
+    message = recover(opts.node()).message
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def run_status_json(opts: Globals) -> int:
+    """`agent-fsm status --json`: the node's status as JSON (the keys in docs/operations.md)."""
+    from ..views.status import status
+
+    data = status(opts.node(), diff=False, prog=opts.prog()).to_json()
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    return 0
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()  # --wait reports each step as it happens
+
+
+def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600.0,
+                force: bool = False) -> int:
+    """`agent-fsm upgrade --to V [--wait] [--timeout S]`: start an upgrade; with --wait follow it
+    to its judgment (0 converged; RolledBack, 4, when the node rolled back)."""
+    from ..actions.operations import begin_upgrade, follow
+    from ..errors import RolledBack
+
+    node = opts.node()
+    if force:  # said before it happens, so the journal of the shell shows what was overridden
+        from ..actions.holds import overridden
+        from ..node import known_bad
+
+        bad = known_bad.words(known_bad.path(node.paths), to)
+        for what in (*overridden(node), *([bad] if bad else [])):
+            say(f"--force: going past {what}")
+    doc = begin_upgrade(node, to, force=force)
+    up = doc.upgrade
+    assert up is not None
+    say(f"upgrade {up.from_version} → {up.to_version} started; the candidate is being judged")
+    if not wait:
+        return 0
+    t0 = up.started
+
+    def show(when: float, trigger: str, state: str) -> None:
+        say(f"  +{when - t0:6.1f}s  {trigger:<18} → {state}")
+
+    result = follow(node, up.started, to, timeout, on_state=show)
+    if result.outcome == "ok":
+        say(f"upgrade to {to} judged ok; converged on {to}")
+        return 0
+    raise RolledBack(f"the candidate {to} was judged failed; the node rolled back to "
+                     f"{up.from_version}")
+
+
+def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
+    """`upgrade` with `--to V` once, `--wait` at most once, `--timeout S` at most once (S a
+    finite number above 0: the full CLI says what is wrong with any other)."""
+    given: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if name in ("--wait", "--force") and not eq and name not in given:
+            given[name] = ""
+            i += 1
+            continue
+        if name not in ("--to", "--timeout") or name in given:
+            return None
+        if not eq:
+            if i + 1 >= len(argv):
+                return None
+            i += 1
+            value = argv[i]
+        if not value or value.startswith("-"):
+            return None
+        given[name] = value
+        i += 1
+    if "--to" not in given:
+        return None
+    timeout = 600.0
+    if "--timeout" in given:
+        try:
+            timeout = float(given["--timeout"])
+        except ValueError:
+            return None
+        if not math.isfinite(timeout) or timeout <= 0:
+            return None
+    return partial(run_upgrade, to=given["--to"], wait="--wait" in given, timeout=timeout,
+                   force="--force" in given)
+
+
+COMMANDS: dict[tuple[str, ...], Callable[[Globals], int]] = {
+    ("daemon",): run_daemon,
+    (Trigger.recover.value,): run_recover,  # the command is named for the trigger it fires
+    ("status", "--json"): run_status_json,
+}
+
+
+def parse(argv: Sequence[str]) -> tuple[Globals, Callable[[Globals], int]] | None:
+    """The global options and the command when argv is exactly one of the lean shapes, else None.
+
+    Each global option at most once, as `--opt VALUE` or `--opt=VALUE`, with a value that is not
+    empty and does not look like an option: anything the full CLI might read otherwise is its.
+    """
+    opts: dict[str, Path] = {}
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        name, eq, value = argv[i].partition("=")
+        if name not in GLOBAL_OPTIONS or name in opts:
+            return None
+        if not eq:
+            if i + 1 >= len(argv):
+                return None
+            i += 1
+            value = argv[i]
+        if not value or value.startswith("-"):
+            return None
+        opts[name] = Path(value)
+        i += 1
+    command = (_upgrade(argv[i + 1:]) if argv[i:i + 1] == ["upgrade"]
+               else COMMANDS.get(tuple(argv[i:])))
+    if command is None:
+        return None
+    return Globals(opts.get("--config"), opts.get("--root")), command
+
+
+def _completing() -> bool:
+    """Whether the shell asks for completions (click's `_PROG_COMPLETE`): the full CLI's job."""
+    return any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)
+
+
+def main(argv: Sequence[str]) -> int | None:
+    """Run a lean command and return its exit code; None when argv is not one (the full CLI's)."""
+    if _completing():
+        return None
+    found = parse(argv)
+    if found is None:
+        return None
+    opts, command = found
+    return guarded(lambda: command(opts))

@@ -1,0 +1,122 @@
+"""Hooks as the machine sees them: which transitions may have a `before` hook (derived from the
+definition), the transition a hook is told about, and the collaborator the engine is given.
+
+Only an operator-started transition — one that begins a cycle from a settled state and does not
+roll back (`install`, `activate`, `begin_upgrade` in the shipped definition) — runs a `before`
+hook, which may refuse it. Everything the daemon or recovery fires, the way back above all,
+runs none: hooks can never block or delay a rollback. `after` hooks may follow any transition;
+they run once it is recorded, and their failure is logged, never fatal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any, Protocol
+
+from ..errors import ConfigError, Refused
+from ..node.hook_config import HookConfig
+from .definition import Definition
+from .states import RESULT_EFFECTS, groups
+
+
+class Hooks(Protocol):
+    """What the engine is given to run hooks; the transition travels as a JSON-able mapping."""
+
+    def has_before(self, trigger: str) -> bool: ...
+
+    def before(self, transition: Mapping[str, Any]) -> str | None:
+        """Run the `before` hook of the transition's trigger: None when it lets the transition
+        go on, else why not (what failed and the hook's last line of output)."""
+        ...
+
+    def after(self, transition: Mapping[str, Any]) -> None:
+        """Run the `after` hook of the transition's trigger, if any, without delaying the
+        caller; a failure is logged."""
+        ...
+
+
+class NoHooks:
+    """No hooks configured: every transition goes on, nothing is run."""
+
+    def has_before(self, trigger: str) -> bool:
+        return False
+
+    def before(self, transition: Mapping[str, Any]) -> str | None:
+        return None
+
+    def after(self, transition: Mapping[str, Any]) -> None:
+        return None
+
+
+def before_triggers(d: Definition) -> frozenset[str]:
+    """The operator-started triggers, which alone may run a `before` hook: those that close the
+    gate from a settled state (they begin an install, an upgrade or a rollback) and do not lead
+    into rolling back."""
+    g = groups(d)
+    return frozenset(t.trigger for t in d.transitions
+                     if t.trigger in g.cycle_starts and t.dest not in g.rolling_back)
+
+
+def check(hooks: HookConfig, d: Definition, source: object) -> None:
+    """Refuse hooks for triggers the definition lacks, and `before` hooks for transitions the
+    operator does not start (the way back among them)."""
+    known = [t.trigger for t in d.transitions]
+    allowed = before_triggers(d)
+    for when, table in (("before", hooks.before), ("after", hooks.after)):
+        for trigger in table:
+            if trigger not in known:
+                raise ConfigError(
+                    f"config {source}: `hooks.{when}.{trigger}` names no trigger of "
+                    f"{d.name}; known triggers: {', '.join(known)}")
+            if when == "before" and trigger not in allowed:
+                raise ConfigError(
+                    f"config {source}: `hooks.before.{trigger}` is not allowed: {trigger} is "
+                    "not started by an operator, and a hook may never block or delay the daemon "
+                    f"or the way back; `before` hooks may run for: {', '.join(sorted(allowed))} "
+                    f"(use `hooks.after.{trigger}` to be told of it)")
+
+
+def transition(when: str, trigger: str, source: str, dest: str, from_version: str | None,
+               to_version: str | None, time: float, **extra: Any) -> dict[str, Any]:
+    """The transition as a hook receives it (JSON on stdin; `AGENT_FSM_<KEY>` for each scalar),
+    documented in docs/configuration.md; the runner adds the node's `name`."""
+    return {"hook": when, "trigger": trigger, "source": source, "dest": dest,
+            "from": from_version, "to": to_version, "time": time, **extra}
+
+
+def finished(entry: Mapping[str, Any], args: Mapping[str, Any], effects: Collection[str],
+             last_result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The transition an `after` hook is told of, from its history entry: its `outcome` ("ok",
+    or "degraded" when an effect allowed to fail did: `skipped`), and the upgrade's `result`
+    ("ok" or "rolled_back") when this transition reported one."""
+    up = entry.get("upgrade")
+    reported = last_result is not None and bool(set(RESULT_EFFECTS) & set(effects))
+    return transition(
+        "after", entry["trigger"], entry["from"], entry["to"],
+        up["from"] if up else args.get("from"), up["to"] if up else entry.get("release"),
+        float(entry["time"]), outcome="degraded" if entry.get("skipped") else "ok",
+        skipped=list(entry.get("skipped") or ()),
+        result=last_result.get("outcome") if reported and last_result is not None else None)
+
+
+def ask(hooks: Hooks, trigger: str, source: str, dest: str, args: Mapping[str, Any]) -> None:
+    """Run the `before` hook of an operator-started transition; its refusal is raised (exit 3)
+    before anything is written."""
+    why = hooks.before(transition("before", trigger, source, dest, args.get("from"),
+                                  args.get("release"), float(args["started"])))
+    if why is not None:
+        raise Refused(f"{trigger} refused by its before hook: {why}")
+
+
+@contextlib.contextmanager
+def telling(hooks: Hooks, done: list[dict[str, Any]]) -> Iterator[None]:
+    """Tell the `after` hooks of the transitions recorded inside (appended to `done`) once the
+    block, and the lock it holds, is left, whether it succeeded or not."""
+    try:
+        yield
+    finally:
+        told = list(done)
+        done.clear()
+        for moment in told:
+            hooks.after(moment)

@@ -1,0 +1,54 @@
+"""Why an upgrade ended as it did: the classes a result's `reason_class` takes, and the words for
+a candidate that systemd saw fail (from the agent unit's `Result`, `ExecMainStatus`, `NRestarts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+MAX_REASON = 500  # characters of a reason kept: one line, cut with an ellipsis
+
+# Each class, and when a result gets it (docs/operations.md lists the same).
+CLASSES: dict[str, str] = {
+    "passed": "judged ok: its checks passed and it stayed up for the soak",
+    "check_failed": "a check failed (the reason names it, with its last output line)",
+    "crashed": "the candidate or its workload exited, or kept restarting, while being judged",
+    "deadline": "the judgment was not over by its deadline (systemd's start timeout)",
+    "stopped": "the agent was stopped while the candidate was being judged",
+    "manual": "an operator ran `agent-fsm recover`",
+    "orphaned": "a signal without an upgrade in the state file: the candidate was never judged",
+    "unknown": "no reason was recorded (a result from before reasons were kept)",
+}
+PROPERTIES = ("Result", "ExecMainStatus", "NRestarts")
+# What the recovery unit's environment carries, so `recover` tells its run from an operator's.
+RECOVERY_ENV = "AGENT_FSM_RECOVERY"
+
+
+def one_line(text: str) -> str:
+    """`text` as a reason is kept: its last non-empty line, at most MAX_REASON characters."""
+    lines = [ln.strip() for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
+    line = "".join(c if c.isprintable() else "?" for c in (lines[-1] if lines else ""))
+    return line if len(line) <= MAX_REASON else line[:MAX_REASON - 1] + "…"
+
+
+def from_unit(unit: str, shown: Mapping[str, str]) -> tuple[str, str]:
+    """(reason, class) for a candidate whose agent unit failed, from `systemctl show`."""
+    result = shown.get("Result", "")
+    status, starts = shown.get("ExecMainStatus", "?"), shown.get("NRestarts", "?")
+    if result == "timeout":
+        return (f"{unit} did not finish starting within its start timeout (the judgment "
+                f"deadline; restarted {starts} time(s))", "deadline")
+    if not result:
+        return f"{unit} failed while being judged (systemd's view of it could not be read)", \
+            "crashed"
+    return (f"{unit} failed at start: result {result}, exit status {status}, restarted "
+            f"{starts} time(s)", "crashed")
+
+
+def entry_keys(result: Mapping[str, Any] | None, reported: object) -> dict[str, Any]:
+    """What a history entry keeps of the result its transition `reported`: why, in words and
+    as a class (nothing for a result recorded before reasons were kept)."""
+    if not reported or result is None or "reason_class" not in result:
+        return {}
+    return {"reason": result.get("reason"), "reason_class": result["reason_class"]}

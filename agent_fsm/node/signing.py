@@ -1,0 +1,73 @@
+"""What a release's signature covers: the release's digest without the signature file, in the
+`agent-fsm-release` namespace; `release.sig` beside the rest of the tree.
+
+The signed message is the ASCII text `sha256:<hex>` (no newline): the digest `release_store`
+computes over every path, mode and byte of the release (`release_store.manifest`), with
+`release.sig` left out, the modes as the store gives them. So a signature made at `release
+pack` verifies on the normalized copy `release add` stores, and by hand:
+
+    printf %s sha256:… | ssh-keygen -Y verify -f allowed_signers -I PRINCIPAL \\
+        -n agent-fsm-release -s release.sig
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .. import files
+from ..errors import ConfigError
+from . import release_store
+from .config import Config
+from .paths import Paths
+from .release_tree import scan
+
+SIGNATURE = "release.sig"
+NAMESPACE = "agent-fsm-release"
+MAX_SIGNATURE_BYTES = 64 << 10  # an armored SSH signature is under 2 KiB; an RSA certificate more
+
+
+def message(release: Path, *, stored: bool) -> bytes:
+    """The message a release's signature signs: its digest without `release.sig`.
+
+    `stored`: the release is a stored (or staged) copy, checked as the store holds it; else a
+    packed directory, whose modes are taken as the store will give them."""
+    entries = [e for e in scan(release, stored=stored, normalize=not stored)
+               if e.path != SIGNATURE]
+    return release_store.digest(release_store.manifest(entries)).encode("ascii")
+
+
+def signature(release: Path) -> Path | None:
+    """The release's `release.sig`, or None when it has none. Raises ValueError when it is not
+    a regular file within MAX_SIGNATURE_BYTES."""
+    path = release / SIGNATURE
+    try:
+        files.read_regular(path, MAX_SIGNATURE_BYTES)
+    except FileNotFoundError:
+        return None
+    return path
+
+
+def allowed_signers(config: Config, paths: Paths) -> Path | None:
+    """The config's allowed-signers file (below --root, if given) once it is found to be a
+    readable regular file; None when the config names none. ConfigError otherwise."""
+    if config.allowed_signers is None:
+        return None
+    path = paths.real(config.allowed_signers)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError("it is not a regular file")
+            os.read(fd, 1)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        why = "does not exist" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
+        raise ConfigError(
+            f"config {config.source or paths.host_config}: `allowed_signers` names {path}, which "
+            f"{why}; write the trusted signers' public keys there (ssh-keygen(1), ALLOWED SIGNERS: "
+            f"`PRINCIPAL namespaces=\"{NAMESPACE}\" KEYTYPE KEY`), or remove the key to accept "
+            "unsigned releases") from None
+    return path
