@@ -9,6 +9,11 @@ import pytest
 from agent_fsm.agent.runtime import Waker
 from tests.helpers import World, make_world
 
+# A suite started in the background of a script (`cmd &`) inherits SIGINT ignored, and so would
+# every agent-fsm it starts: the tests that stop `status --watch` with Ctrl-C need it delivered.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture
 def world(tmp_path: Path) -> World:
