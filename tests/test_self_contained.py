@@ -107,7 +107,7 @@ class TestContents:
 
     def test_dependencies_are_vendored_with_their_metadata(self, release: Path) -> None:
         """lib/ holds each runtime dependency with its dist-info (RECORD, METADATA, licenses),
-        no byte code, no console scripts, no .pth files."""
+        no console scripts, no .pth files, and byte code only where the lean path needs it."""
         lib = release / "lib"
         infos = {p.name.split("-")[0].lower() for p in lib.glob("*.dist-info")}
         assert {"filelock", "rich", "transitions", "typer"} <= infos
@@ -115,9 +115,23 @@ class TestContents:
             assert (info / "METADATA").is_file() and (info / "RECORD").is_file()
             assert not (info / "direct_url.json").exists()
         assert list(lib.glob("rich-*.dist-info/**/LICENSE*"))
-        assert not list(release.rglob("*.pyc")) and not list(release.rglob("*.pth"))
-        assert not list(release.rglob("__pycache__"))
-        assert sorted(p.name for p in (release / "bin").iterdir()) == ["agent-fsm"]
+        assert not list(release.rglob("*.pth"))
+        compiled = {p.relative_to(lib).parts[0] for p in lib.rglob("*.pyc")}
+        assert compiled == {"agent_fsm", "transitions", "filelock"}
+
+    def test_the_lean_path_starts_from_byte_code_checked_against_its_source(self, release: Path) -> None:
+        """The daemon's, recover's and upgrade's modules ship as checked-hash .pyc that the
+        node's Python loads (valid whatever the stored files' times, never for a changed
+        source): every .py of agent_fsm has one."""
+        node_magic = subprocess.run(
+            ["/usr/bin/python3", "-I", "-S", "-c",
+             "import importlib.util, sys; sys.stdout.write(importlib.util.MAGIC_NUMBER.hex())"],
+            capture_output=True, text=True, check=True, timeout=60).stdout
+        tag = sys.implementation.cache_tag
+        for source in (release / "lib" / "agent_fsm").rglob("*.py"):
+            data = (source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc").read_bytes()
+            assert data[:4].hex() == node_magic, f"{source}: byte code for another Python"
+            assert int.from_bytes(data[4:8], "little") == 0b11, f"{source}: not checked-hash"
 
     def test_runtime_requirements_are_the_projects_dependencies(self) -> None:
         """What a release vendors starts from pyproject.toml's `dependencies`, no more, no less."""

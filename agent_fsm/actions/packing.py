@@ -22,8 +22,8 @@ from ..node.releases import check_version, natural_key, read_manifest
 from ..node.store import StateDoc
 from ..wiring import Node
 from . import abi, images, trust
+from .vendoring import compile_lean, vendor
 from .vendoring import launcher as launcher_text
-from .vendoring import vendor
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the agent_fsm package
 
@@ -45,6 +45,7 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
     # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
     shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
     vendor(tmp / "lib")
+    compile_lean(tmp)
     shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
     launcher = tmp / "bin" / "agent-fsm"
     launcher.write_text(launcher_text(version))
