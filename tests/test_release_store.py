@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -196,6 +197,23 @@ class TestDigest:
         assert again.replaced is not None and "damaged" in again.replaced
         world.node.controller.fire("recover")
         assert world.node.releases.selected() == "1.0.0"
+
+    def test_a_release_checked_before_in_this_process_still_finds_a_change(
+            self, world: World, tmp_path: Path) -> None:
+        """A process checks a settled release, remembers each file's hash by its stat, and still
+        finds a byte changed afterwards even with the size and times put back (a long-lived
+        daemon is not fooled by what it hashed before)."""
+        add(make_release(tmp_path), world.node)
+        time.sleep(2.1)  # settled: hashes of files this old are remembered
+        world.node.releases.verify("1.0.0")
+        unit = stored(world) / "assets" / "agent.service"
+        before = unit.stat()
+        data = bytearray(unit.read_bytes())
+        data[0] ^= 0x01
+        unit.write_bytes(bytes(data))
+        os.utime(unit, ns=(before.st_atime_ns, before.st_mtime_ns))
+        with pytest.raises(ReleaseError, match=r"release 1\.0\.0 is not what was stored"):
+            world.node.releases.verify("1.0.0")
 
     def test_digest_is_recorded_outside_the_release_and_stable(self, world: World,
                                                                tmp_path: Path) -> None:

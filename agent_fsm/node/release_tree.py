@@ -13,6 +13,7 @@ import errno
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,6 +185,7 @@ def copy(src: Path, dst: Path) -> None:
         os.close(src_fd)
 
 
+_SETTLED_NS = 2_000_000_000
 # What a file's hash was when its inode, size, mode and times were these: a writer cannot set
 # st_ctime_ns, so an unchanged key means unchanged bytes.
 Hashed = dict[tuple[str, int, int, int, int, int, int], Entry]
@@ -214,7 +216,10 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
                 h.update(chunk)
                 size += len(chunk)
             entries.append(Entry(rel, mode, size, h.hexdigest()))
-            if hashed is not None and size == st.st_size:
+            # Not remembered while its times are fresh: a change in the same clock tick as the
+            # hashing would keep the same stat (as git's "racily clean" entries).
+            if hashed is not None and size == st.st_size and \
+                    time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
                 hashed[key] = entries[-1]
     finally:
         os.close(root_fd)
