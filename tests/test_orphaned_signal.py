@@ -9,6 +9,7 @@ import pytest
 from agent_fsm.actions.operations import recover
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.errors import Refused
+from agent_fsm.node import known_bad
 from agent_fsm.system.notify import Notifier
 from agent_fsm.views.doctor import doctor
 from agent_fsm.views.status import status
@@ -47,6 +48,18 @@ class TestOrphanedSignal:
         assert world.node.store.read().state == "converged"
         assert world.node.releases.last_good() == "1.0.0" and world.node.signal() is None
         assert world.assets_on_disk() == before
+
+    def test_the_candidate_it_rolls_back_is_known_bad_and_says_why(self, world: World,
+                                                                    waker: Waker) -> None:
+        """The candidate an orphaned signal rolls back is marked known bad, with the reason its
+        result records (`orphaned`): the next `upgrade --to` it is refused unless forced."""
+        _restored_mid_judgment(world)
+        waker.stop = True
+        assert Daemon(world.node, Notifier(""), waker).startup()
+        marks, error = known_bad.view(world.paths)
+        assert error is None
+        assert [(m["version"], m["reason_class"]) for m in marks] == [("2.0.0", "orphaned")]
+        assert marks[0]["reason"] == world.node.store.read().last_result["reason"] != ""
 
     def test_the_gate_is_shut_on_the_way_back(self, world: World) -> None:
         """On a node whose gate is open (the candidate runs as if settled), rolling back an
