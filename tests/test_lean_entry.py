@@ -62,7 +62,7 @@ def _node(tmp_path: Path, setup: str) -> tuple[Path, Path]:
     if setup == "ready":
         world.add_release("2.0.0")
     if setup == "bad config":
-        cfg.write_text("nmae = 1\n")
+        cfg.write_text("name = 1\n")  # a wrong value (unknown keys the way back ignores)
     return cfg, world.root
 
 
@@ -150,7 +150,7 @@ def test_config_from_the_environment_on_the_lean_path(tmp_path: Path) -> None:
                       tmp_path / "heavy.json" if code is LEAN else None)
         out, err = proc.communicate(timeout=60)
         runs.append((proc.returncode, out, err.replace(str(base), "<base>")))
-    assert runs[0] == runs[1] and runs[0][0] == 1 and "nmae" in runs[0][2]
+    assert runs[0] == runs[1] and runs[0][0] == 1 and "`name` is 1" in runs[0][2]
 
 
 def test_a_refusal_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

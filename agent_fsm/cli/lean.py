@@ -30,14 +30,14 @@ def run_daemon(opts: Globals) -> int:
     """`agent-fsm daemon`: the agent unit's main process; its exit code."""
     from ..agent.daemon import main as daemon_main
 
-    return daemon_main(opts.node())
+    return daemon_main(opts.node(lenient=True))
 
 
 def run_recover(opts: Globals) -> int:
     """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line."""
     from ..actions.operations import recover
 
-    message = recover(opts.node()).message
+    message = recover(opts.node(lenient=True)).message
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
     return 0

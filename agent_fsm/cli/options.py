@@ -23,12 +23,14 @@ class Globals:
     config: Path | None = None
     root: Path | None = None
 
-    def node(self) -> Node:
-        """The node these options name: its config loaded, its paths below the root."""
+    def node(self, *, lenient: bool = False) -> Node:
+        """The node these options name: its config loaded, its paths below the root.
+        `lenient`: unknown config keys are logged, not refused (the way back: a config written
+        for the candidate, a newer agent-fsm, must not stop the last-good's daemon or recover)."""
         from ..node import config as config_mod
         from ..wiring import open_node
 
-        return open_node(config_mod.load(self.config, self.root), self.root)
+        return open_node(config_mod.load(self.config, self.root, lenient=lenient), self.root)
 
     def prog(self) -> str:
         """How this run was invoked, for the commands `status` suggests."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -15,6 +16,7 @@ from .hook_config import HookConfig
 from .hook_config import parse as parse_hooks
 from .quoting import control_character
 
+log = logging.getLogger("agent_fsm")
 DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")
 CONFIG_ENV = "AGENT_FSM_CONFIG"
 
@@ -99,10 +101,15 @@ def _bad(source: Path, key: str, value: Any, expected: str) -> ConfigError:
     return ConfigError(f"config {source}: `{key}` is {text}; expected {expected}")
 
 
-def _check_keys(source: Path, table: dict[str, Any], known: dict[str, type], where: str) -> None:
+def _check_keys(source: Path, table: dict[str, Any], known: dict[str, type], where: str,
+                lenient: bool = False) -> None:
     unknown = sorted(set(table) - set(known))
     if unknown:
         names = ", ".join(f"`{where}{k}`" for k in unknown)
+        if lenient:  # the way back: a key a newer agent-fsm reads must not strand this one
+            log.warning("config %s: ignoring unknown key %s (written for a newer agent-fsm?)",
+                        source, names)
+            return
         allowed = ", ".join(sorted(known))
         raise ConfigError(f"config {source}: unknown key {names}; known keys here: {allowed}")
 
@@ -168,9 +175,10 @@ def check_source(source: Path) -> Path:
     return source
 
 
-def parse(data: dict[str, Any], source: Path) -> Config:
-    """Check a parsed TOML table and build the Config it describes."""
-    _check_keys(source, data, _TOP_KEYS, "")
+def parse(data: dict[str, Any], source: Path, *, lenient: bool = False) -> Config:
+    """Check a parsed TOML table and build the Config it describes; `lenient`: unknown keys
+    are logged and ignored instead of refused (what systemd runs: `daemon`, `recover`)."""
+    _check_keys(source, data, _TOP_KEYS, "", lenient)
     kwargs: dict[str, Any] = {"source": source}
     if "name" in data:
         name = data["name"]
@@ -208,7 +216,7 @@ def parse(data: dict[str, Any], source: Path) -> Config:
         table = data["judgment"]
         if not isinstance(table, dict):
             raise _bad(source, "judgment", table, "a table")
-        _check_keys(source, table, _JUDGMENT_KEYS, "judgment.")
+        _check_keys(source, table, _JUDGMENT_KEYS, "judgment.", lenient)
         j: dict[str, Any] = {}
         for key in ("deadline_seconds", "soak_seconds"):
             if key in table:
@@ -231,7 +239,7 @@ def parse(data: dict[str, Any], source: Path) -> Config:
     return Config(**kwargs)
 
 
-def load(path: Path | None, root: Path | None = None) -> Config:
+def load(path: Path | None, root: Path | None = None, *, lenient: bool = False) -> Config:
     """Read the config from `path`, $AGENT_FSM_CONFIG, or the default file (below `root`, the
     --root, if given: the host's own config, which its units name).
 
@@ -257,7 +265,7 @@ def load(path: Path | None, root: Path | None = None) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {source} is not valid TOML: {exc}") from None
-    config = parse(data, source)
+    config = parse(data, source, lenient=lenient)
     if "python" in data:
         _launcher_reads(source, text, data["python"])
     return config
