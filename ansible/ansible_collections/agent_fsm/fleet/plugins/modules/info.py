@@ -21,11 +21,6 @@ version_added: 0.1.0
 author:
   - agent-fsm contributors (@agent-fsm)
 options:
-  config:
-    description:
-      - The agent-fsm config file on the node.
-      - Default is E(AGENT_FSM_CONFIG) in the module's environment, else C(/etc/agent-fsm/config.toml).
-    type: path
   binary:
     description:
       - The C(agent-fsm) program to run on the node.
@@ -36,6 +31,8 @@ options:
       - How many of the latest transitions to return; with 0 the history is not read.
     type: int
     default: 10
+extends_documentation_fragment:
+  - agent_fsm.fleet.node
 attributes:
   check_mode:
     support: full

@@ -34,15 +34,12 @@ options:
       - O(src) is already on the node; copy nothing.
     type: bool
     default: false
-  config:
-    description:
-      - The agent-fsm config file on the node.
-      - Default is E(AGENT_FSM_CONFIG) in the module's environment, else C(/etc/agent-fsm/config.toml).
-    type: path
   binary:
     description:
       - The C(agent-fsm) program to run on the node.
     type: path
+extends_documentation_fragment:
+  - agent_fsm.fleet.node
 attributes:
   action:
     support: full

@@ -29,11 +29,6 @@ options:
       - The release to run, as stored on the node.
     type: str
     required: true
-  config:
-    description:
-      - The agent-fsm config file on the node.
-      - Default is E(AGENT_FSM_CONFIG) in the module's environment, else C(/etc/agent-fsm/config.toml).
-    type: path
   binary:
     description:
       - The C(agent-fsm) program to run on the node.
@@ -55,6 +50,8 @@ options:
       - Pass C(--force) to C(agent-fsm upgrade), for agent-fsm versions that offer it.
     type: bool
     default: false
+extends_documentation_fragment:
+  - agent_fsm.fleet.node
 attributes:
   check_mode:
     support: full
