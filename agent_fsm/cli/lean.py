@@ -91,18 +91,23 @@ def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600
                      f"{up.from_version}")
 
 
-def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
-    """`upgrade` with `--to V` once, `--wait` at most once, `--timeout S` at most once (S a
-    finite number above 0: the full CLI says what is wrong with any other)."""
+def _options(argv: Sequence[str], valued: Sequence[str], flags: Sequence[str] = (), *,
+             until_word: bool = False) -> tuple[dict[str, str], int] | None:
+    """The options at the start of argv and where they end: each at most once, a flag bare, a
+    valued one as `--opt VALUE` or `--opt=VALUE` with a value that is not empty and does not
+    look like an option. `until_word`: they end at the first word that is no option; else every
+    word must be one. None: a shape the full CLI reads (it says what is wrong, if anything)."""
     given: dict[str, str] = {}
     i = 0
-    while i < len(argv):
+    while i < len(argv) and (argv[i].startswith("-") or not until_word):
         name, eq, value = argv[i].partition("=")
-        if name in ("--wait", "--force") and not eq and name not in given:
+        if name in given:
+            return None
+        if name in flags and not eq:
             given[name] = ""
             i += 1
             continue
-        if name not in ("--to", "--timeout") or name in given:
+        if name not in valued:
             return None
         if not eq:
             if i + 1 >= len(argv):
@@ -113,6 +118,16 @@ def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
             return None
         given[name] = value
         i += 1
+    return given, i
+
+
+def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
+    """`upgrade` with `--to V` once, `--wait` and `--force` at most once, `--timeout S` at most
+    once (S a finite number above 0: the full CLI says what is wrong with any other)."""
+    found = _options(argv, ("--to", "--timeout"), ("--wait", "--force"))
+    if found is None:
+        return None
+    given = found[0]
     if "--to" not in given:
         return None
     timeout = 600.0
@@ -140,26 +155,17 @@ def parse(argv: Sequence[str]) -> tuple[Globals, Callable[[Globals], int]] | Non
     Each global option at most once, as `--opt VALUE` or `--opt=VALUE`, with a value that is not
     empty and does not look like an option: anything the full CLI might read otherwise is its.
     """
-    opts: dict[str, Path] = {}
-    i = 0
-    while i < len(argv) and argv[i].startswith("-"):
-        name, eq, value = argv[i].partition("=")
-        if name not in GLOBAL_OPTIONS or name in opts:
-            return None
-        if not eq:
-            if i + 1 >= len(argv):
-                return None
-            i += 1
-            value = argv[i]
-        if not value or value.startswith("-"):
-            return None
-        opts[name] = Path(value)
-        i += 1
+    found = _options(argv, GLOBAL_OPTIONS, until_word=True)
+    if found is None:
+        return None
+    opts, i = found
     command = (_upgrade(argv[i + 1:]) if argv[i:i + 1] == ["upgrade"]
                else COMMANDS.get(tuple(argv[i:])))
     if command is None:
         return None
-    return Globals(opts.get("--config"), opts.get("--root")), command
+    config, root = opts.get("--config"), opts.get("--root")
+    return Globals(None if config is None else Path(config),
+                   None if root is None else Path(root)), command
 
 
 def _completing() -> bool:
