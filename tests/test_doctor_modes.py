@@ -261,3 +261,28 @@ class TestConfigFile:
         world = make_world(world.root, replace(world.node.config,
                                                allowed_signers=Path("/etc/agent-fsm/allowed_signers")))
         assert _fix(world, "allowed signers", signers) == f"chown {os.geteuid()} {_q(signers)}"
+
+    def _with_check(self, world: World, program: Path) -> World:
+        """The node with a judgment check that runs `program` (named by its host path)."""
+        judgment = replace(world.node.config.judgment, checks=((str(program), "--ok"),))
+        return make_world(world.root, replace(world.node.config, judgment=judgment))
+
+    def test_a_program_others_may_write_is_a_failure(self, configured: tuple[World, Path]) -> None:
+        """A check root runs, writable by others (0777), is a failure fixed with chmod go-w;
+        one of root's, 0755, passes."""
+        world, cfg = configured
+        program = cfg.parent / "check-health"
+        program.write_text("#!/bin/sh\nexit 0\n")
+        program.chmod(0o755)
+        world = self._with_check(world, Path("/etc/agent-fsm/check-health"))
+        found = [f for f in doctor(world.node, check_systemd=False) if f.check == "program"]
+        assert found == []
+        program.chmod(0o777)
+        assert _fix(world, "program", program) == f"chmod go-w {_q(program)}"
+
+    def test_a_missing_program_is_a_failure(self, configured: tuple[World, Path]) -> None:
+        """A hook or check named by a path that does not exist is named: it could never run."""
+        world, _ = configured
+        world = self._with_check(world, Path("/etc/agent-fsm/nowhere"))
+        found = [f for f in doctor(world.node, check_systemd=False) if f.check == "program"]
+        assert [f.level for f in found] == ["fail"] and "does not exist" in found[0].detail

@@ -1,8 +1,9 @@
 """`doctor`'s checks of the files root takes its orders from: the config file (it names what
-root runs and renders) and the allowed-signers file it names (it decides whose releases root
-accepts). Each must be root's or ours and not writable by group or others, nor may any
-directory above it be (above --root, when the file is below it, is the host's business), as
-`modes` checks the state, unit and script directories.
+root runs and renders), the allowed-signers file it names (it decides whose releases root
+accepts) and the programs it names by path (checks, hooks, the publish command: root runs
+them). Each must be root's or ours and not writable by group or others, nor may any directory
+above it be (above --root, when the file is below it, is the host's business), as `modes`
+checks the state, unit and script directories.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..node.config import DEFAULT_CONFIG
+from ..node.config import DEFAULT_CONFIG, Config
 from ..node.paths import Paths
 from .finding import Finding
 from .modes import loose, lstat, mode_text, ours, q
@@ -26,6 +27,7 @@ def config_file(paths: Paths) -> list[Finding]:
     files_ = [("config file", config.source or paths.real(DEFAULT_CONFIG), config.source is None)]
     if config.allowed_signers is not None:
         files_.append(("allowed signers", paths.real(config.allowed_signers), False))
+    files_ += [("program", paths.real(Path(exe)), False) for exe in programs(config)]
     covered = {d for start in (paths.agent_unit.parent, paths.recovery_script.parent,
                                paths.state_dir.parent) for d in (start, *start.parents)
                if paths.root is None or (d.is_relative_to(paths.root) and d != paths.root)}
@@ -42,7 +44,11 @@ def config_file(paths: Paths) -> list[Finding]:
                                    f"ln -sfn TARGET {q(path)}  (TARGET: the real file)"))
                 continue
         if st is None:
-            if not may_be_missing:
+            if label == "program":
+                out.append(Finding(label, "fail", f"{path}, which the config has root run (a "
+                                   "check, hook or command), does not exist",
+                                   "install it, or change the config that names it"))
+            elif not may_be_missing:
                 out.append(Finding(label, "fail", f"{path} (the config's `allowed_signers`) does "
                                    "not exist: `release add` stores no release until it does",
                                    f"write the trusted signers' keys to {q(path)}"))
@@ -58,9 +64,18 @@ def config_file(paths: Paths) -> list[Finding]:
                                "may change what root runs", f"chmod go-w {q(chain[-1])}"))
         for file in chain:
             out += _parents(file, paths.root, covered)
-    return out or [Finding("config modes", "ok", "the config file (and the allowed signers it "
-                           "names) and the directories above them are root's or ours, and only "
-                           "they may write them")]
+    return out or [Finding("config modes", "ok", "the config file, the allowed signers and the "
+                           "programs it names, and the directories above them, are root's or "
+                           "ours, and only they may write them")]
+
+
+def programs(config: Config) -> list[str]:
+    """The executables the config names by absolute path, which root runs: the judgment's
+    checks, the publish command, hooks, and the systemctl and podman prefixes (a bare name is
+    found on root's PATH, which is not the config's to change)."""
+    argvs = [*config.judgment.checks, config.publish_command, config.systemctl, config.podman,
+             *(argv for _, _, argv in config.hooks.listed())]
+    return sorted({a[0] for a in argvs if a and a[0].startswith("/")})
 
 
 def _parents(file: Path, root: Path | None, covered: set[Path]) -> list[Finding]:
