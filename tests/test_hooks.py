@@ -16,6 +16,7 @@ from agent_fsm.lifecycle.hooks import before_triggers
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.hook_config import HookConfig
 from agent_fsm.system.hooks import HookRunner
+from agent_fsm.views.doctor import doctor
 from agent_fsm.views.status import status
 from tests.helpers import DEFAULT_CONFIG, Crash, World, crash_at, make_world
 
@@ -212,9 +213,9 @@ class TestAfterHooksNeverFail:
             f"hook after.{t} ({hook}) exited 7: cannot reach the API" for t in ("recover", "recovered")]
         assert "hook after.recovered" in caplog.text and "not fatal" in caplog.text
 
-    def test_status_shows_a_failed_after_hook_until_it_succeeds(self, tmp_path: Path) -> None:
-        """`status` keeps an after hook's last failure, with its time and last line, until a
-        later run of the same hook succeeds."""
+    def test_status_and_doctor_show_a_failed_after_hook_until_it_succeeds(self, tmp_path: Path) -> None:
+        """`status` (and `doctor`, as a warning) keep an after hook's last failure, with its time
+        and last line, until a later run of the same hook succeeds."""
         broken = tmp_path / "broken"
         broken.touch()
         hook = script(tmp_path / "undrain.sh",
@@ -227,6 +228,9 @@ class TestAfterHooksNeverFail:
         shown = {h["trigger"]: h["failed"] for h in status(world.node).to_json()["hooks"]}
         assert shown["recovered"] == {"time": world.clock.now(),
                                       "error": f"hook after.recovered ({hook}) exited 2: API down"}
+        warned = [f for f in doctor(world.node, check_systemd=False) if f.check == "hook"]
+        assert ("warn", f"after hook recovered last failed: hook after.recovered ({hook}) "
+                "exited 2: API down") in [(f.level, f.detail) for f in warned]
         broken.unlink()
         world.node.controller.fire("settle")  # another hook's success clears nothing
         runner(world).wait()
@@ -237,6 +241,7 @@ class TestAfterHooksNeverFail:
         world.node.controller.fire("recovered")
         runner(world).wait()
         assert [h["failed"] for h in status(world.node).hooks] == [None, None]
+        assert not [f for f in doctor(world.node, check_systemd=False) if f.check == "hook"]
 
     def test_a_hanging_after_hook_does_not_delay_the_way_back(self, tmp_path: Path) -> None:
         """An after hook runs beside the caller: `recover` returns, and the last-good's

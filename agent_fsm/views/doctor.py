@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import AgentFsmError
 from ..lifecycle.states import StateName
-from ..node import validate
+from ..node import hook_failures, validate
 from ..system import proc
 from ..wiring import Node
 from . import config_modes, modes
@@ -202,6 +202,14 @@ def _skipped(node: Node) -> list[Finding]:
         for s in doc.skipped]
 
 
+def _hooks(node: Node) -> list[Finding]:
+    """`after` hooks whose last run failed (kept until they next succeed)."""
+    return [Finding("hook", "warn", f"after hook {key.partition('.')[2]} last failed: {v['error']}",
+                    "fix the hook; it runs again at its next transition (`agent-fsm status` "
+                    "lists the hooks), and the warning goes when it succeeds")
+            for key, v in sorted(hook_failures.read(node.paths.state_dir).items())]
+
+
 def _journal(node: Node) -> list[Finding]:
     """Lines of the history journal that `history` skips (damaged: a checksum or a field)."""
     try:
@@ -232,6 +240,7 @@ def doctor(node: Node, *, check_systemd: bool = True) -> list[Finding]:
     findings += _directories(node)
     findings += _consistency(node)
     findings += _skipped(node)
+    findings += _hooks(node)
     findings += _journal(node)
     findings += _outbox(node)
     findings += signatures(node)
