@@ -134,7 +134,7 @@ class TestReferences:
         ("dir:/srv/x", "does not take podman's dir: transport"),
         ("oci-archive:", "give oci-archive:FILE"),
         ("containers-storage:", "give containers-storage:REF"),
-        ("docker://", "give docker:REF"),
+        ("docker://", "give docker://REF"),
         ("containers-storage:a b", "without spaces"),
         ("containers-storage:--all", "cannot start with '-'"),
     ])

@@ -55,7 +55,8 @@ def parse_reference(text: str) -> ImageRef | None:
         return None
     if not target or target != target.strip() or any(c.isspace() or ord(c) < 32 for c in target):
         what = "FILE" if transport in ARCHIVES else "REF"
-        raise ReleaseError(f"{text!r} is not an image reference: give {transport}:{what} "
+        form = "docker://REF" if transport == REGISTRY else f"{transport}:{what}"
+        raise ReleaseError(f"{text!r} is not an image reference: give {form} "
                            "without spaces or control characters (docs/containers.md)")
     if transport in ARCHIVES:
         return ImageRef(transport, os.path.abspath(target))
