@@ -85,6 +85,17 @@ class TestStatus:
         assert world.paths.state_file.read_bytes() == b'{"schema": 1, "state": "idle"'
 
 
+class TestReleaseList:
+    def test_an_empty_store_says_so(self, tmp_path: Path, cfg: Path) -> None:
+        """`release list` with nothing stored says where it looked and how to add one (exit 0);
+        `--json` gives an empty list."""
+        root = ["--config", str(cfg), "--root", str(tmp_path / "root")]
+        proc = run(*root, "release", "list")
+        assert proc.returncode == 0 and "no releases stored in " in proc.stdout
+        assert "agent-fsm release add DIR" in proc.stdout
+        assert json.loads(run(*root, "release", "list", "--json").stdout) == []
+
+
 class TestConfigErrors:
     @pytest.mark.parametrize(("text", "needle"), [
         ("nmae = 'x'\n", "unknown key `nmae`"),

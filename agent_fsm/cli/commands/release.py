@@ -129,6 +129,9 @@ def release_list(
     if as_json:
         render.print_json(rows)
         return
+    if not rows:
+        out.print(f"no releases stored in {node.paths.releases_dir}; add one with "
+                  "`agent-fsm release add DIR`", markup=False)
     for r in rows:
         marks = [m for m, on in (("selected", r["selected"]), ("last-good", r["last_good"])) if on]
         line = f"{r['version']}  {r['digest'] or 'no digest'}"
