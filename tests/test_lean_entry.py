@@ -101,13 +101,18 @@ def test_lean_and_full_paths_agree(tmp_path: Path, command: list[str], setup: st
     fast = _start(LEAN, [*lean_opts, *command], _env(tmp_path), report)
     full = _start(FULL, [*full_opts, *command], _env(tmp_path))
     results = []
-    for proc, base in ((fast, lean_dir), (full, full_dir)):
-        out, err = proc.communicate(timeout=60)
-        state = base / "root" / "var/lib/agent-fsm/state.json"
-        current = json.loads(state.read_text())["state"] if state.exists() else None
-        out = re.sub(r"\+ *[0-9.]+s ", "+N s ", out)  # --wait's steps, timed from the start
-        results.append((proc.returncode, out.replace(str(base), "<base>"),
-                        err.replace(str(base), "<base>"), current))
+    try:
+        for proc, base in ((fast, lean_dir), (full, full_dir)):
+            out, err = proc.communicate(timeout=60)
+            state = base / "root" / "var/lib/agent-fsm/state.json"
+            current = json.loads(state.read_text())["state"] if state.exists() else None
+            out = re.sub(r"\+ *[0-9.]+s ", "+N s ", out)  # --wait's steps, timed from the start
+            results.append((proc.returncode, out.replace(str(base), "<base>"),
+                            err.replace(str(base), "<base>"), current))
+    finally:  # one that did not end (a daemon that started after all) ends with the test
+        for proc in (fast, full):
+            proc.kill()
+            proc.wait()
     assert results[0][0] == code, results[0]
     if command == ["status", "--json"]:  # the time and the seconds since move between the runs
         results = [(c, "".join(ln for ln in o.splitlines(True) if '"time"' not in ln
