@@ -10,12 +10,13 @@ import pytest
 from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
 
 
-def _require_sandbox() -> None:
-    """Skip when this machine cannot boot a sandbox; fail instead in CI (CI=true)."""
-    missing = missing_requirements()
+def require_sandbox(*also_missing: str, what: str = "e2e tests need") -> None:
+    """Skip when this machine cannot boot a sandbox (or lacks what `also_missing` names); fail
+    instead in CI (CI=true)."""
+    missing = [*missing_requirements(), *also_missing]
     if not missing:
         return
-    reason = "e2e tests need " + "; ".join(missing)
+    reason = f"{what} " + "; ".join(missing)
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason} (CI=true: the e2e suite must not be skipped)", pytrace=False)
     pytest.skip(reason)
@@ -24,7 +25,7 @@ def _require_sandbox() -> None:
 @pytest.fixture
 def unbooted_sandbox() -> Iterator[SystemdSandbox]:
     """A sandbox not yet booted (call `boot()`); shut down after the test whatever happens."""
-    _require_sandbox()
+    require_sandbox()
     sandbox = SystemdSandbox(keep=python_paths())  # a checkout under /tmp stays visible
     try:
         yield sandbox
@@ -42,4 +43,4 @@ def systemd_sandbox(unbooted_sandbox: SystemdSandbox) -> SystemdSandbox:
 @pytest.fixture
 def can_boot_sandbox() -> None:
     """For tests that boot their own sandbox (the demo): skip or fail as the fixtures above."""
-    _require_sandbox()
+    require_sandbox()

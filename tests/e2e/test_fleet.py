@@ -8,7 +8,6 @@ through ``agent-fsm status --json``.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent_fsm_lab.fleet import Fleet, PlaybookRun, ansible_playbook
-from agent_fsm_lab.sandbox import missing_requirements
+from tests.e2e.conftest import require_sandbox
 
 pytestmark = pytest.mark.e2e
 
@@ -26,15 +25,9 @@ PLAY = "PLAY [Roll agent-fsm out, a canary first, then batches]"
 
 def _require() -> None:
     """Skip when this machine cannot boot nodes or has no Ansible; fail instead in CI."""
-    missing = missing_requirements()
-    if ansible_playbook() is None:
-        missing.append("ansible-playbook next to this Python (pip install -e '.[test]')")
-    if not missing:
-        return
-    reason = "the fleet e2e test needs " + "; ".join(missing)
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the e2e suite must not be skipped)", pytrace=False)
-    pytest.skip(reason)
+    require_sandbox(*([] if ansible_playbook() else
+                      ["ansible-playbook next to this Python (pip install -e '.[test]')"]),
+                    what="the fleet e2e test needs")
 
 
 @pytest.fixture(scope="module")
