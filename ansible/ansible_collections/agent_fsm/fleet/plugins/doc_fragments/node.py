@@ -1,12 +1,19 @@
 # Copyright: agent-fsm contributors
 # MIT License (see the LICENSE of agent-fsm)
-"""Documentation the agent_fsm.fleet modules share: how they find the node's config."""
+"""Documentation the agent_fsm.fleet modules share: what a node needs, how they find its config."""
 
 from __future__ import annotations
 
 
 class ModuleDocFragment:
     DOCUMENTATION = r"""
+attributes:
+  platform:
+    support: full
+    platforms: posix
+    description: Nodes with systemd and Python 3.11 or later.
+requirements:
+  - Python 3.11 or later on the node (C(tomllib)).
 options:
   config:
     description:

@@ -40,12 +40,6 @@ attributes:
   diff_mode:
     support: none
     description: Changes nothing, so there is nothing to show.
-  platform:
-    support: full
-    platforms: posix
-    description: Nodes with systemd and Python 3.11 or later.
-requirements:
-  - Python 3.11 or later on the node (C(tomllib)).
 notes:
   - Safe in check mode; never reports a change.
 seealso:

@@ -53,12 +53,6 @@ attributes:
   diff_mode:
     support: none
     description: Stores a release or not; the result says which.
-  platform:
-    support: full
-    platforms: posix
-    description: Nodes with systemd and Python 3.11 or later.
-requirements:
-  - Python 3.11 or later on the node (C(tomllib)).
 notes:
   - In check mode a version already stored is reported unchanged without comparing its content.
 seealso:

@@ -59,12 +59,6 @@ attributes:
   diff_mode:
     support: full
     description: Shows the selected version and state before and after (predicted in check mode).
-  platform:
-    support: full
-    platforms: posix
-    description: Nodes with systemd and Python 3.11 or later.
-requirements:
-  - Python 3.11 or later on the node (C(tomllib)).
 notes:
   - agent-fsm's exit codes map to the result, 0 done, 3 refused (RV(refused)),
     4 rolled back (RV(rolled_back)).
