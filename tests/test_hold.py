@@ -53,7 +53,7 @@ def cli(world: World, cfg: Path, *args: str) -> subprocess.CompletedProcess[str]
 
 
 def held_file(world: World) -> Path:
-    return hold.path(world.paths)
+    return world.paths.hold_file
 
 
 class TestUntil:

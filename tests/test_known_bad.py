@@ -38,7 +38,7 @@ def rolled_back(world: World, to: str = "2.0.0") -> World:
 
 
 def record(world: World) -> Path:
-    return known_bad.path(world.paths)
+    return world.paths.known_bad_file
 
 
 class TestRefused:

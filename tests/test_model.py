@@ -146,7 +146,7 @@ class Lifecycle(RuleBasedStateMachine):
         assert host.releases.last_good() == self.model.last_good
         assert (None if sig is None else (sig.from_version, sig.to_version)) == self.model.upgrade
         assert host.gate.is_open() == self.model.gate
-        marks = known_bad.read(known_bad.path(self.world.paths)).marks
+        marks = known_bad.read(self.world.paths.known_bad_file).marks
         assert set(marks) == self.model.known_bad
 
     @invariant()

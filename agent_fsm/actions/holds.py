@@ -32,7 +32,7 @@ class HoldDone:
 def hold(node: Node, reason: str, until: float | None) -> HoldDone:
     """Hold upgrades (replacing any hold) until `until`, or until `unhold` when None."""
     reason = hold_file.check_reason(reason)
-    path = hold_file.path(node.paths)
+    path = node.paths.hold_file
     with node.store.locked():
         now = node.clock.now()
         current = hold_file.read(path)
@@ -48,7 +48,7 @@ def hold(node: Node, reason: str, until: float | None) -> HoldDone:
 
 def unhold(node: Node) -> HoldDone:
     """Lift the hold (an expired or damaged one too); say so when there was none."""
-    path = hold_file.path(node.paths)
+    path = node.paths.hold_file
     with node.store.locked():
         now = node.clock.now()
         current = hold_file.read(path)
@@ -61,8 +61,8 @@ def unhold(node: Node) -> HoldDone:
 def overridden(node: Node) -> tuple[str, ...]:
     """What a forced upgrade goes past now: the hold and the inhibitors that count, in words."""
     now = node.clock.now()
-    found = hold_file.read(hold_file.path(node.paths))
+    found = hold_file.read(node.paths.hold_file)
     out = [f"the hold ({found.words()})"] if found and not found.expired(now) else []
-    out += [f"the inhibitor {i.words()}" for i in inhibitors.scan(inhibitors.directory(node.paths))
+    out += [f"the inhibitor {i.words()}" for i in inhibitors.scan(node.paths.inhibitor_dir)
             if not i.stale]
     return tuple(out)

@@ -69,7 +69,7 @@ def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600
         from ..actions.holds import overridden
         from ..node import known_bad
 
-        bad = known_bad.words(known_bad.path(node.paths), to)
+        bad = known_bad.words(node.paths.known_bad_file, to)
         for what in (*overridden(node), *([bad] if bad else [])):
             say(f"--force: going past {what}")
     doc = begin_upgrade(node, to, force=force)

@@ -136,12 +136,12 @@ class Host:
 
     @condition
     def not_held(self, step: Step) -> AgentFsmError | None:  # `agent-fsm hold`, unless forced
-        return hold.refusal(hold.read(hold.path(self.paths)), self.clock.now(),
+        return hold.refusal(hold.read(self.paths.hold_file), self.clock.now(),
                             force=bool(step.arg("force")))
 
     @condition
     def not_inhibited(self, step: Step) -> AgentFsmError | None:  # workloads', unless forced
-        return inhibitors.refusal(inhibitors.scan(inhibitors.directory(self.paths)),
+        return inhibitors.refusal(inhibitors.scan(self.paths.inhibitor_dir),
                                   force=bool(step.arg("force")))
 
     # Effects ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ log = logging.getLogger("agent_fsm")
 
 @condition
 def not_known_bad(host: Host, step: Step) -> AgentFsmError | None:
-    return known_bad.refusal(known_bad.path(host.paths), str(step.arg("release")),
+    return known_bad.refusal(host.paths.known_bad_file, str(step.arg("release")),
                              force=bool(step.arg("force")))
 
 
@@ -34,7 +34,7 @@ def mark_known_bad(host: Host, step: Step) -> None:
     mark = known_bad.Mark(up.to_version, float(r.get("time", step.arg("started"))),
                           str(r.get("reason", "")), str(r.get("reason_class", "unknown")),
                           up.started)
-    if known_bad.mark(known_bad.path(host.paths), mark):
+    if known_bad.mark(host.paths.known_bad_file, mark):
         log.warning("release %s is now known bad: `agent-fsm upgrade --to %s` is refused unless "
                     "--force", up.to_version, up.to_version)
 
@@ -43,5 +43,5 @@ def mark_known_bad(host: Host, step: Step) -> None:
 def clear_known_bad(host: Host, step: Step) -> None:
     """The version was judged ok: whatever marked it before, it works here now."""
     version = host._upgrade(step).to_version
-    if known_bad.clear(known_bad.path(host.paths), version):
+    if known_bad.clear(host.paths.known_bad_file, version):
         log.info("release %s is no longer known bad: it was judged ok", version)

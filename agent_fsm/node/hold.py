@@ -30,10 +30,6 @@ UNTIL_FORMS = ("an ISO 8601 time (2026-12-01T18:00:00+01:00; UTC when it has no 
                "duration from now (30m, 2h, 1d, 1w, 1h30m)")
 
 
-def path(paths: Paths) -> Path:
-    return paths.state_dir / "hold.json"
-
-
 def utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -143,5 +139,5 @@ def refusal(hold: Hold | None, now: float, *, force: bool) -> Refused | None:
 
 def view(paths: Paths, now: float) -> dict[str, Any] | None:
     """The hold as `status --json` shows it: null, or {reason, since, until, expired, error}."""
-    found = read(path(paths))
+    found = read(paths.hold_file)
     return None if found is None else found.to_json(now)

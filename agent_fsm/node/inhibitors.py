@@ -28,10 +28,6 @@ MAX_PID = 2**22  # the kernel's highest pid_max
 MAX_VALUE = 500
 
 
-def directory(paths: Paths) -> Path:
-    return paths.real(paths.config.inhibitor_dir)
-
-
 def pid_alive(pid: int) -> bool:
     """Whether a process `pid` exists (in agent-fsm's PID namespace)."""
     try:
@@ -139,4 +135,4 @@ def refusal(inhibitors: tuple[Inhibitor, ...], *, force: bool) -> Refused | None
 
 def view(paths: Paths) -> tuple[dict[str, Any], ...]:
     """The inhibitors as `status --json` shows them (stale ones too, marked)."""
-    return tuple(i.to_json() for i in scan(directory(paths)))
+    return tuple(i.to_json() for i in scan(paths.inhibitor_dir))

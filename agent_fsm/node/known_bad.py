@@ -27,10 +27,6 @@ MAX_BYTES = 256 * 1024
 FILE_MODE = 0o644  # `status` and `release list` read it as any user, as they read state.json
 
 
-def path(paths: Paths) -> Path:
-    return paths.state_dir / "known-bad.json"
-
-
 @dataclass(frozen=True)
 class Mark:
     """A version that rolled back here: when (the result's time), why, and which upgrade."""
@@ -155,7 +151,7 @@ def words(file: Path, version: str) -> str | None:
 def view(paths: Paths) -> tuple[tuple[dict[str, Any], ...], str | None]:
     """What `status` shows: the marks, oldest first, and the damage, if the record is damaged."""
     try:
-        record = read(path(paths))
+        record = read(paths.known_bad_file)
     except Damaged as exc:
         return (), str(exc)
     return tuple(m.to_json() for m in sorted(record.marks.values(), key=lambda m: m.time)), None
@@ -170,6 +166,6 @@ def without(paths: Paths, versions: tuple[str, ...]) -> tuple[str, ...]:
 def rollbacks(paths: Paths) -> dict[str, int]:
     """Rollbacks on this node by reason class (empty when the record is missing or damaged)."""
     try:
-        return read(path(paths)).rollbacks
+        return read(paths.known_bad_file).rollbacks
     except Damaged:
         return {}

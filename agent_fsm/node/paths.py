@@ -104,6 +104,21 @@ class Paths:
         return self.state_dir / "last-good-assets.json"
 
     @property
+    def hold_file(self) -> Path:
+        """The operator's hold on upgrades (`agent-fsm hold`), if any."""
+        return self.state_dir / "hold.json"
+
+    @property
+    def known_bad_file(self) -> Path:
+        """The versions that rolled back here, and rollbacks by reason class."""
+        return self.state_dir / "known-bad.json"
+
+    @property
+    def inhibitor_dir(self) -> Path:
+        """Where workloads drop the files that inhibit an upgrade."""
+        return self.real(self.config.inhibitor_dir)
+
+    @property
     def results_dir(self) -> Path:
         return self.state_dir / "results"
 

@@ -82,7 +82,7 @@ def collect(node: Node) -> tuple[Family, ...]:
             ("selected", node.releases.selected() or ""),
             ("last_good", node.releases.last_good() or "")),
     ]
-    held, found = hold.read(hold.path(node.paths)), inhibitors.view(node.paths)
+    held, found = hold.read(node.paths.hold_file), inhibitors.view(node.paths)
     stale = sum(1 for i in found if i["stale"])
     families.append(one("hold_active", "gauge", "1 while upgrades are held (`agent-fsm hold`, "
                         "not expired).", float(held is not None and not held.expired(now))))
