@@ -25,7 +25,7 @@ from pathlib import Path
 from .errors import UnsafePath
 
 
-def _unsafe(path: Path, why: str) -> UnsafePath:
+def unsafe(path: Path, why: str) -> UnsafePath:
     return UnsafePath(f"refusing to write {path}: {why}; nothing was written. Remove or fix it "
                       "and run the command again (`agent-fsm doctor` checks every path)")
 
@@ -42,9 +42,9 @@ def ensure_dir(directory: Path, mode: int = 0o755) -> None:
             fsync_dir(directory.parent)  # the new entry survives a power loss
         st = os.lstat(directory)
     if stat.S_ISLNK(st.st_mode):
-        raise _unsafe(directory, "the directory is a symlink")
+        raise unsafe(directory, "the directory is a symlink")
     if not stat.S_ISDIR(st.st_mode):
-        raise _unsafe(directory, "it is not a directory")
+        raise unsafe(directory, "it is not a directory")
 
 
 @contextlib.contextmanager
@@ -55,7 +55,7 @@ def _open_dir(directory: Path, *, create: bool = True) -> Iterator[int]:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise _unsafe(directory, "the directory is a symlink") from None
+            raise unsafe(directory, "the directory is a symlink") from None
         raise
     try:
         yield fd
@@ -78,7 +78,7 @@ def _refuse_link(dir_fd: int, path: Path) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
-        raise _unsafe(path, "a symlink is planted there")
+        raise unsafe(path, "a symlink is planted there")
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, create_dir: bool = True) -> None:
@@ -91,7 +91,7 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, create_dir: bool
         try:
             fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
         except FileExistsError:
-            raise _unsafe(path, f"something is planted at the temporary name {tmp}") from None
+            raise unsafe(path, f"something is planted at the temporary name {tmp}") from None
         try:
             try:
                 view = memoryview(data)
@@ -116,7 +116,7 @@ def atomic_symlink(link: Path, target: str) -> None:
         try:
             st = os.lstat(link.name, dir_fd=dir_fd)
             if not stat.S_ISLNK(st.st_mode):
-                raise _unsafe(link, "a file that is not a pointer symlink is there")
+                raise unsafe(link, "a file that is not a pointer symlink is there")
         except FileNotFoundError:
             pass
         tmp = f".{link.name}.{secrets.token_hex(6)}.tmp"
@@ -195,12 +195,12 @@ def private_file(path: Path, mode: int = 0o600) -> None:
         return
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise _unsafe(path, "a symlink is planted there") from None
+            raise unsafe(path, "a symlink is planted there") from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise _unsafe(path, "it is not a regular file")
+            raise unsafe(path, "it is not a regular file")
         if stat.S_IMODE(st.st_mode) != mode:
             os.fchmod(fd, mode)
     finally:
@@ -214,7 +214,7 @@ def check_private_dir(directory: Path) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
-        raise _unsafe(directory, "the state directory is a symlink")
+        raise unsafe(directory, "the state directory is a symlink")
     if st.st_uid != os.geteuid():
         raise UnsafePath(f"state directory {directory} is owned by uid {st.st_uid}, not by "
                          f"agent-fsm's uid {os.geteuid()}; fix with `chown {os.geteuid()} "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import files
+from . import lock
 from .hook_config import HookConfig
 
 FILE_NAME = "hook-failures.json"
@@ -39,12 +40,10 @@ def read(state_dir: Path) -> dict[str, dict[str, Any]]:
 def note(state_dir: Path, key: str, time: float, failure: str | None) -> None:
     """Record a hook's end: its failure (kept until it succeeds), or its success (clearing it).
     Raises OSError or UnsafePath when the file cannot be written."""
-    import filelock
-
     if failure is None and key not in read(state_dir):
         return  # nothing to clear: a succeeding hook writes nothing
     files.ensure_private_dir(state_dir)
-    with filelock.FileLock(str(state_dir / LOCK_NAME), timeout=10, mode=0o600):
+    with lock.held(state_dir / LOCK_NAME, timeout=10):
         failed = read(state_dir)
         if failure is None:
             failed.pop(key, None)

@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import files
 from ..errors import Refused, StateFileError
-from . import entries, validate
+from . import entries, lock, validate
 from .counters import CountRules, seed, to_json
 from .journal import FILE_NAME, Journal, Read, advanced_skipped, stay_since
 
@@ -279,22 +279,16 @@ class Store:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the writers' lock for a whole transition."""
-        import filelock  # writers only: readers (status) need no lock
-
         # The state dir 0700 and the lock 0600: a user who could open the lock could hold it
         # (`flock -s`) and make every transition time out.
         files.ensure_private_dir(self.lock_path.parent)
-        files.private_file(self.lock_path)  # one made before it was kept private
-        lock = filelock.FileLock(str(self.lock_path), timeout=self.lock_timeout, mode=0o600)
-        try:
-            lock.acquire()
-        except filelock.Timeout:
-            raise Refused(
-                f"another agent-fsm operation has held {self.lock_path} for over "
-                f"{self.lock_timeout:.0f}s; try again when it finishes"
-            ) from None
-        try:
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(lock.held(self.lock_path, self.lock_timeout))
+            except lock.LockTimeout:
+                raise Refused(
+                    f"another agent-fsm operation has held {self.lock_path} for over "
+                    f"{self.lock_timeout:.0f}s; try again when it finishes"
+                ) from None
             yield
-        finally:
-            lock.release()
 
