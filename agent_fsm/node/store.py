@@ -1,11 +1,11 @@
 """The state file: the machine's state, the pending upgrade, the effects still owed, counters.
 
-`<state_dir>/state.json` carries a schema version and a checksum of its contents. Writers hold a
-`FileLock` on the sibling `state.lock` for a whole transition; readers need no lock, because
-every write is atomic (see `files`). A file that is damaged, of a newer schema, or with a field
-that is not what the machine writes (`validate.state_body`: types, ranges, the machine's names,
-release versions) is refused with one line naming the file, the field and its value, and is
-never overwritten.
+`<state_dir>/state.json` carries a schema version and a checksum of its contents. Writers hold
+an exclusive flock(2) (`lock.held`) on the sibling `state.lock` for a whole transition; readers
+need no lock, because every write is atomic (see `files`). A file that is damaged, of a newer
+schema, or with a field that is not what the machine writes (`validate.state_body`: types,
+ranges, the machine's names, release versions) is refused with one line naming the file, the
+field and its value, and is never overwritten.
 
 The history lives beside it in `history.jsonl` (see `journal`): `record` appends a finished
 transition's entry there, numbered `seq`, then commits it by writing the state file with that
