@@ -86,9 +86,10 @@ mv "$tmp" "$outbox/$(date +%s%N)-$$.json"
 
 class Lab:
     def __init__(self, sandbox: SystemdSandbox, *, deadline: float = 6, soak: float = 1,
-                 max_attempts: int = 2, faults: bool = False,
+                 max_attempts: int = 2, restart: float | None = None, faults: bool = False,
                  config_extra: dict[str, Any] | None = None) -> None:
-        """Configure the agent (see the module docstring); `faults`: set up the fault kit;
+        """Configure the agent (see the module docstring); `restart`: `restart_seconds` (the
+        unit's RestartSec=; the default, 1, when None); `faults`: set up the fault kit;
         `config_extra`: more top-level config keys (values written as TOML via JSON, so
         strings, numbers and lists of them)."""
         self.sb = sandbox
@@ -120,7 +121,8 @@ class Lab:
             f"deadline_seconds = {deadline}\n"
             f"soak_seconds = {soak}\n"
             f"max_attempts = {max_attempts}\n"
-            f"checks = [[\"/bin/sh\", \"-c\", {json.dumps(check)}]]\n"
+            + ("" if restart is None else f"restart_seconds = {restart}\n")
+            + f"checks = [[\"/bin/sh\", \"-c\", {json.dumps(check)}]]\n"
         )
 
         if any(under_private_tmp(p) for p in python_paths()):

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from agent_fsm.errors import AssetError, ConfigError, ReleaseError
 from agent_fsm.node import assets, config, validate
-from agent_fsm.node.config import WEEK, Config
+from agent_fsm.node.config import WEEK, Config, Judgment
 from agent_fsm.node.paths import Paths
 from agent_fsm.node.quoting import unit_path, unit_word
 from agent_fsm.node.releases import check_version
@@ -81,6 +81,7 @@ class Host:
     soak: float
     attempts: int
     history: int
+    restart: float
 
 
 hosts = st.builds(
@@ -94,6 +95,8 @@ hosts = st.builds(
     soak=st.one_of(st.sampled_from([0.0, float(WEEK)]), st.floats(0, WEEK, allow_nan=False)),
     attempts=st.one_of(st.sampled_from([1, 100]), st.integers(1, 100)),
     history=st.one_of(st.sampled_from([1, 100_000]), st.integers(1, 100_000)),
+    restart=st.one_of(st.sampled_from([1.0, 3600.0, 1e-6]),
+                      st.floats(0, 3600, exclude_min=True, allow_nan=False)),
 )
 
 
@@ -129,7 +132,7 @@ def _load(base: Path, host: Host) -> tuple[Path, Config]:
               "lib_dir": f"{ex}/l/{host.lib}", "unit_dir": f"{ex}/u/{host.units}",
               "run_dir": f"/run/{host.run}", "history_limit": host.history}
     judgment = {"deadline_seconds": host.deadline, "soak_seconds": host.soak,
-                "max_attempts": host.attempts}
+                "max_attempts": host.attempts, "restart_seconds": host.restart}
     text = "".join(f"{k} = {json.dumps(v, ensure_ascii=False)}\n" for k, v in values.items())
     text += "[judgment]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in judgment.items())
     source = ex / "c" / host.config_name
@@ -345,6 +348,10 @@ class TestVersions:
     ("[judgment]\nsoak_seconds = 604801", "judgment.soak_seconds", "604801"),
     ("[judgment]\ndeadline_seconds = 0", "judgment.deadline_seconds", "0"),
     ("[judgment]\nmax_attempts = 101", "judgment.max_attempts", "101"),
+    ("[judgment]\nrestart_seconds = 0", "judgment.restart_seconds", "0"),
+    ("[judgment]\nrestart_seconds = 3601", "judgment.restart_seconds", "3601"),
+    ("[judgment]\nrestart_seconds = nan", "judgment.restart_seconds", "nan"),
+    ('[judgment]\nrestart_seconds = "1s"', "judgment.restart_seconds", "'1s'"),
     ("[judgment]\nmax_attempts = 99999999999999999999", "judgment.max_attempts", "99999999999"),
     ("history_limit = 100001", "history_limit", "100001"),
 ])
@@ -418,6 +425,16 @@ class TestRendering:
         unit = _render(base, Config())["agent.service"]
         assert ("ExecStart=/var/lib/agent-fsm/selected/bin/agent-fsm --config "
                 "/etc/agent-fsm/config.toml daemon\n") in unit
+        assert "\nRestartSec=1\n" in unit  # the default restart_seconds, as units had it
+
+    @pytest.mark.parametrize(("seconds", "written"), [(0.25, "0.25"), (1e-6, "0.000001"),
+                                                      (3600.0, "3600"), (2.5e-7, "0")])
+    def test_restart_seconds_is_written_to_the_microsecond(self, base: Path, seconds: float,
+                                                           written: str) -> None:
+        """`[judgment] restart_seconds` is the agent unit's RestartSec=, in seconds to the
+        microsecond systemd counts in (the property test above has systemd read them all)."""
+        cfg = Config(name="agent", judgment=Judgment(restart_seconds=seconds))
+        assert f"\nRestartSec={written}\n" in _render(base, cfg)["agent.service"]
 
 
 class TestSystemctl:

@@ -67,6 +67,8 @@ def variables(paths: Paths, version: str) -> dict[str, str]:
         # A candidate that keeps failing hits the start limit after max_attempts starts, and
         # systemd's OnFailure= starts recovery: no long restart loop.
         "max_attempts": str(judgment.max_attempts),
+        # Seconds to the microsecond systemd counts in, written as given: 1 stays "1".
+        "restart_sec": f"{judgment.restart_seconds:.6f}".rstrip("0").rstrip("."),
     }
 
 
@@ -74,7 +76,7 @@ def variables(paths: Paths, version: str) -> dict[str, str]:
 # config file as one ExecStart= argument, every other value a path. The script quotes them all
 # as shell words.
 _UNIT_TOKENS = {"name", "version", "agent_unit", "recovery_unit", "timeout_start_sec",
-                "max_attempts"}
+                "max_attempts", "restart_sec"}
 _UNIT_WORDS = {"config"}
 
 

@@ -29,6 +29,7 @@ class Judgment:
     soak_seconds: float = 30.0
     max_attempts: int = 3
     checks: tuple[tuple[str, ...], ...] = ()
+    restart_seconds: float = 1.0  # the agent unit's RestartSec=
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ BOUNDS: dict[str, tuple[float, float]] = {  # key: (lowest, highest); only soak 
     "judgment.deadline_seconds": (0, WEEK),
     "judgment.soak_seconds": (0, WEEK),
     "judgment.max_attempts": (1, 100),
+    "judgment.restart_seconds": (0, 3600),
 }
 # A unit name's prefix (systemd.unit(5) "DESCRIPTION": ASCII letters, digits, ":", "-", "_",
 # "." and a backslash), less three: no backslash (systemd's escape character) and no ":" (which
@@ -92,6 +94,7 @@ _JUDGMENT_KEYS = {
     "soak_seconds": float,
     "max_attempts": int,
     "checks": list,
+    "restart_seconds": float,
 }
 
 
@@ -218,7 +221,7 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False) -> Confi
             raise _bad(source, "judgment", table, "a table")
         _check_keys(source, table, _JUDGMENT_KEYS, "judgment.", lenient)
         j: dict[str, Any] = {}
-        for key in ("deadline_seconds", "soak_seconds"):
+        for key in ("deadline_seconds", "soak_seconds", "restart_seconds"):
             if key in table:
                 j[key] = float(_number(source, f"judgment.{key}", table[key], integer=False))
         if "max_attempts" in table:

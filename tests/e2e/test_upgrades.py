@@ -80,6 +80,21 @@ class TestRollback:
         assert lab.assets() == last_good
         assert lab.sb.show(RECOVERY_UNIT, "Result") == "success"
 
+    def test_restart_seconds_paces_a_crashing_candidate(self, systemd_sandbox: SystemdSandbox) -> None:
+        """With `restart_seconds = 0.2` the agent unit systemd loaded waits 200 ms before each
+        restart, and a candidate crashing at start still reaches recovery at the start limit
+        and rolls back."""
+        lab = Lab(systemd_sandbox, restart=0.2)
+        lab.pack("1.0.0")
+        lab.install("1.0.0")
+        assert lab.sb.show(UNIT, "RestartUSec") == "200ms"
+        lab.pack("3.0.0", "crash")
+        proc = lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "120", check=False)
+        assert proc.returncode == 4, proc.stdout + proc.stderr + _why(lab)
+        end = lab.settled()
+        assert (end["selected"], end["last_result"]["reason_class"]) == ("1.0.0", "crashed")
+        assert lab.sb.show(UNIT, "RestartUSec") == "200ms"
+
     def test_candidate_that_never_sends_ready(self, systemd_sandbox: SystemdSandbox) -> None:
         """A candidate that never sends READY=1 is failed by systemd's start timeout and the
         node rolls back to the last-good."""
