@@ -6,7 +6,8 @@ At a chosen operation it stops the run (`Crash`), then `lose_power()` rewrites t
 disk would come back: each directory with only its durable entries, each file with only its
 durable content (a new file never fsynced comes back empty), except that a file appended to
 since its last fsync keeps half of what was appended: a torn last record, as an append cut
-short leaves it. Directories themselves are kept.
+short leaves it, or (`whole_lines`) only the whole lines of that half, as a file system that
+lost the unsynced blocks leaves it. Directories themselves are kept.
 """
 
 from __future__ import annotations
@@ -43,18 +44,21 @@ def _listing(directory: Path) -> dict[str, Entry]:
     return out
 
 
-def _torn(durable: bytes, current: bytes | None) -> bytes:
-    """What comes back of a file: its durable bytes, and half of any unsynced append to them."""
+def _torn(durable: bytes, current: bytes | None, whole_lines: bool) -> bytes:
+    """What comes back of a file: its durable bytes, and half of any unsynced append to them
+    (cut after its last newline if `whole_lines`)."""
     if not durable or current is None or not current.startswith(durable):
         return durable
     extra = current[len(durable):]
-    return durable + extra[:len(extra) // 2]
+    half = extra[:len(extra) // 2]
+    return durable + (half[:half.rfind(b"\n") + 1] if whole_lines else half)
 
 
 @dataclass
 class PowerLoss:
     root: Path
     crash_at: int | None = None
+    whole_lines: bool = False  # an unsynced append comes back as whole lines, not torn
     ops: int = 0
     dirs: dict[Path, dict[str, Entry]] = field(default_factory=dict)
     content: dict[int, bytes] = field(default_factory=dict)
@@ -110,4 +114,5 @@ class PowerLoss:
             if kind == "link":
                 (d / name).symlink_to(target)
             else:
-                (d / name).write_bytes(_torn(self.content.get(ino, b""), current.get(ino)))
+                (d / name).write_bytes(_torn(self.content.get(ino, b""), current.get(ino),
+                                             self.whole_lines))

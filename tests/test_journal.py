@@ -34,6 +34,7 @@ def to_schema_1(world: World, *, counters: bool = True) -> bytes:
     data.pop("checksum")
     for key in ("seq", "since", "last_transition", "skipped"):
         data.pop(key)
+    data.pop("unsynced", None)
     if not counters:
         data.pop("counters")
     data["schema"] = 1

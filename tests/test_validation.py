@@ -92,6 +92,18 @@ def _mutated_state(raw: bytes, field: str, value: Any) -> bytes:
     return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
+def _synced(world: World) -> World:
+    """The world with its journal made durable, as a sync point leaves it: the state file then
+    carries no copy of its lines (`unsynced`), so a damaged line is the journal's own."""
+    store = world.node.store
+    with store.locked():
+        doc = store.read()
+        store.journal.rewrite(store.history(doc))
+        doc.unsynced = []
+        store.write(doc)
+    return world
+
+
 def _write_line(world: World, index: int, entry: dict[str, Any]) -> None:
     """Replace line `index` of the history journal with `entry`, its checksum right."""
     path = world.node.store.journal.path
@@ -174,6 +186,19 @@ STATE_CASES: list[tuple[str, Any, str]] = [
     ("counters.rollbacks", NAN, "counters.rollbacks is nan"),
     ("counters.upgrades_rolled_back", "1", "counters.upgrades_rolled_back is '1'"),
     ("counters.bogus", 1, "counters has unknown counter 'bogus'"),
+    ("unsynced", {}, "unsynced is {}"),
+    ("unsynced.0", 3, "unsynced[0] is 3"),
+    ("unsynced.0.seq", 9, "unsynced[0].seq is 9, expected 2"),
+    ("unsynced.0.time", NAN, "unsynced[0].time is nan"),
+    ("unsynced.0.trigger", "explode", "unsynced[0].trigger names unknown trigger 'explode'"),
+    ("unsynced.0.from", "nowhere", "unsynced[0].from names unknown state 'nowhere'"),
+    ("unsynced.0.to", None, "unsynced[0].to is None"),
+    ("unsynced.0.release", 1.5, "unsynced[0].release is 1.5"),
+    ("unsynced.2.upgrade", "x", "unsynced[2].upgrade is 'x'"),
+    ("unsynced.2.upgrade.from", "", "unsynced[2].upgrade.from is ''"),
+    ("unsynced.2.upgrade.to", 7, "unsynced[2].upgrade.to is 7"),
+    ("unsynced.3.reason", 7, "unsynced[3].reason is 7"),
+    ("unsynced.3.reason_class", "bored", "unsynced[3].reason_class is 'bored'"),
 ]
 # (line index.field, bad value, what the message names): a history journal entry's fields.
 ENTRY_CASES: list[tuple[str, Any, str]] = [
@@ -328,7 +353,7 @@ class TestStateFile:
     def test_entries_fields_kept_by_some_are_read(self, rich: World, tmp_path: Path) -> None:
         """A history entry may also name the trigger that superseded it and the tolerant
         effects that failed; valid ones are read as they are."""
-        world = _copy(rich, tmp_path)
+        world = _synced(_copy(rich, tmp_path))
         entry = {**world.node.store.history()[5], "superseded_by": "recover",
                  "skipped": [{"effect": "reset_start_limit", "error": "refused"}]}
         _write_line(world, 5, entry)
@@ -342,7 +367,7 @@ class TestStateFile:
                                                       needle: str) -> None:
         """A journal line with a right checksum but a bad field is skipped by `history` and
         named, with its line, by `doctor`; the state file is not affected."""
-        world = _copy(rich, tmp_path)
+        world = _synced(_copy(rich, tmp_path))
         index, _, key = field.partition(".")
         entry = world.node.store.history()[int(index)]
         _set(entry, key, value)

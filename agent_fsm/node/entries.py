@@ -69,6 +69,9 @@ OPTIONAL_ENTRY_KEYS: dict[str, Callable[[Any, str, Names], None]] = {
     "reason_class": _reason_class,
 }
 _COMMON_KEYS = frozenset({"time", "trigger", "from", "to", "release", "upgrade"})
+# The most entries a state file may carry unsynced: the writer carries `journal.SYNC_EVERY`;
+# room above it lets a later agent-fsm carry more and still be read by this one.
+MAX_UNSYNCED = 64
 
 
 def _entry(value: Any, field: str, names: Names) -> None:
@@ -135,10 +138,29 @@ def _cycle_skipped(value: Any, names: Names) -> None:
 def journal_fields(data: Mapping[str, Any], names: Names) -> None:
     """What the state file keeps of its journal (schema 2): the last `seq` committed, when the
     stay in the current state began, when the last transition finished, and the effects let
-    fail in this cycle, so that `status` and `metrics` never read the journal."""
+    fail in this cycle, so that `status` and `metrics` never read the journal; and a copy of
+    the entries whose lines are not yet fsynced (`unsynced`, optional)."""
     count(data.get("seq", MISSING), "seq")
     for key in ("since", "last_transition"):
         value = nullable(data, key)
         if value is not None:
             time(value, key)
     _cycle_skipped(data.get("skipped", MISSING), names)
+    _unsynced(data.get("unsynced", []), data["seq"], names)
+
+
+def _unsynced(value: Any, seq: int, names: Names) -> None:
+    """The entries whose journal lines are not yet known durable (absent: none): each a
+    history entry as the journal's lines are, numbered consecutively up to the state's `seq`."""
+    carried = array(value, "unsynced")
+    most = min(MAX_UNSYNCED, seq)
+    if len(carried) > most:
+        raise Invalid("unsynced", value, problem=f"unsynced has {len(carried)} entries, expected "
+                      f"at most {most} (at most {MAX_UNSYNCED}, and no more than seq)")
+    versions: set[str] = set()
+    for i, e in enumerate(carried):
+        history_entry(e, f"unsynced[{i}]", names, versions)
+        expected = seq - len(carried) + 1 + i
+        if type(e.get("seq")) is not int or e["seq"] != expected:
+            raise Invalid(f"unsynced[{i}].seq", e.get("seq", MISSING),
+                          f"{expected} (consecutive, ending at seq {seq})")

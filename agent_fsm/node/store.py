@@ -9,9 +9,10 @@ field and its value, and is never overwritten.
 
 The history lives beside it in `history.jsonl` (see `journal`): `record` appends a finished
 transition's entry there, numbered `seq`, then commits it by writing the state file with that
-`seq` and what `status` shows of the history (when the stay began, the last transition's time,
-the effects let fail in this cycle), so `status` never reads the journal. An old file (schema
-1, with its history inside) is read as it is and moved to the journal by the next write.
+`seq`, a copy of the entries not yet fsynced there (`unsynced`) and what `status` shows of the
+history (the stay's start, the last transition's time, the effects let fail in this cycle), so
+`status` never reads the journal. An old file (schema 1, with its history inside) is read as it
+is and moved to the journal by the next write.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class StateDoc:
     since: float | None = None  # when the stay in the current state began
     last_transition: float | None = None  # when the last transition finished
     skipped: list[dict[str, Any]] = field(default_factory=list)  # let fail in this cycle
+    unsynced: list[dict[str, Any]] = field(default_factory=list)  # journal lines not yet fsynced
     legacy: list[dict[str, Any]] | None = None  # an old file's history, to move to the journal
 
 
@@ -88,6 +90,7 @@ def _body(doc: StateDoc) -> dict[str, Any]:
         "last_transition": doc.last_transition,
         "skipped": doc.skipped,
         **({} if doc.counters is None else {"counters": doc.counters}),
+        **({"unsynced": doc.unsynced} if doc.unsynced else {}),  # absent when none: as before
     }
 
 
@@ -224,6 +227,7 @@ class Store:
         else:
             doc.seq, doc.since = data["seq"], data["since"]
             doc.last_transition, doc.skipped = data["last_transition"], list(data["skipped"])
+            doc.unsynced = list(data.get("unsynced", ()))
         return doc
 
     def write(self, doc: StateDoc) -> None:
@@ -243,16 +247,17 @@ class Store:
             ) from None
 
     def record(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
-        """Commit a finished transition: its entry appended to the journal (fsynced), then the
-        state file written with its `seq`. A crash between the two leaves the entry beyond the
-        state's `seq`: readers drop it, the resumed transition replaces it. `limit`: the
-        history_limit. The caller holds the lock."""
+        """Commit a finished transition: its entry appended to the journal (not fsynced), then
+        the state file written with its `seq` and a copy of the entries not yet fsynced (the
+        journal's answer). A crash between the two leaves the entry beyond the state's `seq`:
+        readers drop it, the resumed transition replaces it. `limit`: the history_limit. The
+        caller holds the lock."""
         seq = doc.seq + 1
         try:
             if doc.legacy is not None:  # the old history first, numbered 1 to len
                 self.journal.rewrite(doc.legacy)
                 doc.legacy = None
-            self.journal.append({**entry, "seq": seq}, limit)
+            doc.unsynced = self.journal.append({**entry, "seq": seq}, limit, doc.unsynced)
         except OSError as exc:
             raise StateFileError(
                 f"could not append to the history journal {self.journal.path}: {exc}; the "
@@ -274,7 +279,7 @@ class Store:
         doc = self.read() if doc is None else doc
         if doc.legacy is not None:
             return Read(list(doc.legacy), ())
-        return self.journal.read(doc.seq)
+        return self.journal.read(doc.seq, doc.unsynced)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
