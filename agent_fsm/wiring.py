@@ -3,20 +3,19 @@
 This is the composition root: it sits above the lifecycle and the node's files, gives the
 engine its effects and conditions, and gives readers (views, actions, the daemon) the parts they
 read directly (`releases`, `gate`, `signal()`), so no reader reaches through the effects' host.
+`open_reader` wires those parts alone, for `status`: the engine, its effects, the publisher,
+systemd and the hooks' runner are imported only by `open_node`, which writers call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from .lifecycle.definition import Definition
-from .lifecycle.effects import Host
-from .lifecycle.engine import Controller
 from .lifecycle.hooks import check as check_hooks
 from .lifecycle.states import Groups, count_rules, groups
-from .lifecycle.table import CONDITIONS, EFFECTS, load_definition
-from .node import hook_failures, validate
+from .node import signal
 from .node.config import Config
 from .node.gate import Gate
 from .node.paths import Paths
@@ -24,13 +23,15 @@ from .node.releases import Releases
 from .node.signal import UpgradeSignal
 from .node.store import Store
 from .system.clock import Clock, SystemClock
-from .system.hooks import HookRunner
-from .system.publish import Publisher, RecordPublisher
-from .system.systemd import Systemctl, Systemd
+
+if TYPE_CHECKING:  # what writers are given, imported by `open_node` alone
+    from .lifecycle.effects import Host
+    from .lifecycle.engine import Controller
+    from .system.publish import Publisher
+    from .system.systemd import Systemd
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/design.md)
     config: Config
     paths: Paths
     host: Host
@@ -61,9 +62,57 @@ class Node:
         return self.host.signal()
 
 
+class Reader:
+    """What a reader of the node's files is given (`status`): the config, paths, definition and
+    its groups, the store, the releases and their pointers, the gate, the clock and the signal;
+    the same attributes a `Node` has for them, and nothing that writes."""
+
+    def __init__(self, config: Config, paths: Paths, definition: Definition,
+                 clock: Clock) -> None:
+        self.config = config
+        self.paths = paths
+        self.definition = definition
+        self.groups = groups(definition)
+        self.store = _store(paths, definition)
+        self.releases = Releases(paths)
+        self.gate = Gate(paths.gate_file)
+        self.clock = clock
+
+    def signal(self) -> UpgradeSignal | None:
+        return signal.read(self.paths.signal_file)
+
+
+def _store(paths: Paths, definition: Definition) -> Store:
+    """The state file as this machine reads and writes it: its names, its counting rules."""
+    return Store(paths.state_file, paths.lock_file, definition.state_names, definition.initial,
+                 triggers=[t.trigger for t in definition.transitions],
+                 effects=[e.name for t in definition.transitions for e in t.effects],
+                 count_rules=count_rules(definition, groups(definition)))
+
+
+def open_reader(config: Config, root: Path | None = None, *,
+                clock: Clock | None = None) -> Reader:
+    """Wire the readers' parts of a node (see `Reader`); the config is checked as `open_node`
+    checks it, hooks included, so a reader refuses what a writer would."""
+    from .lifecycle.reading import shipped
+
+    definition = shipped()
+    check_hooks(config.hooks, definition, config.source)
+    return Reader(config, Paths(config, root), definition,
+                  clock if clock is not None else SystemClock())
+
+
 def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | None = None,
               publisher: Publisher | None = None, clock: Clock | None = None) -> Node:
     """Wire a node; anything not given is the real implementation."""
+    from .lifecycle.effects import Host
+    from .lifecycle.engine import Controller
+    from .lifecycle.table import CONDITIONS, EFFECTS, load_definition
+    from .node import hook_failures, validate
+    from .system.hooks import HookRunner
+    from .system.publish import RecordPublisher
+    from .system.systemd import Systemctl
+
     paths = Paths(config, root)
     definition = load_definition()
     check_hooks(config.hooks, definition, config.source)  # the trigger names it may use
@@ -75,10 +124,7 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
             check=validate.result_file),
         clock if clock is not None else SystemClock(),
     )
-    store = Store(paths.state_file, paths.lock_file, definition.state_names, definition.initial,
-                  triggers=[t.trigger for t in definition.transitions],
-                  effects=[e.name for t in definition.transitions for e in t.effects],
-                  count_rules=count_rules(definition, groups(definition)))
+    store = _store(paths, definition)
     hooks = HookRunner(config.name, config.hooks.before, config.hooks.after,
                        config.hooks.timeout_seconds,
                        noted=lambda key, failed: hook_failures.note(

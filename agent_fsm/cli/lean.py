@@ -47,7 +47,7 @@ def run_status_json(opts: Globals) -> int:
     """`agent-fsm status --json`: the node's status as JSON (the keys in docs/operations.md)."""
     from ..views.status import status
 
-    data = status(opts.node(), diff=False, prog=opts.prog()).to_json()
+    data = status(opts.reader(), diff=False, prog=opts.prog()).to_json()
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
     return 0
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import typer
 
-    from ..wiring import Node
+    from ..wiring import Node, Reader
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,14 @@ class Globals:
         from ..wiring import open_node
 
         return open_node(config_mod.load(self.config, self.root, lenient=lenient), self.root)
+
+    def reader(self) -> Reader:
+        """The node these options name, wired for reading only (`status`, with or without
+        --json): none of the engine, the effects, the publisher or the hooks' runner is imported."""
+        from ..node import config as config_mod
+        from ..wiring import open_reader
+
+        return open_reader(config_mod.load(self.config, self.root), self.root)
 
     def prog(self) -> str:
         """How this run was invoked, for the commands `status` suggests."""

@@ -9,7 +9,7 @@ lacks is an error naming it, so a renamed state cannot silently fall out of a co
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import DefinitionError
 from ..node.counters import CountRules
@@ -55,8 +55,7 @@ def _dests(d: Definition, *effects: str) -> set[str]:
     return {t.dest for t in d.transitions if set(effects) & set(t.effect_names)}
 
 
-@dataclass(frozen=True)
-class Groups:
+class Groups(NamedTuple):
     """Groups of states (and transitions) read off the definition's effects."""
 
     pending: frozenset[str]  # an upgrade is pending: the signal is written and not yet cleared

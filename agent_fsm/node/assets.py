@@ -16,8 +16,8 @@ shell's (`quoting`), so no host value can add a line, a setting or a command.
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import files
 from ..errors import AssetError
@@ -29,8 +29,7 @@ SCRIPT_MODE = 0o755
 TEMPLATES = ("agent.service", "recovery.service", "recovery.sh")
 
 
-@dataclass(frozen=True)
-class Asset:
+class Asset(NamedTuple):
     host_path: Path  # as systemd and the units name it
     path: Path  # where it is written (below --root, if any)
     mode: int

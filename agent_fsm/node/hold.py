@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import files
 from ..errors import Refused
@@ -34,8 +33,7 @@ def utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-@dataclass(frozen=True)
-class Hold:
+class Hold(NamedTuple):
     """A hold as read; `error` set when its file is damaged (it still holds, until lifted)."""
 
     reason: str

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import files
 from ..errors import Refused
@@ -39,8 +38,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Inhibitor:
+class Inhibitor(NamedTuple):
     file: str
     name: str
     reason: str | None

@@ -12,9 +12,8 @@ of a version clears its mark (`clear_known_bad`); `begin_upgrade` refuses a mark
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import files
 from ..errors import AgentFsmError, Refused
@@ -27,8 +26,7 @@ MAX_BYTES = 256 * 1024
 FILE_MODE = 0o644  # `status` and `release list` read it as any user, as they read state.json
 
 
-@dataclass(frozen=True)
-class Mark:
+class Mark(NamedTuple):
     """A version that rolled back here: when (the result's time), why, and which upgrade."""
 
     version: str
@@ -42,10 +40,9 @@ class Mark:
                 "reason_class": self.reason_class}
 
 
-@dataclass
-class Record:
-    marks: dict[str, Mark] = field(default_factory=dict)
-    rollbacks: dict[str, int] = field(default_factory=dict)  # by reason class
+class Record(NamedTuple):
+    marks: dict[str, Mark]
+    rollbacks: dict[str, int]  # by reason class
 
 
 class Damaged(AgentFsmError):
@@ -80,7 +77,7 @@ def read(file: Path) -> Record:
             validate.count(n, f"rollbacks.{k}")
         return Record(marks, dict(rollbacks))
     except FileNotFoundError:
-        return Record()
+        return Record({}, {})
     except (OSError, ValueError) as exc:  # validate.Invalid among them
         raise _damaged(file, exc.strerror if isinstance(exc, OSError) and exc.strerror
                        else str(exc)) from None

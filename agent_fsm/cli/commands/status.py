@@ -37,7 +37,7 @@ def status(
     from ...views.status import status as get_status
 
     opts = options.of(ctx)
-    node = opts.node()
+    node = opts.reader()  # the same reader `status --json` uses without the full CLI
 
     def read() -> Status:
         return get_status(node, diff=diff, prog=opts.prog())

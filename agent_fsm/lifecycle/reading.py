@@ -1,0 +1,44 @@
+"""The shipped definition as readers load it: its states, triggers and words, without importing
+the engine or the effects.
+
+Writers load it through `table.load_definition`, which also checks every effect and condition it
+names against the code that runs them; a reader (`status`) runs none of them, so it takes those
+names as the definition gives them. Every other check is the same: the definition's own
+(`definition.parse`) and the state and trigger names the code uses (`check_vocabulary`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+from . import definition as definition_mod
+from .definition import Definition
+from .states import check_vocabulary
+
+
+def _named(data: dict[str, Any], key: str) -> set[str]:
+    """The names a definition's transitions give under `key` (a name, a list of names, or a
+    list of `{ name, ... }` tables); anything else is left for `parse` to refuse."""
+    out: set[str] = set()
+    transitions = data.get("transitions")
+    for raw in transitions if isinstance(transitions, list) else ():
+        value = raw.get(key, []) if isinstance(raw, dict) else []
+        for item in [value] if isinstance(value, str) else value if isinstance(value, list) else ():
+            name = item.get("name") if isinstance(item, dict) else item
+            if isinstance(name, str):
+                out.add(name)
+    return out
+
+
+def shipped() -> Definition:
+    """The shipped definition, checked as a reader needs it (see the module's docstring)."""
+    text, source = definition_mod.default_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        data = {}  # `parse` says what is wrong with it
+    d = definition_mod.parse(text, source, effects=_named(data, "effects"),
+                             conditions=_named(data, "conditions"))
+    check_vocabulary(d)
+    return d
