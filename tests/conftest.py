@@ -43,3 +43,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"power-loss points covered: {len(test_power_loss.COVERED)} (every file operation "
             f"of {len(test_power_loss.CASES)} transitions)")
+    if test_power_loss.CYCLE_COVERED:
+        terminalreporter.write_line(
+            f"power-loss points covered across an upgrade cycle with unsynced journal lines: "
+            f"{len(test_power_loss.CYCLE_COVERED)}")
