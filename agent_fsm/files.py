@@ -17,12 +17,17 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import UnsafePath
+
+
+def _token() -> str:
+    """A temporary file's random part: os.urandom, not `secrets` (its hmac loads OpenSSL, 3.6 MB
+    of every daemon's memory)."""
+    return os.urandom(6).hex()
 
 
 def unsafe(path: Path, why: str) -> UnsafePath:
@@ -86,7 +91,7 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, create_dir: bool
     `create_dir`, a missing directory is FileNotFoundError (and nothing is written)."""
     with _open_dir(path.parent, create=create_dir) as dir_fd:
         _refuse_link(dir_fd, path)
-        tmp = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        tmp = f".{path.name}.{_token()}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
@@ -119,7 +124,7 @@ def atomic_symlink(link: Path, target: str) -> None:
                 raise unsafe(link, "a file that is not a pointer symlink is there")
         except FileNotFoundError:
             pass
-        tmp = f".{link.name}.{secrets.token_hex(6)}.tmp"
+        tmp = f".{link.name}.{_token()}.tmp"
         os.symlink(target, tmp, dir_fd=dir_fd)
         try:
             os.replace(tmp, link.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from agent_fsm.agent.daemon import Daemon, Waker
+from agent_fsm.errors import ReleaseError
+from agent_fsm.node import release_store
 from agent_fsm.node.config import Config, Judgment
 from agent_fsm.system.notify import Notifier
 from tests.helpers import World, env_with_stub_systemctl, make_world
@@ -155,3 +159,60 @@ class TestProtocol:
         assert all(m == "WATCHDOG=1" for m in messages[ready + 1:-1])
         assert messages[-1] == "STOPPING=1\nSTATUS=stopping"
         assert stderr.strip() and all(re.match(r"^<[0-7]>", line) for line in stderr.splitlines())
+
+
+class TestOneCheckPerStart:
+    def test_a_start_checks_the_release_it_renders_and_runs_once(
+            self, tmp_path: Path, waker: Waker, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A converged start, and the last-good's start after a rollback, check the selected
+        release against its digest once for both rendering its assets and starting its
+        workload (each check walks the whole release)."""
+        checks: list[str] = []
+        real = release_store.check
+
+        def counted(releases_dir: Path, version: str, hashed: object = None) -> object:
+            checks.append(version)
+            return real(releases_dir, version, hashed)  # type: ignore[arg-type]
+
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        world.node.controller.fire("judge_failed", reason="check failed")
+        world.node.controller.fire("recover")
+        monkeypatch.setattr(release_store, "check", counted)
+        for state in ("recovering", "converged"):
+            assert world.node.store.read().state == state
+            checks.clear()
+            assert Daemon(world.node, Notifier(""), waker).startup()
+            assert checks == ["1.0.0"]
+
+    def test_the_release_is_checked_again_after_the_start(self, tmp_path: Path,
+                                                          waker: Waker) -> None:
+        """The single check is the start's: a release changed once the daemon is up is refused
+        at its next use."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        assert Daemon(world.node, Notifier(""), waker).startup()
+        (world.paths.releases_dir / "1.0.0" / "assets" / "agent.service").write_text("# changed\n")
+        with pytest.raises(ReleaseError, match="is not what was stored"):
+            world.node.releases.manifest("1.0.0")
+
+
+class TestFreeMemory:
+    def test_no_trim_call_is_no_failure(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Where the C library has no `malloc_trim` (not glibc) or cannot be opened, the daemon
+        keeps its free heap and serves on: handing memory back never fails a start."""
+        import ctypes
+
+        from agent_fsm.agent import runtime
+
+        class NoTrim:
+            def __init__(self, _name: object) -> None:
+                pass
+
+        def unloadable(_name: object) -> None:
+            raise OSError("no such library")
+
+        for cdll in (NoTrim, unloadable):
+            monkeypatch.setattr(ctypes, "CDLL", cdll)
+            runtime.return_free_memory()

@@ -48,7 +48,7 @@ class TestSymlinks:
     def test_link_at_the_temporary_name_is_refused(self, world: World, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
         """A symlink planted at the temporary file's name is not followed."""
-        monkeypatch.setattr(files.secrets, "token_hex", lambda _n: "fixed")
+        monkeypatch.setattr(files, "_token", lambda: "fixed")
         outside = tmp_path / "outside.txt"
         target = tmp_path / "dir" / "state.json"
         _plant_link(target.parent / ".state.json.fixed.tmp", outside)

@@ -31,7 +31,7 @@ from ..system.clock import Clock
 from ..system.notify import Notifier, watchdog_interval
 from ..wiring import Node
 from . import judge as judge_mod
-from .runtime import Waker, WakerClock, setup_logging
+from .runtime import Waker, WakerClock, return_free_memory, setup_logging
 
 log = logging.getLogger("agent_fsm")
 
@@ -162,19 +162,24 @@ class Daemon:
         if doc.state == StateName.judged_ok:
             self.status("publishing the result of the upgrade before opening the gate")
             open_gate_after_judgment(controller, self.clock, before_try=self.extend_start)
-        elif doc.state in (StateName.judged_failed, StateName.recovering):
-            if doc.state == StateName.recovering and selected == node.releases.last_good():
-                self.status(f"back on last-good {selected}: clearing the signal, writing assets")
-                controller.fire(Trigger.recovered)
-            else:
+            self.start_workload(selected)
+            return True
+        if doc.state in (StateName.judged_failed, StateName.recovering):
+            if doc.state != StateName.recovering or selected != node.releases.last_good():
                 log.error("the upgrade to %s failed and %s is still selected; starting recovery",
                           doc.upgrade.to_version if doc.upgrade else "?", selected)
                 node.host.systemd.start(node.paths.recovery_unit_name)
                 return False
+            self.status(f"back on last-good {selected}: clearing the signal, writing assets")
+            trigger = Trigger.recovered
         else:
             self.status("converging the service assets")
-            controller.fire(Trigger.settle)
-        self.start_workload(selected)
+            trigger = Trigger.settle
+        # The transition renders the release's assets and the workload starts from it right
+        # after: one check of the release against its digest serves both.
+        with node.releases.checked_once():
+            controller.fire(trigger)
+            self.start_workload(selected)
         return True
 
     def judge_candidate(self, version: str) -> bool:
@@ -230,6 +235,7 @@ class Daemon:
         version = self.node.releases.selected()
         self.notifier.ready(f"{self.node.paths.name} {version} running; gate open")
         log.info("ready: %s running, gate open", version)
+        return_free_memory()
         interval = watchdog_interval()
         retry = self.deliver_results()
         next_try = None if retry is None else time.monotonic() + retry

@@ -34,6 +34,18 @@ def setup_logging() -> None:
     root.propagate = False
 
 
+def return_free_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`), once the start's
+    work is done: glibc keeps what the start freed below the top of its heap (~1.2 MB measured
+    in the daemon, for 0.4 MB of `ctypes`). Nothing happens where there is no such call."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (ImportError, OSError, AttributeError):
+        pass  # not glibc, or no ctypes: the memory is only kept, never wrong
+
+
 class Waker:
     """Sleeps that end early on a signal: handlers write to a pipe (set_wakeup_fd)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ..errors import DefinitionError
@@ -81,9 +81,11 @@ def default_text() -> tuple[str, str]:
     """The shipped definition's text and where it came from.
 
     One way to find it: `agent_fsm/states/` inside the package (in a checkout, a link to the
-    top-level `states/`; in a wheel or a packed release, a copy).
+    top-level `states/`; in a wheel or a packed release, a copy), a path beside this module:
+    agent-fsm is never run from a zip, and `importlib.resources` (with `zipfile`, `tempfile`,
+    `shutil`) would cost every start of the daemon ~1 MB of memory and a few ms.
     """
-    shipped = resources.files("agent_fsm").joinpath("states", DEFINITION_NAME)
+    shipped = Path(__file__).parent.parent / "states" / DEFINITION_NAME
     try:
         return shipped.read_text(encoding="utf-8"), str(shipped)
     except (FileNotFoundError, NotADirectoryError):

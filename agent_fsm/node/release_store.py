@@ -17,10 +17,7 @@ hidden, so never taken for a version), so that a mismatch can name what changed.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import secrets
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +25,7 @@ from pathlib import Path
 from .. import files
 from ..errors import Refused
 from .release_tree import DIR_MODE, Bad, Entry, Hashed, copy, scan
+from .sha256 import hexdigest
 
 HEADER = b"agent-fsm release manifest v1\n"
 DIGESTS = ".digests"
@@ -39,7 +37,7 @@ def manifest(entries: list[Entry]) -> bytes:
 
 
 def digest(manifest_bytes: bytes) -> str:
-    return "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
+    return "sha256:" + hexdigest(manifest_bytes)
 
 
 def record_path(releases_dir: Path, version: str) -> Path:
@@ -136,9 +134,11 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str]) 
     digests were kept, is replaced by the new one); with another digest, Refused, naming both.
     Raises Bad for an entry the store refuses.
     """
+    import shutil  # here: the daemon checks releases, never stores one (shutil brings bz2, lzma)
+
     files.ensure_dir(releases_dir)
     _sweep(releases_dir)
-    staging = releases_dir / f".adding.{secrets.token_hex(6)}"
+    staging = releases_dir / f".adding.{os.urandom(6).hex()}"
     try:
         copy(directory, staging)
         version = validate(staging)
@@ -152,7 +152,7 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str]) 
         os.chmod(staging, DIR_MODE)
         record(releases_dir, version, new)
         if replaced is not None:  # a crash between the renames: the next add puts it back
-            old = releases_dir / f".{version}.replaced.{secrets.token_hex(6)}"
+            old = releases_dir / f".{version}.replaced.{os.urandom(6).hex()}"
             os.rename(target, old)
             os.rename(staging, target)
             files.fsync_dir(releases_dir)
@@ -196,6 +196,7 @@ def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> 
 
 def _sweep(releases_dir: Path) -> None:
     """Clear what an interrupted add left, putting back a release it was replacing."""
+    import shutil
     for stale in releases_dir.glob(".*.replaced.*"):
         back = releases_dir / stale.name[1:].split(".replaced.")[0]
         if os.path.lexists(back):

@@ -10,15 +10,16 @@ setuid, setgid or sticky, never writable by group or others; within the LIMITS b
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from .. import files
+from .sha256 import sha256
 
 MAX_FILE_BYTES = 64 << 20  # one file
 MAX_RELEASE_BYTES = 256 << 20  # all files of a release
@@ -55,10 +56,8 @@ def normal_mode(st: os.stat_result) -> int:
     return DIR_MODE if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111 else FILE_MODE
 
 
-def _kind(st: os.stat_result, dir_fd: int, name: str, path: Path) -> None:
+def _bad_kind(st: os.stat_result, dir_fd: int, name: str, path: Path) -> NoReturn:
     mode = st.st_mode
-    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
-        return
     if stat.S_ISLNK(mode):
         raise Bad(path, f"is a symlink (to {os.readlink(name, dir_fd=dir_fd)})")
     what = "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
@@ -76,8 +75,11 @@ def _check_stored(st: os.stat_result, path: Path) -> None:
 def _walk(root_fd: int, root: Path, *, stored: bool) -> Iterator[tuple[str, int, str, os.stat_result]]:
     """Every entry below `root_fd` as (relative path, parent's fd, name, lstat), each directory
     before what it holds, names in order; only regular files and directories, within the limits.
-    `stored`: also refuse an entry another uid owns or one with a mode the store never gives."""
+    `stored`: also refuse an entry another uid owns or one with a mode the store never gives.
+    A Path is made only to name a refused entry: a release has ~1,000 entries, and each start of
+    the daemon walks one."""
     count = 0
+    uid = os.geteuid()
 
     def visit(dir_fd: int, prefix: str, depth: int) -> Iterator[tuple[str, int, str, os.stat_result]]:
         nonlocal count
@@ -90,17 +92,18 @@ def _walk(root_fd: int, root: Path, *, stored: bool) -> Iterator[tuple[str, int,
                 names.append(e.name)
         for name in sorted(names):
             rel = prefix + name
-            path = root / rel
             if not name.isprintable():
                 raise Bad(root / repr(rel), "has a name with a control character or not UTF-8")
             st = os.lstat(name, dir_fd=dir_fd)
-            _kind(st, dir_fd, name, path)
-            if stored:
-                _check_stored(st, path)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if not (is_dir or stat.S_ISREG(st.st_mode)):
+                _bad_kind(st, dir_fd, name, root / rel)
+            if stored and (st.st_uid != uid or st.st_mode & 0o7022):
+                _check_stored(st, root / rel)
             yield rel, dir_fd, name, st
-            if stat.S_ISDIR(st.st_mode):
+            if is_dir:
                 if depth >= MAX_DEPTH:
-                    raise Bad(path, f"is nested more than {MAX_DEPTH} directories deep")
+                    raise Bad(root / rel, f"is nested more than {MAX_DEPTH} directories deep")
                 fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
                 try:
                     yield from visit(fd, rel + "/", depth + 1)
@@ -117,20 +120,21 @@ class _Reader:
         self.root = root
         self.total = 0
 
-    def chunks(self, dir_fd: int, name: str, st: os.stat_result, path: Path) -> Iterator[bytes]:
+    def chunks(self, dir_fd: int, name: str, st: os.stat_result, rel: str) -> Iterator[bytes]:
+        """The bytes of the file `rel` (`name` in `dir_fd`), lstat `st` when walked."""
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)  # a link swapped in: ELOOP
         try:
             now = os.fstat(fd)
             if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                raise Bad(path, "was replaced while it was read")
+                raise Bad(self.root / rel, "was replaced while it was read")
             if now.st_size > MAX_FILE_BYTES:  # refused before a byte is copied
-                raise Bad(path, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+                raise Bad(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
             size = 0
             while chunk := os.read(fd, _CHUNK):
                 size += len(chunk)
                 self.total += len(chunk)
                 if size > MAX_FILE_BYTES:
-                    raise Bad(path, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+                    raise Bad(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
                 if self.total > MAX_RELEASE_BYTES:
                     raise Bad(self.root, f"holds more than {MAX_RELEASE_BYTES >> 20} MiB")
                 yield chunk
@@ -171,7 +175,7 @@ def copy(src: Path, dst: Path) -> None:
             out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                           | os.O_CLOEXEC, 0o600)
             try:
-                for chunk in reader.chunks(dir_fd, name, st, src / rel):
+                for chunk in reader.chunks(dir_fd, name, st, rel):
                     view = memoryview(chunk)
                     while view:
                         view = view[os.write(out, view):]
@@ -211,8 +215,8 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
             if hashed is not None and key in hashed:
                 entries.append(hashed[key])
                 continue
-            h, size = hashlib.sha256(), 0
-            for chunk in reader.chunks(dir_fd, name, st, release / rel):
+            h, size = sha256(), 0
+            for chunk in reader.chunks(dir_fd, name, st, rel):
                 h.update(chunk)
                 size += len(chunk)
             entries.append(Entry(rel, mode, size, h.hexdigest()))

@@ -12,10 +12,12 @@ before it is selected, rendered or run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +98,7 @@ class Releases:
         # since this process hashed it: the daemon's start and a transition check a release
         # where they select and render it, without reading 18 MB each time.
         self._hashed: release_tree.Hashed = {}
+        self._once: dict[str, tuple[Manifest, release_store.Checked]] | None = None
 
     def path(self, version: str) -> Path:
         return self.paths.releases_dir / check_version(version)
@@ -110,11 +113,27 @@ class Releases:
     def exists(self, version: str) -> bool:
         return (self.path(version) / "release.toml").is_file()
 
+    @contextlib.contextmanager
+    def checked_once(self) -> Iterator[None]:
+        """Within the block each release is checked at most once: the daemon's start renders
+        the selected release's assets and starts its workload milliseconds apart, and a check
+        walks the whole tree (~1,000 entries) even when no file needs hashing again."""
+        self._once = {}
+        try:
+            yield
+        finally:
+            self._once = None
+
     def _checked(self, version: str) -> tuple[Manifest, release_store.Checked]:
+        if self._once is not None and version in self._once:
+            return self._once[version]
         path = self.path(version) / "release.toml"
         try:
             checked = self.verify(version)
-            return read_manifest(path, expected_version=version), checked
+            found = read_manifest(path, expected_version=version), checked
+            if self._once is not None:
+                self._once[version] = found
+            return found
         except FileNotFoundError:
             known = ", ".join(self.versions()) or "none"
             raise ReleaseError(

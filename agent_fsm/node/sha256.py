@@ -1,0 +1,51 @@
+"""The one SHA-256 agent-fsm hashes with: CPython's own unless this process has OpenSSL loaded.
+
+`hashlib.sha256` is OpenSSL's: importing `hashlib` maps libcrypto into the process, 3.6 MB of
+the daemon's resident memory for as long as it runs (the node's Python 3.11; docs/benchmarks.md).
+CPython's built-in implementation (`_sha256` up to 3.11, `_sha2` from 3.12) gives the same
+digests without it, but is slower on large inputs: 98 ms for 18 MiB where OpenSSL takes 16 ms on
+a CPU with SHA instructions, and a daemon's start hashes its whole release (16 MB). So OpenSSL's
+is used when something in the process has loaded it anyway, and never loaded for it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Hash(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _builtin() -> Callable[[], Hash] | None:
+    try:
+        from _sha256 import sha256 as builtin  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        try:
+            from _sha2 import sha256 as builtin  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError:
+            return None  # an interpreter built without it
+    return builtin  # type: ignore[no-any-return,unused-ignore]
+
+
+_BUILTIN = _builtin()
+
+
+def sha256() -> Hash:
+    """A new SHA-256 hash object (`update`, `hexdigest`)."""
+    if _BUILTIN is None or "_hashlib" in sys.modules:
+        import hashlib
+
+        return hashlib.sha256()
+    return _BUILTIN()
+
+
+def hexdigest(data: bytes) -> str:
+    """The SHA-256 of `data`, as 64 lowercase hex digits."""
+    h = sha256()
+    h.update(data)
+    return h.hexdigest()
