@@ -3,7 +3,6 @@ the node's configured `python` cannot load, naming both ABIs."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.machinery
 import json
 import re
@@ -52,7 +51,7 @@ def interpreter(tmp_path: Path, *, version: tuple[int, ...] = (3, 12, 1), tag: s
 
 
 def node_with(tmp_path: Path, python: Path) -> World:
-    return make_world(tmp_path / "root", dataclasses.replace(DEFAULT_CONFIG, python=python))
+    return make_world(tmp_path / "root", DEFAULT_CONFIG._replace(python=python))
 
 
 class TestRecorded:

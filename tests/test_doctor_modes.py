@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -230,7 +229,7 @@ class TestConfigFile:
         cfg.parent.mkdir(mode=0o755, parents=True)
         cfg.write_text('name = "agent"\n')
         cfg.chmod(0o644)
-        world = make_world(tmp_path / "root", replace(DEFAULT_CONFIG, source=cfg))
+        world = make_world(tmp_path / "root", DEFAULT_CONFIG._replace(source=cfg))
         return world.installed("1.0.0"), cfg
 
     def test_safe_config_passes(self, configured: tuple[World, Path]) -> None:
@@ -258,14 +257,14 @@ class TestConfigFile:
         signers = cfg.parent / "allowed_signers"
         signers.write_text("")
         os.chown(signers, 65534, 65534)
-        world = make_world(world.root, replace(world.node.config,
-                                               allowed_signers=Path("/etc/agent-fsm/allowed_signers")))
+        world = make_world(world.root, world.node.config._replace(
+            allowed_signers=Path("/etc/agent-fsm/allowed_signers")))
         assert _fix(world, "allowed signers", signers) == f"chown {os.geteuid()} {_q(signers)}"
 
     def _with_check(self, world: World, program: Path) -> World:
         """The node with a judgment check that runs `program` (named by its host path)."""
-        judgment = replace(world.node.config.judgment, checks=((str(program), "--ok"),))
-        return make_world(world.root, replace(world.node.config, judgment=judgment))
+        judgment = world.node.config.judgment._replace(checks=((str(program), "--ok"),))
+        return make_world(world.root, world.node.config._replace(judgment=judgment))
 
     def test_a_program_others_may_write_is_a_failure(self, configured: tuple[World, Path]) -> None:
         """A check root runs, writable by others (0777), is a failure fixed with chmod go-w;

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,7 +39,7 @@ def hooked(tmp_path: Path, before: dict[str, list[str]] | None = None,
     hooks = HookConfig(before={k: tuple(v) for k, v in (before or {}).items()},
                        after={k: tuple(v) for k, v in (after or {}).items()},
                        timeout_seconds=timeout)
-    return make_world(tmp_path / "root", replace(DEFAULT_CONFIG, hooks=hooks))
+    return make_world(tmp_path / "root", DEFAULT_CONFIG._replace(hooks=hooks))
 
 
 def runner(world: World) -> HookRunner:

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,7 @@ def store(tmp_path: Path) -> Store:
 
 @pytest.fixture
 def node(tmp_path: Path, store: Store) -> World:
-    config = replace(DEFAULT_CONFIG, podman=(sys.executable, str(FAKE), str(store.path)))
+    config = DEFAULT_CONFIG._replace(podman=(sys.executable, str(FAKE), str(store.path)))
     return make_world(tmp_path / "root", config)
 
 
@@ -241,7 +240,7 @@ class TestAdd:
         assert proc.returncode == 1
         assert _one_line(proc) == (f"agent-fsm: could not pull {ref} into podman's store: podman "
                                    "said: writing blob: no space left on device")
-        gone = replace(node.node.config, podman=("/nonexistent/podman",))
+        gone = node.node.config._replace(podman=("/nonexistent/podman",))
         with pytest.raises(ReleaseError, match=r"could not run .*set the `podman` config key"):
             image_releases.add(ref, make_world(node.root, gone).node)
 
@@ -389,6 +388,6 @@ class TestRetention:
         """A node without release images prunes with no podman at all."""
         node.installed("2.0.0")
         node.add_release("1.0.0")
-        gone = replace(node.node.config, podman=("/nonexistent/podman",))
+        gone = node.node.config._replace(podman=("/nonexistent/podman",))
         assert prune(make_world(node.root, gone).node).removed == ("1.0.0",)
         assert store.verbs() == []

@@ -5,6 +5,7 @@ read by `status`; old state files move their history into it once."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from agent_fsm.views.doctor import doctor
 from agent_fsm.views.history import history
 from agent_fsm.views.metrics import collect
 from agent_fsm.views.status import status
-from tests.helpers import World, copy_tree, make_world
+from tests.helpers import DEFAULT_CONFIG, World, copy_tree, make_world
 from tests.test_cli import run
 from tests.test_history import good_then_failed
 
@@ -195,6 +196,31 @@ class TestRotation:
         assert [e["trigger"] for e in json.loads(proc.stdout)] == ["settle"] * 3
         assert [journal.decode(line)["seq"] for line in _lines(world)][-1] == 11
 
+
+    def test_a_damaged_line_dropped_by_a_rotation_is_logged(self, tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+        """When the writer rewrites a journal that has a damaged line in its middle, the line is
+        dropped and a warning names the journal, the line and what was wrong with it."""
+        world = make_world(tmp_path / "root", DEFAULT_CONFIG._replace(history_limit=20))
+        world.installed("1.0.0")
+        path = world.node.store.journal.path
+        controller = world.node.controller
+        while len(path.read_bytes().splitlines()) < journal.SYNC_EVERY + 2:  # the first durable
+            controller.fire("settle")
+        lines = path.read_bytes().splitlines()
+        lines[0] = lines[0].replace(b"install", b"instalX")  # its checksum now wrong
+        path.write_bytes(b"\n".join(lines) + b"\n")
+
+        def told() -> list[str]:
+            return [m for r in caplog.records if (m := r.getMessage()).startswith("history")]
+
+        with caplog.at_level(logging.WARNING, logger="agent_fsm"):
+            while not told() and len(path.read_bytes().splitlines()) < 40:
+                controller.fire("settle")
+        assert told() == [
+            f"history journal {path}: dropped 1 damaged line(s) (line 1: has a wrong checksum "
+            "(damaged or torn)) while rewriting it"]
+        assert b"instalX" not in path.read_bytes()
 
 class TestMigration:
     def test_an_old_state_file_is_read_as_it_is_and_moved_once(self, upgraded: World) -> None:

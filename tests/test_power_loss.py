@@ -5,7 +5,6 @@ history journal shows each committed transition once and no other, and the node 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ CASES = [("begin_upgrade", "converged"), ("candidate_started", "candidate_runnin
          ("complete", "judged_ok"), ("recover", "candidate_running"),
          ("recovered", "recovering"), ("install", "idle")]
 # With history_limit 1 every append rotates the journal: its atomic rewrite under power loss.
-ROTATING = replace(DEFAULT_CONFIG, history_limit=1)
+ROTATING = DEFAULT_CONFIG._replace(history_limit=1)
 RUNS = [(*c, DEFAULT_CONFIG) for c in CASES] + [("candidate_started", "candidate_running", ROTATING)]
 
 

@@ -3,7 +3,6 @@ listed SSH key signed (real ssh-keygen keys, real signatures), and doctor checks
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -57,7 +56,7 @@ def node(tmp_path: Path, keys: dict[str, Path]) -> World:
     """A node whose config names allowed_signers, which lists the `ops` key only."""
     root = tmp_path / "root"
     trusting(root, keys["ops"])
-    return make_world(root, dataclasses.replace(DEFAULT_CONFIG, allowed_signers=ALLOWED))
+    return make_world(root, DEFAULT_CONFIG._replace(allowed_signers=ALLOWED))
 
 
 def signed(tmp_path: Path, key: Path, marker: str = "") -> Path:

@@ -6,9 +6,8 @@ Kept free of typer and rich: the `status --json` fast path (entry.py) uses it as
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import typer
@@ -16,8 +15,7 @@ if TYPE_CHECKING:
     from ..wiring import Node, Reader
 
 
-@dataclass(frozen=True)
-class Globals:
+class Globals(NamedTuple):
     """The options given before the command: which config, and which root to write below."""
 
     config: Path | None = None

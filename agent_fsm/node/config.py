@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import ConfigError
 from .hook_config import HookConfig
 from .hook_config import parse as parse_hooks
 from .quoting import control_character
 
-log = logging.getLogger("agent_fsm")
 DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")
 CONFIG_ENV = "AGENT_FSM_CONFIG"
 
 
-@dataclass(frozen=True)
-class Judgment:
+class Judgment(NamedTuple):
     """How a candidate is judged: from the host's config, never from the candidate's."""
 
     deadline_seconds: float = 120.0
@@ -32,8 +28,7 @@ class Judgment:
     restart_seconds: float = 1.0  # the agent unit's RestartSec=
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     """Where agent-fsm keeps things on the host, and how it judges upgrades."""
 
     name: str = "agent-fsm"
@@ -48,8 +43,8 @@ class Config:
     publish_command: tuple[str, ...] = ()
     systemctl: tuple[str, ...] = ("systemctl",)  # the argv prefix of every systemctl call
     podman: tuple[str, ...] = ("podman",)  # the argv prefix of every podman call (release images)
-    judgment: Judgment = field(default_factory=Judgment)
-    hooks: HookConfig = field(default_factory=HookConfig)  # [hooks]: before/after transitions
+    judgment: Judgment = Judgment()
+    hooks: HookConfig = HookConfig()  # [hooks]: before/after transitions
     source: Path | None = None  # the file it was read from, if any
 
 
@@ -110,8 +105,10 @@ def _check_keys(source: Path, table: dict[str, Any], known: dict[str, type], whe
     if unknown:
         names = ", ".join(f"`{where}{k}`" for k in unknown)
         if lenient:  # the way back: a key a newer agent-fsm reads must not strand this one
-            log.warning("config %s: ignoring unknown key %s (written for a newer agent-fsm?)",
-                        source, names)
+            import logging  # here: `status` never logs, and need not import it
+
+            logging.getLogger("agent_fsm").warning(
+                "config %s: ignoring unknown key %s (written for a newer agent-fsm?)", source, names)
             return
         allowed = ", ".join(sorted(known))
         raise ConfigError(f"config {source}: unknown key {names}; known keys here: {allowed}")
@@ -200,7 +197,7 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False) -> Confi
                    "(a tmpfs: the gate must close at every boot)")
     if "inhibitor_dir" in data:
         where, gate_dir = _path(source, "inhibitor_dir", data["inhibitor_dir"]), \
-            kwargs.get("run_dir", Config.run_dir)
+            kwargs.get("run_dir", Config().run_dir)
         if Path("/run") not in where.parents or where == gate_dir \
                 or gate_dir in where.parents or where in gate_dir.parents:
             raise _bad(source, "inhibitor_dir", str(where), "a directory below /run (a tmpfs: "

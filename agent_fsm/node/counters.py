@@ -8,12 +8,10 @@ transitions count is read off the machine's definition (`CountRules`, built by t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class Counters:
+class Counters(NamedTuple):
     """Counts that only go up over a node's life."""
 
     upgrades_ok: int = 0
@@ -22,8 +20,7 @@ class Counters:
     attempts: int = 0  # starts of a candidate being judged
 
 
-@dataclass(frozen=True)
-class CountRules:
+class CountRules(NamedTuple):
     upgrades_ok: frozenset[tuple[str, str]]  # (trigger, source) publishing an ok result
     upgrades_rolled_back: frozenset[tuple[str, str]]  # ... publishing a rolled-back result
     rollbacks: frozenset[str]  # triggers that finish a rollback
@@ -37,13 +34,13 @@ def tally(c: Counters, entry: Mapping[str, Any], rules: CountRules) -> Counters:
     """`c` plus what one history entry (a finished transition) adds to it."""
     trigger, source = entry.get("trigger"), entry.get("from")
     if (trigger, source) in rules.upgrades_ok:
-        return replace(c, upgrades_ok=c.upgrades_ok + 1)
+        return c._replace(upgrades_ok=c.upgrades_ok + 1)
     if (trigger, source) in rules.upgrades_rolled_back:
-        return replace(c, upgrades_rolled_back=c.upgrades_rolled_back + 1)
+        return c._replace(upgrades_rolled_back=c.upgrades_rolled_back + 1)
     if trigger in rules.rollbacks:
-        return replace(c, rollbacks=c.rollbacks + 1)
+        return c._replace(rollbacks=c.rollbacks + 1)
     if trigger in rules.attempts:
-        return replace(c, attempts=c.attempts + 1)
+        return c._replace(attempts=c.attempts + 1)
     return c
 
 
@@ -68,11 +65,11 @@ def seed(history: Sequence[Mapping[str, Any]], last_result: Mapping[str, Any] | 
         c = tally(c, entry, rules)
     if last_result is not None and not _result_in_history(last_result, history, rules):
         if last_result.get("outcome") == "ok":
-            c = replace(c, upgrades_ok=c.upgrades_ok + 1)
+            c = c._replace(upgrades_ok=c.upgrades_ok + 1)
         elif last_result.get("outcome") == "rolled_back":
-            c = replace(c, upgrades_rolled_back=c.upgrades_rolled_back + 1)
+            c = c._replace(upgrades_rolled_back=c.upgrades_rolled_back + 1)
     return c
 
 
 def to_json(c: Counters) -> dict[str, int]:
-    return asdict(c)
+    return c._asdict()

@@ -8,8 +8,7 @@ entries hold a new key, add its checker to `OPTIONAL_ENTRY_KEYS`.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .reasons import CLASSES, MAX_REASON
 from .validate import (
@@ -29,8 +28,7 @@ from .validate import (
 )
 
 
-@dataclass(frozen=True)
-class Names:
+class Names(NamedTuple):
     """The machine's names a file may use; None: any (a reader built for a test)."""
 
     states: Collection[str] | None = None

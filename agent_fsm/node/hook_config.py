@@ -5,9 +5,10 @@ each may take. The trigger names are checked against the definition where it is 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from ..errors import ConfigError
 
@@ -16,12 +17,11 @@ MAX_TIMEOUT = 3600.0  # an hour: a drain may be slow, but a hook is never left r
 _KEYS = ("before", "after", "timeout_seconds")
 
 
-@dataclass(frozen=True)
-class HookConfig:
+class HookConfig(NamedTuple):
     """Commands (argv) by trigger name, run before and after transitions, each bounded."""
 
-    before: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    after: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    before: Mapping[str, tuple[str, ...]] = MappingProxyType({})  # read-only: a shared default
+    after: Mapping[str, tuple[str, ...]] = MappingProxyType({})
     timeout_seconds: float = DEFAULT_TIMEOUT
 
     def listed(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:

@@ -28,19 +28,15 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import files
 from ..errors import StateFileError
 from .journal_tail import ends_with, first_line, last_line
-
-log = logging.getLogger("agent_fsm")
 
 FILE_NAME = "history.jsonl"
 FILE_MODE = 0o644
@@ -59,14 +55,12 @@ Check = Callable[[dict[str, Any], str], None]
 Entries = Sequence[dict[str, Any]]
 
 
-@dataclass(frozen=True)
-class Damaged:
+class Damaged(NamedTuple):
     line: int  # 1-based, as an editor counts
     why: str
 
 
-@dataclass(frozen=True)
-class Read:
+class Read(NamedTuple):
     entries: list[dict[str, Any]]  # committed entries, oldest first, each with its `seq`
     damaged: tuple[Damaged, ...]  # lines skipped in the middle of the journal
 
@@ -217,9 +211,11 @@ class Journal:
         raw = files.read_bytes(self.path) or b""
         old = self.parse(raw, _seq(entry) - 1, carried)
         if old.damaged:
-            log.warning("history journal %s: dropped %d damaged line(s) (%s) while rewriting it",
-                        self.path, len(old.damaged),
-                        ", ".join(f"line {d.line}: {d.why}" for d in old.damaged))
+            import logging  # here: only a writer repairing damage logs; `status` need not import it
+
+            logging.getLogger("agent_fsm").warning(
+                "history journal %s: dropped %d damaged line(s) (%s) while rewriting it",
+                self.path, len(old.damaged), ", ".join(f"line {d.line}: {d.why}" for d in old.damaged))
         # The last `limit` committed and the new one: should the state write that commits it
         # not happen, `history` still has its `limit` entries.
         self.rewrite([*old.entries[-limit:], entry])

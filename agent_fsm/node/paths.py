@@ -9,14 +9,13 @@ container writing to its host's filesystem does.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .config import DEFAULT_CONFIG, Config
 
 
-@dataclass(frozen=True)
-class Paths:
+class Paths(NamedTuple):
     """The host layout for one configured agent, optionally below a root directory."""
 
     config: Config

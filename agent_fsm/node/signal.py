@@ -8,17 +8,15 @@ and carries the judgment's deadline.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import files
 from ..errors import SignalError
 from . import validate
 
 
-@dataclass(frozen=True)
-class UpgradeSignal:
+class UpgradeSignal(NamedTuple):
     from_version: str
     to_version: str
     attempt: int
@@ -35,7 +33,7 @@ class UpgradeSignal:
         }
 
     def next_attempt(self) -> UpgradeSignal:
-        return replace(self, attempt=self.attempt + 1)
+        return self._replace(attempt=self.attempt + 1)
 
 
 def read(path: Path) -> UpgradeSignal | None:

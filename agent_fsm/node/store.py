@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,44 +29,12 @@ from ..errors import Refused, StateFileError
 from . import entries, lock, validate
 from .counters import CountRules, seed, to_json
 from .journal import FILE_NAME, Journal, Read, advanced_skipped, stay_since
+from .state_doc import Pending as Pending  # the document's classes, imported from here too
+from .state_doc import StateDoc as StateDoc
+from .state_doc import Upgrade as Upgrade
 
 SCHEMA = 2  # 1: the history was a list inside the state file
 FILE_MODE = 0o644
-
-
-@dataclass(frozen=True)
-class Upgrade:
-    from_version: str
-    to_version: str
-    started: float
-
-
-@dataclass
-class Pending:
-    """A transition recorded before its effects run; `done` of them have completed."""
-
-    trigger: str
-    source: str
-    dest: str
-    effects: list[str]
-    done: int
-    args: dict[str, Any]
-    started: float
-
-
-@dataclass
-class StateDoc:
-    state: str
-    upgrade: Upgrade | None = None
-    pending: Pending | None = None
-    last_result: dict[str, Any] | None = None
-    counters: dict[str, int] | None = None  # None: a file from before counters were kept
-    seq: int = 0  # the number of the last transition committed to the journal
-    since: float | None = None  # when the stay in the current state began
-    last_transition: float | None = None  # when the last transition finished
-    skipped: list[dict[str, Any]] = field(default_factory=list)  # let fail in this cycle
-    unsynced: list[dict[str, Any]] = field(default_factory=list)  # journal lines not yet fsynced
-    legacy: list[dict[str, Any]] | None = None  # an old file's history, to move to the journal
 
 
 def _body(doc: StateDoc) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import fields
 from typing import Any
 
 from .counters import Counters
@@ -24,7 +23,7 @@ from .reasons import CLASSES, MAX_REASON
 from .releases import VERSION_RE
 
 MISSING: Any = object()  # a key the object lacks
-COUNTERS = tuple(f.name for f in fields(Counters))
+COUNTERS = Counters._fields
 OUTCOMES = ("ok", "rolled_back")
 MAX_TIME = 1e15  # seconds since the epoch: some thirty million years, and exact as a float
 TIME = f"a time in seconds since the epoch, from 0 to {MAX_TIME:g}"

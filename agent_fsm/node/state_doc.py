@@ -1,0 +1,77 @@
+"""The state file's document in memory: the state, the upgrade and the transition pending, and
+what the file keeps of its history (`store` reads and writes it).
+
+Plain classes, not dataclasses: `status` imports this module, and a dataclass compiles its
+methods when its module is imported (docs/design.md). `StateDoc` and `Pending` are mutable (the
+engine assigns their fields); each compares and prints by its fields, as a dataclass would.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class Upgrade(NamedTuple):
+    from_version: str
+    to_version: str
+    started: float
+
+
+class _Fields:
+    """Equality and repr by the fields in `__slots__`, as a dataclass gives them; defining
+    `__eq__` leaves the class unhashable, as a mutable dataclass is."""
+
+    __slots__: tuple[str, ...] = ()  # in a subclass, its fields in order: == and repr follow it
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return tuple(getattr(self, n) for n in self.__slots__) == \
+               tuple(getattr(other, n) for n in self.__slots__)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({shown})"
+
+
+class Pending(_Fields):
+    """A transition recorded before its effects run; `done` of them have completed."""
+
+    __slots__ = ("trigger", "source", "dest", "effects", "done", "args", "started")  # noqa: RUF023
+
+    def __init__(self, trigger: str, source: str, dest: str, effects: list[str], done: int,
+                 args: dict[str, Any], started: float) -> None:
+        self.trigger = trigger
+        self.source = source
+        self.dest = dest
+        self.effects = effects
+        self.done = done
+        self.args = args
+        self.started = started
+
+
+class StateDoc(_Fields):
+    """The state file's contents; a missing file is `StateDoc(state=<initial>)`."""
+
+    __slots__ = ("state", "upgrade", "pending", "last_result", "counters", "seq",  # noqa: RUF023
+                 "since", "last_transition", "skipped", "unsynced", "legacy")
+
+    def __init__(self, state: str, upgrade: Upgrade | None = None,
+                 pending: Pending | None = None, last_result: dict[str, Any] | None = None,
+                 counters: dict[str, int] | None = None, seq: int = 0,
+                 since: float | None = None, last_transition: float | None = None,
+                 skipped: list[dict[str, Any]] | None = None,
+                 unsynced: list[dict[str, Any]] | None = None,
+                 legacy: list[dict[str, Any]] | None = None) -> None:
+        self.state = state
+        self.upgrade = upgrade
+        self.pending = pending
+        self.last_result = last_result
+        self.counters = counters  # None: a file from before counters were kept
+        self.seq = seq  # the number of the last transition committed to the journal
+        self.since = since  # when the stay in the current state began
+        self.last_transition = last_transition  # when the last transition finished
+        # Let fail in this cycle; journal lines not yet fsynced (each a new list when not given).
+        self.skipped: list[dict[str, Any]] = [] if skipped is None else skipped
+        self.unsynced: list[dict[str, Any]] = [] if unsynced is None else unsynced
+        self.legacy = legacy  # an old file's history, to move to the journal
