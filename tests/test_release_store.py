@@ -48,7 +48,8 @@ def stored(world: World, version: str = "1.0.0") -> Path:
 
 def leftovers(world: World) -> list[str]:
     return sorted(p.name for p in world.paths.releases_dir.iterdir()
-                  if p.name.startswith(".") and p.name != release_store.DIGESTS)
+                  if p.name.startswith(".") and p.name not in (release_store.DIGESTS,
+                                                               release_store.HASHED))
 
 
 def cli(root: Path, cfg: Path, *args: str) -> subprocess.Popen[str]:
@@ -248,6 +249,66 @@ class TestDigest:
         (world.paths.releases_dir / ".adding.abc").mkdir()
         assert add(make_release(tmp_path / "again"), world.node).already
         assert leftovers(world) == [] and world.node.releases.verify("1.0.0").recorded
+
+
+class TestHashedRecord:
+    def test_a_later_process_checks_a_stored_release_without_reading_it(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Right after `release add`, another process (a fresh node) checks the release against
+        its digest by walking it: it reads no file, since each one's stat is what the store
+        recorded with its hash."""
+        add(make_release(tmp_path), world.node)
+        read: list[str] = []
+        real = release_tree._Reader.chunks
+
+        def counted(self: release_tree._Reader, *args: object) -> Iterator[bytes]:
+            read.append(str(args[-1]))
+            return real(self, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+        world.reopen().node.releases.verify("1.0.0")
+        assert read == []
+        assert world.reopen().node.releases.integrity("1.0.0").problem is None
+        assert read  # `release list` and `doctor` still hash every file
+
+    def test_a_file_changed_after_it_was_stored_is_refused_with_its_times_put_back(
+            self, world: World, tmp_path: Path) -> None:
+        """A byte changed in a stored file, its size, mtime and atime put back, is still found
+        by the next process: the change moved the file's ctime, which no writer can set."""
+        add(make_release(tmp_path), world.node)
+        unit = stored(world) / "assets" / "agent.service"
+        before = unit.stat()
+        data = bytearray(unit.read_bytes())
+        data[0] ^= 0x01
+        unit.write_bytes(bytes(data))
+        os.utime(unit, ns=(before.st_atime_ns, before.st_mtime_ns))
+        with pytest.raises(ReleaseError, match=r"release 1\.0\.0 is not what was stored: .*"
+                           r"assets/agent\.service changed content"):
+            world.reopen().node.releases.verify("1.0.0")
+
+    @pytest.mark.parametrize("record", [b"garbage", b"agent-fsm release hashes v1\n1 2 x\n", None])
+    def test_a_damaged_or_missing_record_only_means_hashing(
+            self, world: World, tmp_path: Path, record: bytes | None) -> None:
+        """A record of hashes that is damaged or gone changes nothing but the time a check
+        takes: the release still checks out, and a change in it is still found."""
+        add(make_release(tmp_path), world.node)
+        path = world.paths.releases_dir / release_store.HASHED / "1.0.0"
+        if record is None:
+            path.unlink()
+        else:
+            path.write_bytes(record)
+        assert world.reopen().node.releases.verify("1.0.0").recorded
+        (stored(world) / "bin" / "agent-fsm").write_text("#!/bin/sh\nexit 0\n")
+        with pytest.raises(ReleaseError, match="not what was stored"):
+            world.reopen().node.releases.verify("1.0.0")
+
+    def test_forgetting_a_release_removes_its_record(self, world: World, tmp_path: Path) -> None:
+        """When a release leaves the store, its record of hashes goes with its digest."""
+        add(make_release(tmp_path), world.node)
+        path = world.paths.releases_dir / release_store.HASHED / "1.0.0"
+        assert path.read_bytes().startswith(release_store.HASHED_HEADER)
+        release_store.forget(world.paths.releases_dir, "1.0.0")
+        assert not path.exists()
 
 
 class TestCommandLine:

@@ -196,10 +196,13 @@ Hashed = dict[tuple[str, int, int, int, int, int, int], Entry]
 
 
 def scan(release: Path, *, stored: bool = True, normalize: bool = False,
-         hashed: Hashed | None = None) -> list[Entry]:
+         hashed: Hashed | None = None, fresh: bool = False) -> list[Entry]:
     """The entries of a release tree, hashed, in manifest order. `stored`: refuse what the store
     never holds (another owner, a loose mode); `normalize`: give the modes the store would;
-    `hashed`: hashes of files seen before in this process, reused while their stat is the same."""
+    `hashed`: hashes of files seen before (in this process, or recorded when the release was
+    stored), reused while their stat is the same, and filled with the ones hashed now;
+    `fresh`: fill it with files whose times are fresh too, for a tree no other process can
+    have written (the store's own staged copy, in a directory only its owner may enter)."""
     root_fd = _open_root(release, follow=False)
     reader = _Reader(release)
     entries = []
@@ -222,8 +225,8 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
             entries.append(Entry(rel, mode, size, h.hexdigest()))
             # Not remembered while its times are fresh: a change in the same clock tick as the
             # hashing would keep the same stat (as git's "racily clean" entries).
-            if hashed is not None and size == st.st_size and \
-                    time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
+            if hashed is not None and size == st.st_size and (
+                    fresh or time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS):
                 hashed[key] = entries[-1]
     finally:
         os.close(root_fd)

@@ -95,9 +95,11 @@ class Releases:
     def __init__(self, paths: Paths) -> None:
         self.paths = paths
         # Every check walks the whole tree, but a file is hashed again only when its stat changed
-        # since this process hashed it: the daemon's start and a transition check a release
-        # where they select and render it, without reading 18 MB each time.
+        # since it was hashed, by this process or when the release was stored (its record,
+        # read at the release's first check): starts and transitions check a release where
+        # they select and render it, without reading 18 MB each time.
         self._hashed: release_tree.Hashed = {}
+        self._recorded: set[str] = set()  # versions whose record of hashes was read
         self._once: dict[str, tuple[Manifest, release_store.Checked]] | None = None
 
     def path(self, version: str) -> Path:
@@ -150,9 +152,11 @@ class Releases:
         before digests were kept must at least be what the store holds (regular files and
         directories, ours, no loose mode). ReleaseError says what differs and what to do;
         FileNotFoundError when it is not stored."""
+        if check_version(version) not in self._recorded:
+            self._recorded.add(version)
+            self._hashed.update(release_store.recorded_hashed(self.paths.releases_dir, version))
         try:
-            return release_store.check(self.paths.releases_dir, check_version(version),
-                                       self._hashed)
+            return release_store.check(self.paths.releases_dir, version, self._hashed)
         except release_tree.Bad as exc:
             raise ReleaseError(
                 f"release {version} is not what was stored: {exc}; it was not used. Add it again "

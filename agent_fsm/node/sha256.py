@@ -4,8 +4,11 @@
 the daemon's resident memory for as long as it runs (the node's Python 3.11; docs/benchmarks.md).
 CPython's built-in implementation (`_sha256` up to 3.11, `_sha2` from 3.12) gives the same
 digests without it, but is slower on large inputs: 98 ms for 18 MiB where OpenSSL takes 16 ms on
-a CPU with SHA instructions, and a daemon's start hashes its whole release (16 MB). So OpenSSL's
-is used when something in the process has loaded it anyway, and never loaded for it.
+a CPU with SHA instructions. A start of the daemon hashes the state file (a few KB) and only the
+files of its release whose stat changed since the store recorded their hashes (none, as a rule:
+`release_store`), so it never needs OpenSSL; `release add`, which hashes a whole tree once in a
+short-lived process, asks for it (`prefer_openssl`), and OpenSSL's is used whenever something in
+the process has loaded it anyway.
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ def sha256() -> Hash:
 
         return hashlib.sha256()
     return _BUILTIN()
+
+
+def prefer_openssl() -> None:
+    """Load OpenSSL's SHA-256 for this process's hashing from now on: for a short-lived process
+    about to hash a whole release (`release add`), where speed counts and memory does not."""
+    import hashlib  # noqa: F401  (loading it is the point: `sha256` then picks it)
 
 
 def hexdigest(data: bytes) -> str:

@@ -18,7 +18,6 @@ is and moved to the journal by the next write.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 from collections.abc import Collection, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from ..errors import Refused, StateFileError
 from . import entries, lock, validate
 from .counters import CountRules, seed, to_json
 from .journal import FILE_NAME, Journal, Read, advanced_skipped, stay_since
+from .sha256 import hexdigest
 from .state_doc import Pending as Pending  # the document's classes, imported from here too
 from .state_doc import StateDoc as StateDoc
 from .state_doc import Upgrade as Upgrade
@@ -66,7 +66,7 @@ def _canonical(body: dict[str, Any]) -> bytes:
 
 
 def checksum(body: dict[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(_canonical(body)).hexdigest()
+    return "sha256:" + hexdigest(_canonical(body))
 
 
 # The file is the canonical form of the body with the checksum inserted: as "checksum" sorts
@@ -78,7 +78,7 @@ _HEX = 64
 
 def encode(doc: StateDoc) -> bytes:
     canonical = _canonical(_body(doc))
-    digest = hashlib.sha256(canonical).hexdigest().encode()
+    digest = hexdigest(canonical).encode()
     return _PREFIX + digest + b'",' + canonical[1:] + b"\n"
 
 
@@ -89,7 +89,7 @@ def _verify_canonical(raw: bytes) -> bool | None:
     if not raw.startswith(_PREFIX) or raw[head:head + 2] != b'",':
         return None
     body = b"{" + raw[head + 2:].rstrip(b"\n")
-    return hashlib.sha256(body).hexdigest().encode() == raw[len(_PREFIX):head]
+    return hexdigest(body).encode() == raw[len(_PREFIX):head]
 
 
 class Store:
