@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -187,6 +186,8 @@ def ensure_private_dir(directory: Path) -> None:
     mode = stat.S_IMODE(os.lstat(directory).st_mode)
     if mode & 0o077:
         os.chmod(directory, 0o700, follow_symlinks=False)
+        import logging  # here: only tightening a loose directory logs; `status` need not import it
+
         logging.getLogger("agent_fsm").warning(
             "state directory %s had mode %04o; tightened to 0700: only agent-fsm uses it",
             directory, mode)

@@ -1,4 +1,4 @@
-"""The machine as data: load `states/agent-upgrade.toml` into plain dataclasses and check it.
+"""The machine as data: load `states/agent-upgrade.toml` into plain records and check it.
 
 Checked at load time, with errors that name what is wrong: exactly one initial state that is
 declared, every transition's states declared, every condition and effect a known name, each
@@ -10,32 +10,29 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import DefinitionError
 
 DEFINITION_NAME = "agent-upgrade.toml"
 
 
-@dataclass(frozen=True)
-class Effect:
+# NamedTuples, not dataclasses: `status` loads the definition (docs/design.md).
+class Effect(NamedTuple):
     """One effect a transition runs; `tolerant` ones log a failure instead of raising it."""
 
     name: str
     tolerant: bool = False
 
 
-@dataclass(frozen=True)
-class State:
+class State(NamedTuple):
     name: str
     description: str
     situation: str = ""  # one line on what is going on; may name {from} and {to}
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(NamedTuple):
     trigger: str
     sources: tuple[str, ...]
     dest: str
@@ -49,8 +46,7 @@ class Transition:
         return tuple(e.name for e in self.effects)
 
 
-@dataclass(frozen=True)
-class Definition:
+class Definition(NamedTuple):
     name: str
     initial: str
     states: tuple[State, ...]
@@ -127,10 +123,20 @@ def _listing(names: Iterable[str]) -> str:
 def parse(text: str, source: str, *, effects: Collection[str],
           conditions: Collection[str]) -> Definition:
     """Parse and check a definition; `effects` and `conditions` are the names the runtime has."""
+    return checked(loads(text, source), source, effects=effects, conditions=conditions)
+
+
+def loads(text: str, source: str) -> dict[str, Any]:
+    """A definition's TOML as data, for `checked` (a reader looks at it first)."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise DefinitionError(f"{source} is not valid TOML: {exc}") from None
+
+
+def checked(data: dict[str, Any], source: str, *, effects: Collection[str],
+            conditions: Collection[str]) -> Definition:
+    """Check a definition's data (`loads`) and build it; as `parse`, without parsing again."""
     unknown = set(data) - {"machine", "states", "transitions"}
     if unknown:
         raise DefinitionError(f"{source}: unknown table(s) {_listing(unknown)}")
