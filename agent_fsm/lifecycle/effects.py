@@ -229,36 +229,6 @@ class Host:
     def start_recovery(self, step: Step) -> None:
         self.systemd.start(self.paths.recovery_unit_name)
 
-    @effect
-    def reload_systemd(self, step: Step) -> None:
-        self.systemd.daemon_reload()
-
-    @effect
-    def hold_assets(self, step: Step) -> None:
-        on_disk = [p for p in self.asset_paths() if p.exists()]
-        if on_disk:
-            log.info("upgrade pending: holding the last-good's asset(s) %s",
-                     ", ".join(map(str, on_disk)))
-        if len(on_disk) == len(self.asset_paths()):
-            return  # nothing missing
-        # Only the last-good's: the candidate's release and templates are never read here.
-        found = kept_assets.last_good(self.paths, self.releases)
-        log.log(logging.WARNING if found.fallback else logging.INFO,
-                "upgrade pending: restoring missing asset(s) %s", found.source)
-        written = assets.hold(found.assets)
-        log.info("upgrade pending: wrote missing asset(s) %s",
-                 ", ".join(str(a.path) for a in written))
-
-    @effect
-    def write_assets(self, step: Step) -> None:
-        assets.write_all(self.rendered())
-
-    @effect
-    def converge_assets(self, step: Step) -> None:
-        written = assets.converge(self.rendered())
-        if written:
-            log.info("rewrote asset(s) that differed: %s", ", ".join(str(a.path) for a in written))
-
     def _result(self, step: Step) -> Result | None:
         """The result this transition reports, or None when it was reported already."""
         up, ok = self._upgrade(step), step.dest == StateName.converged
@@ -294,5 +264,6 @@ class Host:
 
 
 
-# The known-bad rule's condition and effects register themselves in the same tables.
-from . import known_bad_rule  # noqa: E402,F401
+# The known-bad rule's condition and effects, and the assets' effects, register themselves in
+# the same tables.
+from . import asset_effects, known_bad_rule  # noqa: E402,F401
