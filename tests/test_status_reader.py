@@ -29,7 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 WRITERS_ONLY = ("transitions", "agent_fsm.lifecycle.engine", "agent_fsm.lifecycle.effects",
                 "agent_fsm.lifecycle.table", "agent_fsm.system.publish", "agent_fsm.system.systemd",
                 "agent_fsm.system.hooks", "subprocess", "filelock", "typer", "rich", "pydantic",
-                "click")
+                "click",
+                # and what a read costs without needing: dataclasses (each class compiles its
+                # methods at import), logging (nothing is logged), OpenSSL (a few KB hashed)
+                "dataclasses", "logging", "_hashlib")
 # `status --json` run as the console script does, printing on exit which of those it imported.
 CHILD = ("import atexit, json, sys\n"
          f"atexit.register(lambda: sys.stderr.write(json.dumps(sorted(\n"
@@ -104,7 +107,8 @@ def test_status_json_imports_none_of_the_writers_machinery(
         nodes: dict[str, tuple[Path, Path]]) -> None:
     """`agent-fsm status --json`, a fresh process as a fleet tool runs it, reads a node mid-upgrade
     without importing the engine (nor `transitions`), the effects, the publisher, systemd, the
-    hooks' runner, subprocess, filelock, or the full CLI's typer, rich, pydantic and click."""
+    hooks' runner, subprocess, filelock, or the full CLI's typer, rich, pydantic and click; nor
+    dataclasses, logging or OpenSSL, which a read does not need."""
     cfg, root = nodes["pending upgrade"]
     proc = subprocess.run([sys.executable, "-c", CHILD, "--config", str(cfg), "--root", str(root),
                            "status", "--json"], cwd=ROOT, capture_output=True, text=True,

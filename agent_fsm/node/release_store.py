@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import files
 from ..errors import Refused
@@ -130,8 +130,7 @@ def differences(was: bytes, now: bytes, limit: int = 3) -> str:
     return ", ".join(said[:limit]) + more if said else "its recorded manifest is malformed"
 
 
-@dataclass(frozen=True)
-class Checked:
+class Checked(NamedTuple):
     """A stored release as it is now, and the manifest recorded when it was added."""
 
     manifest: bytes
@@ -154,8 +153,7 @@ def check(releases_dir: Path, version: str, hashed: Hashed | None = None) -> Che
     return Checked(now, was)
 
 
-@dataclass(frozen=True)
-class Stored:
+class Stored(NamedTuple):
     version: str
     path: Path
     digest: str

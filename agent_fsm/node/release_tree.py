@@ -14,9 +14,8 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from .. import files
 from .sha256 import sha256
@@ -39,8 +38,7 @@ class Bad(Exception):
         super().__init__(f"{path} {why}")
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     path: str  # relative, `/` between names
     mode: int
     size: int | None = None  # None: a directory

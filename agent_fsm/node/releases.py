@@ -13,20 +13,18 @@ before it is selected, rendered or run.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import files
 from ..errors import ReleaseError
 from . import release_store, release_tree
 from .paths import Paths
 
-log = logging.getLogger("agent_fsm")
 MAX_MANIFEST_BYTES = 64 << 10
 
 # `\Z`, not `$`: `$` also matches before a trailing newline, and "1.0\n" is no version. With it
@@ -34,8 +32,7 @@ MAX_MANIFEST_BYTES = 64 << 10
 VERSION_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}\Z")
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     version: str
     workload: tuple[str, ...] = ()
 
@@ -82,8 +79,7 @@ def read_manifest(path: Path, expected_version: str | None = None) -> Manifest:
     return Manifest(version, tuple(workload))
 
 
-@dataclass(frozen=True)
-class Integrity:
+class Integrity(NamedTuple):
     """A stored release against its recorded digest, for `release list`."""
 
     digest: str | None  # recorded when it was added; else (stored before digests) as it is now
@@ -196,8 +192,11 @@ class Releases:
         _, checked = self._checked(version)  # refuse to point at a missing or broken release
         if checked.recorded is None:  # stored before digests were kept: record it now (locked)
             release_store.record(self.paths.releases_dir, version, checked.manifest)
-            log.warning("release %s was stored before digests were kept; recorded its digest "
-                        "%s", version, release_store.digest(checked.manifest))
+            import logging  # here: only this warning logs, and reading a release logs nothing
+
+            logging.getLogger("agent_fsm").warning(
+                "release %s was stored before digests were kept; recorded its digest %s",
+                version, release_store.digest(checked.manifest))
         # Relative target: the pointer stays right when the tree is seen below --root.
         target = os.path.relpath(self.path(version), link.parent)
         files.atomic_symlink(link, target)
