@@ -41,6 +41,7 @@ class FakeSystemd:
     fail: set[str] = field(default_factory=set)
     on_call: Callable[[str, str], None] | None = None
     shown: dict[str, str] = field(default_factory=dict)  # what `show` answers
+    loaded_fresh: bool = False  # what `reload_needed` answers: not needed (True), or needed
 
     def _call(self, verb: str, unit: str = "") -> None:
         if self.on_call is not None:
@@ -67,6 +68,10 @@ class FakeSystemd:
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
         self._call("show", unit)
         return {k: v for k, v in self.shown.items() if k in properties}
+
+    def reload_needed(self, units: Sequence[str]) -> bool:
+        self._call("show", " ".join(units))
+        return not self.loaded_fresh
 
 
 @dataclass

@@ -3,10 +3,17 @@
 `hold_assets` keeps the last-good's files while an upgrade is pending, writing only missing
 ones, from the last-good's kept copy. `write_assets` writes the selected release's assets
 whatever is on disk, `converge_assets` those that differ (content or mode), and
-`reload_systemd` has systemd read them. The reload stays unconditional: besides reading the
+`reload_systemd` has systemd read them. That reload is unconditional: besides reading the
 files, a `daemon-reload` resets systemd's count of the agent unit's starts, and a converged
-agent restarted by hand or after a crash relies on that not to reach `StartLimitBurst=`
+agent restarted by hand or after a crash relies on it not to reach `StartLimitBurst=`
 (`tests/e2e/test_upgrades.py`, plain restarts).
+
+`reload_systemd_if_changed` is for the way back (`recovered`): the last-good's files were
+held, byte for byte, since systemd last loaded them, so the reload that re-reads every unit of
+the host (70 to 160 ms in the end-to-end sandbox, more on a full host) is needed only if a
+file was written since — which systemd tells (`NeedDaemonReload=`) in one `systemctl show`.
+Any doubt (a unit not loaded, systemctl failing) means reloading. The start-limit count it
+leaves is the one `recover` reset before this start.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ..errors import AgentFsmError
 from ..node import assets, kept_assets
 from .engine import Step
 from .table import effect
@@ -56,3 +64,17 @@ def converge_assets(host: Host, step: Step) -> None:
 @effect
 def reload_systemd(host: Host, step: Step) -> None:
     host.systemd.daemon_reload()
+
+
+@effect
+def reload_systemd_if_changed(host: Host, step: Step) -> None:
+    units = (host.paths.agent_unit_name, host.paths.recovery_unit_name)
+    try:
+        needed = host.systemd.reload_needed(units)
+    except (AgentFsmError, OSError) as exc:
+        log.info("could not ask systemd whether the unit files changed (%s): reloading", exc)
+        needed = True
+    if needed:
+        host.systemd.daemon_reload()
+    else:
+        log.info("systemd has the unit files as they are on disk: no daemon-reload")

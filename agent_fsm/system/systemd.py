@@ -28,6 +28,8 @@ class Systemd(Protocol):
 
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]: ...
 
+    def reload_needed(self, units: Sequence[str]) -> bool: ...
+
 
 class Systemctl:
     """The real thing: `systemctl` in a subprocess.
@@ -83,3 +85,16 @@ class Systemctl:
         done = self._run("show", f"--property={','.join(properties)}", "--", unit,
                          timeout=min(self.timeout, SHOW_TIMEOUT))
         return dict(line.partition("=")[::2] for line in done.stdout.splitlines() if "=" in line)
+
+    def reload_needed(self, units: Sequence[str]) -> bool:
+        """Whether systemd's view of `units` may differ from their files: False only when each
+        is loaded and systemd says its file did not change since (`NeedDaemonReload=no`). One
+        `systemctl show` for all of them, where a `daemon-reload` re-reads every unit of the
+        host and re-runs its generators."""
+        done = self._run("show", "--property=Id,LoadState,NeedDaemonReload", "--", *units,
+                         timeout=min(self.timeout, SHOW_TIMEOUT))
+        blocks = [dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
+                  for block in done.stdout.split("\n\n") if block.strip()]
+        fresh = {b.get("Id") for b in blocks
+                 if b.get("LoadState") == "loaded" and b.get("NeedDaemonReload") == "no"}
+        return not set(units) <= fresh

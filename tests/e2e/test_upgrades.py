@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterator
 
@@ -79,6 +81,8 @@ class TestRollback:
         assert end["last_result"]["outcome"] == "rolled_back"
         assert lab.assets() == last_good
         assert lab.sb.show(RECOVERY_UNIT, "Result") == "success"
+        # The held units are what systemd loaded: back on the last-good, it was not reloaded.
+        assert "no daemon-reload" in lab.sb.journal(UNIT), _why(lab)
 
     def test_restart_seconds_paces_a_crashing_candidate(self, systemd_sandbox: SystemdSandbox) -> None:
         """With `restart_seconds = 0.2` the agent unit systemd loaded waits 200 ms before each
@@ -135,6 +139,23 @@ class TestResilience:
             lab.settled()
         assert lab.sb.show(RECOVERY_UNIT, "ExecMainStartTimestampMonotonic") == "0", _why(lab)
         assert "exited with" not in lab.sb.journal(UNIT)
+
+    def test_systemd_tells_when_a_unit_file_changed(self, lab: Lab) -> None:
+        """Asked by agent-fsm, the real systemd says no reload is needed while both units are
+        loaded as they are on disk, that one is once a unit file is newer than its copy, and
+        that none is after a reload."""
+        ask = ("import sys; from agent_fsm.system.systemd import Systemctl; "
+               "print(Systemctl().reload_needed(sys.argv[1:]))")
+
+        def needed() -> str:
+            return lab.sb.run(sys.executable, "-c", ask, UNIT, RECOVERY_UNIT,
+                              env=lab.env).stdout.strip()
+
+        assert needed() == "False"
+        os.utime(lab.sb.host_path(f"/etc/systemd/system/{RECOVERY_UNIT}"))
+        assert needed() == "True"
+        lab.sb.systemctl("daemon-reload")
+        assert needed() == "False"
 
     def test_many_upgrades_and_rollbacks_in_five_minutes(self, lab: Lab) -> None:
         """Upgrades and rollbacks back to back (start limit reset each time): each next upgrade
