@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from agent_fsm.actions.operations import install, recover
+from pathlib import Path
+
+import pytest
+
+from agent_fsm.actions.operations import begin_upgrade, install, recover
+from agent_fsm.errors import ReleaseError
+from agent_fsm.node import release_store
 from tests.helpers import World
 
 
@@ -37,3 +43,25 @@ class TestInstall:
         assert "not started" in done.message
         assert world.assets_on_disk() == world.rendered("1.0.0")
         assert world.systemd.calls == [("daemon-reload", "")]
+
+
+class TestBeginUpgrade:
+    def test_the_candidate_is_checked_once_and_again_at_its_next_use(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`upgrade` checks the candidate against its digest once, for the condition that finds
+        it and the selection both; a change made afterwards is still refused at its next use."""
+        checks: list[str] = []
+        real = release_store.check
+
+        def counted(releases_dir: Path, version: str, hashed: object = None) -> object:
+            checks.append(version)
+            return real(releases_dir, version, hashed)  # type: ignore[arg-type]
+
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        monkeypatch.setattr(release_store, "check", counted)
+        begin_upgrade(world.node, "2.0.0")
+        assert checks == ["2.0.0"]
+        (world.paths.releases_dir / "2.0.0" / "assets" / "agent.service").write_text("# changed\n")
+        with pytest.raises(ReleaseError, match="is not what was stored"):
+            world.node.releases.manifest("2.0.0")

@@ -42,8 +42,11 @@ def activate(node: Node, version: str) -> Done:
 def begin_upgrade(node: Node, version: str, *, force: bool = False) -> StateDoc:
     """Start an upgrade; `force` goes past a hold and inhibitors (the definition's conditions
     read it as the step's `force` argument)."""
-    return node.controller.fire(Trigger.begin_upgrade, release=version,
-                                **({"force": True} if force else {}))
+    # The candidate is checked where a condition finds it and where it is selected: one walk
+    # of its tree serves both (the command runs on the critical path of every upgrade).
+    with node.releases.checked_once():
+        return node.controller.fire(Trigger.begin_upgrade, release=version,
+                                    **({"force": True} if force else {}))
 
 
 def why_recover(node: Node) -> dict[str, str]:
