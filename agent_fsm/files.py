@@ -193,26 +193,6 @@ def ensure_private_dir(directory: Path) -> None:
             directory, mode)
 
 
-def private_file(path: Path, mode: int = 0o600) -> None:
-    """Give an existing regular file `path` exactly `mode` (a symlink there is refused)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise unsafe(path, "a symlink is planted there") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise unsafe(path, "it is not a regular file")
-        if stat.S_IMODE(st.st_mode) != mode:
-            os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
-
-
 def check_private_dir(directory: Path) -> None:
     """Refuse a state directory that another user owns or that group or others may write."""
     try:
