@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -122,3 +123,11 @@ def crash_at(trigger: str, index: int) -> Callable[[str, int], None]:
         if (t, k) == (trigger, index):
             raise Crash(f"{t}:{k}")
     return failpoint
+
+
+def one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one line a failed command printed on stderr, with no traceback."""
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]

@@ -18,7 +18,7 @@ from agent_fsm.actions.packing import prune
 from agent_fsm.errors import ConfigError, ReleaseError
 from agent_fsm.node.config import parse
 from agent_fsm.system.podman import ImageRef, parse_reference
-from tests.helpers import DEFAULT_CONFIG, World, make_world
+from tests.helpers import DEFAULT_CONFIG, World, make_world, one_line
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = Path(__file__).resolve().parent / "fake_podman.py"
@@ -104,13 +104,6 @@ def _cli(world: World, store: Store, *args: str) -> subprocess.CompletedProcess[
                           cwd=ROOT, timeout=60, check=False)
 
 
-def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
-
-
 class TestReferences:
     def test_the_four_transports_are_images_anything_else_a_directory(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,7 +142,7 @@ class TestReferences:
         """`release add oci:DIR` exits 1 with one line, and podman is never run."""
         proc = _cli(node, store, "release", "add", "oci:/srv/layout")
         assert proc.returncode == 1
-        assert "oci: transport" in _one_line(proc)
+        assert "oci: transport" in one_line(proc)
         assert store.verbs() == []
 
 
@@ -219,18 +212,18 @@ class TestAdd:
         assert images.read(node.node, "1.0.0") == (
             images.Image(str(ref), "sha256:" + _id(1), "sha256:" + _id(1)[::-1], True),)
 
-    def test_missing_image_or_archive_exit_1_one_line(self, node: World, store: Store,
+    def test_missing_image_or_archive_exit_1one_line(self, node: World, store: Store,
                                                       tmp_path: Path) -> None:
         """An image not in the store, or an archive that does not exist, is one line, exit 1,
         and nothing is stored."""
         proc = _cli(node, store, "release", "add", "containers-storage:localhost/nope:1")
         assert proc.returncode == 1
-        assert "image localhost/nope:1 is not in podman's store" in _one_line(proc)
+        assert "image localhost/nope:1 is not in podman's store" in one_line(proc)
         with pytest.raises(ReleaseError, match=f"image archive {tmp_path}/none.tar does not exist"):
             image_releases.add(ImageRef("oci-archive", f"{tmp_path}/none.tar"), node.node)
         assert node.node.releases.versions() == []
 
-    def test_podman_failing_or_missing_is_one_line(self, node: World, store: Store,
+    def test_podman_failing_or_missing_isone_line(self, node: World, store: Store,
                                                    tmp_path: Path) -> None:
         """podman's own error becomes one line (exit 1) quoting it; a podman that cannot run
         says so and points at the `podman` config key."""
@@ -238,7 +231,7 @@ class TestAdd:
         store.change("fail", {"pull": "writing blob: no space left on device"})
         proc = _cli(node, store, "release", "add", str(ref))
         assert proc.returncode == 1
-        assert _one_line(proc) == (f"agent-fsm: could not pull {ref} into podman's store: podman "
+        assert one_line(proc) == (f"agent-fsm: could not pull {ref} into podman's store: podman "
                                    "said: writing blob: no space left on device")
         gone = node.node.config._replace(podman=("/nonexistent/podman",))
         with pytest.raises(ReleaseError, match=r"could not run .*set the `podman` config key"):
@@ -339,7 +332,7 @@ class TestRetention:
         proc = _cli(node, store, "release", "prune")
         assert proc.returncode == 1
         assert "removed 1.0.0" in proc.stdout.splitlines()
-        line = _one_line(proc)
+        line = one_line(proc)
         assert f"did not remove image sha256:{_id(1)} of 1.0.0" in line
         assert "image used by a container" in line and "next `agent-fsm release prune`" in line
         assert _id(1) in store.ids() and images.read(node.node, "1.0.0") != ()

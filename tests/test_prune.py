@@ -12,7 +12,7 @@ import pytest
 
 from agent_fsm.actions.packing import prune
 from agent_fsm.errors import StateFileError
-from tests.helpers import Crash, World, crash_at, make_world
+from tests.helpers import Crash, World, crash_at, make_world, one_line
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,13 +44,6 @@ def _cli(world: World, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "agent_fsm", "--config", str(cfg), "--root",
                            str(world.root), "release", "prune", *args], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=60, check=False)
-
-
-def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
 
 
 class TestPrune:
@@ -131,14 +124,14 @@ class TestPrune:
         world.add_release("3.0.0")
         refused = _cli(world, "3.0.0", "1.0.0")
         assert refused.returncode == 3
-        line = _one_line(refused)
+        line = one_line(refused)
         assert line.startswith("agent-fsm: will not remove 1.0.0 (last-good, pending upgrade)")
         assert "nothing was removed" in line
         assert world.node.releases.versions() == ["0.9.0", "1.0.0", "2.0.0", "3.0.0"]
         assert _cli(world, "2.0.0").returncode == 3
         assert _cli(world, "--keep", "1", "0.9.0").returncode == 2
         missing = _cli(world, "4.0.0")
-        assert missing.returncode == 1 and "4.0.0 is not stored" in _one_line(missing)
+        assert missing.returncode == 1 and "4.0.0 is not stored" in one_line(missing)
         proc = _cli(world, "3.0.0", "0.9.0")
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.splitlines() == ["removed 0.9.0", "kept 1.0.0 (last-good, pending upgrade)",
@@ -157,6 +150,6 @@ class TestPrune:
         with pytest.raises(StateFileError, match="checksum"):
             prune(world.node)
         proc = _cli(world)
-        assert proc.returncode == 1 and str(state) in _one_line(proc)
+        assert proc.returncode == 1 and str(state) in one_line(proc)
         assert world.node.releases.versions() == ["1.0.0", "2.0.0"]
         assert state.read_bytes() == damaged
