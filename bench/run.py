@@ -500,13 +500,19 @@ def lab_node(settings: dict[str, float]) -> Iterator[Lab]:
 def restart_to_ready(lab: Lab) -> float:
     """`systemctl restart` of the agent, which returns when the start job is done: READY=1."""
     lab.sb.systemctl("reset-failed", UNIT)  # manual restarts count against StartLimitBurst too
-    t0 = time.perf_counter()
-    lab.sb.systemctl("restart", UNIT)
-    elapsed = time.perf_counter() - t0
-    if lab.sb.show(UNIT, "ActiveState") != "active":
-        raise BenchError("the agent is not active after `systemctl restart`\n"
-                         + lab.sb.diagnostics(UNIT))
+    elapsed = _timed_restart(lab, UNIT, "the agent")
     lab.settled()
+    return elapsed
+
+
+def _timed_restart(lab: Lab, unit: str, what: str) -> float:
+    """Seconds `systemctl restart UNIT` takes: to READY=1 for a Type=notify unit."""
+    t0 = time.perf_counter()
+    lab.sb.systemctl("restart", unit)
+    elapsed = time.perf_counter() - t0
+    if lab.sb.show(unit, "ActiveState") != "active":
+        raise BenchError(f"{what} is not active after `systemctl restart`\n"
+                         + lab.sb.diagnostics(unit))
     return elapsed
 
 
@@ -555,13 +561,7 @@ def install_notify_floor(lab: Lab) -> None:
 
 def notify_floor_to_ready(lab: Lab) -> float:
     """`systemctl restart` of the bare-Python notify service: returns at its READY=1."""
-    t0 = time.perf_counter()
-    lab.sb.systemctl("restart", NOTIFY_FLOOR_UNIT)
-    elapsed = time.perf_counter() - t0
-    if lab.sb.show(NOTIFY_FLOOR_UNIT, "ActiveState") != "active":
-        raise BenchError("the notify floor is not active\n"
-                         + lab.sb.diagnostics(NOTIFY_FLOOR_UNIT))
-    return elapsed
+    return _timed_restart(lab, NOTIFY_FLOOR_UNIT, "the notify floor")
 
 
 def upgrade_figures(repeat: int) -> list[Figure]:
