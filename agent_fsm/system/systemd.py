@@ -84,7 +84,7 @@ class Systemctl:
         the way back, so it gets a short timeout of its own."""
         done = self._run("show", f"--property={','.join(properties)}", "--", unit,
                          timeout=min(self.timeout, SHOW_TIMEOUT))
-        return dict(line.partition("=")[::2] for line in done.stdout.splitlines() if "=" in line)
+        return _properties(done.stdout)
 
     def reload_needed(self, units: Sequence[str]) -> bool:
         """Whether systemd's view of `units` may differ from their files: False only when each
@@ -93,8 +93,12 @@ class Systemctl:
         host and re-runs its generators."""
         done = self._run("show", "--property=Id,LoadState,NeedDaemonReload", "--", *units,
                          timeout=min(self.timeout, SHOW_TIMEOUT))
-        blocks = [dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
-                  for block in done.stdout.split("\n\n") if block.strip()]
+        blocks = [_properties(block) for block in done.stdout.split("\n\n") if block.strip()]
         fresh = {b.get("Id") for b in blocks
                  if b.get("LoadState") == "loaded" and b.get("NeedDaemonReload") == "no"}
         return not set(units) <= fresh
+
+
+def _properties(text: str) -> dict[str, str]:
+    """`systemctl show`'s NAME=VALUE lines of one unit, as a dict."""
+    return dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
