@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from agent_fsm.views.status import status
 from tests.helpers import World, copy_tree, env_with_stub_systemctl, make_world
 from tests.test_cli import one_line_error, run
 
+# For what runs in this process only (parsing, in-process status): a fixed time. A test that
+# hands a hold to a real `agent-fsm` process, which reads the real clock, uses `real_now()`.
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
 CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\n'
 
@@ -54,6 +57,15 @@ def cli(world: World, cfg: Path, *args: str) -> subprocess.CompletedProcess[str]
 
 def held_file(world: World) -> Path:
     return world.paths.hold_file
+
+
+def real_now() -> float:
+    """The real clock's time, to the second: what a child process will also read."""
+    return float(int(time.time()))
+
+
+def utc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class TestUntil:
@@ -156,13 +168,13 @@ class TestRefusal:
     def test_upgrade_is_refused_naming_the_hold(self, ready: World, cfg: Path) -> None:
         """While held, `upgrade` exits 3 with one line naming the reason, since, until, how to
         lift the hold and how to override it, and nothing starts; `--force` goes past it."""
-        ready.clock.t = NOW
-        holds.hold(ready.node, "quarter-end batch", NOW + 7200)
+        now = ready.clock.t = real_now()  # the child process reads the real clock
+        holds.hold(ready.node, "quarter-end batch", now + 7200)
         proc = cli(ready, cfg, "upgrade", "--to", "2.0.0")
         assert proc.returncode == 3, proc.stderr
         line = one_line_error(proc)
-        for part in ("'quarter-end batch'", "since 2026-11-30 12:00:00 UTC",
-                     "until 2026-11-30 14:00:00 UTC", "`agent-fsm unhold`", "--force"):
+        for part in ("'quarter-end batch'", f"since {utc(now)}", f"until {utc(now + 7200)}",
+                     "`agent-fsm unhold`", "--force"):
             assert part in line, part
         assert ready.node.signal() is None and ready.node.store.read().state == "converged"
 
