@@ -260,13 +260,27 @@ class TestStatusFastPath:
                              and "_seconds" not in line]
         assert strip(fast.stdout) == strip(full.stdout)
 
-    def test_other_shapes_use_the_full_cli(self, tmp_path: Path, cfg: Path) -> None:
-        """Anything but the exact fast shape goes through the full CLI (e.g. --help, usage)."""
-        from agent_fsm.cli.entry import _status_json_argv
+    @pytest.mark.parametrize("argv", [
+        ["status", "--json", "--help"], ["status", "--json", "--diff"], ["--verbose", "status", "--json"],
+        ["--root", "status", "--json"], ["status", "--json", "extra"], ["recover", "--json"]])
+    def test_other_shapes_answer_as_the_full_cli(self, tmp_path: Path, cfg: Path,
+                                                 argv: list[str]) -> None:
+        """A command line near a lean shape but not one of them (help, an option more, a missing
+        value) gets the full CLI's answer: its help, its usage error or its output, same exit."""
+        world = make_world(tmp_path / "root")
+        world.installed("1.0.0")
+        args = ["--config", str(cfg), *(argv if argv[0] == "--root" else
+                                        ["--root", str(world.root), *argv])]
+        env = {**{k: v for k, v in os.environ.items() if k != "AGENT_FSM_CONFIG"}, "COLUMNS": "200"}
 
-        assert _status_json_argv(["status", "--json"]) == (None, None)
-        assert _status_json_argv(["--root", "/r", "--config=/c", "status", "--json"]) == (
-            Path("/c"), Path("/r"))
-        for argv in (["status"], ["status", "--json", "--diff"], ["--root", "status", "--json"],
-                     ["--verbose", "status", "--json"], ["status", "--help"]):
-            assert _status_json_argv(argv) is None, argv
+        def through(module: str) -> subprocess.CompletedProcess[str]:  # as the console script
+            return subprocess.run(
+                [sys.executable, "-c", f"import sys; from agent_fsm.cli.{module} import main; "
+                 "sys.argv[0] = 'agent-fsm'; main()", *args],
+                capture_output=True, text=True, cwd=ROOT, timeout=60, check=False, env=env)
+
+        entry, full = through("entry"), through("app")
+        strip = lambda out: [line for line in out.splitlines() if '"time"' not in line  # noqa: E731
+                             and "_seconds" not in line]
+        assert (entry.returncode, entry.stderr) == (full.returncode, full.stderr)
+        assert strip(entry.stdout) == strip(full.stdout)

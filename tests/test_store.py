@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from agent_fsm.errors import StateFileError
-from agent_fsm.node.store import Pending, StateDoc, Store, Upgrade, encode
+from agent_fsm.errors import Refused, StateFileError
+from agent_fsm.node.store import Pending, StateDoc, Store, Upgrade
 from tests.helpers import World
 
 STATES = ("idle", "converged", "candidate_running")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _store(tmp_path: Path) -> Store:
@@ -126,16 +128,36 @@ class TestLocking:
         try:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
             store.lock_timeout = 0.2
-            with pytest.raises(Exception, match=r"state\.lock"), store.locked():
+            with pytest.raises(Refused, match=r"state\.lock") as refused, store.locked():
                 pass
+            assert refused.value.exit_code == 3
         finally:
             holder.kill()
             holder.wait()
 
-    def test_encoding_is_stable(self) -> None:
-        """The same document always encodes to the same bytes (so checksums are reproducible)."""
-        doc = StateDoc(state="idle", skipped=[{"b": 1, "a": 2}])
-        assert encode(doc) == encode(doc)
+    def test_the_bytes_depend_on_the_content_only(self, tmp_path: Path) -> None:
+        """A document encodes to the same bytes whatever order its tables were built in and in
+        whichever process (hash seed) encodes it, so the checksum one process writes is the one
+        another recomputes; a different value gives different bytes."""
+        code = ("import sys; from agent_fsm.node.store import StateDoc, encode\n"
+                "pairs = [('rollbacks', 1), ('attempts', 0), ('upgrades_rolled_back', 1),\n"
+                "         ('upgrades_ok', int(sys.argv[2]))]\n"
+                "order = pairs if sys.argv[1] == 'ba' else pairs[::-1]\n"
+                "doc = StateDoc(state='idle', counters=dict(order))\n"
+                "sys.stdout.buffer.write(encode(doc))\n")
+
+        def encoded(order: str, seed: str, value: int = 2) -> bytes:
+            return subprocess.run([sys.executable, "-c", code, order, str(value)],
+                                  env={**os.environ, "PYTHONHASHSEED": seed}, cwd=ROOT,
+                                  capture_output=True, check=True, timeout=60).stdout
+
+        written = encoded("ab", "1")
+        assert encoded("ba", "2") == written
+        assert encoded("ab", "1", value=3) != written
+        store = _store(tmp_path)
+        store.path.write_bytes(written)
+        assert store.read().counters == {"upgrades_ok": 2, "rollbacks": 1, "attempts": 0,
+                                         "upgrades_rolled_back": 1}
 
 
 class TestLayout:

@@ -9,17 +9,8 @@ the two); anything else goes to `app.main`.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from . import lean
-
-
-def _status_json_argv(argv: list[str]) -> tuple[Path | None, Path | None] | None:
-    """(config, root) when argv is exactly a global-options + `status --json` call."""
-    found = lean.parse(argv)
-    if found is None or found[1] is not lean.run_status_json:
-        return None
-    return found[0].config, found[0].root
 
 
 def main() -> None:
