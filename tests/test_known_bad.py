@@ -14,7 +14,7 @@ from agent_fsm.errors import Refused
 from agent_fsm.node import config as config_mod
 from agent_fsm.node import known_bad
 from agent_fsm.views.status import status
-from tests.helpers import World, crash_at, env_with_stub_systemctl, make_world
+from tests.helpers import Crash, World, crash_at, env_with_stub_systemctl, make_world
 from tests.test_cli import one_line_error, run
 
 CHECK_LINE = "ping: health endpoint answered 503"
@@ -116,7 +116,7 @@ class TestRecord:
         world.installed("1.0.0")
         world.upgrading("2.0.0")
         world.node.controller.failpoint = crash_at("recover", 2)
-        with pytest.raises(BaseException, match="recover:2"):
+        with pytest.raises(Crash, match="recover:2"):
             world.node.controller.fire("recover", reason="by hand", reason_class="manual")
         again = world.reopen()
         doc = again.node.store.read()

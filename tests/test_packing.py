@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.actions.packing import add, pack, prune
-from agent_fsm.errors import ReleaseError
+from agent_fsm.errors import AssetError, ReleaseError
 from agent_fsm.node.config import Config
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
 from agent_fsm.wiring import open_node
@@ -60,7 +60,7 @@ class TestAddListPrune:
             add(packed, world.node)
         (packed / "release.toml").write_text('version = "2.0.0"\n')
         (packed / "assets" / "recovery.sh").write_text("${oops}\n")
-        with pytest.raises(Exception, match="unknown or malformed placeholder"):
+        with pytest.raises(AssetError, match="unknown or malformed placeholder"):
             add(packed, world.node)
         assert world.node.host.releases.versions() == []
 

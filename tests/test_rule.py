@@ -8,6 +8,7 @@ import os
 import pytest
 
 from agent_fsm.agent.daemon import open_gate_after_judgment
+from agent_fsm.errors import PublishError
 from agent_fsm.system.publish import Result
 from tests.helpers import World
 
@@ -139,7 +140,7 @@ class TestAfterJudgment:
         world.upgrading("2.0.0")
         world.node.controller.fire("judge_ok")
         world.publisher.failures = 100
-        with pytest.raises(Exception, match="injected failure"):
+        with pytest.raises(PublishError, match="injected failure"):
             open_gate_after_judgment(world.node.controller, world.clock, max_tries=4)
         assert not world.node.host.gate.is_open()
         assert world.node.host.signal() is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent_fsm.actions.operations import recover
-from agent_fsm.errors import DefinitionError
+from agent_fsm.errors import AssetError, DefinitionError
 from agent_fsm.lifecycle.definition import default_text
 from agent_fsm.lifecycle.engine import env_failpoint
 from agent_fsm.lifecycle.table import load_definition
@@ -36,7 +36,7 @@ class TestSupersede:
             # As if it had been stored so (no recorded digest to say otherwise): a release
             # changed since it was added would be refused at select (test_release_store).
             release_store.forget(world.paths.releases_dir, version)
-        with pytest.raises(Exception, match="recovery"):
+        with pytest.raises(AssetError, match="recovery"):
             world.reopen().node.controller.resume()
         done = recover(world.node)
         doc = world.node.store.read()
