@@ -15,7 +15,13 @@ of the snapshot, with its diagram page regenerated (the drift check must not cou
 PYTHONPATH set to the copy, through `pytest -x`: the unit suite first, ordered so that the fast
 and discriminating files come first, then (with --e2e) the e2e suite for the survivors.
 
-Exit status: 0 when no variant survives, 1 when some do, 2 when the baseline or the set-up fails.
+Only a test that fails counts as a kill, and only if it passes when rerun once, alone, on a fresh
+copy of the unmutated snapshot: if it fails there too the variant is "flaky", not killed. A run
+that reaches the deadline (--timeout), or whose failure is pytest-timeout's, is "timeout", not
+killed, unless a test had really failed first.
+
+Exit status: 0 when every variant is killed, 1 when some survive, are flaky or time out, 2 when
+the baseline or the set-up fails.
 """
 
 from __future__ import annotations
@@ -52,6 +58,11 @@ PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider")
 FAILED_LINE = re.compile(r"^(FAILED|ERROR) ([\w./-]+\.py(?:::.*?)?)(?: - (.*))?$")
 
 KILLED, SURVIVED, REFUSED, TIMEOUT, ERROR = "killed", "survived", "refused-at-load", "timeout", "error"
+FLAKY = "flaky"  # killed by a test that fails on the unmutated tree too
+NOT_KILLED = (SURVIVED, FLAKY, TIMEOUT)
+# The failure pytest-timeout (the suite's per-test bound) raises in a hung test, as its traceback
+# shows it (the short summary may cut the message).
+PYTEST_TIMEOUT = re.compile(r"^E\s+Failed: Timeout \(>[\d.]+s\) from pytest-timeout\.$", re.M)
 
 # Run with the snapshot's interpreter and PYTHONPATH: loads each variant through the project's own
 # loader and says which ones it refuses (a DefinitionError) and why.
@@ -199,6 +210,7 @@ class Result:
     detail: str = ""
     seconds: float = 0.0
     log: str = ""
+    rerun: str = ""  # the killing test rerun on the unmutated tree: passed, failed or timed out
 
 
 class TimedOut(Exception):
@@ -294,21 +306,35 @@ def first_failure(output: str) -> tuple[str, str]:
     return "", ""
 
 
+def verdict(rc: int | None, output: str) -> tuple[str, str, str]:
+    """(result, first failing node id, message) of a pytest -x run from its exit status (None: it
+    was stopped at the deadline) and its output. A timeout alone is no kill: a run stopped at the
+    deadline, or failed by pytest-timeout, is TIMEOUT unless a test had really failed first."""
+    node, message = first_failure(output)
+    if rc == 0:
+        return SURVIVED, "", ""
+    hung = PYTEST_TIMEOUT.search(output) is not None  # with -x, the one failure's traceback
+    if node and not hung and rc in (None, 1, 2):
+        return KILLED, node, message
+    if rc is None or (node and hung):
+        return TIMEOUT, node, message or "stopped at the deadline (--timeout)"
+    tail = " | ".join(output.strip().splitlines()[-3:])
+    return ERROR, "", f"pytest exit status {rc}: {tail}"[:300]
+
+
 def pytest_stage(python: str, tree: Path, log: Path, deadline: float,
                  args: list[str]) -> tuple[str, str, str]:
     """(result, first failing node id, message) of one pytest run with -x."""
     before = log.stat().st_size if log.exists() else 0
-    rc = run([python, *PYTEST, *args], tree, log, deadline)
+    rc: int | None
+    try:
+        rc = run([python, *PYTEST, *args], tree, log, deadline)
+    except TimedOut:
+        rc = None
     with log.open() as f:
         f.seek(before)
         output = f.read()
-    node, message = first_failure(output)
-    if rc == 0:
-        return SURVIVED, "", ""
-    if rc in (1, 2) and node:
-        return KILLED, node, message
-    tail = " | ".join(output.strip().splitlines()[-3:])
-    return ERROR, "", f"pytest exit status {rc}: {tail}"[:300]
+    return verdict(rc, output)
 
 
 class Runner:
@@ -324,9 +350,11 @@ class Runner:
         self.logs.mkdir(exist_ok=True)
         self.seen_file = ""
 
+    def seed_args(self) -> list[str]:
+        return [f"--hypothesis-seed={self.hypothesis_seed}"] if self.hypothesis_seed else []
+
     def unit_args(self) -> list[str]:
-        seed = [f"--hypothesis-seed={self.hypothesis_seed}"] if self.hypothesis_seed else []
-        return [*seed, "-m", "not e2e", *self.order]
+        return [*self.seed_args(), "-m", "not e2e", *self.order]
 
     def prepare(self, name: str, text: str | None, log: Path, deadline: float) -> Path:
         """A fresh copy of the snapshot with `text` as its definition and its diagram regenerated."""
@@ -367,6 +395,10 @@ class Runner:
                 result.stage = "e2e"
                 result.result, result.first_failure, result.detail = pytest_stage(
                     self.python, tree, log, deadline, ["-m", "e2e", E2E_DIR])
+            if result.result == KILLED:
+                result.rerun = self.rerun_on_baseline(number, result.first_failure, log)
+                if result.rerun != "passed":
+                    result.result = FLAKY
         except TimedOut:
             result.result, result.detail = TIMEOUT, f"over {self.timeout:.0f} s"
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
@@ -376,6 +408,23 @@ class Runner:
                 shutil.rmtree(tree, ignore_errors=True)
         result.seconds = round(time.monotonic() - started, 1)
         return result
+
+    def rerun_on_baseline(self, number: int, node: str, log: Path) -> str:
+        """The test that killed variant `number`, run once alone on a fresh unmutated copy:
+        "passed", "failed (pytest exit status N)" or "timed out"."""
+        with log.open("a") as out:
+            out.write(f"\n# {node} again, on the unmutated tree\n")
+        deadline = time.monotonic() + self.timeout
+        tree = self.work / f"b{number:03d}"
+        try:
+            self.prepare(tree.name, None, log, deadline)
+            rc = run([self.python, *PYTEST, *self.seed_args(), node], tree, log, deadline)
+        except TimedOut:
+            return "timed out"
+        finally:
+            if not self.keep:
+                shutil.rmtree(tree, ignore_errors=True)
+        return "passed" if rc == 0 else f"failed (pytest exit status {rc})"
 
     def baseline(self) -> dict[str, Any]:
         """Run the unmutated snapshot through the same steps, without -x's early stop mattering:
@@ -455,7 +504,9 @@ def table(results: list[Result]) -> str:
     lines = [f"{'variant':<{width}}  {'result':<15}  first failing test / note", "-" * (width + 60)]
     for r in results:
         note = r.first_failure or r.detail
-        if r.result == KILLED and r.stage == "e2e":
+        if r.result == FLAKY:
+            note = f"{note} [rerun on the unmutated tree: {r.rerun}]"
+        if r.result in (KILLED, FLAKY, TIMEOUT) and r.stage == "e2e":
             note = f"[e2e] {note}"
         lines.append(f"{r.id:<{width}}  {r.result:<15}  {note}".rstrip())
     return "\n".join(lines)
@@ -465,17 +516,22 @@ def summary(results: list[Result]) -> str:
     def count(result: str, stage: str | None = None) -> int:
         return sum(1 for r in results if r.result == result and (stage is None or r.stage == stage))
 
-    killed = count(KILLED) + count(REFUSED) + count(TIMEOUT)
-    survivors = [r.id for r in results if r.result == SURVIVED]
+    def named(result: str) -> str:
+        return "; ".join(r.id for r in results if r.result == result) or "none"
+
+    killed = count(KILLED) + count(REFUSED)
     line = (f"killed {killed} / total {len(results)} (unit {count(KILLED, 'unit')}, "
-            f"e2e {count(KILLED, 'e2e')}, at load {count(REFUSED)}, timeout {count(TIMEOUT)}")
+            f"e2e {count(KILLED, 'e2e')}, at load {count(REFUSED)}")
     if count(ERROR):
-        line += f"; errors {count(ERROR)}: " + "; ".join(r.id for r in results if r.result == ERROR)
-    return line + "); survivors: " + ("; ".join(survivors) if survivors else "none")
+        line += f"; errors {count(ERROR)}: {named(ERROR)}"
+    return (line + f"); survivors: {named(SURVIVED)}; flaky {count(FLAKY)} (the killing test fails "
+            f"on the unmutated tree too): {named(FLAKY)}; timeout {count(TIMEOUT)}: {named(TIMEOUT)}")
 
 
 def write_json(path: Path, meta: dict[str, Any], results: list[Result]) -> None:
-    body = {**meta, "summary": summary(results), "variants": [asdict(r) for r in results]}
+    body = {**meta, "summary": summary(results),
+            **{key: [r.id for r in results if r.result == key] for key in NOT_KILLED},
+            "variants": [asdict(r) for r in results]}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -489,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--e2e", action="store_true",
                         help="run `pytest -m e2e` for the survivors of the unit suite")
     parser.add_argument("--timeout", type=float, default=900.0,
-                        help="seconds per variant before it counts as killed by timeout (900)")
+                        help="seconds per variant before it counts as timed out, not killed (900)")
     parser.add_argument("--output", type=Path, default=Path("mutants-results.json"),
                         help="where to write the JSON results (mutants-results.json)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the working tree to snapshot")
@@ -600,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(final))
     if any(r.result == ERROR for r in final):
         return 2
-    return 1 if any(r.result == SURVIVED for r in final) else 0
+    return 1 if any(r.result in NOT_KILLED for r in final) else 0
 
 
 if __name__ == "__main__":
