@@ -132,13 +132,18 @@ def run_line(host: Host, line: str) -> subprocess.CompletedProcess[str]:
                       or proc.poll() is not None)
         if proc.poll() is None:
             host.daemon_starts()
-    elif "--watch" in words and "--count" not in words:
-        time.sleep(1.5)  # runs until interrupted, as documented
+    first = ""
+    if "--watch" in words and "--count" not in words:
+        # It runs until interrupted, as documented: Ctrl-C once it shows its first frame (on a
+        # loaded machine the start alone may take longer than any fixed wait).
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
         proc.send_signal(signal.SIGINT)
     try:
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
+    stdout = first + stdout
     if command == "install":
         host.daemon_starts()  # systemd starts the agent: it converges and opens the gate
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
