@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # and removes release images in a private store; faketime moves the clock for `test-clock`).
 # Installed when missing and when run as root (CI is), waiting for another apt-get's lock;
 # elsewhere the tests that need them say what is missing.
-# openssh-client: ssh-keygen signs and verifies releases (tests/test_signing.py).
+# openssh-client: ssh-keygen signs and verifies releases (tests/actions/test_signing.py).
 DEB_PACKAGES := graphviz podman openssh-client faketime
 
 $(STAMP): pyproject.toml
@@ -41,9 +41,10 @@ test: lint sanity system-packages
 # starts (libfaketime; ~15 s). `make test-future` runs the whole unit suite so (~80 s). The e2e
 # suite is left out: systemd does not pass the preload to its units, whose clock stays real.
 FAKETIME ?= +365d
-CLOCK_TESTS := tests/test_hold.py tests/test_known_bad.py tests/test_history.py tests/test_status.py \
-	tests/test_metrics.py tests/test_judge.py tests/test_reasons.py tests/test_status_reader.py \
-	tests/test_outbox.py
+CLOCK_TESTS := tests/actions/test_hold.py tests/upgrade/test_known_bad.py \
+	tests/upgrade/test_reasons.py tests/upgrade/test_outbox.py tests/agent/test_judge.py \
+	tests/views/test_history.py tests/views/test_status.py tests/views/test_metrics.py \
+	tests/views/test_status_reader.py
 test-clock: $(STAMP)
 	@if command -v faketime >/dev/null; then \
 		echo "the clock moved $(FAKETIME): $(CLOCK_TESTS)"; \

@@ -12,23 +12,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from .lifecycle.definition import Definition
-from .lifecycle.hooks import check as check_hooks
-from .lifecycle.states import Groups, count_rules, groups
-from .node import signal
+from .machine.definition import Definition
+from .machine.hooks import check as check_hooks
+from .machine.vocabulary import Groups, count_rules, groups
 from .node.config import Config
-from .node.gate import Gate
 from .node.paths import Paths
-from .node.releases import Releases
-from .node.signal import UpgradeSignal
-from .node.store import Store
+from .node.releases.pointers import Releases
+from .node.runtime import signal
+from .node.runtime.gate import Gate
+from .node.runtime.signal import UpgradeSignal
+from .node.state.store import Store
 from .system.clock import Clock, SystemClock
 
 if TYPE_CHECKING:  # what writers are given, imported by `open_node` alone
-    from .lifecycle.effects import Host
-    from .lifecycle.engine import Controller
+    from .machine.engine import Controller
     from .system.publish import Publisher
     from .system.systemd import Systemd
+    from .upgrade.effects import Host
 
 
 class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/design.md)
@@ -94,7 +94,7 @@ def open_reader(config: Config, root: Path | None = None, *,
                 clock: Clock | None = None) -> Reader:
     """Wire the readers' parts of a node (see `Reader`); the config is checked as `open_node`
     checks it, hooks included, so a reader refuses what a writer would."""
-    from .lifecycle.reading import shipped
+    from .machine.reading import shipped
 
     definition = shipped()
     check_hooks(config.hooks, definition, config.source)
@@ -105,13 +105,14 @@ def open_reader(config: Config, root: Path | None = None, *,
 def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | None = None,
               publisher: Publisher | None = None, clock: Clock | None = None) -> Node:
     """Wire a node; anything not given is the real implementation."""
-    from .lifecycle.effects import Host
-    from .lifecycle.engine import Controller
-    from .lifecycle.table import CONDITIONS, EFFECTS, load_definition
-    from .node import hook_failures, validate
+    from .machine.engine import Controller
+    from .node.records import hook_failures
+    from .node.state import validate
     from .system.hooks import HookRunner
     from .system.publish import RecordPublisher
     from .system.systemd import Systemctl
+    from .upgrade.effects import Host
+    from .upgrade.registry import CONDITIONS, EFFECTS, load_definition
 
     paths = Paths(config, root)
     definition = load_definition()

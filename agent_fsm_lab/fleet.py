@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from agent_fsm.actions import packing
+from agent_fsm.actions.releases import packing
 
 from .lab import Lab
 from .sandbox import DEFAULT_BASE_DIR, SystemdSandbox, python_paths

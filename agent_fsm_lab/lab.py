@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import agent_fsm
-from agent_fsm.actions import packing
+from agent_fsm.actions.releases import packing
 
 from .sandbox import SystemdSandbox, python_paths, under_private_tmp
 

@@ -35,17 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from agent_fsm import files
-from agent_fsm.actions import packing
-from agent_fsm.lifecycle.effects import Host
-from agent_fsm.lifecycle.engine import Controller
-from agent_fsm.lifecycle.table import CONDITIONS, EFFECTS, load_definition
+from agent_fsm.actions.releases import packing
+from agent_fsm.machine.engine import Controller
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.config import Config
-from agent_fsm.node.journal import SYNC_EVERY
 from agent_fsm.node.paths import Paths
-from agent_fsm.node.store import Store
+from agent_fsm.node.state.journal import SYNC_EVERY
+from agent_fsm.node.state.store import Store
 from agent_fsm.system.clock import SystemClock
 from agent_fsm.testing import FakePublisher, FakeSystemd
+from agent_fsm.upgrade.effects import Host
+from agent_fsm.upgrade.registry import CONDITIONS, EFFECTS, load_definition
 from agent_fsm.wiring import open_node
 from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Kind, Lab
 from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths

@@ -33,7 +33,7 @@ def waker() -> Iterator[Waker]:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say how many crash and power-loss points the run covered."""
-    from tests import test_crash_points, test_power_loss
+    from tests.reliability import test_crash_points, test_power_loss
 
     if test_crash_points.COVERED:
         terminalreporter.write_line(

@@ -50,8 +50,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFINITION = Path("states") / "agent-upgrade.toml"
 DIAGRAM_DIR = "diagrams"
 # Fast files that look at the machine itself first; the rest follow by their baseline time.
-FIRST = ("tests/test_rule.py", "tests/test_machine.py", "tests/test_order.py", "tests/test_definition.py",
-         "tests/test_crash.py", "tests/test_model.py")
+FIRST = ("tests/upgrade/test_rule.py", "tests/machine/test_machine.py",
+         "tests/upgrade/test_order.py", "tests/machine/test_definition.py",
+         "tests/reliability/test_crash.py", "tests/reliability/test_model.py")
 E2E_DIR = "tests/e2e"
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider")
 # A line of pytest's short summary (not a captured log record, which also starts with ERROR).
@@ -69,7 +70,7 @@ PYTEST_TIMEOUT = re.compile(r"^E\s+Failed: Timeout \(>[\d.]+s\) from pytest-time
 LOAD_CHECK = r"""
 import importlib, json, pkgutil, sys
 import agent_fsm
-KNOWN = ["agent_fsm.lifecycle.table", "agent_fsm.lifecycle.effects", "agent_fsm.lifecycle.engine",
+KNOWN = ["agent_fsm.upgrade.registry", "agent_fsm.upgrade.effects", "agent_fsm.machine.engine",
          "agent_fsm.machine"]
 def candidates():
     yield from KNOWN

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentFsmError
-from ..node import hold as hold_file
-from ..node import inhibitors
-from ..node.hold import Hold, utc
+from ..node.records import hold as hold_file
+from ..node.records.hold import Hold, utc
+from ..node.runtime import inhibitors
 from ..wiring import Node
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentFsmError
-from ..lifecycle.states import StateName, Trigger
-from ..node import reasons
-from ..node.store import StateDoc
+from ..machine.vocabulary import StateName, Trigger
+from ..node.records import reasons
+from ..node.state.store import StateDoc
 from ..wiring import Node
 
 

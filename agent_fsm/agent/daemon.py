@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 
 from ..errors import AgentFsmError, PublishError
-from ..lifecycle.engine import Controller
-from ..lifecycle.states import StateName, Trigger
-from ..node.store import StateDoc
+from ..machine.engine import Controller
+from ..machine.vocabulary import StateName, Trigger
+from ..node.state.store import StateDoc
 from ..system.clock import Clock
 from ..system.notify import Notifier, watchdog_interval
 from ..wiring import Node

@@ -1,7 +1,7 @@
 """The console script's entry: lean paths for what systemd and fleet tools run, the rest through
 the full CLI.
 
-`[--config FILE] [--root DIR] daemon | recover | status --json` are served by lean.py before
+`[--config FILE] [--root DIR] daemon | recover | status --json` are served by fast_path.py before
 typer is imported, with the same output, messages and exit codes as the full CLI (tests compare
 the two); anything else goes to `app.main`.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 
-from . import lean
+from . import fast_path
 
 
 def main() -> None:
-    code = lean.main(sys.argv[1:])
+    code = fast_path.main(sys.argv[1:])
     if code is not None:
         sys.exit(code)
     from .app import main as cli_main

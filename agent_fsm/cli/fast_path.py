@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
-from ..lifecycle.states import Trigger
+from ..machine.vocabulary import Trigger
 from .exits import guarded
 from .options import Globals
 
@@ -45,7 +45,7 @@ def run_recover(opts: Globals) -> int:
 
 def run_status_json(opts: Globals) -> int:
     """`agent-fsm status --json`: the node's status as JSON (the keys in docs/operations.md)."""
-    from ..views.status import status
+    from ..views.status.report import status
 
     data = status(opts.reader(), diff=False, prog=opts.prog()).to_json()
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
@@ -67,7 +67,7 @@ def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600
     node = opts.node()
     if force:  # said before it happens, so the journal of the shell shows what was overridden
         from ..actions.holds import overridden
-        from ..node import known_bad
+        from ..node.records import known_bad
 
         bad = known_bad.words(node.paths.known_bad_file, to)
         for what in (*overridden(node), *([bad] if bad else [])):

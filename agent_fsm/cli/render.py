@@ -19,13 +19,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..lifecycle.states import StateName
-from ..views.status import span
+from ..machine.vocabulary import StateName
+from ..views.status.report import span
 
 if TYPE_CHECKING:
-    from ..views.doctor import Finding
+    from ..views.doctor.checks import Finding
     from ..views.history import History
-    from ..views.status import Status
+    from ..views.status.report import Status
 
 
 def _console(*, stderr: bool = False) -> Console:

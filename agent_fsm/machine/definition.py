@@ -11,9 +11,12 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Collection, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import DefinitionError
+
+if TYPE_CHECKING:
+    from ..node.state.document import StateDoc
 
 DEFINITION_NAME = "agent-upgrade.toml"
 
@@ -224,3 +227,11 @@ def checked(data: dict[str, Any], source: str, *, effects: Collection[str],
     if trapped:
         raise DefinitionError(f"{source}: these states have no way out: {_listing(trapped)}")
     return Definition(name, initial, states, tuple(transitions), source)
+
+
+def situation(d: Definition, doc: StateDoc) -> str:
+    """One line on what is going on in the document's state, for refusals and status."""
+    up = doc.upgrade
+    text = d.state(doc.state).situation or doc.state
+    return text.format_map({"to": up.to_version if up else "?",
+                            "from": up.from_version if up else "?"})

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import AgentFsmError, IllegalTransition
-from ..node import counters, reasons
-from ..node.store import Pending, StateDoc, Store
+from ..node.records import reasons
+from ..node.state import counters
+from ..node.state.store import Pending, StateDoc, Store
 from ..system.clock import Clock
-from .definition import Definition
-from .explain import situation
+from .definition import Definition, situation
 from .hooks import Hooks, NoHooks, ask, before_triggers, finished, telling
-from .states import RESULT_EFFECTS, Groups, count_rules, groups
+from .vocabulary import RESULT_EFFECTS, Groups, count_rules, groups
 
 if TYPE_CHECKING:
     from transitions import EventData, Machine

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from ..errors import ConfigError, Refused
 from ..node.hook_config import HookConfig
 from .definition import Definition
-from .states import RESULT_EFFECTS, groups
+from .vocabulary import RESULT_EFFECTS, groups
 
 
 class Hooks(Protocol):

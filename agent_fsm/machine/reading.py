@@ -14,7 +14,7 @@ from typing import Any
 
 from . import definition as definition_mod
 from .definition import Definition
-from .states import check_vocabulary
+from .vocabulary import check_vocabulary
 
 
 def _named(data: dict[str, Any], key: str) -> set[str]:

@@ -12,7 +12,7 @@ import enum
 from typing import NamedTuple
 
 from ..errors import DefinitionError
-from ..node.counters import CountRules
+from ..node.state.counters import CountRules
 from .definition import Definition
 
 

@@ -1,6 +1,6 @@
 """The host's `[hooks]` table: which command runs before or after which transition, and how long
 each may take. The trigger names are checked against the definition where it is known
-(`lifecycle.hooks.check`, called when the node is wired): the node's files know no machine."""
+(`machine.hooks.check`, called when the node is wired): the node's files know no machine."""
 
 from __future__ import annotations
 

@@ -22,9 +22,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import AgentFsmError
-from ..node import assets, kept_assets
-from .engine import Step
-from .table import effect
+from ..machine.engine import Step
+from ..node.assets import kept as kept_assets
+from ..node.assets import render as assets
+from .registry import effect
 
 if TYPE_CHECKING:
     from .effects import Host

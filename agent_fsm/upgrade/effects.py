@@ -1,7 +1,7 @@
 """The host as the machine sees it: the conditions transitions check and the effects they run.
 
 Every name in `states/agent-upgrade.toml` resolves here: `@condition` and `@effect` register the
-methods of `Host` under their names in the tables of `lifecycle.table`, which the engine is
+methods of `Host` under their names in the tables of `upgrade.registry`, which the engine is
 given and the definition is checked against. A condition answers: None when
 it holds, else the error that refuses the transition (saying why). Each effect is idempotent (a
 crash after it and before its progress is recorded runs it again) and works through small
@@ -15,18 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AgentFsmError, Refused, ReleaseError, SignalError
-from ..node import assets, hold, inhibitors, kept_assets, signal
-from ..node.gate import Gate
+from ..machine.engine import Step
+from ..machine.vocabulary import StateName
+from ..node.assets import kept as kept_assets
+from ..node.assets import render as assets
 from ..node.paths import Paths
-from ..node.reasons import CLASSES, one_line
-from ..node.releases import Releases
-from ..node.store import Upgrade
+from ..node.records import hold
+from ..node.records.reasons import CLASSES, one_line
+from ..node.releases.pointers import Releases
+from ..node.runtime import inhibitors, signal
+from ..node.runtime.gate import Gate
+from ..node.state.store import Upgrade
 from ..system.clock import Clock
 from ..system.publish import Outcome, Publisher, Result
 from ..system.systemd import Systemd
-from .engine import Step
-from .states import StateName
-from .table import condition, effect
+from .registry import condition, effect
 
 log = logging.getLogger("agent_fsm")
 
@@ -266,4 +269,5 @@ class Host:
 
 # The known-bad rule's condition and effects, and the assets' effects, register themselves in
 # the same tables.
-from . import asset_effects, known_bad_rule  # noqa: E402,F401
+from . import assets as asset_effects  # noqa: E402,F401
+from . import known_bad  # noqa: E402,F401

@@ -8,9 +8,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import AgentFsmError
-from ..node import known_bad
-from .engine import Step
-from .table import condition, effect
+from ..machine.engine import Step
+from ..node.records import known_bad
+from .registry import condition, effect
 
 if TYPE_CHECKING:
     from .effects import Host

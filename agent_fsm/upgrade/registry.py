@@ -1,5 +1,5 @@
 """The tables the engine is given: every effect and condition by name (filled by
-`lifecycle.effects` as it is imported), and the definition checked against them."""
+`upgrade.effects` as it is imported), and the definition checked against them."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import AgentFsmError
-from . import definition as definition_mod
-from .definition import Definition
-from .engine import Step
-from .states import check_vocabulary
+from ..machine import definition as definition_mod
+from ..machine.definition import Definition
+from ..machine.engine import Step
+from ..machine.vocabulary import check_vocabulary
 
 if TYPE_CHECKING:
     from .effects import Host

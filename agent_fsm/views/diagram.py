@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 
 from ..errors import AgentFsmError
-from ..lifecycle.definition import Definition
+from ..machine.definition import Definition
 from ..system import proc
 
 DIAGRAM_FILE = "agent-upgrade.md"

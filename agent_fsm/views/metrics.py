@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..node import hold, inhibitors, known_bad
-from ..node.counters import Counters
-from ..node.reasons import CLASSES
-from ..node.store import StateDoc
+from ..node.records import hold, known_bad
+from ..node.records.reasons import CLASSES
+from ..node.runtime import inhibitors
+from ..node.state.counters import Counters
+from ..node.state.store import StateDoc
 from ..wiring import Node
 
 PREFIX = "agent_fsm"

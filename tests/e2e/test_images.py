@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.image_releases import CONTAINERFILE
+from agent_fsm.actions.releases.images import CONTAINERFILE
 from agent_fsm_lab.lab import BROKEN_ASSETS, RECOVERY_UNIT, UNIT, Lab
 from agent_fsm_lab.sandbox import SystemdSandbox
 

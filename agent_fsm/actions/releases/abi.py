@@ -26,9 +26,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import files
-from ..errors import ConfigError, CouldNotRun, Refused, ReleaseError
-from ..system import interpreter
+from ... import files
+from ...errors import ConfigError, CouldNotRun, Refused, ReleaseError
+from ...system import interpreter
 
 FILE = "python.toml"
 REQUIRES_PYTHON = (3, 11)  # as the launcher's own check (`vendoring._BOOT`)

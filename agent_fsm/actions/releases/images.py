@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..errors import ReleaseError
-from ..node.releases import check_version
-from ..system.podman import STORE, ImageRef, Podman
-from ..wiring import Node
-from . import images, packing
+from ...errors import ReleaseError
+from ...node.releases.pointers import check_version
+from ...system.podman import STORE, ImageRef, Podman
+from ...wiring import Node
+from . import origins, packing
 
 RELEASE_PATH = PurePosixPath("/agent-fsm/release")  # where a release image holds the release
 CONTAINERFILE = f"FROM scratch\nCOPY release {RELEASE_PATH}\n"
@@ -30,7 +30,7 @@ CONTAINERFILE = f"FROM scratch\nCOPY release {RELEASE_PATH}\n"
 @dataclass(frozen=True)
 class ImageAdded:
     release: packing.Added
-    image: images.Image
+    image: origins.Image
 
 
 def add(ref: ImageRef, node: Node, podman: Podman | None = None) -> ImageAdded:
@@ -59,9 +59,9 @@ def add(ref: ImageRef, node: Node, podman: Podman | None = None) -> ImageAdded:
         if added:
             _quietly(podman.remove, image_id)
         raise
-    image = images.Image(str(ref), image_id, digest, added)
+    image = origins.Image(str(ref), image_id, digest, added)
     with node.store.locked():
-        images.remember(node, stored.version, image)
+        origins.remember(node, stored.version, image)
     return ImageAdded(stored, image)
 
 

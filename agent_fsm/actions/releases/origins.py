@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import files
-from ..errors import ReleaseError
-from ..node.releases import natural_key
-from ..system.podman import Podman, image_id
-from ..wiring import Node
+from ... import files
+from ...errors import ReleaseError
+from ...node.releases.pointers import natural_key
+from ...system.podman import Podman, image_id
+from ...wiring import Node
 
 RECORDS = ".images"
 SCHEMA = 1

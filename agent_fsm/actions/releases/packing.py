@@ -15,17 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import files
-from ..errors import AssetError, Refused, ReleaseError, StateFileError
-from ..node import assets, release_store, release_tree
-from ..node.releases import check_version, natural_key, read_manifest
-from ..node.store import StateDoc
-from ..wiring import Node
-from . import abi, images, trust
+from ... import files
+from ...errors import AssetError, Refused, ReleaseError, StateFileError
+from ...node.assets import render as assets
+from ...node.releases import store as release_store
+from ...node.releases import tree as release_tree
+from ...node.releases.pointers import check_version, natural_key, read_manifest
+from ...node.state.store import StateDoc
+from ...wiring import Node
+from . import abi, origins, trust
 from .vendoring import compile_lean, vendor
 from .vendoring import launcher as launcher_text
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the agent_fsm package
+PACKAGE_DIR = Path(__file__).resolve().parents[2]  # the agent_fsm package
 
 
 def _ignore(_dir: str, names: list[str]) -> list[str]:
@@ -135,7 +137,7 @@ class Pruned:
     removed: tuple[str, ...]
     kept: tuple[tuple[str, tuple[str, ...]], ...]  # (version, reasons), in version order
     dry_run: bool = False
-    images: images.ImagesPruned = field(default_factory=images.ImagesPruned)  # their images
+    images: origins.ImagesPruned = field(default_factory=origins.ImagesPruned)  # their images
 
     def to_json(self) -> dict[str, Any]:
         return {"removed": list(self.removed), "dry_run": self.dry_run,
@@ -239,13 +241,13 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
                         why[v] = [f"staged: newer than the selected {selected}"]
             remove = {v for v in stored if v not in why}
         removed = tuple(v for v in stored if v in remove)
-        image_plan = images.plan(node, why)  # a damaged image record refuses before any removal
+        image_plan = origins.plan(node, why)  # a damaged image record refuses before any removal
         if not dry_run:
             for stale in node.paths.releases_dir.glob(".*.pruning"):  # a crash in _remove's
                 shutil.rmtree(stale, ignore_errors=True)
             for version in removed:
                 _remove(releases.path(version))
-        pruned_images = images.apply(node, image_plan, dry_run=dry_run)
+        pruned_images = origins.apply(node, image_plan, dry_run=dry_run)
     kept = tuple((v, tuple(why[v])) for v in stored if v not in remove)
     return Pruned(removed, kept, dry_run, pruned_images)
 

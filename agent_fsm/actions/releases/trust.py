@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError, CouldNotRun, Refused, ReleaseError
-from ..node import signing
-from ..node.config import Config
-from ..node.paths import Paths
-from ..node.release_tree import Bad
-from ..system import sshsig
+from ...errors import ConfigError, CouldNotRun, Refused, ReleaseError
+from ...node.config import Config
+from ...node.paths import Paths
+from ...node.releases import signing
+from ...node.releases.tree import Bad
+from ...system import sshsig
 
 _AFTER = "nothing was stored"
 

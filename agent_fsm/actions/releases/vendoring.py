@@ -18,7 +18,7 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
-from ..errors import ReleaseError
+from ...errors import ReleaseError
 
 # agent-fsm's own `dependencies` (pyproject.toml; a test keeps the two equal).
 RUNTIME_REQUIREMENTS = ("rich", "transitions", "typer")

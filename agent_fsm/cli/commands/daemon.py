@@ -13,6 +13,6 @@ def daemon(ctx: typer.Context) -> None:
 
     Example (in the unit): ExecStart=/var/lib/agent-fsm/selected/bin/agent-fsm daemon
     """
-    from ..lean import run_daemon  # the code `agent-fsm daemon` runs without the full CLI
+    from ..fast_path import run_daemon  # the code `agent-fsm daemon` runs without the full CLI
 
     raise typer.Exit(run_daemon(options.of(ctx)))

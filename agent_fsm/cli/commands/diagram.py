@@ -45,7 +45,7 @@ def diagram(
 
     Example: agent-fsm diagram --format svg --current --output machine.svg
     """
-    from ...lifecycle.table import load_definition
+    from ...upgrade.registry import load_definition
 
     d = diagram_mod.from_definition(load_definition())
     page = directory / diagram_mod.DIAGRAM_FILE

@@ -20,7 +20,7 @@ def doctor(
 
     Example: agent-fsm doctor --json
     """
-    from ...views.doctor import doctor as run_doctor
+    from ...views.doctor.checks import doctor as run_doctor
 
     findings = run_doctor(options.of(ctx).node())
     failed = any(f.level == "fail" for f in findings)

@@ -29,7 +29,7 @@ def hold(
     Example: agent-fsm hold --reason "quarter-end batch" --until 6h
     """
     from ...actions.holds import hold as do_hold
-    from ...node.hold import check_reason, parse_until
+    from ...node.records.hold import check_reason, parse_until
 
     node = options.of(ctx).node()
     try:

@@ -15,6 +15,6 @@ def recover(ctx: typer.Context) -> None:
 
     Example: agent-fsm recover
     """
-    from ..lean import run_recover  # the code `agent-fsm recover` runs without the full CLI
+    from ..fast_path import run_recover  # the code `agent-fsm recover` runs without the full CLI
 
     raise typer.Exit(run_recover(options.of(ctx)))

@@ -42,7 +42,7 @@ def release_pack(
     Example: agent-fsm release pack --version 2.0.0 --output ./agent-fsm-2.0.0 --sign-key
     ~/.ssh/id_ed25519
     """
-    from ...actions.packing import pack
+    from ...actions.releases.packing import pack
 
     try:
         argv = tuple(shlex.split(workload)) if workload else ()
@@ -83,7 +83,7 @@ def release_add(
 
     Example: agent-fsm release add ./agent-fsm-2.0.0, or oci-archive:./agent-fsm-2.0.0.tar
     """
-    from ...actions.packing import add
+    from ...actions.releases.packing import add
     from ...system.podman import parse_reference
     from .release_images import add_image
 
@@ -112,8 +112,8 @@ def release_list(
 
     Example: agent-fsm release list --json
     """
-    from ...actions.images import read
-    from ...node import known_bad
+    from ...actions.releases.origins import read
+    from ...node.records import known_bad
 
     node = options.of(ctx).node()
     releases = node.host.releases
@@ -178,8 +178,8 @@ def release_prune(
 
     Example: agent-fsm release prune --dry-run, then agent-fsm release prune --keep 2
     """
-    from ...actions.packing import prune
-    from ...node.releases import natural_key
+    from ...actions.releases.packing import prune
+    from ...node.releases.pointers import natural_key
     from . import release_images
 
     if versions and keep is not None:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import typer
 
-from ...actions import image_releases, images
-from ...actions.packing import Added
+from ...actions.releases import images as image_releases
+from ...actions.releases import origins
+from ...actions.releases.packing import Added
 from ...errors import ReleaseError
 from ...system.podman import REGISTRY, STORE, ImageRef, Podman, parse_reference
 from ...wiring import Node
@@ -55,7 +56,7 @@ def pack_image(ctx: typer.Context, version: str, output: Path | None,
     _say(f"packed release {version} as image {image_id} in {where}{also}")
 
 
-def show_images(done: images.ImagesPruned, dry_run: bool) -> None:
+def show_images(done: origins.ImagesPruned, dry_run: bool) -> None:
     """One line per recorded image: removed (or would be), or kept and why."""
     verb = "would remove" if dry_run else "removed"
     for version, image in done.removed:
@@ -66,7 +67,7 @@ def show_images(done: images.ImagesPruned, dry_run: bool) -> None:
         _say(f"could not remove image {image.id} of {version}: {error}")
 
 
-def images_failed(done: images.ImagesPruned) -> None:
+def images_failed(done: origins.ImagesPruned) -> None:
     """Exit 1 (one line) when podman would not remove an image prune meant to remove."""
     if done.failed:
         ids = ", ".join(f"{i.id} of {v}" for v, i, _ in done.failed)

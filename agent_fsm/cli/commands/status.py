@@ -9,7 +9,7 @@ import typer
 from .. import options, render
 
 if TYPE_CHECKING:
-    from ...views.status import Status
+    from ...views.status.report import Status
 
 
 def status(
@@ -34,7 +34,7 @@ def status(
 
     Example: agent-fsm status --watch --interval 1
     """
-    from ...views.status import status as get_status
+    from ...views.status.report import status as get_status
 
     opts = options.of(ctx)
     node = opts.reader()  # the same reader `status --json` uses without the full CLI

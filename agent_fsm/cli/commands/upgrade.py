@@ -45,6 +45,6 @@ def upgrade(
 
     Example: agent-fsm upgrade --to 2.0.0 --wait --timeout 300
     """
-    from ..lean import run_upgrade  # the code `agent-fsm upgrade` runs without the full CLI
+    from ..fast_path import run_upgrade  # the code `agent-fsm upgrade` runs without the full CLI
 
     raise typer.Exit(run_upgrade(options.of(ctx), to, wait, timeout, force))

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import files
-from ..errors import AssetError, ReleaseError
-from .assets import TEMPLATES, Asset, render, targets, variables
-from .paths import Paths
-from .releases import Releases, check_version
-from .store import checksum
+from ... import files
+from ...errors import AssetError, ReleaseError
+from ..paths import Paths
+from ..releases.pointers import Releases, check_version
+from ..state.store import checksum
+from .render import TEMPLATES, Asset, render, targets, variables
 
 SCHEMA = 1
 FILE_MODE = 0o600  # in the agent's private state dir; nobody else needs to read it

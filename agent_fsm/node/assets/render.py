@@ -19,9 +19,9 @@ import string
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import files
-from ..errors import AssetError
-from .paths import Paths
+from ... import files
+from ...errors import AssetError
+from ..paths import Paths
 from .quoting import shell_word, unit_path, unit_token, unit_word
 
 UNIT_MODE = 0o644

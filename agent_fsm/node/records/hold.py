@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .. import files
-from ..errors import Refused
-from . import validate
-from .paths import Paths
-from .quoting import control_character
+from ... import files
+from ...errors import Refused
+from ..assets.quoting import control_character
+from ..paths import Paths
+from ..state import validate
 
 MAX_BYTES = 16 * 1024
 MAX_REASON = 500

@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .. import files
-from . import lock
-from .hook_config import HookConfig
+from ... import files
+from ..hook_config import HookConfig
+from ..state import lock
 
 FILE_NAME = "hook-failures.json"
 LOCK_NAME = "hook-failures.lock"

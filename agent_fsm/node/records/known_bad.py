@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .. import files
-from ..errors import AgentFsmError, Refused
-from . import validate
+from ... import files
+from ...errors import AgentFsmError, Refused
+from ..paths import Paths
+from ..state import validate
 from .hold import utc
-from .paths import Paths
 from .reasons import CLASSES, MAX_REASON
 
 MAX_BYTES = 256 * 1024

@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import files
-from ..errors import ReleaseError
-from . import release_store, release_tree
-from .paths import Paths
+from ... import files
+from ...errors import ReleaseError
+from ..paths import Paths
+from . import store as release_store
+from . import tree as release_tree
 
 MAX_MANIFEST_BYTES = 64 << 10
 

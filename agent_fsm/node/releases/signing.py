@@ -16,12 +16,12 @@ import os
 import stat
 from pathlib import Path
 
-from .. import files
-from ..errors import ConfigError
-from . import release_store
-from .config import Config
-from .paths import Paths
-from .release_tree import scan
+from ... import files
+from ...errors import ConfigError
+from ..config import Config
+from ..paths import Paths
+from . import store as release_store
+from .tree import scan
 
 SIGNATURE = "release.sig"
 NAMESPACE = "agent-fsm-release"

@@ -30,10 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import files
-from ..errors import Refused
-from .release_tree import DIR_MODE, Bad, Entry, Hashed, copy, scan
-from .sha256 import hexdigest, prefer_openssl
+from ... import files
+from ...errors import Refused
+from ..sha256 import hexdigest, prefer_openssl
+from .tree import DIR_MODE, Bad, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
 DIGESTS = ".digests"

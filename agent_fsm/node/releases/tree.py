@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
-from .. import files
-from .sha256 import sha256
+from ... import files
+from ..sha256 import sha256
 
 MAX_FILE_BYTES = 64 << 20  # one file
 MAX_RELEASE_BYTES = 256 << 20  # all files of a release

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import files
+from ... import files
 
 
 class Gate:

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .. import files
-from ..errors import SignalError
-from . import validate
+from ... import files
+from ...errors import SignalError
+from ..state import validate
 
 
 class UpgradeSignal(NamedTuple):

@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .. import files
-from ..errors import StateFileError
+from ... import files
+from ...errors import StateFileError
 from .journal_tail import ends_with, first_line, last_line
 
 FILE_NAME = "history.jsonl"

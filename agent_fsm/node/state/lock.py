@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .. import files
+from ... import files
 
 # First re-try soon (a transition holds the lock for about a millisecond), then every 50 ms.
 _FIRST_WAIT = 0.001

@@ -23,15 +23,15 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import files
-from ..errors import Refused, StateFileError
+from ... import files
+from ...errors import Refused, StateFileError
+from ..sha256 import hexdigest
 from . import entries, lock, validate
 from .counters import CountRules, seed, to_json
+from .document import Pending as Pending  # the document's classes, imported from here too
+from .document import StateDoc as StateDoc
+from .document import Upgrade as Upgrade
 from .journal import FILE_NAME, Journal, Read, advanced_skipped, stay_since
-from .sha256 import hexdigest
-from .state_doc import Pending as Pending  # the document's classes, imported from here too
-from .state_doc import StateDoc as StateDoc
-from .state_doc import Upgrade as Upgrade
 
 SCHEMA = 2  # 1: the history was a list inside the state file
 FILE_MODE = 0o644

@@ -8,11 +8,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..errors import AgentFsmError
-from ..lifecycle.states import StateName
-from ..node import hook_failures, validate
-from ..system import proc
-from ..wiring import Node
+from ...errors import AgentFsmError
+from ...machine.vocabulary import StateName
+from ...node.records import hook_failures
+from ...node.state import validate
+from ...system import proc
+from ...wiring import Node
 from . import config_modes, modes
 from .finding import Finding, Level
 from .signatures import signatures

@@ -12,8 +12,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..node.config import DEFAULT_CONFIG, Config
-from ..node.paths import Paths
+from ...node.config import DEFAULT_CONFIG, Config
+from ...node.paths import Paths
 from .finding import Finding
 from .modes import loose, lstat, mode_text, ours, q
 

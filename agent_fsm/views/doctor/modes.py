@@ -26,9 +26,9 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .. import files
-from ..errors import AgentFsmError
-from ..node.paths import Paths
+from ... import files
+from ...errors import AgentFsmError
+from ...node.paths import Paths
 from .finding import Finding
 
 MAX_ENTRIES = 20_000  # below the state directory

@@ -10,11 +10,11 @@ operator's: upgrade to a release a listed key signed, then prune the other.
 
 from __future__ import annotations
 
-from ..errors import AgentFsmError, CouldNotRun
-from ..node import signing
-from ..node.release_tree import Bad
-from ..system import sshsig
-from ..wiring import Node
+from ...errors import AgentFsmError, CouldNotRun
+from ...node.releases import signing
+from ...node.releases.tree import Bad
+from ...system import sshsig
+from ...wiring import Node
 from .finding import Finding
 from .modes import q
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..lifecycle.states import StateName
-from ..node.releases import natural_key
-from ..node.signal import UpgradeSignal
-from ..node.store import StateDoc
+from ...machine.vocabulary import StateName
+from ...node.releases.pointers import natural_key
+from ...node.runtime.signal import UpgradeSignal
+from ...node.state.store import StateDoc
 
 if TYPE_CHECKING:
-    from ..wiring import Node, Reader
+    from ...wiring import Node, Reader
 
 
 class NextAction(NamedTuple):

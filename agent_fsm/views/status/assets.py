@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ..errors import AgentFsmError
-from ..node import assets
-from ..node.paths import Paths
-from ..node.releases import Releases
+from ...errors import AgentFsmError
+from ...node.assets import render as assets
+from ...node.paths import Paths
+from ...node.releases.pointers import Releases
 
 ROLES = ("agent unit", "recovery unit", "recovery script")
 

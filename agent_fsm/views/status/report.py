@@ -4,23 +4,24 @@ It answers an operator's two questions: what is happening (the state and what it
 versions, the signal with its age and deadline, the gate, the assets on disk and how they differ
 from what the running version would write, the last result) and what may I do now (`next`: one
 sentence and the commands to run). Every field of `Status.to_json` is documented in
-docs/operations.md and pinned by tests/test_status.py.
+docs/operations.md and pinned by tests/views/test_status.py.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..lifecycle.explain import situation
-from ..node import hold, hook_failures, inhibitors, known_bad
-from ..node.releases import natural_key
-from ..node.signal import UpgradeSignal
-from .next_action import NextAction, next_action
-from .next_action import span as span  # render.py's durations
-from .status_assets import AssetView, compare
+from ...machine.definition import situation
+from ...node.records import hold, hook_failures, known_bad
+from ...node.releases.pointers import natural_key
+from ...node.runtime import inhibitors
+from ...node.runtime.signal import UpgradeSignal
+from .advice import NextAction, next_action
+from .advice import span as span  # render.py's durations
+from .assets import AssetView, compare
 
 if TYPE_CHECKING:
-    from ..wiring import Node, Reader
+    from ...wiring import Node, Reader
 
 
 class Status(NamedTuple):

@@ -1,0 +1,218 @@
+"""The daemon's startup on real files, with systemctl faked: what it does in each state."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from agent_fsm.agent.daemon import Daemon, Waker
+from agent_fsm.errors import ReleaseError
+from agent_fsm.node.config import Config, Judgment
+from agent_fsm.node.releases import store as release_store
+from agent_fsm.system.notify import Notifier
+from tests.helpers import World, env_with_stub_systemctl, make_world
+
+
+def _world(tmp_path: Path, checks: tuple[tuple[str, ...], ...]) -> World:
+    config = Config(name="agent", judgment=Judgment(deadline_seconds=1, soak_seconds=0,
+                                                    max_attempts=2, checks=checks))
+    return make_world(tmp_path / "root", config)
+
+
+class TestStartup:
+    def test_converged_start_converges_and_opens_gate(self, tmp_path: Path, waker: Waker) -> None:
+        """Without a signal the daemon rewrites differing assets and opens the gate."""
+        world = _world(tmp_path, ())
+        world.add_release("1.0.0")
+        world.node.controller.fire("install", release="1.0.0")
+        world.paths.agent_unit.write_text("# drifted\n")
+        assert Daemon(world.node, Notifier(""), waker).startup()
+        assert world.node.host.gate.is_open()
+        assert world.assets_on_disk() == world.rendered("1.0.0")
+
+    def test_healthy_candidate_is_judged_ok_and_converges(self, tmp_path: Path,
+                                                           waker: Waker) -> None:
+        """A candidate whose checks pass converges: its assets written, it is the last-good."""
+        world = _world(tmp_path, (("true",),))
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        assert Daemon(world.node, Notifier(""), waker).startup()
+        assert world.node.store.read().state == "converged"
+        assert world.node.host.releases.last_good() == "2.0.0"
+        assert world.assets_on_disk() == world.rendered("2.0.0")
+        assert world.node.host.gate.is_open() and world.node.host.signal() is None
+
+    def test_failing_candidate_starts_recovery_and_holds(self, tmp_path: Path,
+                                                          waker: Waker) -> None:
+        """A candidate whose check fails is judged failed: recovery starts, assets held, gate shut."""
+        world = _world(tmp_path, (("false",),))
+        world.installed("1.0.0")
+        before = world.assets_on_disk()
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        assert not Daemon(world.node, Notifier(""), waker).startup()
+        assert world.node.store.read().state == "judged_failed"
+        assert ("start", "agent-recovery.service") in world.systemd.calls
+        assert world.assets_on_disk() == before
+        assert not world.node.host.gate.is_open() and world.node.host.signal() is not None
+
+    def test_last_good_back_after_recovery_clears_and_opens(self, tmp_path: Path,
+                                                            waker: Waker) -> None:
+        """The last-good's daemon, started by recovery, clears the signal and opens the gate."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        world.node.controller.fire("recover")
+        assert Daemon(world.node, Notifier(""), waker).startup()
+        doc = world.node.store.read()
+        assert doc.state == "converged" and doc.last_result["outcome"] == "rolled_back"  # type: ignore[index]
+        assert world.node.host.signal() is None and world.node.host.gate.is_open()
+
+    def test_not_installed_exits_non_zero(self, tmp_path: Path, waker: Waker) -> None:
+        """A daemon started before any install says so and fails."""
+        world = _world(tmp_path, ())
+        assert not Daemon(world.node, Notifier(""), waker).startup()
+
+
+class TestStopping:
+    def test_workload_sigterm_then_stop_is_a_clean_exit(self, tmp_path: Path) -> None:
+        """On a stop systemd signals the workload and the daemon: the workload dying of SIGTERM
+        first is still a clean stop (exit 0), so recovery is not started."""
+        import os
+        import subprocess
+        import sys
+        import time
+
+        world = _world(tmp_path, ())
+        release = world.add_release("1.0.0")
+        (release / "release.toml").write_text('version = "1.0.0"\nworkload = ["sleep", "60"]\n')
+        world.node.controller.fire("install", release="1.0.0")
+        cfg = tmp_path / "config.toml"
+        cfg.write_text('name = "agent"\n[judgment]\ndeadline_seconds = 1\nsoak_seconds = 0\n'
+                       'max_attempts = 2\n')
+        env = env_with_stub_systemctl(tmp_path)
+        daemon = subprocess.Popen([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
+                                   "--root", str(world.root), "daemon"], env=env,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            for _ in range(200):
+                kids = Path(f"/proc/{daemon.pid}/task/{daemon.pid}/children").read_text().split()
+                if kids and world.node.host.gate.is_open():
+                    break
+                time.sleep(0.05)
+            assert kids, "the workload did not start"
+            os.kill(int(kids[0]), signal.SIGTERM)
+            time.sleep(0.3)
+            daemon.send_signal(signal.SIGTERM)
+            code = daemon.wait(timeout=30)
+        finally:
+            daemon.kill()
+        assert code == 0, daemon.stderr.read() if daemon.stderr else ""
+
+
+class TestProtocol:
+    def test_notify_sequence_watchdog_and_journal_prefixes(self, tmp_path: Path) -> None:
+        """A real daemon process tells systemd its STATUS at each step, READY=1 only once the
+        gate is open, WATCHDOG=1 when asked to, STOPPING=1 on SIGTERM, exits 0, and every log
+        line carries a <N> priority prefix."""
+        import re
+        import socket
+        import subprocess
+        import sys
+
+        world = _world(tmp_path, ())
+        world.add_release("1.0.0")
+        world.node.controller.fire("install", release="1.0.0")
+        cfg = tmp_path / "config.toml"
+        cfg.write_text('name = "agent"\n')
+        address = str(tmp_path / "notify.sock")
+        gate = world.node.host.gate
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(address)
+            sock.settimeout(20)
+            env = {**env_with_stub_systemctl(tmp_path), "NOTIFY_SOCKET": address,
+                   "WATCHDOG_USEC": "400000"}
+            daemon = subprocess.Popen([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
+                                       "--root", str(world.root), "daemon"], env=env,
+                                      stderr=subprocess.PIPE, text=True)
+            try:
+                messages: list[str] = []
+                gate_at_ready = None
+                while sum(m == "WATCHDOG=1" for m in messages) < 2:
+                    msg = sock.recv(4096).decode()
+                    if msg.startswith("READY=1"):
+                        gate_at_ready = gate.is_open()
+                    messages.append(msg)
+                daemon.send_signal(signal.SIGTERM)
+                messages.append(sock.recv(4096).decode())
+                code = daemon.wait(timeout=20)
+            finally:
+                daemon.kill()
+            stderr = daemon.stderr.read() if daemon.stderr else ""
+        assert code == 0, stderr
+        assert messages[0].startswith("STATUS=")
+        ready = next(i for i, m in enumerate(messages) if m.startswith("READY=1"))
+        assert gate_at_ready is True
+        assert all(m == "WATCHDOG=1" for m in messages[ready + 1:-1])
+        assert messages[-1] == "STOPPING=1\nSTATUS=stopping"
+        assert stderr.strip() and all(re.match(r"^<[0-7]>", line) for line in stderr.splitlines())
+
+
+class TestOneCheckPerStart:
+    def test_a_start_checks_the_release_it_renders_and_runs_once(
+            self, tmp_path: Path, waker: Waker, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A converged start, and the last-good's start after a rollback, check the selected
+        release against its digest once for both rendering its assets and starting its
+        workload (each check walks the whole release)."""
+        checks: list[str] = []
+        real = release_store.check
+
+        def counted(releases_dir: Path, version: str, hashed: object = None) -> object:
+            checks.append(version)
+            return real(releases_dir, version, hashed)  # type: ignore[arg-type]
+
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        world.node.controller.fire("judge_failed", reason="check failed")
+        world.node.controller.fire("recover")
+        monkeypatch.setattr(release_store, "check", counted)
+        for state in ("recovering", "converged"):
+            assert world.node.store.read().state == state
+            checks.clear()
+            assert Daemon(world.node, Notifier(""), waker).startup()
+            assert checks == ["1.0.0"]
+
+    def test_the_release_is_checked_again_after_the_start(self, tmp_path: Path,
+                                                          waker: Waker) -> None:
+        """The single check is the start's: a release changed once the daemon is up is refused
+        at its next use."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        assert Daemon(world.node, Notifier(""), waker).startup()
+        (world.paths.releases_dir / "1.0.0" / "assets" / "agent.service").write_text("# changed\n")
+        with pytest.raises(ReleaseError, match="is not what was stored"):
+            world.node.releases.manifest("1.0.0")
+
+
+class TestFreeMemory:
+    def test_no_trim_call_is_no_failure(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Where the C library has no `malloc_trim` (not glibc) or cannot be opened, the daemon
+        keeps its free heap and serves on: handing memory back never fails a start."""
+        import ctypes
+
+        from agent_fsm.agent import runtime
+
+        class NoTrim:
+            def __init__(self, _name: object) -> None:
+                pass
+
+        def unloadable(_name: object) -> None:
+            raise OSError("no such library")
+
+        for cdll in (NoTrim, unloadable):
+            monkeypatch.setattr(ctypes, "CDLL", cdll)
+            runtime.return_free_memory()

@@ -1,0 +1,87 @@
+"""State names and groups come from the definition: the code restates none of it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import agent_fsm
+from agent_fsm.errors import DefinitionError
+from agent_fsm.machine.definition import default_text
+from agent_fsm.machine.vocabulary import StateName, Trigger, check_vocabulary, count_rules, groups
+from agent_fsm.upgrade.registry import load_definition
+
+PACKAGE = Path(agent_fsm.__file__).parent
+SHIPPED, _ = default_text()
+
+
+class TestVocabulary:
+    def test_the_shipped_definition_has_every_name_the_code_uses(self) -> None:
+        """Every StateName and Trigger is declared by states/agent-upgrade.toml."""
+        d = load_definition()
+        assert set(StateName) <= set(d.state_names)
+        assert set(Trigger) <= {t.trigger for t in d.transitions}
+
+    def test_a_definition_without_a_state_the_code_names_is_refused(self) -> None:
+        """Renaming a state in the definition alone fails at load, naming the state."""
+        d = load_definition(SHIPPED.replace("recovering", "rolling_back"), "renamed.toml")
+        with pytest.raises(DefinitionError, match="lacks what agent-fsm's code names: state "
+                                                  "recovering"):
+            check_vocabulary(d)
+
+    def test_no_module_spells_a_state_or_trigger_as_a_string(self) -> None:
+        """Outside machine/vocabulary.py, code names states and triggers through the enums, so a
+        name the definition lacks cannot hide in a string comparison."""
+        names = {str(n) for n in (*StateName, *Trigger)}
+        found = []
+        for path in PACKAGE.rglob("*.py"):
+            if path == PACKAGE / "machine" / "vocabulary.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value!r}")
+        assert found == []
+
+
+class TestGroups:
+    def test_groups_of_the_shipped_machine(self) -> None:
+        """The groups read off the effects are the ones an operator knows."""
+        g = groups(load_definition())
+        assert g.pending == {"candidate_running", "judged_ok", "judged_failed", "recovering"}
+        assert g.rolling_back == {"judged_failed", "recovering"}
+        assert g.recover_from == {"candidate_running", "judged_failed", "recovering"}
+        assert g.publishing == {("judge_failed", "candidate_running"),
+                                ("recover", "candidate_running"), ("complete", "judged_ok"),
+                                ("orphaned_signal", "idle"), ("orphaned_signal", "converged")}
+
+    def test_groups_follow_the_definition(self) -> None:
+        """Change the definition and the groups change with it: nothing is restated in code."""
+        text = SHIPPED.replace('source = ["candidate_running", "judged_failed", "recovering"]',
+                               'source = ["candidate_running", "judged_failed"]')
+        text = text.replace('effects = ["publish_result", "clear_signal",',
+                            'effects = ["publish_result",')
+        g = groups(load_definition(text, "changed.toml"))
+        assert g.recover_from == {"candidate_running", "judged_failed"}
+
+    def test_count_rules_of_the_shipped_machine(self) -> None:
+        """Counters: complete counts an ok upgrade; the first publish of a failure a rollback
+        result; recovered a finished rollback; candidate_started an attempt."""
+        d = load_definition()
+        rules = count_rules(d, groups(d))
+        assert rules.upgrades_ok == {("complete", "judged_ok")}
+        assert rules.upgrades_rolled_back == {("judge_failed", "candidate_running"),
+                                              ("recover", "candidate_running"),
+                                              ("orphaned_signal", "idle"),
+                                              ("orphaned_signal", "converged")}
+        assert rules.rollbacks == {"recovered"}
+        assert rules.attempts == {"candidate_started"}
+
+    def test_tones(self) -> None:
+        """Each state reads to an operator as settled, busy, bad or not installed."""
+        d = load_definition()
+        g = groups(d)
+        assert {s: g.tone(s, d.initial) for s in d.state_names} == {
+            "idle": "none", "candidate_running": "busy", "judged_ok": "busy",
+            "judged_failed": "bad", "recovering": "bad", "converged": "ok"}

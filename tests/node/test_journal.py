@@ -1,0 +1,271 @@
+"""The history journal beside the state file: one checksummed line per transition, committed by
+the state file's `seq`, repaired and bounded by the writer, read without the lock, and never
+read by `status`; old state files move their history into it once."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from agent_fsm.errors import StateFileError
+from agent_fsm.node.config import Config, Judgment
+from agent_fsm.node.state import journal
+from agent_fsm.node.state.store import StateDoc, Store, checksum
+from agent_fsm.views.doctor.checks import doctor
+from agent_fsm.views.history import history
+from agent_fsm.views.metrics import collect
+from agent_fsm.views.status.report import status
+from tests.cli.test_cli import run
+from tests.helpers import DEFAULT_CONFIG, World, copy_tree, make_world
+from tests.views.test_history import good_then_failed
+
+CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\n'
+TRAIL = ["install", "settle", "begin_upgrade", "candidate_started", "judge_ok", "complete",
+         "begin_upgrade", "candidate_started", "judge_failed", "recover", "recovered"]
+
+
+def to_schema_1(world: World, *, counters: bool = True) -> bytes:
+    """Rewrite the node's files as agent-fsm wrote them before the journal: the history inside
+    the state file (schema 1), no journal. Returns the state file's bytes."""
+    store = world.node.store
+    data = json.loads(store.path.read_bytes())
+    data.pop("checksum")
+    for key in ("seq", "since", "last_transition", "skipped"):
+        data.pop(key)
+    data.pop("unsynced", None)
+    if not counters:
+        data.pop("counters")
+    data["schema"] = 1
+    data["history"] = [{k: v for k, v in e.items() if k != "seq"} for e in store.history()]
+    data["checksum"] = checksum(data)
+    raw = json.dumps(data, indent=1).encode()
+    store.path.write_bytes(raw)
+    store.journal.path.unlink()
+    return raw
+
+
+@pytest.fixture(scope="module")
+def moved(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """A good upgrade then a failed one (`good_then_failed`), built once for the module."""
+    return good_then_failed(make_world(tmp_path_factory.mktemp("moved") / "root"))
+
+
+@pytest.fixture
+def upgraded(moved: World, tmp_path: Path) -> World:
+    """A copy of `moved` of this test's own, with the same clock."""
+    copy_tree(moved.root, tmp_path / "root")
+    return make_world(tmp_path / "root", clock=moved.clock)
+
+
+def _triggers(world: World) -> list[str]:
+    return [e.trigger for e in history(world.node).entries]
+
+
+def _lines(world: World) -> list[bytes]:
+    return world.node.store.journal.path.read_bytes().splitlines()
+
+
+class TestLines:
+    def test_each_transition_is_one_checksummed_line_committed_by_the_state(
+            self, upgraded: World) -> None:
+        """Each transition appends one line (its own CRC-32 first, then its `seq`), and the
+        state file names the last one, keeping no history of its own."""
+        lines = _lines(upgraded)
+        assert [journal.decode(line)["seq"] for line in lines] == list(range(1, 12))
+        assert all(line.startswith(b'{"crc32":"') for line in lines)
+        assert [journal.decode(line)["trigger"] for line in lines] == TRAIL
+        state = json.loads(upgraded.paths.state_file.read_bytes())
+        assert state["schema"] == 2 and state["seq"] == 11 and "history" not in state
+        assert upgraded.node.store.journal.path.stat().st_mode & 0o777 == 0o644
+
+    def test_status_and_metrics_never_read_the_journal(self, tmp_path: Path) -> None:
+        """`status --json` (the lean path), `status` and `metrics` answer the same with the
+        journal unreadable: they read the state file only."""
+        world = good_then_failed(make_world(tmp_path / "root"))
+        (tmp_path / "config.toml").write_text(CONFIG)
+        args = ("--config", str(tmp_path / "config.toml"), "--root", str(world.root))
+        before = json.loads(run(*args, "status", "--json").stdout)
+        path = world.node.store.journal.path
+        path.unlink()
+        path.mkdir()  # reading it would fail
+        with pytest.raises(StateFileError, match="history journal"):
+            world.node.store.history()
+        proc = run(*args, "status", "--json")
+        assert proc.returncode == 0, proc.stderr
+        after = json.loads(proc.stdout)
+        assert {k: v for k, v in after.items() if k not in ("time", "state_seconds")} == \
+            {k: v for k, v in before.items() if k not in ("time", "state_seconds")}
+        assert after["state_since"] is not None
+        st = status(world.node)
+        assert st.state_since == before["state_since"] and st.state == "converged"
+        names = {f.name for f in collect(world.node)}
+        assert "agent_fsm_last_transition_timestamp_seconds" in names
+        assert run(*args, "status").returncode == 0
+
+
+class TestCrashes:
+    def test_a_torn_last_line_is_dropped_then_repaired(self, upgraded: World) -> None:
+        """A torn tail (a crash mid-append) is not shown nor reported as damage, and the next
+        transition rewrites the journal whole: every line good, each transition once."""
+        path = upgraded.node.store.journal.path
+        with path.open("ab") as f:  # zeros, as a power loss may leave, then half a line
+            f.write(b"\0" * 40 + b"\n" + journal.encode({"seq": 12, "trigger": "settle"})[:25])
+        assert _triggers(upgraded) == TRAIL
+        assert upgraded.node.store.read_journal().damaged == ()  # a torn tail is no damage
+        upgraded.node.controller.fire("settle")
+        assert _triggers(upgraded) == [*TRAIL, "settle"]
+        assert [journal.decode(line)["seq"] for line in _lines(upgraded)] == list(range(1, 13))
+
+    def test_an_entry_appended_but_not_committed_is_never_shown_nor_doubled(
+            self, upgraded: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Killed after the journal append but before the state write: the entry is beyond
+        the state's `seq`, so not shown; the resumed transition records it exactly once."""
+        upgraded.add_release("4.0.0")
+        real = Store.write
+
+        def crash_after_append(store: Store, doc: StateDoc) -> None:
+            if doc.pending is None:
+                raise KeyboardInterrupt  # stands for the kill
+            real(store, doc)
+
+        monkeypatch.setattr(Store, "write", crash_after_append)
+        with pytest.raises(KeyboardInterrupt):
+            upgraded.node.controller.fire("begin_upgrade", release="4.0.0")
+        monkeypatch.undo()
+        assert journal.decode(_lines(upgraded)[-1])["trigger"] == "begin_upgrade"
+        back = upgraded.reopen()
+        assert _triggers(back) == TRAIL  # not committed: not shown
+        back.node.controller.resume()
+        assert _triggers(back) == [*TRAIL, "begin_upgrade"]
+        assert [journal.decode(line)["seq"] for line in _lines(back)] == list(range(1, 13))
+
+
+class TestDamage:
+    def test_a_damaged_line_is_skipped_reported_and_blocks_nothing(self, upgraded: World) -> None:
+        """A damaged line in the middle is skipped by `history`, named (file and line) by
+        `doctor`, and the next transitions go on; an entry with a right checksum but an
+        unknown trigger is treated the same."""
+        path = upgraded.node.store.journal.path
+        lines = _lines(upgraded)
+        lines[2] = lines[2].replace(b"begin_upgrade", b"begin_upgradX")  # checksum now wrong
+        fourth = journal.decode(lines[3])
+        lines[3] = journal.encode({**fourth, "trigger": "explode"})[:-1]
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        assert _triggers(upgraded) == [t for i, t in enumerate(TRAIL) if i not in (2, 3)]
+        found = [f for f in doctor(upgraded.node, check_systemd=False) if f.check == "history"]
+        assert len(found) == 1 and found[0].level == "warn"
+        assert str(path) in found[0].detail and "2 damaged line(s)" in found[0].detail
+        assert "line 3 has a wrong checksum" in found[0].detail
+        assert "line 4 entry.trigger names unknown trigger 'explode'" in found[0].detail
+        upgraded.node.controller.fire("settle")
+        assert _triggers(upgraded)[-1] == "settle"
+
+    def test_a_symlink_at_the_journal_is_refused(self, world: World, tmp_path: Path) -> None:
+        """A symlink planted at the journal's name is refused, naming it; nothing is written
+        through it."""
+        world.installed("1.0.0")
+        path = world.node.store.journal.path
+        target = tmp_path / "elsewhere"
+        target.write_bytes(b"")
+        path.unlink()
+        path.symlink_to(target)
+        with pytest.raises(StateFileError, match=f"history journal {path} is a symlink"):
+            world.node.controller.fire("settle")
+        assert target.read_bytes() == b""
+
+
+class TestRotation:
+    def test_the_journal_is_bounded_and_history_keeps_the_last_limit(
+            self, tmp_path: Path) -> None:
+        """With history_limit 3 the journal never reaches 6 lines, and `history --json` gives
+        the last 3 transitions."""
+        world = make_world(tmp_path / "root", Config(name="agent", history_limit=3,
+                                                     judgment=Judgment(deadline_seconds=60)))
+        world.installed("1.0.0")
+        sizes = []
+        for _ in range(9):
+            world.node.controller.fire("settle")
+            sizes.append(len(_lines(world)))
+        assert max(sizes) == 5 and min(sizes) == 3
+        (tmp_path / "config.toml").write_text("history_limit = 3\n" + CONFIG)
+        proc = run("--config", str(tmp_path / "config.toml"), "--root", str(world.root),
+                   "history", "--json")
+        assert [e["trigger"] for e in json.loads(proc.stdout)] == ["settle"] * 3
+        assert [journal.decode(line)["seq"] for line in _lines(world)][-1] == 11
+
+
+    def test_a_damaged_line_dropped_by_a_rotation_is_logged(self, tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+        """When the writer rewrites a journal that has a damaged line in its middle, the line is
+        dropped and a warning names the journal, the line and what was wrong with it."""
+        world = make_world(tmp_path / "root", DEFAULT_CONFIG._replace(history_limit=20))
+        world.installed("1.0.0")
+        path = world.node.store.journal.path
+        controller = world.node.controller
+        while len(path.read_bytes().splitlines()) < journal.SYNC_EVERY + 2:  # the first durable
+            controller.fire("settle")
+        lines = path.read_bytes().splitlines()
+        lines[0] = lines[0].replace(b"install", b"instalX")  # its checksum now wrong
+        path.write_bytes(b"\n".join(lines) + b"\n")
+
+        def told() -> list[str]:
+            return [m for r in caplog.records if (m := r.getMessage()).startswith("history")]
+
+        with caplog.at_level(logging.WARNING, logger="agent_fsm"):
+            while not told() and len(path.read_bytes().splitlines()) < 40:
+                controller.fire("settle")
+        assert told() == [
+            f"history journal {path}: dropped 1 damaged line(s) (line 1: has a wrong checksum "
+            "(damaged or torn)) while rewriting it"]
+        assert b"instalX" not in path.read_bytes()
+
+class TestMigration:
+    def test_an_old_state_file_is_read_as_it_is_and_moved_once(self, upgraded: World) -> None:
+        """A schema 1 file (history inside) reads the same (history, status), reading writes
+        nothing, and the next transition moves its entries to the journal, numbered."""
+        before = status(upgraded.node)
+        raw = to_schema_1(upgraded)
+        assert _triggers(upgraded) == TRAIL
+        st = status(upgraded.node)
+        assert (st.state_since, st.skipped) == (before.state_since, before.skipped)
+        assert upgraded.paths.state_file.read_bytes() == raw
+        assert not upgraded.node.store.journal.path.exists()
+        upgraded.node.controller.fire("settle")
+        assert _triggers(upgraded) == [*TRAIL, "settle"]
+        assert [journal.decode(line)["seq"] for line in _lines(upgraded)] == list(range(1, 13))
+        assert "history" not in json.loads(upgraded.paths.state_file.read_bytes())
+
+    def test_a_crash_during_the_move_moves_it_again(self, upgraded: World) -> None:
+        """A journal left by a move that crashed before the state write is replaced by the old
+        file's history, not added to."""
+        stale = _lines(upgraded)
+        to_schema_1(upgraded)
+        upgraded.node.store.journal.path.write_bytes(b"\n".join(stale[:5]) + b"\n")
+        upgraded.node.controller.fire("settle")
+        assert _triggers(upgraded) == [*TRAIL, "settle"]
+
+    def test_a_crash_before_the_first_append_keeps_the_old_file(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Killed while an old file's first transition is being recorded (its history moved,
+        its entry not yet appended): the old file still says where the node is, and the
+        transition done again is recorded once."""
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        to_schema_1(world)
+        before = _triggers(world)
+
+        def killed(*_: object) -> None:
+            raise KeyboardInterrupt  # stands for the kill
+
+        monkeypatch.setattr(journal.Journal, "append", killed)
+        with pytest.raises(KeyboardInterrupt):
+            world.node.controller.fire("judge_ok")  # no effects: one record, nothing owed
+        monkeypatch.undo()
+        assert world.node.store.read().state == "candidate_running"
+        assert _triggers(world) == before
+        world.node.controller.fire("judge_ok")
+        assert _triggers(world) == [*before, "judge_ok"]
+

@@ -1,0 +1,85 @@
+"""Recovery preempts: `recover` replaces an owed transition of the candidate's path instead of
+finishing it, as `supersedes` in states/agent-upgrade.toml declares."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_fsm.actions.operations import recover
+from agent_fsm.errors import AssetError, DefinitionError
+from agent_fsm.machine.definition import default_text
+from agent_fsm.machine.engine import env_failpoint
+from agent_fsm.node.releases import store as release_store
+from agent_fsm.upgrade.registry import load_definition
+from tests.helpers import Crash, World, crash_at
+
+BROKEN_UNIT = "[Service]\nExecStart=/nonexistent\n"
+
+
+
+
+class TestSupersede:
+    def test_recover_replaces_a_candidate_start_that_cannot_finish(self, world: World) -> None:
+        """A candidate whose start is owed and can never finish (holding fails every time) does
+        not strand the node: `recover` supersedes it, rolls back, and the history says so."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0", agent_unit=BROKEN_UNIT)
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world.paths.recovery_script.unlink()  # holding must restore it ...
+        world.paths.last_good_assets.unlink()
+        world.node.controller.failpoint = crash_at("candidate_started", 1)
+        with pytest.raises(Crash):
+            world.node.controller.fire("candidate_started")
+        world.node.controller.failpoint = env_failpoint
+        for version in ("1.0.0",):  # ... and cannot: neither the kept copy nor the release
+            (world.paths.releases_dir / version / "assets" / "recovery.sh").unlink()
+            # As if it had been stored so (no recorded digest to say otherwise): a release
+            # changed since it was added would be refused at select (test_release_store).
+            release_store.forget(world.paths.releases_dir, version)
+        with pytest.raises(AssetError, match="recovery"):
+            world.reopen().node.controller.resume()
+        done = recover(world.node)
+        doc = world.node.store.read()
+        assert done.state == "recovering" and doc.pending is None
+        assert world.node.releases.selected() == "1.0.0"
+        superseded = [e for e in world.node.store.history(doc) if e.get("superseded_by")]
+        assert [(e["trigger"], e["superseded_by"]) for e in superseded] == [
+            ("candidate_started", "recover")]
+        assert ("restart", "agent.service") in world.systemd.calls
+
+    def test_recover_replaces_an_interrupted_judge_failed(self, world: World) -> None:
+        """A judge_failed interrupted after recording its result is replaced by `recover`: the
+        result is recorded once and the recovery unit is not started on top of the rollback."""
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        world.node.controller.failpoint = crash_at("judge_failed", 1)
+        with pytest.raises(Crash):
+            world.node.controller.fire("judge_failed")
+        world.node.controller.failpoint = env_failpoint
+        world.systemd.calls.clear()
+        recover(world.node)
+        doc = world.node.store.read()
+        assert doc.state == "recovering"
+        assert ("start", "agent-recovery.service") not in world.systemd.calls
+        assert [r.outcome for r in world.publisher.recorded] == ["rolled_back"]
+
+    def test_other_owed_transitions_are_resumed_not_superseded(self, world: World) -> None:
+        """What `recover` does not declare it supersedes (an interrupted install) is finished
+        first, as always."""
+        world.add_release("1.0.0")
+        world.node.controller.failpoint = crash_at("install", 3)
+        with pytest.raises(Crash):
+            world.node.controller.fire("install", release="1.0.0")
+        world.node.controller.failpoint = env_failpoint
+        done = recover(world.node)
+        doc = world.node.store.read()
+        assert done.message.startswith("nothing to roll back") and doc.state == "converged"
+        assert not any(e.get("superseded_by") for e in world.node.store.history(doc))
+
+    def test_superseding_an_unknown_trigger_is_refused_at_load(self) -> None:
+        """A definition naming an unknown trigger under `supersedes` fails to load, naming it."""
+        text, _ = default_text()
+        text = text.replace('supersedes = ["candidate_started", "judge_failed"]',
+                            'supersedes = ["candidate_startd"]')
+        with pytest.raises(DefinitionError, match=r"supersedes unknown trigger.*candidate_startd"):
+            load_definition(text, "typo.toml")
