@@ -1,8 +1,8 @@
-"""One configured node: its paths, store, host and controller, wired together in one place.
+"""One configured node: its paths, store, effectors and controller, wired together in one place.
 
 This is the composition root: it sits above the lifecycle and the node's files, gives the
 engine its effects and conditions, and gives readers (views, actions, the daemon) the parts they
-read directly (`releases`, `gate`, `signal()`), so no reader reaches through the effects' host.
+read directly (`releases`, `gate`, `signal()`), so no reader reaches through the effectors.
 `open_reader` wires those parts alone, for `status`: the engine, its effects, the publisher,
 systemd and the hooks' runner are imported only by `open_node`, which writers call.
 """
@@ -28,13 +28,13 @@ if TYPE_CHECKING:  # what writers are given, imported by `open_node` alone
     from .machine.engine import Controller
     from .system.publish import Publisher
     from .system.systemd import Systemd
-    from .upgrade.effects import Host
+    from .upgrade.effectors import Effectors
 
 
 class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/design.md)
     config: Config
     paths: Paths
-    host: Host
+    effectors: Effectors
     store: Store
     controller: Controller
 
@@ -48,18 +48,18 @@ class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/d
 
     @property
     def releases(self) -> Releases:
-        return self.host.releases
+        return self.effectors.releases
 
     @property
     def gate(self) -> Gate:
-        return self.host.gate
+        return self.effectors.gate
 
     @property
     def clock(self) -> Clock:
-        return self.host.clock
+        return self.effectors.clock
 
     def signal(self) -> UpgradeSignal | None:
-        return self.host.signal()
+        return self.effectors.signal()
 
 
 class Reader:
@@ -111,13 +111,13 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
     from .system.hooks import HookRunner
     from .system.publish import RecordPublisher
     from .system.systemd import Systemctl
-    from .upgrade.effects import Host
+    from .upgrade.effectors import Effectors
     from .upgrade.registry import CONDITIONS, EFFECTS, load_definition
 
     paths = Paths(config, root)
     definition = load_definition()
     check_hooks(config.hooks, definition, config.source)  # the trigger names it may use
-    host = Host(
+    effectors = Effectors(
         paths,
         systemd if systemd is not None else Systemctl(config.systemctl),
         publisher if publisher is not None else RecordPublisher(
@@ -129,7 +129,7 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
     hooks = HookRunner(config.name, config.hooks.before, config.hooks.after,
                        config.hooks.timeout_seconds,
                        noted=lambda key, failed: hook_failures.note(
-                           paths.state_dir, key, host.clock.now(), failed))
-    controller = Controller(definition, store, host, effects=EFFECTS, conditions=CONDITIONS,
+                           paths.state_dir, key, effectors.clock.now(), failed))
+    controller = Controller(definition, store, effectors, effects=EFFECTS, conditions=CONDITIONS,
                             history_limit=config.history_limit, hooks=hooks)
-    return Node(config, paths, host, store, controller)
+    return Node(config, paths, effectors, store, controller)

@@ -44,7 +44,7 @@ from agent_fsm.node.state.journal import SYNC_EVERY
 from agent_fsm.node.state.store import Store
 from agent_fsm.system.clock import SystemClock
 from agent_fsm.testing import FakePublisher, FakeSystemd
-from agent_fsm.upgrade.effects import Host
+from agent_fsm.upgrade.effectors import Effectors
 from agent_fsm.upgrade.registry import CONDITIONS, EFFECTS, load_definition
 from agent_fsm.wiring import open_node
 from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Kind, Lab
@@ -250,8 +250,8 @@ def durable_run(root: Path, history_limit: int, repeat: int, per_sample: int) ->
     paths = Paths(config)
     definition = load_definition(FLIP_FLOP, "bench flip-flop")
     store = Store(paths.state_file, paths.lock_file, definition.state_names, definition.initial)
-    host = Host(paths, FakeSystemd(), FakePublisher(), SystemClock())
-    controller = Controller(definition, store, host, effects=EFFECTS, conditions=CONDITIONS,
+    effectors = Effectors(paths, FakeSystemd(), FakePublisher(), SystemClock())
+    controller = Controller(definition, store, effectors, effects=EFFECTS, conditions=CONDITIONS,
                             history_limit=history_limit)
     next_trigger = {"a": "flip", "b": "flop"}
     state = "a"

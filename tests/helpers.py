@@ -57,11 +57,11 @@ class World:
         return out
 
     def rendered(self, version: str) -> dict[str, bytes]:
-        return {a.path.name: a.content for a in self.node.host.rendered(version)}
+        return {a.path.name: a.content for a in self.node.effectors.rendered(version)}
 
     # Driving the machine into each state, through its real transitions --------------------
     def installed(self, version: str = "1.0.0") -> World:
-        if not self.node.host.releases.exists(version):
+        if not self.node.effectors.releases.exists(version):
             self.add_release(version)
         self.node.controller.fire("install", release=version)
         self.node.controller.fire("settle")  # what the daemon does at start: opens the gate

@@ -57,7 +57,7 @@ def why_recover(node: Node) -> dict[str, str]:
         return {"reason": "rolled back by hand with `agent-fsm recover`", "reason_class": "manual"}
     unit = node.paths.agent_unit_name
     try:
-        shown = node.host.systemd.show(unit, reasons.PROPERTIES)
+        shown = node.effectors.systemd.show(unit, reasons.PROPERTIES)
     except AgentFsmError:
         shown = {}
     reason, why = reasons.from_unit(unit, shown)

@@ -120,7 +120,7 @@ class Daemon:
     def extend_start(self, tries: int, why: str) -> None:
         """Before each try to publish a judged-ok result: give systemd's start timeout room
         for one more try (the publish command's own timeout plus a margin)."""
-        room = float(getattr(self.node.host.publisher, "timeout", 30.0)) + PUBLISH_RETRY_MAX + 10
+        room = float(getattr(self.node.effectors.publisher, "timeout", 30.0)) + PUBLISH_RETRY_MAX + 10
         text = ("publishing the result before opening the gate" if tries == 1 else
                 f"publishing the result failed, try {tries}: {why}")
         self.notifier.extend_timeout(room, text)
@@ -129,7 +129,7 @@ class Daemon:
         """Deliver recorded results still queued (a rolled-back one, say); None when the outbox
         is empty, else the seconds until the next try. Never blocks the way back."""
         try:
-            delivered = self.node.host.publisher.deliver()
+            delivered = self.node.effectors.publisher.deliver()
         except AgentFsmError as exc:
             self.retry_delay = min(self.retry_delay * 2, DELIVERY_RETRY_MAX)
             log.warning("delivering a recorded result failed, retrying in %.0fs: %s",
@@ -168,7 +168,7 @@ class Daemon:
             if doc.state != StateName.recovering or selected != node.releases.last_good():
                 log.error("the upgrade to %s failed and %s is still selected; starting recovery",
                           doc.upgrade.to_version if doc.upgrade else "?", selected)
-                node.host.systemd.start(node.paths.recovery_unit_name)
+                node.effectors.systemd.start(node.paths.recovery_unit_name)
                 return False
             self.status(f"back on last-good {selected}: clearing the signal, writing assets")
             trigger = Trigger.recovered

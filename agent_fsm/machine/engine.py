@@ -56,7 +56,7 @@ class Step:
 
 
 class Actor(Protocol):
-    """What effects act on, as far as the engine needs it: a clock, and `prepare`, which fixes
+    """What effects act through, as far as the engine needs it: a clock, and `prepare`, which fixes
     before a transition is recorded every value its effects will use."""
 
     clock: Clock
@@ -65,7 +65,7 @@ class Actor(Protocol):
 
 
 # What the engine is given to run, by name: effects act, conditions answer (None when they
-# hold, else the error that refuses). Their first argument is the host object they act on.
+# hold, else the error that refuses). Their first argument is the actor they act through.
 EffectFn = Callable[[Any, Step], None]
 ConditionFn = Callable[[Any, Step], AgentFsmError | None]
 
@@ -79,14 +79,14 @@ class Lifecycle:
 class Controller:
     """Runs the definition's transitions on a store, with the effects and conditions given."""
 
-    def __init__(self, definition: Definition, store: Store, host: Actor, *,
+    def __init__(self, definition: Definition, store: Store, actor: Actor, *,
                  effects: Mapping[str, EffectFn], conditions: Mapping[str, ConditionFn],
                  history_limit: int = 200, hooks: Hooks | None = None) -> None:
         self.definition = definition
         self.groups: Groups = groups(definition)
         self.count_rules = count_rules(definition, self.groups)
         self.store = store
-        self.host = host
+        self.actor = actor
         self.effects = effects
         self.conditions = conditions
         self.history_limit = history_limit
@@ -145,7 +145,7 @@ class Controller:
             refusals: list[AgentFsmError] = []
             try:
                 fired = getattr(self.model, trigger)(
-                    doc=doc, args=self.host.prepare(args), refusals=refusals, asked=asked)
+                    doc=doc, args=self.actor.prepare(args), refusals=refusals, asked=asked)
             except MachineError:
                 raise self._illegal(trigger, doc) from None
             if not fired:
@@ -168,7 +168,7 @@ class Controller:
         # In the history, not counted: the transition did not happen; the state is unchanged.
         doc.pending = None
         self.store.record(doc, {
-            "time": self.host.clock.now(), "trigger": pending.trigger, "from": pending.source,
+            "time": self.actor.clock.now(), "trigger": pending.trigger, "from": pending.source,
             "to": pending.source, "release": pending.args.get("release"),
             "upgrade": pending.args.get("upgrade"), "superseded_by": by,
         }, self.history_limit)
@@ -189,7 +189,7 @@ class Controller:
             trigger = event.event.name
             step = Step(event.kwargs["doc"], trigger, self.definition.transition(trigger).dest,
                         event.kwargs["args"])
-            refusal = check(self.host, step)
+            refusal = check(self.actor, step)
             if refusal is not None:
                 event.kwargs["refusals"].append(refusal)
             return refusal is None
@@ -234,7 +234,7 @@ class Controller:
             self.failpoint(pending.trigger, pending.done)
             name = pending.effects[pending.done]
             try:
-                self.effects[name](self.host, step)
+                self.effects[name](self.actor, step)
             except AgentFsmError as exc:
                 if name not in tolerant:
                     raise
@@ -247,7 +247,7 @@ class Controller:
         versions = pending.args.get("upgrade") or (
             None if up is None else {"from": up.from_version, "to": up.to_version})
         entry = {
-            "time": self.host.clock.now(),
+            "time": self.actor.clock.now(),
             "trigger": pending.trigger,
             "from": pending.source,
             "to": pending.dest,
@@ -273,9 +273,9 @@ class Controller:
             return True
         t = self.definition.transition(trigger)
         doc = self.store.read()
-        step = Step(doc, trigger, t.dest, self.host.prepare(args))
+        step = Step(doc, trigger, t.dest, self.actor.prepare(args))
         if doc.pending is not None or doc.state not in t.sources \
-                or any(self.conditions[c](self.host, step) is not None for c in t.conditions):
+                or any(self.conditions[c](self.actor, step) is not None for c in t.conditions):
             return False
         ask(self.hooks, trigger, doc.state, t.dest, step.args)
         return True

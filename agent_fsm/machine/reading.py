@@ -1,9 +1,9 @@
 """The shipped definition as readers load it: its states, triggers and words, without importing
 the engine or the effects.
 
-Writers load it through `table.load_definition`, which also checks every effect and condition it
-names against the code that runs them; a reader (`status`) runs none of them, so it takes those
-names as the definition gives them. Every other check is the same: the definition's own
+Writers load it through `upgrade.registry.load_definition`, which also checks every effect and
+condition it names against the code that runs them; a reader (`status`) runs none of them, so
+it takes those names as the definition gives them. Every other check is the same: the definition's own
 (`definition.checked`, on the TOML parsed once) and the state and trigger names the code uses
 (`check_vocabulary`).
 """

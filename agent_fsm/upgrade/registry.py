@@ -1,42 +1,66 @@
-"""The tables the engine is given: every effect and condition by name (filled by
-`upgrade.effects` as it is imported), and the definition checked against them."""
+"""The tables the engine is given, built from one list, and the definition checked against them.
+
+Every condition and effect of the agent upgrade is a function `(effectors, step)` in the module
+of its concern; `CONDITIONS` and `EFFECTS` list them all, each under its function's name, the
+name the definition uses. Nothing registers itself: a function left out of a list is unknown,
+and `load_definition` refuses a definition that names it, naming it. A condition answers None
+when it holds, else the error that refuses the transition (saying why); an effect is idempotent
+(a crash after it and before its progress is recorded runs it again).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from ..errors import AgentFsmError
 from ..machine import definition as definition_mod
 from ..machine.definition import Definition
 from ..machine.engine import Step
 from ..machine.vocabulary import check_vocabulary
+from . import assets, gate, holds, known_bad, releases, results, signal, units
+from .effectors import Effectors
 
-if TYPE_CHECKING:
-    from .effects import Host
-
-Effect = Callable[["Host", Step], None]
-Condition = Callable[["Host", Step], AgentFsmError | None]
-EFFECTS: dict[str, Effect] = {}
-CONDITIONS: dict[str, Condition] = {}
+Effect = Callable[[Effectors, Step], None]
+Condition = Callable[[Effectors, Step], AgentFsmError | None]
 
 
-def effect(fn: Effect) -> Effect:
-    EFFECTS[fn.__name__] = fn
-    return fn
+F = TypeVar("F", Effect, Condition)
 
 
-def condition(fn: Condition) -> Condition:
-    CONDITIONS[fn.__name__] = fn
-    return fn
+def _by_name(*fns: F) -> Mapping[str, F]:
+    """Each function under its name, the name the definition gives it."""
+    names = [fn.__name__ for fn in fns]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # two modules' functions of one name: the definition could not tell them apart
+        raise AssertionError(f"more than one callback is named {', '.join(repeated)}")
+    return dict(zip(names, fns, strict=True))
+
+
+CONDITIONS: Mapping[str, Condition] = _by_name(
+    gate.gate_open,
+    signal.no_upgrade_pending, signal.upgrade_signalled,
+    releases.release_exists, releases.not_selected, releases.last_good_selected,
+    holds.not_held, holds.not_inhibited,
+    known_bad.not_known_bad,
+)
+
+EFFECTS: Mapping[str, Effect] = _by_name(
+    gate.close_gate, gate.open_gate,
+    signal.write_signal, signal.adopt_signal, signal.clear_signal, signal.count_attempt,
+    releases.select_release, releases.select_last_good, releases.promote_last_good,
+    assets.hold_assets, assets.write_assets, assets.converge_assets,
+    units.reset_start_limit, units.restart_unit, units.enable_unit, units.start_recovery,
+    units.reload_systemd, units.reload_systemd_if_changed,
+    results.publish_result, results.record_result,
+    known_bad.mark_known_bad, known_bad.clear_known_bad,
+)
 
 
 def load_definition(text: str | None = None, source: str = "<text>") -> Definition:
     """The shipped definition, checked against the effects and conditions the code has and
     the state and trigger names it uses; or another machine's `text` (tests, benchmarks),
     checked against the effects and conditions only."""
-    from . import effects  # noqa: F401  (its import fills the tables)
-
     shipped = text is None
     if text is None:
         text, source = definition_mod.default_text()

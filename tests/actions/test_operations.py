@@ -21,8 +21,8 @@ class TestRecover:
         calls = list(world.systemd.calls)
         second = recover(world.node)
         assert second.state == "recovering"
-        assert world.node.host.releases.selected() == "1.0.0"
-        assert world.node.host.signal() is not None  # kept until the last-good is back
+        assert world.node.effectors.releases.selected() == "1.0.0"
+        assert world.node.effectors.signal() is not None  # kept until the last-good is back
         assert world.systemd.calls[len(calls):] == [("reset-failed", "agent.service"),
                                                     ("restart", "agent.service")]
 

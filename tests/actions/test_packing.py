@@ -49,7 +49,7 @@ class TestAddListPrune:
         """add stores a valid release under releases/<version>; adding again is a no-op."""
         first = add(packed, world.node)
         assert not first.already and (first.path / "bin" / "agent-fsm").exists()
-        assert world.node.host.releases.versions() == ["2.0.0"]
+        assert world.node.effectors.releases.versions() == ["2.0.0"]
         assert add(packed, world.node).already
 
     def test_add_refuses_version_mismatch_and_bad_templates(self, world: World,
@@ -62,7 +62,7 @@ class TestAddListPrune:
         (packed / "assets" / "recovery.sh").write_text("${oops}\n")
         with pytest.raises(AssetError, match="unknown or malformed placeholder"):
             add(packed, world.node)
-        assert world.node.host.releases.versions() == []
+        assert world.node.effectors.releases.versions() == []
 
     def test_stored_manifest_must_match_its_directory(self, world: World) -> None:
         """A stored release whose manifest names another version is refused when used."""
@@ -78,7 +78,7 @@ class TestAddListPrune:
         world.installed("1.0.0")
         world.upgrading("2.0.0")
         assert prune(world.node).removed == ("0.9.0", "0.9.5")
-        assert world.node.host.releases.versions() == ["1.0.0", "2.0.0"]
+        assert world.node.effectors.releases.versions() == ["1.0.0", "2.0.0"]
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,

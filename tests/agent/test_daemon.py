@@ -29,7 +29,7 @@ class TestStartup:
         world.node.controller.fire("install", release="1.0.0")
         world.paths.agent_unit.write_text("# drifted\n")
         assert Daemon(world.node, Notifier(""), waker).startup()
-        assert world.node.host.gate.is_open()
+        assert world.node.effectors.gate.is_open()
         assert world.assets_on_disk() == world.rendered("1.0.0")
 
     def test_healthy_candidate_is_judged_ok_and_converges(self, tmp_path: Path,
@@ -41,9 +41,9 @@ class TestStartup:
         world.node.controller.fire("begin_upgrade", release="2.0.0")
         assert Daemon(world.node, Notifier(""), waker).startup()
         assert world.node.store.read().state == "converged"
-        assert world.node.host.releases.last_good() == "2.0.0"
+        assert world.node.effectors.releases.last_good() == "2.0.0"
         assert world.assets_on_disk() == world.rendered("2.0.0")
-        assert world.node.host.gate.is_open() and world.node.host.signal() is None
+        assert world.node.effectors.gate.is_open() and world.node.effectors.signal() is None
 
     def test_failing_candidate_starts_recovery_and_holds(self, tmp_path: Path,
                                                           waker: Waker) -> None:
@@ -57,7 +57,7 @@ class TestStartup:
         assert world.node.store.read().state == "judged_failed"
         assert ("start", "agent-recovery.service") in world.systemd.calls
         assert world.assets_on_disk() == before
-        assert not world.node.host.gate.is_open() and world.node.host.signal() is not None
+        assert not world.node.effectors.gate.is_open() and world.node.effectors.signal() is not None
 
     def test_last_good_back_after_recovery_clears_and_opens(self, tmp_path: Path,
                                                             waker: Waker) -> None:
@@ -69,7 +69,7 @@ class TestStartup:
         assert Daemon(world.node, Notifier(""), waker).startup()
         doc = world.node.store.read()
         assert doc.state == "converged" and doc.last_result["outcome"] == "rolled_back"  # type: ignore[index]
-        assert world.node.host.signal() is None and world.node.host.gate.is_open()
+        assert world.node.effectors.signal() is None and world.node.effectors.gate.is_open()
 
     def test_not_installed_exits_non_zero(self, tmp_path: Path, waker: Waker) -> None:
         """A daemon started before any install says so and fails."""
@@ -100,7 +100,7 @@ class TestStopping:
         try:
             for _ in range(200):
                 kids = Path(f"/proc/{daemon.pid}/task/{daemon.pid}/children").read_text().split()
-                if kids and world.node.host.gate.is_open():
+                if kids and world.node.effectors.gate.is_open():
                     break
                 time.sleep(0.05)
             assert kids, "the workload did not start"
@@ -129,7 +129,7 @@ class TestProtocol:
         cfg = tmp_path / "config.toml"
         cfg.write_text('name = "agent"\n')
         address = str(tmp_path / "notify.sock")
-        gate = world.node.host.gate
+        gate = world.node.effectors.gate
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.bind(address)
             sock.settimeout(20)

@@ -93,7 +93,7 @@ def test_bad_input_is_one_line_and_untouched(tmp_path: Path, case: str) -> None:
     traceback, and the file byte for byte as it was."""
     plant, argv, code, needle = CASES[case]
     world = _ready(tmp_path)
-    world.node.host.gate.open()
+    world.node.effectors.gate.open()
     path = plant(world)
     before = path.read_bytes() if path.exists() else None
     cfg = tmp_path / "config.toml"

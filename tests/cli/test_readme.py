@@ -200,7 +200,7 @@ class TestQuickStart:
         assert "upgrade to 2.0.0 judged ok; converged on 2.0.0" in upgrade
         node = host.node()
         assert node.store.read().state == "converged"
-        assert node.host.releases.selected() == node.host.releases.last_good() == "2.0.0"
+        assert node.effectors.releases.selected() == node.effectors.releases.last_good() == "2.0.0"
         assert "daemon-reload" in host.systemctl_calls
         metrics = next(host.tmp.glob("host/**/*.prom"))
         assert types(metrics.read_text()) == FAMILIES

@@ -114,7 +114,7 @@ class TestConditions:
         with pytest.raises(Refused, match=r"startup gate .* is closed") as err:
             world.node.controller.fire("begin_upgrade", release="2.0.0")
         assert err.value.exit_code == 3
-        assert world.node.host.releases.selected() == "1.0.0"
+        assert world.node.effectors.releases.selected() == "1.0.0"
 
     def test_upgrade_to_unknown_release_is_an_error(self, world: World) -> None:
         """Upgrading to a version that is not on the host names it and the known ones."""
@@ -141,7 +141,7 @@ class TestConditions:
         """Each start of the candidate counts one attempt in the signal, even after a resume."""
         world.installed("1.0.0")
         world.upgrading("2.0.0")
-        assert world.node.host.signal().attempt == 1  # type: ignore[union-attr]
+        assert world.node.effectors.signal().attempt == 1  # type: ignore[union-attr]
         world.node.controller.fire("candidate_started")
         world.node.controller.resume()
-        assert world.node.host.signal().attempt == 2  # type: ignore[union-attr]
+        assert world.node.effectors.signal().attempt == 2  # type: ignore[union-attr]

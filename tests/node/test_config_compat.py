@@ -58,10 +58,10 @@ class TestNewerConfig:
         daemon = _cli(world, cfg, "daemon")
         try:
             deadline = time.monotonic() + 30
-            while not world.node.host.gate.is_open() and daemon.poll() is None \
+            while not world.node.effectors.gate.is_open() and daemon.poll() is None \
                     and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert world.node.host.gate.is_open(), daemon.stderr.read() if daemon.poll() else ""
+            assert world.node.effectors.gate.is_open(), daemon.stderr.read() if daemon.poll() else ""
             daemon.send_signal(signal.SIGTERM)
             _, err = daemon.communicate(timeout=30)
         finally:

@@ -108,8 +108,8 @@ class TestSystemctlKey:
         log = tmp_path / "argv"
         stub = _stub(tmp_path / "wrapper", log)
         node = open_node(Config(systemctl=(str(stub), "--host", "x")), tmp_path / "root")
-        node.host.systemd.daemon_reload()
-        node.host.systemd.restart("a.service")
+        node.effectors.systemd.daemon_reload()
+        node.effectors.systemd.restart("a.service")
         assert log.read_text().splitlines() == [
             "--host x daemon-reload", "--host x restart --no-block -- a.service"]
 

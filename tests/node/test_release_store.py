@@ -191,7 +191,7 @@ class TestDigest:
             world.node.controller.fire("install", release="1.0.0")
         assert "\n" not in str(err.value)
         with pytest.raises(ReleaseError, match="not what was stored"):
-            world.node.host.rendered("1.0.0")
+            world.node.effectors.rendered("1.0.0")
         assert world.node.releases.selected() is None
 
     def test_the_way_back_refuses_a_tampered_last_good(self, world: World, tmp_path: Path) -> None:

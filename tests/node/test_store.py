@@ -96,7 +96,7 @@ class TestRefusal:
         assert DAMAGED[kind][1] in message
         assert "left untouched" in message
         assert world.paths.state_file.read_bytes() == bad
-        assert world.node.host.releases.selected() == "1.0.0"
+        assert world.node.effectors.releases.selected() == "1.0.0"
 
 
 class TestLocking:

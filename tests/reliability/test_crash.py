@@ -24,7 +24,7 @@ class Crash(BaseException):
 
 def _snapshot(world: World) -> dict[str, object]:
     doc = world.node.store.read()
-    host = world.node.host
+    host = world.node.effectors
     return {
         "state": doc.state,
         "pending": doc.pending,

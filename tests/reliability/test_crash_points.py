@@ -37,7 +37,7 @@ def _trail(world: World) -> list[tuple[int, str, str, str]]:
 
 def _end(world: World) -> dict[str, object]:
     doc = world.node.store.read()
-    host = world.node.host
+    host = world.node.effectors
     sig = host.signal()
     return {
         "state": doc.state,
@@ -86,7 +86,7 @@ def test_sigkill_at_every_effect_boundary(tmp_path: Path, systemctl: Path, trigg
 
     crashed = world.reopen()
     doc = crashed.node.store.read()  # valid: raises if torn or damaged
-    if crashed.node.host.signal() is not None and trigger not in ("install", "activate"):
+    if crashed.node.effectors.signal() is not None and trigger not in ("install", "activate"):
         assert crashed.assets_on_disk() == assets_before, "a pending upgrade lost its assets"
     if DEFINITION.transition(trigger).effects:
         assert doc.pending is not None and doc.pending.trigger == trigger

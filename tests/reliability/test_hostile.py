@@ -161,5 +161,5 @@ def test_disk_errors_fail_cleanly_and_converge(tmp_path: Path, monkeypatch: pyte
         if doc.state == "converged":  # failed before the transition was recorded: do it again
             doc = again.node.controller.fire("begin_upgrade", release="2.0.0")
         assert doc.state == "candidate_running", n
-        assert again.node.host.signal() is not None
-        assert again.node.host.releases.selected() == "2.0.0"
+        assert again.node.effectors.signal() is not None
+        assert again.node.effectors.releases.selected() == "2.0.0"

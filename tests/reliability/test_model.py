@@ -138,7 +138,7 @@ class Lifecycle(RuleBasedStateMachine):
         if not hasattr(self, "world"):
             return
         doc = self.world.node.store.read()
-        host = self.world.node.host
+        host = self.world.node.effectors
         sig = host.signal()
         assert doc.pending is None
         assert doc.state == self.model.state
@@ -160,8 +160,8 @@ class Lifecycle(RuleBasedStateMachine):
     @invariant()
     def gate_never_open_during_an_upgrade(self) -> None:
         if hasattr(self, "world"):
-            assert not (self.world.node.host.gate.is_open()
-                        and self.world.node.host.signal() is not None)
+            assert not (self.world.node.effectors.gate.is_open()
+                        and self.world.node.effectors.signal() is not None)
 
 
 Lifecycle.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None,

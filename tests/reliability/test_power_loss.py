@@ -27,7 +27,7 @@ RUNS = [(*c, DEFAULT_CONFIG) for c in CASES] + [("candidate_started", "candidate
 
 def _end(world: World) -> tuple[object, ...]:
     doc = world.node.store.read()
-    host = world.node.host
+    host = world.node.effectors
     sig = host.signal()
     trail = tuple((e["seq"], e["trigger"], e["from"], e["to"]) for e in world.node.store.history())
     return (doc.state, doc.pending is None, host.releases.selected(), host.releases.last_good(),

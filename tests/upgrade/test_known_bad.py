@@ -23,9 +23,9 @@ CHECK_LINE = "ping: health endpoint answered 503"
 
 def rolled_back(world: World, to: str = "2.0.0") -> World:
     """Converged on 1.0.0 after an upgrade to `to` failed a check and rolled back."""
-    if not world.node.host.releases.exists("1.0.0"):
+    if not world.node.effectors.releases.exists("1.0.0"):
         world.installed("1.0.0")
-    if not world.node.host.releases.exists(to):
+    if not world.node.effectors.releases.exists(to):
         world.add_release(to)
     c = world.node.controller
     c.fire("begin_upgrade", release=to)
@@ -55,8 +55,8 @@ class TestRefused:
         assert "known bad" in text and CHECK_LINE in text and "check_failed" in text
         assert "--force" in text and " UTC" in text and "\n" not in text
         assert exc.value.exit_code == 3
-        assert world.node.host.releases.selected() == "1.0.0"
-        assert world.node.host.signal() is None
+        assert world.node.effectors.releases.selected() == "1.0.0"
+        assert world.node.effectors.signal() is None
 
     def test_other_versions_are_not_refused(self, world: World) -> None:
         """Only the version that rolled back is marked: an upgrade to another starts."""
@@ -137,7 +137,7 @@ class TestRecord:
         operations.recover(world.node)
         world.node.controller.fire("recovered")
         doc = world.node.store.read()
-        assert doc.state == "converged" and world.node.host.releases.selected() == "1.0.0"
+        assert doc.state == "converged" and world.node.effectors.releases.selected() == "1.0.0"
         assert record(world).read_text() == "{not json"
         assert any(s["effect"] == "mark_known_bad" for s in doc.skipped)
 
@@ -157,7 +157,7 @@ class TestRecord:
         rolled_back(world)
         assert "2.0.0" not in packing.protected(world.node, world.node.store.read())
         packing.prune(world.node, ("2.0.0",))
-        assert not world.node.host.releases.exists("2.0.0")
+        assert not world.node.effectors.releases.exists("2.0.0")
 
     def test_written_atomically_and_readable_by_status(self, world: World) -> None:
         """The record is one JSON file, mode 0644, with no temporary file left beside it."""

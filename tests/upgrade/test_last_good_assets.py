@@ -72,18 +72,18 @@ class TestLastGoodAssets:
         assert (_kept(world).version, world.paths.last_good_assets.stat().st_mode & 0o777) \
             == ("1.0.0", 0o600)
         assert _as_tuples(_kept(world).assets(world.paths)) \
-            == _as_tuples(world.node.host.rendered("1.0.0"))
+            == _as_tuples(world.node.effectors.rendered("1.0.0"))
         world.upgrading("2.0.0")
         assert _kept(world).version == "1.0.0"
         world.node.controller.fire("judge_ok")
         assert open_gate_after_judgment(world.node.controller, world.clock).state == "converged"
         assert _kept(world).version == "2.0.0"
         assert _as_tuples(_kept(world).assets(world.paths)) \
-            == _as_tuples(world.node.host.rendered("2.0.0"))
+            == _as_tuples(world.node.effectors.rendered("2.0.0"))
         world.add_release("3.0.0")
         world.node.controller.fire("activate", release="3.0.0")
         assert _as_tuples(_kept(world).assets(world.paths)) \
-            == _as_tuples(world.node.host.rendered("3.0.0"))
+            == _as_tuples(world.node.effectors.rendered("3.0.0"))
 
     def test_without_a_kept_copy_the_last_goods_release_is_rendered(
             self, world: World, caplog: pytest.LogCaptureFixture) -> None:

@@ -119,7 +119,7 @@ class TestRecover:
         world.installed("1.0.0")
         world.upgrading("2.0.0")
         operations.recover(world.node)
-        assert world.node.host.releases.selected() == "1.0.0"
+        assert world.node.effectors.releases.selected() == "1.0.0"
         assert last(world)["reason_class"] == "crashed"
         assert "could not be read" in str(last(world)["reason"])
 

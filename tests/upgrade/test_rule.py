@@ -21,7 +21,7 @@ class TestHoldWhileSignalled:
         world.installed("1.0.0")
         before = world.assets_on_disk()
         world.upgrading("2.0.0", agent_unit=BROKEN_UNIT, recovery_script="#!/bin/sh\nexit 1\n")
-        assert world.node.host.signal() is not None
+        assert world.node.effectors.signal() is not None
         assert world.assets_on_disk() == before
         assert before != world.rendered("2.0.0")
 
@@ -67,8 +67,8 @@ class TestAfterJudgment:
         new = world.rendered("2.0.0")
 
         def look(event: str) -> None:
-            seen.append((event, world.node.host.signal() is not None,
-                         world.assets_on_disk() == new, world.node.host.gate.is_open()))
+            seen.append((event, world.node.effectors.signal() is not None,
+                         world.assets_on_disk() == new, world.node.effectors.gate.is_open()))
 
         world.publisher.on_publish = lambda _r: look("publish")
         world.systemd.on_call = lambda verb, _u: look(verb)
@@ -81,8 +81,8 @@ class TestAfterJudgment:
             ("daemon-reload", False, True, False),
         ]
         assert doc.state == "converged"
-        assert world.node.host.gate.is_open()
-        assert world.node.host.releases.last_good() == "2.0.0"
+        assert world.node.effectors.gate.is_open()
+        assert world.node.effectors.releases.last_good() == "2.0.0"
         assert world.publisher.published[0].outcome == "ok"
 
     def test_recovery_keeps_signal_assets_and_gate(self, world: World) -> None:
@@ -94,10 +94,10 @@ class TestAfterJudgment:
         world.node.controller.fire("recover")
         # The last-good's daemon restarts while the signal still exists: it too holds.
         world.reopen().node.controller.resume()
-        assert world.node.host.signal() is not None
+        assert world.node.effectors.signal() is not None
         assert world.assets_on_disk() == before
-        assert not world.node.host.gate.is_open()
-        assert world.node.host.releases.selected() == "1.0.0"
+        assert not world.node.effectors.gate.is_open()
+        assert world.node.effectors.releases.selected() == "1.0.0"
         assert ("start", "agent-recovery.service") in world.systemd.calls
         # Recorded for delivery; the way back never waits on the publish command.
         assert [r.outcome for r in world.publisher.recorded] == ["rolled_back"]
@@ -111,9 +111,9 @@ class TestAfterJudgment:
         world.node.controller.fire("recover")
         world.paths.recovery_unit.unlink()  # damage to repair on the way out
         world.node.controller.fire("recovered")
-        assert world.node.host.signal() is None
+        assert world.node.effectors.signal() is None
         assert world.assets_on_disk() == world.rendered("1.0.0")
-        assert world.node.host.gate.is_open()
+        assert world.node.effectors.gate.is_open()
 
     def test_failed_publish_is_retried_and_gate_waits(self, world: World) -> None:
         """A failed publish is retried; the gate does not open until a publish has succeeded."""
@@ -124,15 +124,15 @@ class TestAfterJudgment:
         gate_at_publish: list[bool] = []
 
         def look(_r: Result) -> None:
-            gate_at_publish.append(world.node.host.gate.is_open())
+            gate_at_publish.append(world.node.effectors.gate.is_open())
 
         world.publisher.on_publish = look
         doc = open_gate_after_judgment(world.node.controller, world.clock)
         assert world.publisher.attempts == 3
         assert gate_at_publish == [False, False, False]
         assert world.clock.sleeps == [1.0, 2.0]
-        assert doc.state == "converged" and world.node.host.gate.is_open()
-        assert world.node.host.signal() is None
+        assert doc.state == "converged" and world.node.effectors.gate.is_open()
+        assert world.node.effectors.signal() is None
 
     def test_publish_failing_for_good_leaves_gate_closed(self, world: World) -> None:
         """If publishing never works, the gate stays closed and the work stays owed."""
@@ -142,8 +142,8 @@ class TestAfterJudgment:
         world.publisher.failures = 100
         with pytest.raises(PublishError, match="injected failure"):
             open_gate_after_judgment(world.node.controller, world.clock, max_tries=4)
-        assert not world.node.host.gate.is_open()
-        assert world.node.host.signal() is not None
+        assert not world.node.effectors.gate.is_open()
+        assert world.node.effectors.signal() is not None
         assert world.node.store.read().pending is not None
 
     def test_gate_opens_when_writing_assets_fails(self, world: World,
@@ -156,7 +156,7 @@ class TestAfterJudgment:
         with caplog.at_level(logging.ERROR, logger="agent_fsm"):
             doc = open_gate_after_judgment(world.node.controller, world.clock)
         assert doc.state == "converged"
-        assert world.node.host.gate.is_open()
+        assert world.node.effectors.gate.is_open()
         assert world.assets_on_disk() == before
         assert any("write_assets failed" in r.getMessage() and "no_such_placeholder" in r.getMessage()
                    for r in caplog.records)
@@ -173,14 +173,14 @@ class TestWritesEverything:
         assert world.assets_on_disk() == world.rendered("1.0.0")
         assert world.systemd.calls == [("daemon-reload", ""), ("enable", "agent.service"),
                                        ("restart", "agent.service")]
-        assert world.node.host.signal() is None
+        assert world.node.effectors.signal() is None
 
     def test_activate_writes_all_assets_without_signal(self, world: World) -> None:
         """Direct activation creates no signal and writes all assets of the activated release."""
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world.node.controller.fire("activate", release="2.0.0")
-        assert world.node.host.signal() is None
+        assert world.node.effectors.signal() is None
         assert world.assets_on_disk() == world.rendered("2.0.0")
-        assert world.node.host.releases.selected() == "2.0.0"
-        assert world.node.host.releases.last_good() == "2.0.0"
+        assert world.node.effectors.releases.selected() == "2.0.0"
+        assert world.node.effectors.releases.last_good() == "2.0.0"

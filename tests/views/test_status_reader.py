@@ -26,7 +26,7 @@ from tests.views.status_situations import SITUATIONS, build
 ROOT = Path(__file__).resolve().parents[2]
 # What only writers need: the engine and its runtime, the effects, the publisher, systemd and
 # the hooks' runner (with the subprocess module they run commands through), and the full CLI.
-WRITERS_ONLY = ("transitions", "agent_fsm.machine.engine", "agent_fsm.upgrade.effects",
+WRITERS_ONLY = ("transitions", "agent_fsm.machine.engine", "agent_fsm.upgrade.effectors",
                 "agent_fsm.upgrade.registry", "agent_fsm.system.publish", "agent_fsm.system.systemd",
                 "agent_fsm.system.hooks", "subprocess", "filelock", "typer", "rich", "pydantic",
                 "click",

@@ -116,7 +116,7 @@ def release_list(
     from ...node.records import known_bad
 
     node = options.of(ctx).node()
-    releases = node.host.releases
+    releases = node.effectors.releases
     selected, last_good = releases.selected(), releases.last_good()
     bad = {k["version"]: k for k in known_bad.view(node.paths)[0]}
     rows = []

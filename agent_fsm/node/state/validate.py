@@ -166,7 +166,7 @@ def signal_body(data: Any) -> None:
     time(s.get("deadline", MISSING), "deadline")
 
 
-# The values `Host.prepare` and the engine fix in a transition's arguments; others are kept as
+# The values `Effectors.prepare` and the engine fix in a transition's arguments; others are kept as
 # they are (JSON, read by no one here).
 def _args(value: Any, field: str) -> None:
     args = obj(value, field)

@@ -59,7 +59,7 @@ def _units_verify(node: Node) -> Finding:
     if analyze is None:
         return Finding("units", "warn", "systemd-analyze is not installed; units not verified")
     try:
-        rendered = node.host.rendered()
+        rendered = node.effectors.rendered()
     except AgentFsmError as exc:
         return Finding("units", "warn", f"cannot render the selected release's assets: {exc}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,7 +157,7 @@ def _consistency(node: Node) -> list[Finding]:
         out.append(Finding("gate", "ok", f"gate {'open' if gate else 'closed'} in state {doc.state}"))
     if sig is None and doc.state == StateName.converged:
         try:
-            differ = [str(a.path) for a in node.host.rendered() if not a.matches_disk()]
+            differ = [str(a.path) for a in node.effectors.rendered() if not a.matches_disk()]
         except AgentFsmError as exc:
             differ = [str(exc)]
         if differ:

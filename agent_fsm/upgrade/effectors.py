@@ -1,0 +1,73 @@
+"""What the upgrade's conditions and effects act through: `Effectors`.
+
+One object a node, given to every condition and effect as its first argument: the node's
+paths, its releases and startup gate, and the small injected objects that cross a process
+boundary (systemd, a publisher, a clock). It runs no transition itself; besides reading the
+signal, the selected release's assets and the pending upgrade, it fixes a transition's
+arguments before the transition is recorded (`prepare`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ReleaseError, SignalError
+from ..machine.engine import Step
+from ..node.assets import render as assets
+from ..node.paths import Paths
+from ..node.releases.pointers import Releases
+from ..node.runtime import signal
+from ..node.runtime.gate import Gate
+from ..node.state.store import Upgrade
+from ..system.clock import Clock
+from ..system.publish import Publisher
+from ..system.systemd import Systemd
+
+
+class Effectors:
+    def __init__(self, paths: Paths, systemd: Systemd, publisher: Publisher,
+                 clock: Clock) -> None:
+        self.paths = paths
+        self.systemd = systemd
+        self.publisher = publisher
+        self.clock = clock
+        self.releases = Releases(paths)
+        self.gate = Gate(paths.gate_file)
+
+    def signal(self) -> signal.UpgradeSignal | None:
+        return signal.read(self.paths.signal_file)
+
+    def rendered(self, version: str | None = None) -> tuple[assets.Asset, ...]:
+        """The assets the given (default: selected) release would write for this node."""
+        version = version or self.releases.selected()
+        if version is None:
+            raise ReleaseError("no release is selected; install one with `agent-fsm install`")
+        self.releases.manifest(version)
+        return assets.render(self.releases.path(version), self.paths, version)
+
+    def pending_upgrade(self, step: Step) -> Upgrade:
+        """The upgrade this transition is about: the state file's, else the signal's."""
+        if step.doc.upgrade is not None:
+            return step.doc.upgrade
+        sig = self.signal()
+        if sig is None:
+            raise ReleaseError("no upgrade is pending: the state file and the signal disagree; "
+                               "run `agent-fsm doctor`")
+        return Upgrade(sig.from_version, sig.to_version, sig.started)
+
+    def prepare(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Fix, before a transition is recorded, every value its effects will need.
+
+        Effects read these instead of the clock or the disk, so one re-run after a crash does
+        exactly what the first run would have done.
+        """
+        out = dict(args)
+        out.setdefault("started", self.clock.now())
+        out.setdefault("from", self.releases.last_good() or self.releases.selected())
+        try:
+            sig = self.signal()
+        except SignalError:  # the way back must not need it; what does need it reports it
+            sig = None
+        if sig is not None:
+            out.setdefault("attempt", sig.attempt + 1)
+        return out

@@ -1,0 +1,46 @@
+"""An upgrade's result as the machine reports it (the record and its delivery:
+`system.publish`): `publish_result` records it and delivers it before the transition goes on,
+`record_result` records it queued for delivery, so the way back never waits on the publish
+command (the last-good's daemon delivers it). A re-run reports a result once."""
+
+from __future__ import annotations
+
+from ..machine.engine import Step
+from ..machine.vocabulary import StateName
+from ..node.records.reasons import CLASSES, one_line
+from ..system.publish import Outcome, Result
+from .effectors import Effectors
+
+
+def _result(effectors: Effectors, step: Step) -> Result | None:
+    """The result this transition reports, or None when it was reported already."""
+    up, ok = effectors.pending_upgrade(step), step.dest == StateName.converged
+    outcome: Outcome = "ok" if ok else "rolled_back"
+    last = step.doc.last_result
+    if last and last.get("to") == up.to_version and last.get("started") == up.started \
+            and last.get("outcome") == outcome:
+        return None
+    why = str(step.arg("reason_class") or ("passed" if ok else "unknown"))
+    return Result(up.from_version, up.to_version, outcome, up.started, effectors.clock.now(),
+                  one_line(str(step.arg("reason") or CLASSES["passed" if ok else "unknown"])),
+                  why if why in CLASSES else "unknown")
+
+
+def publish_result(effectors: Effectors, step: Step) -> None:
+    """Record the result and deliver it (and any older one queued) before going on."""
+    result = _result(effectors, step)
+    if result is None:
+        effectors.publisher.deliver()  # recorded by an earlier run; the delivery may be owed
+        return
+    effectors.publisher.publish(result)
+    step.doc.last_result = result.to_json()
+
+
+def record_result(effectors: Effectors, step: Step) -> None:
+    """Record the result locally, queued for delivery: the way back never waits on the
+    publish command (the last-good's daemon delivers it)."""
+    result = _result(effectors, step)
+    if result is None:
+        return
+    effectors.publisher.record(result)
+    step.doc.last_result = result.to_json()
