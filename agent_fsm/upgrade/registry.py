@@ -23,8 +23,6 @@ from .effectors import Effectors
 
 Effect = Callable[[Effectors, Step], None]
 Condition = Callable[[Effectors, Step], AgentFsmError | None]
-
-
 F = TypeVar("F", Effect, Condition)
 
 
