@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import AgentFsmError
 from ..machine.vocabulary import StateName, Trigger
-from ..node.records import reasons
+from ..node.state import reasons
 from ..node.state.store import StateDoc
 from ..wiring import Node
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import AgentFsmError, IllegalTransition
-from ..node.records import reasons
-from ..node.state import counters
+from ..node.state import counters, reasons
 from ..node.state.store import Pending, StateDoc, Store
 from ..system.clock import Clock
 from .definition import Definition, situation

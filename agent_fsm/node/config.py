@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import ConfigError
-from .assets.quoting import control_character
 from .hook_config import HookConfig
 from .hook_config import parse as parse_hooks
+from .quoting import control_character
 
 DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")
 CONFIG_ENV = "AGENT_FSM_CONFIG"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..machine.engine import Step
 from ..machine.vocabulary import StateName
-from ..node.records.reasons import CLASSES, one_line
+from ..node.state.reasons import CLASSES, one_line
 from ..system.publish import Outcome, Result
 from .effectors import Effectors
 

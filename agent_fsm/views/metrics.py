@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..node.records import hold, known_bad
-from ..node.records.reasons import CLASSES
 from ..node.runtime import inhibitors
 from ..node.state.counters import Counters
+from ..node.state.reasons import CLASSES
 from ..node.state.store import StateDoc
 from ..wiring import Node
 

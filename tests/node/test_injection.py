@@ -36,9 +36,9 @@ from hypothesis import strategies as st
 from agent_fsm.errors import AssetError, ConfigError, ReleaseError
 from agent_fsm.node import config
 from agent_fsm.node.assets import render as assets
-from agent_fsm.node.assets.quoting import unit_path, unit_word
 from agent_fsm.node.config import WEEK, Config, Judgment
 from agent_fsm.node.paths import Paths
+from agent_fsm.node.quoting import unit_path, unit_word
 from agent_fsm.node.releases.pointers import check_version
 from agent_fsm.node.state import validate
 from agent_fsm.system.systemd import Systemctl

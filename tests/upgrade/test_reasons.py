@@ -13,8 +13,7 @@ from agent_fsm.actions import operations
 from agent_fsm.agent import judge as judge_mod
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.node.config import Config, Judgment
-from agent_fsm.node.records import reasons
-from agent_fsm.node.state import validate
+from agent_fsm.node.state import reasons, validate
 from agent_fsm.system.notify import Notifier
 from agent_fsm.system.publish import RecordPublisher, Result
 from agent_fsm.testing import FakeClock

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from ... import files
 from ...errors import AssetError
 from ..paths import Paths
-from .quoting import shell_word, unit_path, unit_token, unit_word
+from ..quoting import shell_word, unit_path, unit_token, unit_word
 
 UNIT_MODE = 0o644
 SCRIPT_MODE = 0o755

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 from ... import files
 from ...errors import Refused
-from ..assets.quoting import control_character
 from ..paths import Paths
+from ..quoting import control_character
 from ..state import validate
 
 MAX_BYTES = 16 * 1024

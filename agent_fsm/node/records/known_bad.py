@@ -19,8 +19,8 @@ from ... import files
 from ...errors import AgentFsmError, Refused
 from ..paths import Paths
 from ..state import validate
+from ..state.reasons import CLASSES, MAX_REASON
 from .hold import utc
-from .reasons import CLASSES, MAX_REASON
 
 MAX_BYTES = 256 * 1024
 FILE_MODE = 0o644  # `status` and `release list` read it as any user, as they read state.json

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, NamedTuple
 
-from ..records.reasons import CLASSES, MAX_REASON
+from .reasons import CLASSES, MAX_REASON
 from .validate import (
     MAX_TIME,
     MISSING,

@@ -18,9 +18,9 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from ..records.reasons import CLASSES, MAX_REASON
 from ..releases.pointers import VERSION_RE
 from .counters import Counters
+from .reasons import CLASSES, MAX_REASON
 
 MISSING: Any = object()  # a key the object lacks
 COUNTERS = Counters._fields
