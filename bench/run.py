@@ -89,9 +89,13 @@ initial = "a"
 
 [states.a]
 description = "One side."
+on_start = "converge_then_open_gate"
+on_recover = "nothing_pending"
 
 [states.b]
 description = "The other side."
+on_start = "converge_then_open_gate"
+on_recover = "nothing_pending"
 
 [[transitions]]
 trigger = "flip"

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentFsmError
+from ..machine.definition import OnRecover, handlers
 from ..machine.vocabulary import StateName, Trigger
 from ..node.state import reasons
 from ..node.state.store import StateDoc
@@ -69,21 +70,36 @@ def recover(node: Node) -> Done:
     doc = node.store.read()
     if not node.controller.supersedes(Trigger.recover, doc):
         doc = node.controller.resume()  # else recover replaces what is owed: never finish it
-    if doc.state in node.groups.recover_from:
-        doc = node.controller.fire(Trigger.recover, **why_recover(node))
-        return Done(f"rolling back to last-good {node.releases.last_good()}: selected, "
-                    f"start limit reset, {node.paths.agent_unit_name} restarted", doc.state)
-    if doc.state == StateName.judged_ok:
-        return Done("nothing to roll back: the upgrade was judged ok and is completing", doc.state)
-    sig = node.signal()
-    if sig is not None and doc.state in node.definition.transition(Trigger.orphaned_signal).sources:
-        doc = node.controller.fire(Trigger.orphaned_signal, reason_class="orphaned", reason=(
-            f"an upgrade signal existed but the state file ({doc.state}) knew no upgrade"))
+    # The signal is read only where it may be an orphan: a damaged one never stops a rollback.
+    if doc.state in node.groups.orphan_from and (sig := node.signal()) is not None:
+        doc = node.controller.fire(Trigger.orphaned_signal, **reasons.orphaned(doc.state))
         return Done(f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but the "
                     f"state file knew no upgrade: the candidate was never judged here; rolling "
                     f"back to last-good {node.releases.last_good()}: selected, "
                     f"{node.paths.agent_unit_name} restarted", doc.state)
+    return ON_RECOVER[node.definition.state(doc.state).on_recover](node, doc)
+
+
+def _roll_back(node: Node, _doc: StateDoc) -> Done:
+    doc = node.controller.fire(Trigger.recover, **why_recover(node))
+    return Done(f"rolling back to last-good {node.releases.last_good()}: selected, "
+                f"start limit reset, {node.paths.agent_unit_name} restarted", doc.state)
+
+
+def _nothing_completing(_node: Node, doc: StateDoc) -> Done:
+    return Done("nothing to roll back: the upgrade was judged ok and is completing", doc.state)
+
+
+def _nothing_pending(_node: Node, doc: StateDoc) -> Done:
     return Done("nothing to roll back: no upgrade is pending", doc.state)
+
+
+# What `recover` does from each state, by its `on_recover` in states/agent-upgrade.toml.
+ON_RECOVER: Mapping[OnRecover, Callable[[Node, StateDoc], Done]] = handlers(OnRecover, {
+    OnRecover.roll_back: _roll_back,
+    OnRecover.nothing_completing: _nothing_completing,
+    OnRecover.nothing_pending: _nothing_pending,
+}, "`agent-fsm recover`")
 
 
 @dataclass(frozen=True)

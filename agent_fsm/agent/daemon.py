@@ -1,12 +1,12 @@
 """The daemon the agent unit runs: resume, judge or converge, open the gate, then READY=1.
 
-At start it finishes whatever a crash left owed, then by state:
-
-- candidate_running: hold the last-good's assets (write only missing ones), count the attempt,
-  judge the candidate; judged ok -> publish, clear the signal, write its assets, reload, promote,
-  open the gate; judged failed -> publish, keep the signal, start the recovery unit, exit 1;
-- recovering with the last-good selected: clear the signal, write its assets, open the gate;
-- converged: rewrite the assets that differ, open the gate.
+At start it finishes whatever a crash left owed, rolls back a signal the state file does not
+know (from the sources of `orphaned_signal`), then does what the state's `on_start` in
+states/agent-upgrade.toml says, by ON_START (the names in words: `definition.MEANINGS`, shown in
+diagrams/agent-upgrade.md). Judging a candidate: hold the last-good's assets (write only missing
+ones), count the attempt, judge it; judged ok -> publish, clear the signal, write its assets,
+reload, promote, open the gate; judged failed -> record the result, keep the signal, start the
+recovery unit, exit 1.
 
 Only then READY=1, so systemd's TimeoutStartSec bounds the judgment. It then supervises the
 release's workload (if any), pings the watchdog when systemd asks for it, and on SIGTERM says
@@ -21,11 +21,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..errors import AgentFsmError, PublishError
+from ..machine.definition import OnStart, handlers
 from ..machine.engine import Controller
 from ..machine.vocabulary import StateName, Trigger
+from ..node.state import reasons
 from ..node.state.store import StateDoc
 from ..system.clock import Clock
 from ..system.notify import Notifier, watchdog_interval
@@ -142,47 +144,26 @@ class Daemon:
 
     def startup(self) -> bool:
         """Bring the node to an open gate; False when this process must exit non-zero."""
-        node, controller = self.node, self.node.controller
-        doc = controller.resume()
+        node = self.node
+        doc = node.controller.resume()
         selected = node.releases.selected()
-        orphan_from = node.definition.transition(Trigger.orphaned_signal).sources
-        if doc.state in orphan_from and node.signal() is not None:
+        if doc.state in node.groups.orphan_from and node.signal() is not None:
             # The state file knows no upgrade but the signal says one is pending (a restored
             # backup, a lost file): whatever runs was never judged here. Roll back.
             log.error("an upgrade signal exists but the state file (%s) knows no upgrade; "
                       "rolling back to the last-good", doc.state)
-            controller.fire(Trigger.orphaned_signal, reason_class="orphaned", reason=(
-                f"an upgrade signal existed but the state file ({doc.state}) knew no upgrade"))
+            node.controller.fire(Trigger.orphaned_signal, **reasons.orphaned(doc.state))
             return self._stop_follows(STOP_GRACE)  # the restart just queued stops us
-        if doc.state == StateName.idle or selected is None:
-            log.error("nothing is installed: run `agent-fsm install --version V` first")
-            return False
-        if doc.state == StateName.candidate_running:
-            return self.judge_candidate(selected)
-        if doc.state == StateName.judged_ok:
-            self.status("publishing the result of the upgrade before opening the gate")
-            open_gate_after_judgment(controller, self.clock, before_try=self.extend_start)
-            self.start_workload(selected)
-            return True
-        if doc.state in (StateName.judged_failed, StateName.recovering):
-            if doc.state != StateName.recovering or selected != node.releases.last_good():
-                log.error("the upgrade to %s failed and %s is still selected; starting recovery",
-                          doc.upgrade.to_version if doc.upgrade else "?", selected)
-                node.effectors.systemd.start(node.paths.recovery_unit_name)
-                return False
-            self.status(f"back on last-good {selected}: clearing the signal, writing assets")
-            trigger = Trigger.recovered
-        else:
-            self.status("converging the service assets")
-            trigger = Trigger.settle
-        # The transition renders the release's assets and the workload starts from it right
-        # after: one check of the release against its digest serves both.
-        with node.releases.checked_once():
-            controller.fire(trigger)
-            self.start_workload(selected)
-        return True
+        if selected is None:  # nothing to start, whatever the state says
+            return self.refuse_not_installed()
+        return ON_START[node.definition.state(doc.state).on_start](self, doc, selected)
 
-    def judge_candidate(self, version: str) -> bool:
+    # What a start does, by the state's `on_start` (ON_START below) ---------------------
+    def refuse_not_installed(self, *_: object) -> bool:
+        log.error("nothing is installed: run `agent-fsm install --version V` first")
+        return False
+
+    def judge_candidate(self, _doc: StateDoc, version: str) -> bool:
         controller = self.node.controller
         controller.fire(Trigger.candidate_started)
         sig = self.node.signal()
@@ -211,6 +192,36 @@ class Daemon:
         controller.fire(Trigger.judge_failed, reason=verdict.reason,
                         reason_class=verdict.reason_class)
         return False
+
+    def publish_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
+        self.status("publishing the result of the upgrade before opening the gate")
+        open_gate_after_judgment(self.node.controller, self.clock, before_try=self.extend_start)
+        self.start_workload(selected)
+        return True
+
+    def start_recovery_unit(self, doc: StateDoc, selected: str) -> bool:
+        log.error("the upgrade to %s failed and %s is still selected; starting recovery",
+                  doc.upgrade.to_version if doc.upgrade else "?", selected)
+        self.node.effectors.systemd.start(self.node.paths.recovery_unit_name)
+        return False
+
+    def finish_recovery(self, doc: StateDoc, selected: str) -> bool:
+        if selected != self.node.releases.last_good():
+            return self.start_recovery_unit(doc, selected)
+        self.status(f"back on last-good {selected}: clearing the signal, writing assets")
+        return self._fire_and_serve(Trigger.recovered, selected)
+
+    def converge_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
+        self.status("converging the service assets")
+        return self._fire_and_serve(Trigger.settle, selected)
+
+    def _fire_and_serve(self, trigger: Trigger, selected: str) -> bool:
+        # The transition renders the release's assets and the workload starts from it right
+        # after: one check of the release against its digest serves both.
+        with self.node.releases.checked_once():
+            self.node.controller.fire(trigger)
+            self.start_workload(selected)
+        return True
 
     # Serving ----------------------------------------------------------------------------
     def _stop_follows(self, grace: float = 5.0) -> bool:
@@ -262,6 +273,17 @@ class Daemon:
         self.notifier.stopping()
         self.stop_workload()
         return 0
+
+
+# What a daemon start does from each state, by its `on_start` in states/agent-upgrade.toml.
+ON_START: Mapping[OnStart, Callable[[Daemon, StateDoc, str], bool]] = handlers(OnStart, {
+    OnStart.refuse_not_installed: Daemon.refuse_not_installed,
+    OnStart.judge_candidate: Daemon.judge_candidate,
+    OnStart.publish_then_open_gate: Daemon.publish_then_open_gate,
+    OnStart.start_recovery_unit: Daemon.start_recovery_unit,
+    OnStart.finish_recovery: Daemon.finish_recovery,
+    OnStart.converge_then_open_gate: Daemon.converge_then_open_gate,
+}, "the daemon")
 
 
 def main(node: Node) -> int:

@@ -2,16 +2,17 @@
 
 Checked at load time, with errors that name what is wrong: exactly one initial state that is
 declared, every transition's states declared, every condition and effect a known name, each
-trigger declared once, every state reachable from the initial one, and no state without a way
-out.
+trigger declared once, every state reachable from the initial one, no state without a way out,
+and every state declaring what a daemon start and `recover` do from it, by a known name.
 """
 
 from __future__ import annotations
 
+import enum
 import tomllib
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..errors import DefinitionError
 
@@ -29,10 +30,68 @@ class Effect(NamedTuple):
     tolerant: bool = False
 
 
+class OnStart(enum.StrEnum):
+    """What a daemon start does from a state (its `on_start`), once it has resumed what a crash
+    left owed and rolled back a signal the state file does not know (`orphaned_signal`)."""
+
+    refuse_not_installed = "refuse_not_installed"
+    judge_candidate = "judge_candidate"
+    publish_then_open_gate = "publish_then_open_gate"
+    start_recovery_unit = "start_recovery_unit"
+    finish_recovery = "finish_recovery"
+    converge_then_open_gate = "converge_then_open_gate"
+
+
+class OnRecover(enum.StrEnum):
+    """What `agent-fsm recover` does from a state (its `on_recover`), after the same two steps."""
+
+    roll_back = "roll_back"
+    nothing_completing = "nothing_completing"
+    nothing_pending = "nothing_pending"
+
+
+# In words, for the generated page (diagrams/agent-upgrade.md).
+MEANINGS: dict[str, str] = {
+    OnStart.refuse_not_installed: "log that nothing is installed and exit 1 (so does a start "
+                                  "from any state with no release selected)",
+    OnStart.judge_candidate: "hold the last-good's assets, count the attempt and judge the "
+                             "candidate: passed, as `publish_then_open_gate`; failed, record "
+                             "the result, start the recovery unit and exit 1",
+    OnStart.publish_then_open_gate: "publish the result (retried until it is delivered), clear "
+                                    "the signal, write the assets, then open the gate",
+    OnStart.start_recovery_unit: "start the recovery unit and exit 1",
+    OnStart.finish_recovery: "with the last-good selected, clear the signal, write the assets "
+                             "that differ and open the gate; else as `start_recovery_unit`",
+    OnStart.converge_then_open_gate: "rewrite the assets that differ, then open the gate",
+    OnRecover.roll_back: "roll back to the last-good: select it and restart it",
+    OnRecover.nothing_completing: "nothing to roll back: the upgrade was judged ok and is "
+                                  "completing",
+    OnRecover.nothing_pending: "nothing to roll back: no upgrade is pending",
+}
+
+
+Action = TypeVar("Action", OnStart, OnRecover)
+Handler = TypeVar("Handler")
+KEYS: dict[type[enum.StrEnum], str] = {OnStart: "on_start", OnRecover: "on_recover"}
+
+
+def handlers(kind: type[Action], table: Mapping[Action, Handler],
+             owner: str) -> Mapping[Action, Handler]:
+    """`table` as the dispatch of `owner` by `kind`, refused unless it has a handler for every
+    name (a state may declare any of them), so a missing one fails when `owner` is loaded."""
+    missing = set(kind) - set(table)
+    if missing:
+        raise DefinitionError(f"{owner} has no handler for {KEYS[kind]} "
+                              f"{_listing(missing)}; add one")
+    return table
+
+
 class State(NamedTuple):
     name: str
     description: str
-    situation: str = ""  # one line on what is going on; may name {from} and {to}
+    situation: str  # one line on what is going on; may name {from} and {to}
+    on_start: OnStart
+    on_recover: OnRecover
 
 
 class Transition(NamedTuple):
@@ -123,6 +182,19 @@ def _listing(names: Iterable[str]) -> str:
     return ", ".join(sorted(set(names)))
 
 
+def _declared(raw_states: dict[str, Any], key: str, known: type[enum.StrEnum],
+              source: str) -> None:
+    """Refuse states that declare no `key`, or a name outside `known`, naming them."""
+    lacking = [n for n, body in raw_states.items() if key not in body]
+    if lacking:
+        raise DefinitionError(f"{source}: these states declare no {key}: {_listing(lacking)}; "
+                              f"each declares one of: {_listing(known)}")
+    for n, body in raw_states.items():
+        if not isinstance(body[key], str) or body[key] not in set(known):
+            raise DefinitionError(f"{source}: state {n!r} declares {key} = {body[key]!r}, "
+                                  f"which is not one of: {_listing(known)}")
+
+
 def parse(text: str, source: str, *, effects: Collection[str],
           conditions: Collection[str]) -> Definition:
     """Parse and check a definition; `effects` and `conditions` are the names the runtime has."""
@@ -149,11 +221,14 @@ def checked(data: dict[str, Any], source: str, *, effects: Collection[str],
         raise DefinitionError(f"{source}: [machine] needs `name` and exactly one `initial` state")
     raw_states = data.get("states", {})
     for n, body in raw_states.items():
-        extra = set(body) - {"description", "situation"}
+        extra = set(body) - {"description", "situation", "on_start", "on_recover"}
         if extra:
             raise DefinitionError(f"{source}: state {n!r}: unknown key(s) {_listing(extra)}")
+    _declared(raw_states, "on_start", OnStart, source)
+    _declared(raw_states, "on_recover", OnRecover, source)
     states = tuple(
-        State(n, str(body.get("description", "")), str(body.get("situation", "")))
+        State(n, str(body.get("description", "")), str(body.get("situation", "")),
+              OnStart(body["on_start"]), OnRecover(body["on_recover"]))
         for n, body in raw_states.items()
     )
     declared = {s.name for s in states}

@@ -3,7 +3,8 @@ definition: the code names a state only through `StateName`, and asks the defini
 list of its own, which states a group holds.
 
 `check_vocabulary` runs when the definition is loaded: a name the code uses that the definition
-lacks is an error naming it, so a renamed state cannot silently fall out of a comparison.
+lacks is an error naming it, so a renamed state cannot silently fall out of a comparison; so is a
+state whose `on_start` or `on_recover` fires a trigger it has no transition for (`FIRES`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import NamedTuple
 
 from ..errors import DefinitionError
 from ..node.state.counters import CountRules
-from .definition import Definition
+from .definition import Definition, OnRecover, OnStart
 
 
 class StateName(enum.StrEnum):
@@ -39,13 +40,37 @@ class Trigger(enum.StrEnum):
     settle = "settle"
 
 
+# The trigger a start or `recover` fires first from the state that declares the action (the
+# others fire none): so a state cannot declare what its transitions do not allow.
+FIRES: dict[str, Trigger] = {
+    OnStart.judge_candidate: Trigger.candidate_started,
+    OnStart.publish_then_open_gate: Trigger.complete,
+    OnStart.finish_recovery: Trigger.recovered,
+    OnStart.converge_then_open_gate: Trigger.settle,
+    OnRecover.roll_back: Trigger.recover,
+}
+
+
 def check_vocabulary(d: Definition) -> None:
-    """Refuse a definition that lacks a state or trigger the code names."""
+    """Refuse a definition that lacks a state or trigger the code names, or whose states'
+    `on_start` and `on_recover` do not match their transitions."""
     states = set(StateName) - set(d.state_names)
     triggers = set(Trigger) - {t.trigger for t in d.transitions}
     if states or triggers:
         missing = [f"state {s}" for s in sorted(states)] + [f"trigger {t}" for t in sorted(triggers)]
         raise DefinitionError(f"{d.source} lacks what agent-fsm's code names: {', '.join(missing)}")
+    wrong = [f"{s.name} ({key} = {action} fires {FIRES[action]})"
+             for s in d.states for key, action in (("on_start", s.on_start),
+                                                  ("on_recover", s.on_recover))
+             if action in FIRES and s.name not in d.transition(FIRES[action]).sources]
+    if wrong:
+        raise DefinitionError(f"{d.source}: these states declare an action their transitions "
+                              f"do not allow: {', '.join(wrong)}")
+    kept = set(d.transition(Trigger.recover).sources) - {
+        s.name for s in d.states if s.on_recover == OnRecover.roll_back}
+    if kept:
+        raise DefinitionError(f"{d.source}: `recover` may roll back from these states but their "
+                              f"on_recover is not {OnRecover.roll_back}: {', '.join(sorted(kept))}")
 
 
 RESULT_EFFECTS = ("publish_result", "record_result")
@@ -61,6 +86,7 @@ class Groups(NamedTuple):
     pending: frozenset[str]  # an upgrade is pending: the signal is written and not yet cleared
     rolling_back: frozenset[str]  # the candidate was given up: recovery started or last-good selected
     recover_from: frozenset[str]  # where `recover` may start
+    orphan_from: frozenset[str]  # where a signal the state file does not know is an orphan
     publishing: frozenset[tuple[str, str]]  # (trigger, source) that reports a new result
     cycle_starts: frozenset[str]  # triggers that start an install, an upgrade or a rollback
 
@@ -95,6 +121,8 @@ def groups(d: Definition) -> Groups:
         rolling_back=frozenset(_dests(d, "start_recovery") | _dests(d, "select_last_good")),
         recover_from=frozenset(s for t in d.transitions if t.trigger == Trigger.recover
                                for s in t.sources),
+        orphan_from=frozenset(s for t in d.transitions if t.trigger == Trigger.orphaned_signal
+                              for s in t.sources),
         publishing=frozenset(publishing),
         # Close the gate from a settled state: an operation (or a rollback) begins there.
         cycle_starts=frozenset(t.trigger for t in d.transitions if "close_gate" in t.effect_names

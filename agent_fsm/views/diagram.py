@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 
 from ..errors import AgentFsmError
-from ..machine.definition import Definition
+from ..machine.definition import MEANINGS, Definition, OnRecover, OnStart
 from ..system import proc
 
 DIAGRAM_FILE = "agent-upgrade.md"
@@ -21,6 +21,8 @@ FORMATS = ("mermaid", "dot", "svg", "markdown")
 class Node:
     name: str
     description: str
+    on_start: str = ""  # what a daemon start does here
+    on_recover: str = ""  # what `recover` does here
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Diagram:
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
     source: str = "states/agent-upgrade.toml"
+    actions: tuple[tuple[str, str], ...] = ()  # each on_start and on_recover name, in words
 
 
 def from_definition(d: Definition) -> Diagram:
@@ -48,7 +51,9 @@ def from_definition(d: Definition) -> Diagram:
              tuple(e.name + ("?" if e.tolerant else "") for e in t.effects), t.supersedes)
         for t in d.transitions for s in t.sources
     )
-    return Diagram(d.name, d.initial, tuple(Node(s.name, s.description) for s in d.states), edges)
+    nodes = tuple(Node(s.name, s.description, s.on_start, s.on_recover) for s in d.states)
+    actions = tuple((str(a), MEANINGS[a]) for a in (*OnStart, *OnRecover))
+    return Diagram(d.name, d.initial, nodes, edges, actions=actions)
 
 
 def mermaid(diagram: Diagram, highlight: str | None = None) -> str:
@@ -106,8 +111,13 @@ def _cell(items: tuple[str, ...], sep: str) -> str:
     return sep.join(f"`{i}`" for i in items) if items else "—"
 
 
+def _given(name: str) -> tuple[str, ...]:
+    return (name,) if name else ()
+
+
 def markdown(diagram: Diagram) -> str:
-    """The page committed as diagrams/agent-upgrade.md: diagram, states, transition table."""
+    """The page committed as diagrams/agent-upgrade.md: diagram, states (with what a start and
+    `recover` do in each), transition table."""
     out = [
         f"# The `{diagram.name}` machine",
         "",
@@ -120,10 +130,20 @@ def markdown(diagram: Diagram) -> str:
         "",
         "## States",
         "",
-        "| state | meaning |",
-        "| --- | --- |",
+        "Each state declares what a daemon start does there (*on start*) and what "
+        "`agent-fsm recover` does",
+        "(*on recover*); `status` advises from the same. Both first resume what a crash left "
+        "owed and, from",
+        "the sources of `orphaned_signal`, roll back a signal the state file does not know.",
+        "",
+        "| state | meaning | on start | on recover |",
+        "| --- | --- | --- | --- |",
     ]
-    out += [f"| `{n.name}` | {n.description} |" for n in diagram.nodes]
+    out += [f"| `{n.name}` | {n.description} | {_cell(_given(n.on_start), '')} | "
+            f"{_cell(_given(n.on_recover), '')} |" for n in diagram.nodes]
+    if diagram.actions:
+        out += ["", "| on start or on recover | what it does |", "| --- | --- |"]
+        out += [f"| `{name}` | {meaning} |" for name, meaning in diagram.actions]
     out += [
         "",
         "## Transitions",

@@ -76,6 +76,26 @@ class TestStartup:
         world = _world(tmp_path, ())
         assert not Daemon(world.node, Notifier(""), waker).startup()
 
+    def test_not_installed_starts_no_recovery(self, tmp_path: Path, waker: Waker) -> None:
+        """A daemon started before any install leaves systemd alone: nothing to roll back to."""
+        world = _world(tmp_path, ())
+        assert not Daemon(world.node, Notifier(""), waker).startup()
+        assert world.systemd.calls == []
+
+    def test_a_start_after_a_failed_judgment_starts_recovery(self, tmp_path: Path,
+                                                             waker: Waker) -> None:
+        """A daemon started again while the candidate is judged failed starts the recovery unit
+        and fails, keeping the signal and the gate shut."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        world.node.controller.fire("judge_failed", reason="check failed")
+        world.systemd.calls.clear()
+        assert not Daemon(world.node, Notifier(""), waker).startup()
+        assert world.systemd.calls == [("start", "agent-recovery.service")]
+        assert world.node.store.read().state == "judged_failed"
+        assert not world.node.effectors.gate.is_open() and world.node.effectors.signal() is not None
+
 
 class TestStopping:
     def test_workload_sigterm_then_stop_is_a_clean_exit(self, tmp_path: Path) -> None:

@@ -18,7 +18,11 @@ GOOD = """
 name = "m"
 initial = "a"
 [states.a]
+on_start = "converge_then_open_gate"
+on_recover = "nothing_pending"
 [states.b]
+on_start = "judge_candidate"
+on_recover = "roll_back"
 [[transitions]]
 trigger = "go"
 source = "a"
@@ -48,7 +52,7 @@ class TestChecks:
          "transition 'go' names unknown effect(s): open_gates"),
         (lambda t: t.replace('"gate_open"', '"gate_is_open"'),
          "transition 'back' names unknown condition(s): gate_is_open"),
-        (lambda t: t + '[states.c]\n',
+        (lambda t: t + '[states.c]\non_start = "finish_recovery"\non_recover = "roll_back"\n',
          "these states cannot be reached from 'a': c"),
         (lambda t: t.replace('trigger = "back"\nsource = "b"\ndest = "a"',
                              'trigger = "back"\nsource = "b"\ndest = "b"'),
@@ -63,8 +67,21 @@ class TestChecks:
          "on_error must be 'fail' or 'log'"),
         (lambda t: t + "[[transitions]]\ntrigger = 'x'\nsource = 'a'\ndest = 'b'\nafter = ['y']\n",
          "unknown key(s) after"),
+        (lambda t: t.replace('on_start = "judge_candidate"\n', ''),
+         "these states declare no on_start: b; each declares one of: converge_then_open_gate, "
+         "finish_recovery, judge_candidate, publish_then_open_gate, refuse_not_installed, "
+         "start_recovery_unit"),
+        (lambda t: t.replace('on_recover = "nothing_pending"\n', '').replace(
+            'on_recover = "roll_back"\n', ''),
+         "these states declare no on_recover: a, b; each declares one of: nothing_completing, "
+         "nothing_pending, roll_back"),
+        (lambda t: t.replace('"judge_candidate"', '"judge"'),
+         "state 'b' declares on_start = 'judge', which is not one of: converge_then_open_gate, "),
+        (lambda t: t.replace('on_recover = "roll_back"', 'on_recover = ["roll_back"]'),
+         "state 'b' declares on_recover = ['roll_back'], which is not one of: "),
     ], ids=["unknown effect", "unknown condition", "unreachable", "trap", "duplicate trigger",
-            "undeclared state", "bad initial", "bad on_error", "unknown key"])
+            "undeclared state", "bad initial", "bad on_error", "unknown key", "no on_start",
+            "no on_recover", "unknown on_start", "on_recover not a name"])
     def test_inconsistent_definition_is_named(self, change, message: str) -> None:  # type: ignore[no-untyped-def]
         """Each kind of inconsistency is refused with an error naming the states or names."""
         with pytest.raises(DefinitionError) as err:

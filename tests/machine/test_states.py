@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 
 import agent_fsm
+from agent_fsm.actions.operations import ON_RECOVER
+from agent_fsm.agent.daemon import ON_START
 from agent_fsm.errors import DefinitionError
-from agent_fsm.machine.definition import default_text
+from agent_fsm.machine.definition import OnRecover, OnStart, default_text, handlers
 from agent_fsm.machine.vocabulary import StateName, Trigger, check_vocabulary, count_rules, groups
 from agent_fsm.upgrade.registry import load_definition
+from agent_fsm.views.status.advice import ADVICE
 
 PACKAGE = Path(agent_fsm.__file__).parent
 SHIPPED, _ = default_text()
@@ -85,3 +88,56 @@ class TestGroups:
         assert {s: g.tone(s, d.initial) for s in d.state_names} == {
             "idle": "none", "candidate_running": "busy", "judged_ok": "busy",
             "judged_failed": "bad", "recovering": "bad", "converged": "ok"}
+
+
+def _declare(text: str, state: str, key: str, action: str) -> str:
+    """`text` with `state`'s `key` declared as `action`."""
+    head = f"[states.{state}]\n"
+    start = text.index(head)
+    line = text.index(f"{key} = ", start)
+    return text[:line] + f'{key} = "{action}"' + text[text.index("\n", line):]
+
+
+class TestStartAndRecover:
+    def test_each_place_has_a_handler_for_every_declared_name(self) -> None:
+        """The daemon, `recover` and `status`'s advice can act on whatever a state declares."""
+        d = load_definition()
+        assert {s.on_start for s in d.states} <= set(ON_START)
+        assert {s.on_start for s in d.states} <= set(ADVICE)
+        assert {s.on_recover for s in d.states} <= set(ON_RECOVER)
+
+    def test_a_table_without_a_handler_for_a_name_is_refused_naming_it(self) -> None:
+        """A dispatch that lacks a name is refused when it is built, naming the names."""
+        with pytest.raises(DefinitionError, match="the daemon has no handler for on_start "
+                                                  "finish_recovery, judge_candidate; add one"):
+            handlers(OnStart, {a: print for a in OnStart
+                               if a not in (OnStart.judge_candidate, OnStart.finish_recovery)},
+                     "the daemon")
+        with pytest.raises(DefinitionError, match="no handler for on_recover roll_back"):
+            handlers(OnRecover, {OnRecover.nothing_pending: print,
+                                 OnRecover.nothing_completing: print}, "recover")
+
+    def test_swapped_start_actions_are_refused_naming_the_states(self) -> None:
+        """A state declaring a start whose trigger it has no transition for fails at load."""
+        text = _declare(SHIPPED, "converged", "on_start", "judge_candidate")
+        text = _declare(text, "candidate_running", "on_start", "converge_then_open_gate")
+        with pytest.raises(DefinitionError, match=(
+                r"these states declare an action their transitions do not allow: "
+                r"candidate_running \(on_start = converge_then_open_gate fires settle\), "
+                r"converged \(on_start = judge_candidate fires candidate_started\)")):
+            check_vocabulary(load_definition(text, "swapped.toml"))
+
+    def test_a_state_recover_leaves_must_roll_back(self) -> None:
+        """A state `recover` may fire from but whose on_recover does nothing fails at load."""
+        text = _declare(SHIPPED, "judged_failed", "on_recover", "nothing_pending")
+        with pytest.raises(DefinitionError, match="`recover` may roll back from these states "
+                                                  "but their on_recover is not roll_back: "
+                                                  "judged_failed"):
+            check_vocabulary(load_definition(text, "kept.toml"))
+
+    def test_the_orphan_check_runs_from_orphaned_signals_sources(self) -> None:
+        """Where a signal the state file does not know is rolled back is where the definition's
+        `orphaned_signal` starts."""
+        d = load_definition()
+        assert groups(d).orphan_from == set(d.transition("orphaned_signal").sources)
+        assert groups(d).orphan_from == {"idle", "converged"}

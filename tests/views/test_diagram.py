@@ -47,6 +47,16 @@ class TestRenderers:
         assert "| `go` | `a` | `b` | `gate_open` | `write_assets?` → `open_gate` |" in text
         assert "| `a` | the start |" in text
 
+    def test_markdown_states_show_what_a_start_and_recover_do(self) -> None:
+        """Each state's row gives its start and recover behaviour, each name explained below."""
+        hand = diagram.Diagram("m", "a", (diagram.Node("a", "the start", "judge_candidate",
+                                                       "roll_back"),), (),
+                               actions=(("judge_candidate", "judge it"),))
+        text = diagram.markdown(hand)
+        assert "| `a` | the start | `judge_candidate` | `roll_back` |" in text
+        assert "| `judge_candidate` | judge it |" in text
+        assert "| `a` | the start | — | — |" in diagram.markdown(HAND)
+
 
 class TestCommittedPage:
     def test_committed_page_matches_definition(self) -> None:
@@ -59,6 +69,13 @@ class TestCommittedPage:
         page = diagram.markdown(diagram.from_definition(load_definition()))
         for t in load_definition().transitions:
             assert f"| `{t.trigger}` |" in page
+
+    def test_the_page_shows_every_states_start_and_recover(self) -> None:
+        """The generated page names, for each state of the definition, what a daemon start and
+        `recover` do there."""
+        page = diagram.markdown(diagram.from_definition(load_definition()))
+        for s in load_definition().states:
+            assert f"| `{s.name}` | {s.description} | `{s.on_start}` | `{s.on_recover}` |" in page
 
 
 FAKE_DOT = """#!/bin/sh

@@ -52,3 +52,9 @@ def entry_keys(result: Mapping[str, Any] | None, reported: object) -> dict[str, 
     if not reported or result is None or "reason_class" not in result:
         return {}
     return {"reason": result.get("reason"), "reason_class": result["reason_class"]}
+
+
+def orphaned(state: str) -> dict[str, str]:
+    """The reason recorded for a signal that the state file, in `state`, knew nothing of."""
+    return {"reason_class": "orphaned",
+            "reason": f"an upgrade signal existed but the state file ({state}) knew no upgrade"}

@@ -1,10 +1,12 @@
-"""What `status` says to do now: one sentence and the command lines for it, by state."""
+"""What `status` says to do now: one sentence and the command lines for it, by what a start
+does from the state (its `on_start` in states/agent-upgrade.toml)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ...machine.vocabulary import StateName
+from ...machine.definition import OnStart, handlers
 from ...node.releases.pointers import natural_key
 from ...node.runtime.signal import UpgradeSignal
 from ...node.state.store import StateDoc
@@ -40,65 +42,109 @@ def span(seconds: float) -> str:
     return f"{d}d{h:02d}h"
 
 
+class _Seen(NamedTuple):
+    """What the advice for a state is given: the node as read, and the words it uses."""
+
+    node: Node | Reader
+    doc: StateDoc
+    sig: UpgradeSignal | None
+    gate_open: bool
+    now: float
+    releases: tuple[str, ...]
+    prog: str
+    selected: str | None
+    last_good: str | None
+    unit: str
+    journal: str
+    recover: str
+    to: str
+
+
 def next_action(node: Node | Reader, doc: StateDoc, sig: UpgradeSignal | None, gate_open: bool,
                 now: float, releases: tuple[str, ...], prog: str) -> NextAction:
-    """The one thing to do now, by state; every command given is one the operator may run."""
+    """The one thing to do now, following what a start does from the state (its `on_start`);
+    every command given is one the operator may run."""
     unit = node.paths.agent_unit_name
-    recovery = node.paths.recovery_unit_name
-    selected = node.releases.selected()
-    last_good = node.releases.last_good()
     journal = f"journalctl -u {unit} -n 50"
-    recover = f"{prog} recover"
-    to = sig.to_version if sig else (doc.upgrade.to_version if doc.upgrade else "?")
-    state = doc.state
-    if sig is not None and state not in node.groups.pending:
+    seen = _Seen(node, doc, sig, gate_open, now, releases, prog,
+                 selected=node.releases.selected(), last_good=node.releases.last_good(),
+                 unit=unit, journal=journal, recover=f"{prog} recover",
+                 to=sig.to_version if sig else (doc.upgrade.to_version if doc.upgrade else "?"))
+    if sig is not None and doc.state in node.groups.orphan_from:
         return NextAction(f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but "
                           f"the state file knows no upgrade: the candidate was never judged "
-                          f"here; roll back to the last-good ({last_good})", (recover,))
-    if state == StateName.idle:
-        if releases:
-            newest = max(releases, key=natural_key)
-            return NextAction(f"install a release (stored: {', '.join(releases)})",
-                              (f"{prog} install --version {newest}",))
-        return NextAction("add a release, then install it",
-                          (f"{prog} release add DIR", f"{prog} install --version V"))
-    if state == StateName.candidate_running:
-        if sig is None:
-            return NextAction("the state file says an upgrade is pending but there is no signal; "
-                              "roll back to be safe", (recover,))
-        left = sig.deadline - now
-        when = (f"deadline in {span(left)}" if left >= 0
-                else f"the deadline passed {span(left)} ago; see {journal}")
+                          f"here; roll back to the last-good ({seen.last_good})", (seen.recover,))
+    try:
+        on_start = node.definition.state(doc.state).on_start
+    except KeyError:
+        return NextAction(f"unknown state {doc.state}; see the journal", (journal,))
+    return ADVICE[on_start](seen)
+
+
+def _install(s: _Seen) -> NextAction:
+    if s.releases:
+        newest = max(s.releases, key=natural_key)
+        return NextAction(f"install a release (stored: {', '.join(s.releases)})",
+                          (f"{s.prog} install --version {newest}",))
+    return NextAction("add a release, then install it",
+                      (f"{s.prog} release add DIR", f"{s.prog} install --version V"))
+
+
+def _await_judgment(s: _Seen) -> NextAction:
+    if s.sig is None:
+        return NextAction("the state file says an upgrade is pending but there is no signal; "
+                          "roll back to be safe", (s.recover,))
+    left = s.sig.deadline - s.now
+    when = (f"deadline in {span(left)}" if left >= 0
+            else f"the deadline passed {span(left)} ago; see {s.journal}")
+    return NextAction(
+        f"wait for the judgment of {s.to} (attempt {s.sig.attempt} of "
+        f"{s.node.config.judgment.max_attempts}, {when}); or roll back now", (s.recover,))
+
+
+def _await_publish(s: _Seen) -> NextAction:
+    return NextAction(
+        f"wait: the result of the upgrade to {s.to} is being published, then the gate opens; "
+        f"if it stays here, publishing is failing and is retried: see the journal", (s.journal,))
+
+
+def _await_recovery_unit(s: _Seen) -> NextAction:
+    return NextAction(
+        f"wait: {s.node.paths.recovery_unit_name} rolls back to {s.last_good}; if it stays "
+        f"here, roll back now", (s.recover,))
+
+
+def _await_last_good(s: _Seen) -> NextAction:
+    if s.selected == s.last_good:
         return NextAction(
-            f"wait for the judgment of {to} (attempt {sig.attempt} of "
-            f"{node.config.judgment.max_attempts}, {when}); or roll back now", (recover,))
-    if state == StateName.judged_ok:
-        return NextAction(
-            f"wait: the result of the upgrade to {to} is being published, then the gate opens; "
-            f"if it stays here, publishing is failing and is retried: see the journal", (journal,))
-    if state == StateName.judged_failed:
-        return NextAction(
-            f"wait: {recovery} rolls back to {last_good}; if it stays here, roll back now",
-            (recover,))
-    if state == StateName.recovering:
-        if selected == last_good:
-            return NextAction(
-                f"wait: {last_good} restarts through {unit}, clears the signal and opens the "
-                f"gate; if it stays here, run recovery again", (recover, journal))
-        return NextAction(f"roll back: {selected} is still selected, the last-good is "
-                          f"{last_good}", (recover,))
-    if state == StateName.converged and not gate_open:
-        return NextAction(f"wait: {unit} opens the gate once it has started; if the gate stays "
-                          "closed, look at the unit and its journal",
-                          (f"systemctl status {unit}", journal))
-    if state == StateName.converged:
-        newer = [v for v in releases
-                 if selected is None or natural_key(v) > natural_key(selected)]
-        if newer:
-            target = max(newer, key=natural_key)
-            return NextAction(f"nothing pending; upgrade when ready (newer stored: "
-                              f"{', '.join(sorted(newer, key=natural_key))})",
-                              (f"{prog} upgrade --to {target} --wait",))
-        return NextAction("nothing pending; to upgrade, add a newer release first",
-                          (f"{prog} release add DIR", f"{prog} upgrade --to V --wait"))
-    return NextAction(f"unknown state {state}; see the journal", (journal,))
+            f"wait: {s.last_good} restarts through {s.unit}, clears the signal and opens the "
+            f"gate; if it stays here, run recovery again", (s.recover, s.journal))
+    return NextAction(f"roll back: {s.selected} is still selected, the last-good is "
+                      f"{s.last_good}", (s.recover,))
+
+
+def _await_gate_or_upgrade(s: _Seen) -> NextAction:
+    if not s.gate_open:
+        return NextAction(f"wait: {s.unit} opens the gate once it has started; if the gate "
+                          "stays closed, look at the unit and its journal",
+                          (f"systemctl status {s.unit}", s.journal))
+    newer = [v for v in s.releases
+             if s.selected is None or natural_key(v) > natural_key(s.selected)]
+    if newer:
+        target = max(newer, key=natural_key)
+        return NextAction(f"nothing pending; upgrade when ready (newer stored: "
+                          f"{', '.join(sorted(newer, key=natural_key))})",
+                          (f"{s.prog} upgrade --to {target} --wait",))
+    return NextAction("nothing pending; to upgrade, add a newer release first",
+                      (f"{s.prog} release add DIR", f"{s.prog} upgrade --to V --wait"))
+
+
+# What to do now in each state, by what a start does there (its `on_start`).
+ADVICE: Mapping[OnStart, Callable[[_Seen], NextAction]] = handlers(OnStart, {
+    OnStart.refuse_not_installed: _install,
+    OnStart.judge_candidate: _await_judgment,
+    OnStart.publish_then_open_gate: _await_publish,
+    OnStart.start_recovery_unit: _await_recovery_unit,
+    OnStart.finish_recovery: _await_last_good,
+    OnStart.converge_then_open_gate: _await_gate_or_upgrade,
+}, "`status` (its next action)")
