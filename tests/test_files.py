@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from agent_fsm.files import disk_error
+from agent_fsm.node.config import CONFIG_ENV
 from tests.helpers import World
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def _on_small_fs(fs: Path, script: str) -> subprocess.CompletedProcess[str]:
     if not _can_mount():
         pytest.skip("mounting a small tmpfs in a private namespace needs root and unshare(1)")
     fs.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**{k: v for k, v in os.environ.items() if k != CONFIG_ENV}, "PYTHONPATH": str(REPO)}
     return subprocess.run(
         ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs "$1" && exec "$2" -c "$3" "$1"',
          "sh", str(fs), sys.executable, script],
@@ -129,6 +130,28 @@ class TestReadOnlyFileSystem:
                         + fix.format(" (the link is as it was)"), errno.EROFS],
             "after": ["old\n", True, "releases/1.0.0"],
         }
+
+
+    def test_a_command_on_a_read_only_state_dir_is_one_line_and_exit_1(
+            self, tmp_path: Path) -> None:
+        """`agent-fsm hold` with the state directory on a read-only file system prints one
+        line naming the writers' lock and how to find the mount, and exits 1."""
+        fs = tmp_path / "fs"
+        done = _on_small_fs(fs, (
+            "import json, subprocess, sys\n"
+            "cli = [sys.executable, '-m', 'agent_fsm', '--root', sys.argv[1] + '/root']\n"
+            "subprocess.run([*cli, 'hold', '--reason', 'x'], check=True, capture_output=True)\n"
+            "subprocess.run([*cli, 'unhold'], check=True, capture_output=True)\n"
+            "subprocess.run(['mount', '-o', 'remount,ro', sys.argv[1]], check=True)\n"
+            "done = subprocess.run([*cli, 'hold', '--reason', 'x'], capture_output=True,"
+            " text=True)\n"
+            "print(json.dumps([done.returncode, done.stderr]))\n"))
+        assert done.returncode == 0, done.stderr
+        state = fs / "root" / "var" / "lib" / "agent-fsm"
+        assert json.loads(done.stdout) == [1, (
+            f"agent-fsm: could not open the writers' lock {state}/state.lock: Read-only file "
+            f"system; remount the file system of {state} read-write (`findmnt -T {state}` names "
+            "it) and run the command again\n")]
 
 
 def _full_disk(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
