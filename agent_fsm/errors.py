@@ -3,12 +3,22 @@
     AgentFsmError                  exit 1: something is wrong; the message says what and what to do
     ├── ConfigError                the config file is missing, unparsable or has a bad key/value
     ├── DefinitionError            states/agent-upgrade.toml is inconsistent (names the states)
+    ├── Invalid                    a field of a file agent-fsm reads back is not valid (names the
+    │                              field and its value; a ValueError too: readers name the file)
     ├── StateFileError             state.json is damaged, newer or unknown; it is left untouched
     ├── SignalError                the upgrade signal file is unreadable
+    ├── KnownBadDamaged            known-bad.json is damaged; it is left untouched
     ├── ReleaseError               a release is missing or its manifest is invalid
-    ├── AssetError                 a service asset could not be rendered or written
+    │   └── BadTree                a release tree holds what the store refuses (a symlink, a
+    │                              device, a loose mode) or is over its limits (callers re-word it)
+    ├── AssetError                 a service asset could not be rendered, restored or kept
     ├── UnsafePath                 a path to write is a symlink, or a directory others may write
+    ├── DiskError                  a write, fsync, rename, unlink, symlink, chmod or mkdir failed
+    │                              (full, read-only, I/O error): names the path and what to do
+    ├── LockTimeout                a lock was held by another process too long (callers re-word it)
     ├── CouldNotRun                a command did not start or timed out (callers re-word it)
+    ├── InterpreterUnreadable      a Python asked its ABI ran but did not say (callers re-word it)
+    ├── BadSignature               ssh-keygen did not verify or make a signature (callers re-word it)
     ├── SystemdError               a systemctl call failed
     ├── PublishError               publishing an upgrade's result failed (retried by the daemon)
     ├── Refused                    exit 3: the operation may not run now (gate closed, upgrade
@@ -22,6 +32,7 @@ The CLI turns each into one line on stderr and its exit code; no traceback reach
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -44,6 +55,16 @@ class DefinitionError(AgentFsmError):
     """The machine's definition is inconsistent."""
 
 
+class Invalid(AgentFsmError, ValueError):
+    """One field of a file agent-fsm reads back is not what it must be; the message names it and
+    its value (`node.state.validate` words it). A ValueError too: each reader catches it with its
+    parser's ValueErrors and re-words both, naming the file."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
 class StateFileError(AgentFsmError):
     """The state file cannot be trusted; it is never overwritten."""
 
@@ -52,16 +73,38 @@ class SignalError(AgentFsmError):
     """The upgrade signal cannot be read."""
 
 
+class KnownBadDamaged(AgentFsmError):
+    """The known-bad record cannot be read or validated; it is left as it is."""
+
+
 class ReleaseError(AgentFsmError):
     """A release is missing or malformed."""
 
 
+class BadTree(ReleaseError):
+    """An entry the release store does not accept, or a tree over the limits: `path`, then why."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path} {why}")
+
+
 class AssetError(AgentFsmError):
-    """A service asset could not be rendered or written."""
+    """A service asset could not be rendered, restored or kept (writing one that fails is a
+    DiskError)."""
 
 
 class UnsafePath(AgentFsmError):
     """A path agent-fsm writes is a symlink, or a directory others may write to."""
+
+
+class DiskError(AgentFsmError):
+    """A write, fsync, rename, unlink, symlink, chmod or mkdir of `files` failed: one line naming
+    the path, the errno's words and what to do, raised from the OSError."""
+
+
+class LockTimeout(AgentFsmError):
+    """A lock was held by another process for longer than the caller would wait; the message is
+    the lock's path (the store re-words it as Refused)."""
 
 
 class CouldNotRun(AgentFsmError):
@@ -75,6 +118,16 @@ class CouldNotRun(AgentFsmError):
         super().__init__(f"`{' '.join(argv)}` could not run: {reason}")
         self.argv = tuple(argv)
         self.reason = reason
+
+
+class InterpreterUnreadable(AgentFsmError):
+    """A Python interpreter asked its ABI ran but did not say what it is; the text says what it
+    printed."""
+
+
+class BadSignature(AgentFsmError):
+    """A signature does not verify, or could not be made; the text says why, as ssh-keygen put
+    it."""
 
 
 class SystemdError(AgentFsmError):

@@ -9,6 +9,12 @@ start, with new data, on the next run.
 Nothing is written through a symlink: the directory written into is opened with O_NOFOLLOW and
 every name is resolved relative to it, a symlink at the target name is refused, and the
 temporary file is created with O_EXCL | O_NOFOLLOW.
+
+An OSError of a write, fsync, rename, unlink, symlink, chmod or mkdir here is a DiskError naming
+the path, the errno's words and what to do (a full or read-only file system, an I/O error), raised
+from the OSError: an effect that may fail (`on_error = "log"`) thus tolerates a failing disk too.
+The errors callers tell apart stay themselves: a missing directory without `create_dir`
+(FileNotFoundError), a planted link (UnsafePath); reads raise OSError as it comes.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import UnsafePath
+from .errors import DiskError, UnsafePath
 
 
 def _token() -> str:
@@ -34,17 +40,59 @@ def unsafe(path: Path, why: str) -> UnsafePath:
                       "and run the command again (`agent-fsm doctor` checks every path)")
 
 
+_AGAIN = "and run the command again"
+_ADVICE = {
+    errno.ENOSPC: "free space on the file system of {where} (`df -h {where}`) " + _AGAIN,
+    errno.EDQUOT: "free space in uid {uid}'s disk quota on the file system of {where} "
+                  "(`quota -u {uid}`) " + _AGAIN,
+    errno.EROFS: "remount the file system of {where} read-write (`findmnt -T {where}` names it) "
+                 + _AGAIN,
+    errno.EIO: "the disk under {where} failed: check it (`dmesg`) and repair or replace it "
+               "before you run the command again",
+    errno.EACCES: "let uid {uid} write in {where} (`agent-fsm doctor` checks every path) " + _AGAIN,
+    errno.EPERM: "let uid {uid} write in {where} (`agent-fsm doctor` checks every path) " + _AGAIN,
+}
+_OTHERWISE = ("fix what keeps uid {uid} from writing in {where} (`agent-fsm doctor` checks every "
+              "path) " + _AGAIN)
+
+
+def disk_error(exc: OSError, doing: str, where: Path, note: str = "") -> DiskError:
+    """The DiskError for `exc`, raised trying to `doing` ("write /var/lib/agent-fsm/x.json")
+    on the file system of the directory `where`: the errno's words, `note` (what was left as it
+    was), what to do. The caller raises it `from exc`."""
+    words = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+    advice = _ADVICE.get(exc.errno or 0, _OTHERWISE).format(where=where, uid=os.geteuid())
+    return DiskError(f"could not {doing}: {words}{f' ({note})' if note else ''}; {advice}")
+
+
+@contextlib.contextmanager
+def _disk(doing: str, where: Path, note: str = "", *,
+          passing: tuple[type[OSError], ...] = ()) -> Iterator[None]:
+    """An OSError in the block is a DiskError (`disk_error`), but for the `passing` kinds."""
+    try:
+        yield
+    except passing:
+        raise
+    except OSError as exc:
+        raise disk_error(exc, doing, where, note) from exc
+
+
 def ensure_dir(directory: Path, mode: int = 0o755) -> None:
-    """Create `directory` (and parents) if missing; refuse it if it is a symlink."""
+    """Create `directory` (and parents) if missing; refuse it if it is a symlink. DiskError
+    when it cannot be made."""
     try:
         st = os.lstat(directory)
     except FileNotFoundError:
         ensure_dir(directory.parent, mode) if directory.parent != directory else None
-        with contextlib.suppress(FileExistsError):
+        with _disk(f"create the directory {directory}", directory.parent), \
+                contextlib.suppress(FileExistsError):
             os.mkdir(directory, mode)
             os.chmod(directory, mode)  # exact, whatever the umask
             fsync_dir(directory.parent)  # the new entry survives a power loss
-        st = os.lstat(directory)
+        with _disk(f"create the directory {directory}", directory.parent):
+            st = os.lstat(directory)
+    except OSError as exc:
+        raise disk_error(exc, f"create the directory {directory}", directory.parent) from exc
     if stat.S_ISLNK(st.st_mode):
         raise unsafe(directory, "the directory is a symlink")
     if not stat.S_ISDIR(st.st_mode):
@@ -52,7 +100,7 @@ def ensure_dir(directory: Path, mode: int = 0o755) -> None:
 
 
 @contextlib.contextmanager
-def _open_dir(directory: Path, *, create: bool = True) -> Iterator[int]:
+def _open_dir(directory: Path, doing: str, *, create: bool = True) -> Iterator[int]:
     if create:
         ensure_dir(directory)
     try:
@@ -60,7 +108,9 @@ def _open_dir(directory: Path, *, create: bool = True) -> Iterator[int]:
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise unsafe(directory, "the directory is a symlink") from None
-        raise
+        if exc.errno == errno.ENOENT and not create:
+            raise  # the caller's to tell apart (`Gate.open`: the agent is not running)
+        raise disk_error(exc, doing, directory) from exc
     try:
         yield fd
     finally:
@@ -68,12 +118,13 @@ def _open_dir(directory: Path, *, create: bool = True) -> Iterator[int]:
 
 
 def fsync_dir(directory: Path) -> None:
-    """Make the directory's entries (a rename, a new file) durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Make the directory's entries (a rename, a new file) durable; DiskError if it fails."""
+    with _disk(f"sync the directory {directory}", directory):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _refuse_link(dir_fd: int, path: Path) -> None:
@@ -86,60 +137,73 @@ def _refuse_link(dir_fd: int, path: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, create_dir: bool = True) -> None:
-    """Replace `path` with `data` and exactly `mode`, atomically and durably. Without
+    """Replace `path` with `data` and exactly `mode`, atomically and durably; DiskError (the
+    old file as it was, unless only the final fsync failed) when the disk fails it. Without
     `create_dir`, a missing directory is FileNotFoundError (and nothing is written)."""
-    with _open_dir(path.parent, create=create_dir) as dir_fd:
+    doing = f"write {path}"
+    gone = () if create_dir else (FileNotFoundError,)  # the directory went away: as if missing
+    with _open_dir(path.parent, doing, create=create_dir) as dir_fd:
         _refuse_link(dir_fd, path)
         tmp = f".{path.name}.{_token()}.tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
-        except FileExistsError:
-            raise unsafe(path, f"something is planted at the temporary name {tmp}") from None
-        try:
+        with _disk(doing, path.parent, "the file is as it was", passing=gone):
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fchmod(fd, mode)  # exact, whatever the umask
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise
-        os.fsync(dir_fd)
+                fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+            except FileExistsError:
+                raise unsafe(path, f"something is planted at the temporary name {tmp}") from None
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        written = os.write(fd, view)
+                        view = view[written:]
+                    os.fchmod(fd, mode)  # exact, whatever the umask
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise
+        with _disk(doing, path.parent, "written, but it may not survive a power loss"):
+            os.fsync(dir_fd)
 
 
 def atomic_symlink(link: Path, target: str) -> None:
-    """Point `link` at `target`, switching atomically from any previous target."""
-    with _open_dir(link.parent) as dir_fd:
+    """Point `link` at `target`, switching atomically from any previous target; DiskError (the
+    link as it was) when the disk fails it."""
+    doing = f"point {link} at {target}"
+    with _open_dir(link.parent, doing) as dir_fd:
         try:
             st = os.lstat(link.name, dir_fd=dir_fd)
             if not stat.S_ISLNK(st.st_mode):
                 raise unsafe(link, "a file that is not a pointer symlink is there")
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            raise disk_error(exc, doing, link.parent) from exc
         tmp = f".{link.name}.{_token()}.tmp"
-        os.symlink(target, tmp, dir_fd=dir_fd)
-        try:
-            os.replace(tmp, link.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise
-        os.fsync(dir_fd)
+        with _disk(doing, link.parent, "the link is as it was"):
+            os.symlink(target, tmp, dir_fd=dir_fd)
+            try:
+                os.replace(tmp, link.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise
+        with _disk(doing, link.parent, "switched, but it may not survive a power loss"):
+            os.fsync(dir_fd)
 
 
 def remove(path: Path) -> bool:
-    """Remove `path` durably; return whether it existed."""
+    """Remove `path` durably; return whether it existed. DiskError when the disk fails it."""
     try:
         path.unlink()
     except FileNotFoundError:
         return False
+    except OSError as exc:
+        raise disk_error(exc, f"remove {path}", path.parent) from exc
     fsync_dir(path.parent)
     return True
 
@@ -185,7 +249,8 @@ def ensure_private_dir(directory: Path) -> None:
     check_private_dir(directory)
     mode = stat.S_IMODE(os.lstat(directory).st_mode)
     if mode & 0o077:
-        os.chmod(directory, 0o700, follow_symlinks=False)
+        with _disk(f"set the mode of {directory} to 0700", directory):
+            os.chmod(directory, 0o700, follow_symlinks=False)
         import logging  # here: only tightening a loose directory logs; `status` need not import it
 
         logging.getLogger("agent_fsm").warning(

@@ -10,6 +10,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InterpreterUnreadable
 from . import proc
 
 PROBE_TIMEOUT = 30.0
@@ -19,10 +20,6 @@ _PROBE = ("import importlib.machinery as m, json, sys, sysconfig\n"
           "print(json.dumps({'version': list(sys.version_info[:3]),"
           " 'cache_tag': sys.implementation.cache_tag, 'platform': sysconfig.get_platform(),"
           " 'suffixes': m.EXTENSION_SUFFIXES}))\n")
-
-
-class Unreadable(Exception):
-    """The interpreter ran but did not say what it is; the text says what it printed."""
 
 
 @dataclass(frozen=True)
@@ -44,17 +41,17 @@ def running() -> Interpreter:
 
 def probe(python: Path) -> Interpreter:
     """Run `python -I -S -c …` and read what it is. Raises CouldNotRun when it does not start
-    or finish; Unreadable when it exits non-zero or prints something else."""
+    or finish; InterpreterUnreadable when it exits non-zero or prints something else."""
     done = proc.run([str(python), "-I", "-S", "-c", _PROBE], timeout=PROBE_TIMEOUT)
     if done.returncode != 0:
-        raise Unreadable(f"it exited {done.returncode}: {done.tail or 'no output'}")
+        raise InterpreterUnreadable(f"it exited {done.returncode}: {done.tail or 'no output'}")
     try:
         data = json.loads(done.stdout)
         version = tuple(int(v) for v in data["version"])
         found = Interpreter(version, data["cache_tag"], data["platform"], tuple(data["suffixes"]))
     except (ValueError, KeyError, TypeError):
-        raise Unreadable(f"it printed {done.stdout[:200]!r}") from None
+        raise InterpreterUnreadable(f"it printed {done.stdout[:200]!r}") from None
     if not (all(isinstance(v, str) for v in (found.cache_tag, found.platform, *found.suffixes))
             and len(version) >= 2):
-        raise Unreadable(f"it printed {done.stdout[:200]!r}")
+        raise InterpreterUnreadable(f"it printed {done.stdout[:200]!r}")
     return found

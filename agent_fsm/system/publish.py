@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from .. import files
-from ..errors import PublishError
+from ..errors import DiskError, PublishError
 from . import proc
 
 Outcome = Literal["ok", "rolled_back"]
@@ -81,7 +81,7 @@ class RecordPublisher:
         try:
             files.atomic_write(self.record_path(result), payload, 0o644)
             files.atomic_write(self.outbox / self._name(result), payload, 0o600)
-        except OSError as exc:
+        except DiskError as exc:  # a PublishError: the daemon retries it
             raise PublishError(f"could not record the result in {self.results_dir}: {exc}") from None
 
     def queued(self) -> list[Path]:

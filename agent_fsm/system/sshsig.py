@@ -9,15 +9,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from ..errors import BadSignature
 from . import proc
 
 SSH_KEYGEN = "ssh-keygen"
 SIGN_TIMEOUT = 120.0  # a key in a hardware token waits for a touch
 VERIFY_TIMEOUT = 30.0
-
-
-class BadSignature(Exception):
-    """The signature does not verify; the text says why, as ssh-keygen put it."""
 
 
 def sign(key: Path, namespace: str, message: bytes) -> bytes:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agent_fsm.errors import PublishError, SignalError, StateFileError
+from agent_fsm.errors import Invalid, PublishError, SignalError, StateFileError
 from agent_fsm.node.runtime import signal as signal_file
 from agent_fsm.node.state import journal, validate
 from agent_fsm.node.state.store import checksum
@@ -429,7 +429,7 @@ class TestVersions:
         if good:
             assert validate.version(text, "v") == text
         else:
-            with pytest.raises(validate.Invalid, match="expected a release version"):
+            with pytest.raises(Invalid, match="expected a release version"):
                 validate.version(text, "v")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agent_fsm import files
-from agent_fsm.errors import AgentFsmError, UnsafePath
+from agent_fsm.errors import AgentFsmError, DiskError, UnsafePath
 from tests.helpers import World
 
 
@@ -138,8 +138,8 @@ def _calls(world: World, name: str, monkeypatch: pytest.MonkeyPatch) -> int:
 def test_disk_errors_fail_cleanly_and_converge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                name: str, err: int) -> None:
     """EIO or ENOSPC at every write, fsync or rename of an upgrade's start fails the transition
-    with an error (never retrying fsync on the same file), leaves no temporary file behind, and
-    the next start finishes the upgrade."""
+    with a DiskError saying what to do (never retrying fsync on the same file), leaves no
+    temporary file behind, and the next start finishes the upgrade."""
     from tests.helpers import make_world
 
     probe = make_world(tmp_path / "probe").installed("1.0.0")
@@ -150,7 +150,7 @@ def test_disk_errors_fail_cleanly_and_converge(tmp_path: Path, monkeypatch: pyte
         world = make_world(tmp_path / f"{name}-{n}").installed("1.0.0")
         world.add_release("2.0.0")
         disk = FailingDisk(monkeypatch, name, n, err)
-        with pytest.raises((AgentFsmError, OSError)):
+        with pytest.raises(DiskError, match=rf"{os.strerror(err)}.*run the command again"):
             world.node.controller.fire("begin_upgrade", release="2.0.0")
         monkeypatch.undo()
         assert disk.fsynced_after_failure == []

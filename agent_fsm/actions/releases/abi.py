@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import files
-from ...errors import ConfigError, CouldNotRun, Refused, ReleaseError
+from ...errors import ConfigError, CouldNotRun, InterpreterUnreadable, Refused, ReleaseError
 from ...system import interpreter
 
 FILE = "python.toml"
@@ -117,7 +117,7 @@ def check(release: Path, version: str, python: Path, found_at: Path | None = Non
         return
     try:
         node = interpreter.probe(found_at or python)
-    except (CouldNotRun, interpreter.Unreadable) as exc:
+    except (CouldNotRun, InterpreterUnreadable) as exc:
         why = exc.reason if isinstance(exc, CouldNotRun) else str(exc)
         where = f" (run as {found_at})" if found_at not in (None, python) else ""
         raise ConfigError(f"cannot check release {version} against the config's `python` "

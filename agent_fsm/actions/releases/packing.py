@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ... import files
-from ...errors import AssetError, Refused, ReleaseError, StateFileError
+from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError
 from ...node.assets import render as assets
 from ...node.releases import store as release_store
-from ...node.releases import tree as release_tree
 from ...node.releases.pointers import check_version, natural_key, read_manifest
 from ...node.state.store import StateDoc
 from ...wiring import Node
@@ -117,7 +116,7 @@ def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
         try:
             done = release_store.store(directory, node.paths.releases_dir,
                                        lambda staged: validate(staged, node))
-        except release_tree.Bad as exc:
+        except BadTree as exc:
             raise ReleaseError(
                 f"refusing release {shown}: {named(exc)}; a release holds regular files and "
                 "directories only, within the store's limits (docs/operations.md, Releases); "

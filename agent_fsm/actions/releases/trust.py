@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import ConfigError, CouldNotRun, Refused, ReleaseError
+from ...errors import BadSignature, BadTree, ConfigError, CouldNotRun, Refused, ReleaseError
 from ...node.config import Config
 from ...node.paths import Paths
 from ...node.releases import signing
-from ...node.releases.tree import Bad
 from ...system import sshsig
 
 _AFTER = "nothing was stored"
@@ -26,7 +25,7 @@ def sign(release: Path, key: Path) -> str:
     message = signing.message(release, stored=False)
     try:
         signature = sshsig.sign(key, signing.NAMESPACE, message)
-    except (sshsig.BadSignature, CouldNotRun) as exc:
+    except (BadSignature, CouldNotRun) as exc:
         raise ReleaseError(f"could not sign the release with {key}: {exc}; give a private key "
                            "file, or a public key whose private half is in ssh-agent") from None
     (release / signing.SIGNATURE).write_bytes(signature)
@@ -57,7 +56,7 @@ def check(release: Path, version: str, config: Config, paths: Paths) -> str | No
     try:
         return sshsig.verify(allowed, signing.NAMESPACE, sig,
                              signing.message(release, stored=True))
-    except sshsig.BadSignature as exc:
+    except BadSignature as exc:
         raise Refused(
             f"refusing {what}: its {signing.SIGNATURE} does not verify against allowed_signers "
             f"{allowed}: {exc}; it was signed by a key not listed there, for another namespace "
@@ -67,5 +66,5 @@ def check(release: Path, version: str, config: Config, paths: Paths) -> str | No
     except CouldNotRun as exc:
         raise ReleaseError(f"cannot check the signature of {what}: {exc.reason}; install "
                            "OpenSSH's ssh-keygen (Debian: openssh-client); " + _AFTER) from None
-    except Bad as exc:
+    except BadTree as exc:
         raise ReleaseError(f"refusing {what}: {exc}; " + _AFTER) from None

@@ -136,11 +136,7 @@ def keep(paths: Paths, version: str, rendered: tuple[Asset, ...]) -> None:
                    for name, a in sorted(contents.items())},
     }
     data = json.dumps({"checksum": checksum(body), **body}, indent=2, sort_keys=True) + "\n"
-    try:
-        files.atomic_write(paths.last_good_assets, data.encode(), FILE_MODE)
-    except OSError as exc:
-        raise AssetError(f"could not keep release {version}'s assets in "
-                         f"{paths.last_good_assets}: {exc}") from None
+    files.atomic_write(paths.last_good_assets, data.encode(), FILE_MODE)
 
 
 def discard(path: Path) -> bool:

@@ -132,10 +132,7 @@ def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
 
 
 def _write(asset: Asset) -> None:
-    try:
-        files.atomic_write(asset.path, asset.content, asset.mode)
-    except OSError as exc:
-        raise AssetError(f"could not write {asset.path}: {exc}") from None
+    files.atomic_write(asset.path, asset.content, asset.mode)  # DiskError names the path and fix
 
 
 def hold(assets: tuple[Asset, ...]) -> list[Asset]:

@@ -103,7 +103,7 @@ def read(file: Path) -> Hold | None:
         reason = data.get("reason", validate.MISSING)
         if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON \
                 or control_character(reason) is not None:
-            raise validate.Invalid("reason", reason, f"one line of 1 to {MAX_REASON} characters")
+            raise validate.invalid("reason", reason, f"one line of 1 to {MAX_REASON} characters")
         since = validate.time(data.get("since", validate.MISSING), "since")
         until = data.get("until", validate.MISSING)
         if until is not None:
@@ -111,7 +111,7 @@ def read(file: Path) -> Hold | None:
         return Hold(reason, since, until)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:  # validate.Invalid among them
+    except (OSError, ValueError) as exc:  # Invalid among them
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return Hold("(unreadable hold file)", None, None,
                     error=f"hold file {file} is damaged ({why}); it holds upgrades until "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ... import files
-from ...errors import AgentFsmError, Refused
+from ...errors import KnownBadDamaged, Refused
 from ..paths import Paths
 from ..state import validate
 from ..state.reasons import CLASSES, MAX_REASON
@@ -45,18 +45,15 @@ class Record(NamedTuple):
     rollbacks: dict[str, int]  # by reason class
 
 
-class Damaged(AgentFsmError):
-    """The known-bad record cannot be read or validated; it is left as it is."""
-
-
-def _damaged(file: Path, why: str) -> Damaged:
-    return Damaged(f"known-bad record {file} is damaged ({why}); it was left untouched: check "
-                   "it and remove it (upgrades then refuse no version), or go past it with "
-                   "`agent-fsm upgrade --force`")
+def _damaged(file: Path, why: str) -> KnownBadDamaged:
+    return KnownBadDamaged(f"known-bad record {file} is damaged ({why}); it was left untouched: "
+                           "check it and remove it (upgrades then refuse no version), or go past "
+                           "it with `agent-fsm upgrade --force`")
 
 
 def read(file: Path) -> Record:
-    """The record (empty when there is none); Damaged, naming the field, when it is not valid."""
+    """The record (empty when there is none); KnownBadDamaged, naming the field, when it is not
+    valid."""
     try:
         data = validate.obj(validate.parse(files.read_regular(file, MAX_BYTES)), "the record")
         marks = {}
@@ -66,7 +63,7 @@ def read(file: Path) -> Record:
             m = validate.obj(m, at)
             reason = m.get("reason", validate.MISSING)
             if not isinstance(reason, str) or len(reason) > MAX_REASON:
-                raise validate.Invalid(f"{at}.reason", reason, f"at most {MAX_REASON} characters")
+                raise validate.invalid(f"{at}.reason", reason, f"at most {MAX_REASON} characters")
             marks[v] = Mark(v, validate.time(m.get("time", validate.MISSING), f"{at}.time"),
                             reason, validate.one_of(m.get("reason_class", validate.MISSING),
                                                     f"{at}.reason_class", CLASSES),
@@ -78,7 +75,7 @@ def read(file: Path) -> Record:
         return Record(marks, dict(rollbacks))
     except FileNotFoundError:
         return Record({}, {})
-    except (OSError, ValueError) as exc:  # validate.Invalid among them
+    except (OSError, ValueError) as exc:  # Invalid among them
         raise _damaged(file, exc.strerror if isinstance(exc, OSError) and exc.strerror
                        else str(exc)) from None
 
@@ -87,10 +84,7 @@ def write(file: Path, record: Record) -> None:
     body = {"versions": {v: {**m.to_json(), "started": m.started}
                          for v, m in sorted(record.marks.items())},
             "rollbacks": dict(sorted(record.rollbacks.items()))}
-    try:
-        files.atomic_write(file, (json.dumps(body, indent=2) + "\n").encode(), FILE_MODE)
-    except OSError as exc:
-        raise Damaged(f"could not write the known-bad record {file}: {exc}") from None
+    files.atomic_write(file, (json.dumps(body, indent=2) + "\n").encode(), FILE_MODE)
 
 
 def mark(file: Path, new: Mark) -> bool:
@@ -124,7 +118,7 @@ def refusal(file: Path, version: str, *, force: bool) -> Refused | None:
         return None
     try:
         found = read(file).marks.get(version)
-    except Damaged as exc:
+    except KnownBadDamaged as exc:
         return Refused(str(exc))
     if found is None:
         return None
@@ -138,7 +132,7 @@ def words(file: Path, version: str) -> str | None:
     """What a forced upgrade to `version` goes past, in words, if anything."""
     try:
         found = read(file).marks.get(version)
-    except Damaged as exc:
+    except KnownBadDamaged as exc:
         return f"the damaged known-bad record ({exc})"
     if found is None:
         return None
@@ -149,7 +143,7 @@ def view(paths: Paths) -> tuple[tuple[dict[str, Any], ...], str | None]:
     """What `status` shows: the marks, oldest first, and the damage, if the record is damaged."""
     try:
         record = read(paths.known_bad_file)
-    except Damaged as exc:
+    except KnownBadDamaged as exc:
         return (), str(exc)
     return tuple(m.to_json() for m in sorted(record.marks.values(), key=lambda m: m.time)), None
 
@@ -164,5 +158,5 @@ def rollbacks(paths: Paths) -> dict[str, int]:
     """Rollbacks on this node by reason class (empty when the record is missing or damaged)."""
     try:
         return read(paths.known_bad_file).rollbacks
-    except Damaged:
+    except KnownBadDamaged:
         return {}

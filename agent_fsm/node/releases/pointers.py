@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ... import files
-from ...errors import ReleaseError
+from ...errors import BadTree, ReleaseError
 from ..paths import Paths
 from . import store as release_store
 from . import tree as release_tree
@@ -154,7 +154,7 @@ class Releases:
             self._hashed.update(release_store.recorded_hashed(self.paths.releases_dir, version))
         try:
             return release_store.check(self.paths.releases_dir, version, self._hashed)
-        except release_tree.Bad as exc:
+        except BadTree as exc:
             raise ReleaseError(
                 f"release {version} is not what was stored: {exc}; it was not used. Add it again "
                 f"with `agent-fsm release add DIR` (DIR: release {version}'s directory), which "
@@ -164,10 +164,10 @@ class Releases:
     def integrity(self, version: str) -> Integrity:
         try:
             checked = release_store.check(self.paths.releases_dir, check_version(version))
-        except (release_tree.Bad, OSError) as exc:
+        except (BadTree, OSError) as exc:
             try:
                 was = release_store.recorded(self.paths.releases_dir, version)
-            except release_tree.Bad:
+            except BadTree:
                 was = None
             return Integrity(None if was is None else release_store.digest(was), was is not None,
                              str(exc))

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ... import files
-from ...errors import Refused
+from ...errors import BadTree, Refused
 from ..sha256 import hexdigest, prefer_openssl
-from .tree import DIR_MODE, Bad, Entry, Hashed, copy, scan
+from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
 DIGESTS = ".digests"
@@ -61,16 +61,16 @@ def record(releases_dir: Path, version: str, manifest_bytes: bytes) -> None:
 
 def recorded(releases_dir: Path, version: str) -> bytes | None:
     """The manifest recorded for `version`, or None (a release stored before digests were kept).
-    Raises Bad when the record is not a readable manifest."""
+    Raises BadTree when the record is not a readable manifest."""
     path = record_path(releases_dir, version)
     try:
         data = files.read_regular(path, MAX_RECORD_BYTES)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise Bad(path, f"cannot be read: {exc}") from None
+        raise BadTree(path, f"cannot be read: {exc}") from None
     if not data.startswith(HEADER):
-        raise Bad(path, "is not a release manifest")
+        raise BadTree(path, "is not a release manifest")
     return data
 
 
@@ -143,12 +143,12 @@ class Checked(NamedTuple):
 
 def check(releases_dir: Path, version: str, hashed: Hashed | None = None) -> Checked:
     """Check stored release `version` against its recorded manifest (`hashed`: see `scan`).
-    Raises Bad saying what differs; FileNotFoundError when the release is not stored."""
+    Raises BadTree saying what differs; FileNotFoundError when the release is not stored."""
     release = releases_dir / version
     now = manifest(scan(release, hashed=hashed))
     was = recorded(releases_dir, version)
     if was is not None and was != now:
-        raise Bad(release, f"does not match its digest {digest(was)} recorded when it was added "
+        raise BadTree(release, f"does not match its digest {digest(was)} recorded when it was added "
                   f"({differences(was, now)})")
     return Checked(now, was)
 
@@ -169,7 +169,7 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str]) 
     returns the version), so what is checked is what is stored; it is renamed into place whole.
     A version stored with the same digest is `already` (a damaged copy, or one stored before
     digests were kept, is replaced by the new one); with another digest, Refused, naming both.
-    Raises Bad for an entry the store refuses.
+    Raises BadTree for an entry the store refuses.
     """
     import shutil  # here: the daemon checks releases, never stores one (shutil brings bz2, lzma)
 
@@ -210,12 +210,12 @@ def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> 
     same content, damaged or never normalized; Refused when its content differs."""
     try:
         was = recorded(releases_dir, version)
-    except Bad:
+    except BadTree:
         was = None  # an unreadable record: judged by the stored tree, as if none was kept
     if was is None:  # stored before digests were kept: compare it as the store would hold it
         try:
             stored = digest(manifest(scan(releases_dir / version, stored=False, normalize=True)))
-        except (Bad, OSError) as exc:
+        except (BadTree, OSError) as exc:
             stored = f"none (its copy cannot be read: {exc})"
         if stored == digest(new):
             return "it was stored before digests were kept"
@@ -223,7 +223,7 @@ def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> 
         try:
             check(releases_dir, version)
             return None
-        except Bad as exc:
+        except BadTree as exc:
             return f"the stored copy was damaged: {exc}"
     else:
         stored = digest(was)

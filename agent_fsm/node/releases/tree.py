@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NamedTuple, NoReturn
 
 from ... import files
+from ...errors import BadTree
 from ..sha256 import sha256
 
 MAX_FILE_BYTES = 64 << 20  # one file
@@ -29,13 +30,6 @@ FILE_MODE = 0o644
 _CHUNK = 1 << 16  # larger reads left a long-lived daemon ~6 MB bigger per check
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class Bad(Exception):
-    """An entry the store does not accept, or a tree over the limits: `path`, then why."""
-
-    def __init__(self, path: Path, why: str) -> None:
-        super().__init__(f"{path} {why}")
 
 
 class Entry(NamedTuple):
@@ -57,17 +51,17 @@ def normal_mode(st: os.stat_result) -> int:
 def _bad_kind(st: os.stat_result, dir_fd: int, name: str, path: Path) -> NoReturn:
     mode = st.st_mode
     if stat.S_ISLNK(mode):
-        raise Bad(path, f"is a symlink (to {os.readlink(name, dir_fd=dir_fd)})")
+        raise BadTree(path, f"is a symlink (to {os.readlink(name, dir_fd=dir_fd)})")
     what = "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
         "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "special file"
-    raise Bad(path, f"is a {what}")
+    raise BadTree(path, f"is a {what}")
 
 
 def _check_stored(st: os.stat_result, path: Path) -> None:
     if st.st_uid != os.geteuid():
-        raise Bad(path, f"is owned by uid {st.st_uid}, not {os.geteuid()}")
+        raise BadTree(path, f"is owned by uid {st.st_uid}, not {os.geteuid()}")
     if st.st_mode & 0o7022:
-        raise Bad(path, f"has mode {stat.S_IMODE(st.st_mode):04o}")
+        raise BadTree(path, f"has mode {stat.S_IMODE(st.st_mode):04o}")
 
 
 def _walk(root_fd: int, root: Path, *, stored: bool) -> Iterator[tuple[str, int, str, os.stat_result]]:
@@ -86,12 +80,12 @@ def _walk(root_fd: int, root: Path, *, stored: bool) -> Iterator[tuple[str, int,
             for e in it:
                 count += 1
                 if count > MAX_ENTRIES:
-                    raise Bad(root, f"has more than {MAX_ENTRIES} files and directories")
+                    raise BadTree(root, f"has more than {MAX_ENTRIES} files and directories")
                 names.append(e.name)
         for name in sorted(names):
             rel = prefix + name
             if not name.isprintable():
-                raise Bad(root / repr(rel), "has a name with a control character or not UTF-8")
+                raise BadTree(root / repr(rel), "has a name with a control character or not UTF-8")
             st = os.lstat(name, dir_fd=dir_fd)
             is_dir = stat.S_ISDIR(st.st_mode)
             if not (is_dir or stat.S_ISREG(st.st_mode)):
@@ -101,7 +95,7 @@ def _walk(root_fd: int, root: Path, *, stored: bool) -> Iterator[tuple[str, int,
             yield rel, dir_fd, name, st
             if is_dir:
                 if depth >= MAX_DEPTH:
-                    raise Bad(root / rel, f"is nested more than {MAX_DEPTH} directories deep")
+                    raise BadTree(root / rel, f"is nested more than {MAX_DEPTH} directories deep")
                 fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
                 try:
                     yield from visit(fd, rel + "/", depth + 1)
@@ -124,17 +118,17 @@ class _Reader:
         try:
             now = os.fstat(fd)
             if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-                raise Bad(self.root / rel, "was replaced while it was read")
+                raise BadTree(self.root / rel, "was replaced while it was read")
             if now.st_size > MAX_FILE_BYTES:  # refused before a byte is copied
-                raise Bad(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+                raise BadTree(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
             size = 0
             while chunk := os.read(fd, _CHUNK):
                 size += len(chunk)
                 self.total += len(chunk)
                 if size > MAX_FILE_BYTES:
-                    raise Bad(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+                    raise BadTree(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
                 if self.total > MAX_RELEASE_BYTES:
-                    raise Bad(self.root, f"holds more than {MAX_RELEASE_BYTES >> 20} MiB")
+                    raise BadTree(self.root, f"holds more than {MAX_RELEASE_BYTES >> 20} MiB")
                 yield chunk
         finally:
             os.close(fd)
@@ -144,10 +138,10 @@ def _open_root(root: Path, *, follow: bool) -> int:
     try:
         return os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW if follow else _DIR_FLAGS)
     except NotADirectoryError:
-        raise Bad(root, "is not a directory") from None
+        raise BadTree(root, "is not a directory") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Bad(root, "is a symlink") from None
+            raise BadTree(root, "is a symlink") from None
         raise
 
 
@@ -156,7 +150,7 @@ def copy(src: Path, dst: Path) -> None:
 
     `src` itself may be reached through a symlink (it is what the operator named); nothing in
     it is followed. `dst` is left 0700 (the caller renames it into place, then opens it up).
-    Raises Bad for an entry the store refuses; OSError as it comes.
+    Raises BadTree for an entry the store refuses; OSError as it comes (DiskError from `files`).
     """
     src_fd = _open_root(src, follow=True)
     try:

@@ -30,4 +30,5 @@ class Gate:
         return True
 
     def close(self) -> None:
+        """Close the gate; DiskError when the disk fails it."""
         files.remove(self.path)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ... import files
-from ...errors import SignalError
+from ...errors import Invalid, SignalError
 from ..state import validate
 
 
@@ -46,8 +46,8 @@ def read(path: Path) -> UpgradeSignal | None:
     try:
         data = validate.parse(raw)
         validate.signal_body(data)
-    except ValueError as exc:  # validate.Invalid among them
-        sep = ": " if isinstance(exc, validate.Invalid) else " "
+    except ValueError as exc:  # Invalid among them
+        sep = ": " if isinstance(exc, Invalid) else " "
         raise SignalError(
             f"upgrade signal {path}{sep}{exc}; it was left untouched; run `agent-fsm doctor`"
         ) from None
@@ -61,6 +61,7 @@ def read(path: Path) -> UpgradeSignal | None:
 
 
 def write(path: Path, signal: UpgradeSignal) -> None:
+    """Write the signal; DiskError (the old signal as it was) when the disk fails it."""
     files.atomic_write(path, (json.dumps(signal.to_json(), indent=2) + "\n").encode(), 0o644)
 
 

@@ -14,10 +14,10 @@ from .reasons import CLASSES, MAX_REASON
 from .validate import (
     MAX_TIME,
     MISSING,
-    Invalid,
     _is_version,
     array,
     count,
+    invalid,
     name,
     nullable,
     obj,
@@ -45,12 +45,12 @@ def _skipped(value: Any, field: str, names: Names) -> None:
         s = obj(skip, f"{field}[{i}]")
         name(s.get("effect", MISSING), f"{field}[{i}].effect", names.effects, "effect")
         if not isinstance(s.get("error", MISSING), str):
-            raise Invalid(f"{field}[{i}].error", s.get("error", MISSING), "a string")
+            raise invalid(f"{field}[{i}].error", s.get("error", MISSING), "a string")
 
 
 def _reason(value: Any, field: str, names: Names) -> None:
     if not isinstance(value, str) or len(value) > MAX_REASON:
-        raise Invalid(field, value, f"a string of at most {MAX_REASON} characters")
+        raise invalid(field, value, f"a string of at most {MAX_REASON} characters")
 
 
 def _reason_class(value: Any, field: str, names: Names) -> None:
@@ -153,12 +153,12 @@ def _unsynced(value: Any, seq: int, names: Names) -> None:
     carried = array(value, "unsynced")
     most = min(MAX_UNSYNCED, seq)
     if len(carried) > most:
-        raise Invalid("unsynced", value, problem=f"unsynced has {len(carried)} entries, expected "
+        raise invalid("unsynced", value, problem=f"unsynced has {len(carried)} entries, expected "
                       f"at most {most} (at most {MAX_UNSYNCED}, and no more than seq)")
     versions: set[str] = set()
     for i, e in enumerate(carried):
         history_entry(e, f"unsynced[{i}]", names, versions)
         expected = seq - len(carried) + 1 + i
         if type(e.get("seq")) is not int or e["seq"] != expected:
-            raise Invalid(f"unsynced[{i}].seq", e.get("seq", MISSING),
+            raise invalid(f"unsynced[{i}].seq", e.get("seq", MISSING),
                           f"{expected} (consecutive, ending at seq {seq})")

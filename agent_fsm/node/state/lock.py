@@ -19,15 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ... import files
+from ...errors import LockTimeout
 
 # First re-try soon (a transition holds the lock for about a millisecond), then every 50 ms.
 _FIRST_WAIT = 0.001
 _MAX_WAIT = 0.05
-
-
-class LockTimeout(TimeoutError):
-    """The lock was held by another process for longer than the caller would wait (an OSError,
-    as a failed open is: callers that note a failure and go on catch both)."""
 
 
 def _open(path: Path, mode: int) -> int:

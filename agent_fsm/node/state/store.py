@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import files
-from ...errors import Refused, StateFileError
+from ...errors import Invalid, LockTimeout, Refused, StateFileError
 from ..sha256 import hexdigest
 from . import entries, lock, validate
 from .counters import CountRules, seed, to_json
@@ -154,7 +154,7 @@ class Store:
                 entries.history_list(data.get("history", validate.MISSING), self.names)
             else:
                 entries.journal_fields(data, self.names)
-        except validate.Invalid as exc:
+        except Invalid as exc:
             raise StateFileError(f"state file {self.path}: {exc}; it was left untouched; run "
                                  "`agent-fsm doctor`") from None
         return self._upgraded(self._from_body(data))
@@ -199,19 +199,14 @@ class Store:
 
     def write(self, doc: StateDoc) -> None:
         """Replace the state file atomically and durably (an old file's history moved to the
-        journal first). The caller holds the lock."""
-        try:
-            if doc.legacy is not None:
-                # Before the state file that no longer holds it: a crash between the two
-                # leaves the old file, which moves it again.
-                self.journal.rewrite(doc.legacy)
-                doc.legacy = None
-            files.atomic_write(self.path, encode(doc), FILE_MODE)
-        except OSError as exc:
-            raise StateFileError(
-                f"could not write state file {self.path}: {exc}; the transition stopped there "
-                "and the next start resumes it"
-            ) from None
+        journal first). The caller holds the lock; DiskError (`files`) when the disk fails it:
+        the transition stops there and the next start resumes it."""
+        if doc.legacy is not None:
+            # Before the state file that no longer holds it: a crash between the two leaves
+            # the old file, which moves it again.
+            self.journal.rewrite(doc.legacy)
+            doc.legacy = None
+        files.atomic_write(self.path, encode(doc), FILE_MODE)
 
     def record(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
         """Commit a finished transition: its entry appended to the journal (not fsynced), then
@@ -225,10 +220,9 @@ class Store:
                 self.journal.rewrite(doc.legacy)
                 doc.legacy = None
             doc.unsynced = self.journal.append({**entry, "seq": seq}, limit, doc.unsynced)
-        except OSError as exc:
-            raise StateFileError(
-                f"could not append to the history journal {self.journal.path}: {exc}; the "
-                "transition stopped there and the next start resumes it") from None
+        except OSError as exc:  # the journal's own append; the next start resumes the transition
+            raise files.disk_error(exc, f"append to the history journal {self.journal.path}",
+                                   self.journal.path.parent) from exc
         doc.seq = seq
         if doc.since is None or entry["from"] != entry["to"]:
             doc.since = float(entry["time"])
@@ -257,10 +251,13 @@ class Store:
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(lock.held(self.lock_path, self.lock_timeout))
-            except lock.LockTimeout:
+            except LockTimeout:
                 raise Refused(
                     f"another agent-fsm operation has held {self.lock_path} for over "
                     f"{self.lock_timeout:.0f}s; try again when it finishes"
                 ) from None
+            except OSError as exc:  # opening it: a read-only or failing disk
+                raise files.disk_error(exc, f"open the writers' lock {self.lock_path}",
+                                       self.lock_path.parent) from exc
             yield
 

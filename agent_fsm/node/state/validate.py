@@ -18,6 +18,7 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from ...errors import Invalid
 from ..releases.pointers import VERSION_RE
 from .counters import Counters
 from .reasons import CLASSES, MAX_REASON
@@ -31,12 +32,10 @@ MAX_COUNT = 2**53  # beyond it a count no longer survives conversion to a float 
 VERSION = "a release version (letters, digits, '.', '+', '_' and '-', at most 64)"
 
 
-class Invalid(ValueError):
-    """One field is not what it must be; the message names it and its value."""
-
-    def __init__(self, field: str, value: Any, expected: str = "", *, problem: str = "") -> None:
-        self.field = field
-        super().__init__(problem or f"{field} is {shown(value)}, expected {expected}")
+def invalid(field: str, value: Any, expected: str = "", *, problem: str = "") -> Invalid:
+    """The error for one field that is not what it must be: its name and value, and what was
+    expected (or `problem`, said in full)."""
+    return Invalid(field, problem or f"{field} is {shown(value)}, expected {expected}")
 
 
 def shown(value: Any) -> str:
@@ -58,13 +57,13 @@ def parse(raw: bytes) -> Any:
 # The checkers -----------------------------------------------------------------------------
 def obj(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise Invalid(field, value, "an object")
+        raise invalid(field, value, "an object")
     return value
 
 
 def array(value: Any, field: str) -> list[Any]:
     if not isinstance(value, list):
-        raise Invalid(field, value, "a list")
+        raise invalid(field, value, "a list")
     return value
 
 
@@ -72,7 +71,7 @@ def time(value: Any, field: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) \
             and 0 <= value <= MAX_TIME:  # NaN compares false
         return float(value)
-    raise Invalid(field, value, TIME)
+    raise invalid(field, value, TIME)
 
 
 def count(value: Any, field: str, most: int | None = None, of: str = "") -> int:
@@ -80,13 +79,13 @@ def count(value: Any, field: str, most: int | None = None, of: str = "") -> int:
             or value > (MAX_COUNT if most is None else most):
         expected = "a non-negative integer" if most is None else \
             f"an integer from 0 to {most}{f' ({of})' if of else ''}"
-        raise Invalid(field, value, expected)
+        raise invalid(field, value, expected)
     return value
 
 
 def flag(value: Any, field: str) -> bool:
     if not isinstance(value, bool):
-        raise Invalid(field, value, "true or false")
+        raise invalid(field, value, "true or false")
     return value
 
 
@@ -95,23 +94,23 @@ def version(value: Any, field: str, *, optional: bool = False) -> str | None:
         return None
     if isinstance(value, str) and _is_version(value):
         return value
-    raise Invalid(field, value, VERSION + (" or null" if optional else ""))
+    raise invalid(field, value, VERSION + (" or null" if optional else ""))
 
 
 def name(value: Any, field: str, known: Collection[str] | None, kind: str) -> str:
     """A name of the machine's: any string when the reader was not given the known ones."""
     if not isinstance(value, str):
-        raise Invalid(field, value, f"the name of a {kind}")
+        raise invalid(field, value, f"the name of a {kind}")
     if known is not None and value not in known:
         listed = ", ".join(sorted(known))
-        raise Invalid(field, value,
+        raise invalid(field, value,
                       problem=f"{field} names unknown {kind} {value!r} (known: {listed})")
     return value
 
 
 def one_of(value: Any, field: str, choices: Collection[str]) -> str:
     if not isinstance(value, str) or value not in choices:
-        raise Invalid(field, value, " or ".join(repr(c) for c in choices))
+        raise invalid(field, value, " or ".join(repr(c) for c in choices))
     return value
 
 
@@ -119,7 +118,7 @@ def nullable(data: Mapping[str, Any], key: str) -> Any:
     """The value of a key that may be null but not absent."""
     value = data.get(key, MISSING)
     if value is MISSING:
-        raise Invalid(key, value, "an object or null")
+        raise invalid(key, value, "an object or null")
     return value
 
 
@@ -142,7 +141,7 @@ def result_body(data: Any, where: str = "") -> None:
     time(r.get("started", MISSING), f"{at}started")
     time(r.get("time", MISSING), f"{at}time")
     if "reason" in r and (not isinstance(r["reason"], str) or len(r["reason"]) > MAX_REASON):
-        raise Invalid(f"{at}reason", r["reason"], f"a string of at most {MAX_REASON} characters")
+        raise invalid(f"{at}reason", r["reason"], f"a string of at most {MAX_REASON} characters")
     if "reason_class" in r:  # both absent in a result recorded before reasons were kept
         one_of(r["reason_class"], f"{at}reason_class", CLASSES)
 
@@ -206,7 +205,7 @@ def _counters(value: Any) -> None:
     c = obj(value, "counters")
     for key in c:
         if key not in COUNTERS:
-            raise Invalid("counters", key, problem=f"counters has unknown counter {key!r} "
+            raise invalid("counters", key, problem=f"counters has unknown counter {key!r} "
                           f"(known: {', '.join(COUNTERS)})")
     for key in COUNTERS:
         count(c.get(key, MISSING), f"counters.{key}")

@@ -10,9 +10,8 @@ operator's: upgrade to a release a listed key signed, then prune the other.
 
 from __future__ import annotations
 
-from ...errors import AgentFsmError, CouldNotRun
+from ...errors import AgentFsmError, BadSignature, BadTree, CouldNotRun
 from ...node.releases import signing
-from ...node.releases.tree import Bad
 from ...system import sshsig
 from ...wiring import Node
 from .finding import Finding
@@ -44,7 +43,7 @@ def signatures(node: Node) -> list[Finding]:
                 continue
             who = sshsig.verify(allowed, signing.NAMESPACE, sig,
                                 signing.message(release, stored=True))
-        except sshsig.BadSignature as exc:
+        except BadSignature as exc:
             out.append(Finding(CHECK, "fail", f"release {version}'s {signing.SIGNATURE} no longer "
                                f"verifies against {allowed}: {exc} (its key was taken out of the "
                                "file, or is past its valid-before)", fix))
@@ -52,7 +51,7 @@ def signatures(node: Node) -> list[Finding]:
         except CouldNotRun as exc:
             return [*out, Finding(CHECK, "fail", f"cannot verify signatures: {exc.reason}",
                                   "install OpenSSH's ssh-keygen (Debian: openssh-client)")]
-        except (Bad, ValueError, OSError) as exc:
+        except (BadTree, ValueError, OSError) as exc:
             out.append(Finding(CHECK, "warn", f"release {version}'s signature not checked: "
                                f"{exc}", "`agent-fsm release list` says what is wrong with it"))
             continue
