@@ -4,6 +4,7 @@
     ├── ConfigError                the config file is missing, unparsable or has a bad key/value
     ├── DefinitionError            states/agent-upgrade.toml is inconsistent (names the states)
     ├── StateFileError             state.json is damaged, newer or unknown; it is left untouched
+    │   └── DocumentError          a file of the state dir is refused (node.state.document_file)
     ├── SignalError                the upgrade signal file is unreadable
     ├── ReleaseError               a release is missing or its manifest is invalid
     ├── AssetError                 a service asset could not be rendered or written
@@ -46,6 +47,16 @@ class DefinitionError(AgentFsmError):
 
 class StateFileError(AgentFsmError):
     """The state file cannot be trusted; it is never overwritten."""
+
+
+class DocumentError(StateFileError):
+    """A file of the state dir is damaged, newer or not valid; it is left untouched. `detail`
+    is what the message says after the file's name (its readers word their own lines too)."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+        self.why = detail.removeprefix(":").strip()
 
 
 class SignalError(AgentFsmError):
