@@ -25,16 +25,16 @@ to a body is a new schema, which the kind's `check` is given. Releases from befo
 read documents too: they ignore keys they do not know, and the checksum is the one the state
 file and the kept assets always carried.
 
-| file in the state dir                  | kind            | schema | before the format     |
-| -------------------------------------- | --------------- | ------ | --------------------- |
-| `state.json` (`store`)                 | `state`         | 2      | 2; 1 has its history  |
-| `upgrade-signal.json` (`signal`)       | `signal`        | 1      | no schema             |
-| `hold.json` (`hold`)                   | `hold`          | 1      | no schema             |
-| `known-bad.json` (`known_bad`)         | `known-bad`     | 1      | no schema             |
-| `hook-failures.json` (`hook_failures`) | `hook-failures` | 1      | 1, no checksum        |
-| `last-good-assets.json` (`kept`)       | `kept-assets`   | 1      | 1                     |
-| `results/*.json`, `outbox/*.json`      | `result`        | 1      | no schema             |
-| `releases/.images/<version>` (`origins`) | `image-record` | 1     | 1, no checksum        |
+| file in the state dir                    | kind            | schema | before the format    |
+| ---------------------------------------- | --------------- | ------ | -------------------- |
+| `state.json` (`store`)                   | `state`         | 2      | 2; 1 has its history |
+| `upgrade-signal.json` (`signal`)         | `signal`        | 1      | no schema            |
+| `hold.json` (`hold`)                     | `hold`          | 1      | no schema            |
+| `known-bad.json` (`known_bad`)           | `known-bad`     | 1      | no schema            |
+| `hook-failures.json` (`hook_failures`)   | `hook-failures` | 1      | 1, no checksum       |
+| `last-good-assets.json` (`kept`)         | `kept-assets`   | 1      | 1                    |
+| `results/*.json`, `outbox/*.json`        | `result`        | 1      | no schema            |
+| `releases/.images/<version>` (`origins`) | `image-record`  | 1      | 1, no checksum       |
 
 Not documents: the history journal (`journal`: one checksummed line a transition, appended),
 the release store's manifests and hashes (`releases.store`: text with a header line), the locks,
