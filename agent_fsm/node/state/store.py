@@ -36,9 +36,7 @@ from .journal import FILE_NAME, Journal, Read, advanced_skipped, stay_since
 
 SCHEMA = 2  # 1: the history was a list inside the state file
 FILE_MODE = 0o644
-MAX_BYTES = 64 << 20  # far beyond what it holds: history_limit's skipped effects, unsynced lines
-
-
+MAX_BYTES = 256 << 20  # as good as none (it had none): what it keeps is not bounded in bytes
 ANY_NAMES = entries.Names()  # what a reader not given the machine's names accepts: any
 
 
