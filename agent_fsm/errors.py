@@ -6,6 +6,7 @@
     ├── Invalid                    a field of a file agent-fsm reads back is not valid (names the
     │                              field and its value; a ValueError too: readers name the file)
     ├── StateFileError             state.json is damaged, newer or unknown; it is left untouched
+    │   └── DocumentError          a file of the state dir is refused (node.state.document_file)
     ├── SignalError                the upgrade signal file is unreadable
     ├── KnownBadDamaged            known-bad.json is damaged; it is left untouched
     ├── ReleaseError               a release is missing or its manifest is invalid
@@ -67,6 +68,16 @@ class Invalid(AgentFsmError, ValueError):
 
 class StateFileError(AgentFsmError):
     """The state file cannot be trusted; it is never overwritten."""
+
+
+class DocumentError(StateFileError):
+    """A file of the state dir is damaged, newer or not valid; it is left untouched. `detail`
+    is what the message says after the file's name (its readers word their own lines too)."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+        self.why = detail.removeprefix(":").strip()
 
 
 class SignalError(AgentFsmError):

@@ -229,8 +229,8 @@ def read_regular(path: Path, limit: int) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError("it is not a regular file")
-        chunks, size = [], 0
-        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+        chunks, size = [], 0  # read in 64 KiB: os.read allocates what it is asked for
+        while size <= limit and (chunk := os.read(fd, min(limit + 1 - size, 1 << 16))):
             chunks.append(chunk)
             size += len(chunk)
     finally:

@@ -122,7 +122,7 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
         systemd if systemd is not None else Systemctl(config.systemctl),
         publisher if publisher is not None else RecordPublisher(
             paths.results_dir, config.publish_command, outbox=paths.outbox_dir,
-            check=validate.result_file),
+            document=validate.RESULT),
         clock if clock is not None else SystemClock(),
     )
     store = _store(paths, definition)

@@ -3,18 +3,19 @@
 The record is what `status` shows as the last result and what a fleet tool can collect; the
 command (config `publish_command`, given the result as JSON on stdin) reaches anything further.
 Either failing raises PublishError; the daemon retries, and the gate stays closed until it works.
+The record and its queued copy are documents of the state dir (kind, schema, checksum); the
+command is given the bare result, as before.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from .. import files
-from ..errors import DiskError, PublishError
+from ..errors import DiskError, DocumentError, PublishError
 from . import proc
 
 Outcome = Literal["ok", "rolled_back"]
@@ -41,6 +42,21 @@ class Result:
             **({} if self.reason_class is None else {"reason_class": self.reason_class}),
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Result:
+        return cls(data["from"], data["to"], data["outcome"], data["started"], data["time"],
+                   data.get("reason"), data.get("reason_class"))
+
+
+class Document(Protocol):
+    """A result's file: `node.state.validate.RESULT` (the state dir's document format), which the
+    wiring gives, as this layer does not import the node's."""
+
+    def encode(self, body: dict[str, Any]) -> bytes: ...
+
+    def read(self, path: Path) -> dict[str, Any] | None:
+        """The result in the file, checked; DocumentError if it is refused."""
+
 
 class Publisher(Protocol):
     def record(self, result: Result) -> None:
@@ -56,19 +72,19 @@ class Publisher(Protocol):
 
 class RecordPublisher:
     """Records `<state_dir>/results/<started>-<to>.json` and queues a copy in the outbox
-    (`<state_dir>/outbox/`); delivering runs the configured command with the result as JSON on
-    stdin and takes the copy out of the outbox once the command exits 0. `check` (given by the
-    wiring: `node.validate.result_file`) refuses a queued copy that is not a valid result, with
-    ValueError naming the field; it then stays queued, and so do the ones after it."""
+    (`<state_dir>/outbox/`), both `document`s; delivering runs the configured command with the
+    result as JSON on stdin and takes the copy out of the outbox once the command exits 0. A
+    queued copy the document refuses (damaged, or not a valid result: it names the field) is
+    not sent; it then stays queued, and so do the ones after it."""
 
     def __init__(self, results_dir: Path, command: tuple[str, ...] = (),
-                 timeout: float = 30.0, outbox: Path | None = None,
-                 check: Callable[[bytes], None] | None = None) -> None:
+                 timeout: float = 30.0, outbox: Path | None = None, *,
+                 document: Document) -> None:
         self.results_dir = results_dir
         self.outbox = outbox if outbox is not None else results_dir.parent / "outbox"
         self.command = command
         self.timeout = timeout
-        self.check = check
+        self.document = document
 
     def _name(self, result: Result) -> str:
         return f"{int(result.started * 1000)}-{result.to_version}.json"
@@ -77,7 +93,7 @@ class RecordPublisher:
         return self.results_dir / self._name(result)
 
     def record(self, result: Result) -> None:
-        payload = (json.dumps(result.to_json(), indent=2) + "\n").encode()
+        payload = self.document.encode(result.to_json())
         try:
             files.atomic_write(self.record_path(result), payload, 0o644)
             files.atomic_write(self.outbox / self._name(result), payload, 0o600)
@@ -93,18 +109,19 @@ class RecordPublisher:
             return []
 
     def _payload(self, path: Path) -> str:
-        """A queued result's text, checked: PublishError, naming it, when it cannot be sent."""
+        """A queued result's JSON, as the command gets it (the bare result, as recorded before
+        results were documents), checked: PublishError, naming it, when it cannot be sent."""
         try:
-            raw = path.read_bytes()
-            if self.check is not None:
-                self.check(raw)
-            return raw.decode("utf-8")
-        except (OSError, ValueError) as exc:
-            why = f"could not be read: {exc}" if isinstance(exc, OSError) else str(exc)
+            body = self.document.read(path)
+            detail = " could not be read: it is gone" if body is None else ""
+        except DocumentError as exc:
+            body, detail = None, exc.detail
+        if body is None:
             raise PublishError(
-                f"queued result {path}: {why}; it was not sent, and it and the results after "
+                f"queued result {path}{detail}; it was not sent, and it and the results after "
                 "it stay queued; correct it or move it aside"
-            ) from None
+            )
+        return json.dumps(Result.from_json(body).to_json(), indent=2) + "\n"
 
     def deliver(self) -> int:
         delivered = 0

@@ -360,7 +360,7 @@ class TestRetention:
         image removed."""
         self._three(node, store, tmp_path)
         record = node.paths.releases_dir / origins.RECORDS / "1.0.0"
-        record.write_text(record.read_text().replace('"added": true', '"added": "yes"'))
+        record.write_text(record.read_text().replace('"added":true', '"added":"yes"'))
         with pytest.raises(ReleaseError, match=f"image record {record} is damaged"):
             prune(node.node)
         assert node.node.releases.versions() == ["1.0.0", "2.0.0", "3.0.0"]

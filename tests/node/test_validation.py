@@ -113,11 +113,15 @@ def _write_line(world: World, index: int, entry: dict[str, Any]) -> None:
 
 
 def _mutated_signal(raw: bytes, field: str, value: Any) -> bytes:
+    """The signal with one field changed (or replaced whole, field ""), indented, and its
+    checksum right again unless the case is the checksum itself."""
     data = json.loads(raw)
     if field == "":
         data = value
     else:
+        data.pop("checksum")
         _set(data, field, value)
+        data.setdefault("checksum", checksum(data))
     return (json.dumps(data, indent=2) + "\n").encode()
 
 
@@ -199,6 +203,7 @@ STATE_CASES: list[tuple[str, Any, str]] = [
     ("unsynced.2.upgrade.to", 7, "unsynced[2].upgrade.to is 7"),
     ("unsynced.3.reason", 7, "unsynced[3].reason is 7"),
     ("unsynced.3.reason_class", "bored", "unsynced[3].reason_class is 'bored'"),
+    ("kind", "hold", "kind is 'hold', expected 'state'"),
 ]
 # (line index.field, bad value, what the message names): a history journal entry's fields.
 ENTRY_CASES: list[tuple[str, Any, str]] = [
@@ -408,6 +413,9 @@ SIGNAL_CASES: list[tuple[str, Any, str]] = [
     ("started", 1e300, "started is 1e+300"),
     ("deadline", -INF, "deadline is -inf"),
     ("deadline", None, "deadline is None"),
+    ("kind", "hold", "kind is 'hold', expected 'signal'"),
+    ("schema", 2, "schema 2, newer than this agent-fsm understands (1)"),
+    ("checksum", "sha256:0", "checksum 'sha256:0', expected 'sha256:"),
 ]
 SIGNAL_CLI = ["attempt=inf", "from=<gone>"]
 
@@ -492,7 +500,7 @@ class TestQueuedResult:
         the field, before running the command; it stays queued as it was."""
         sent = tmp_path / "sent"
         publisher = RecordPublisher(tmp_path / "results", ("sh", "-c", f"cat >> {sent}"),
-                                    outbox=tmp_path / "outbox", check=validate.result_file)
+                                    outbox=tmp_path / "outbox", document=validate.RESULT)
         entry = tmp_path / "outbox" / "10000-2.0.0.json"
         entry.parent.mkdir()
         entry.write_bytes(raw)

@@ -11,6 +11,7 @@ import pytest
 
 from agent_fsm.agent.daemon import Daemon, Waker, open_gate_after_judgment
 from agent_fsm.errors import PublishError
+from agent_fsm.node.state.validate import RESULT
 from agent_fsm.system.notify import Notifier
 from agent_fsm.system.publish import RecordPublisher, Result
 from tests.helpers import World
@@ -107,7 +108,8 @@ class TestRecordPublisher:
         cmd = tmp_path / "publish"
         cmd.write_text("#!/bin/sh\n" + script)
         cmd.chmod(0o755)
-        return RecordPublisher(tmp_path / "state" / "results", (str(cmd),), timeout=5)
+        return RecordPublisher(tmp_path / "state" / "results", (str(cmd),), timeout=5,
+                               document=RESULT)
 
     def test_record_is_local_and_durable_and_delivery_empties_the_outbox(
             self, tmp_path: Path) -> None:

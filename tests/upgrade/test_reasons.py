@@ -157,7 +157,8 @@ class TestCarried:
     def test_the_outbox_json_carries_it_and_is_checked(self, tmp_path: Path) -> None:
         """RecordPublisher writes the reason to the outbox; a result without one (older) is
         valid, one with an unknown class is not."""
-        pub = RecordPublisher(tmp_path / "results", outbox=tmp_path / "outbox")
+        pub = RecordPublisher(tmp_path / "results", outbox=tmp_path / "outbox",
+                              document=validate.RESULT)
         pub.record(Result("1.0.0", "2.0.0", "rolled_back", 1.0, 2.0, "stopped while being "
                           "judged", "stopped"))
         raw = next((tmp_path / "outbox").iterdir()).read_bytes()

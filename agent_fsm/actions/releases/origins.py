@@ -2,9 +2,10 @@
 `release prune` removes (only those agent-fsm itself brought into podman's store).
 
 A release added from an image has a record, `<state_dir>/releases/.images/<version>` (hidden, so
-never taken for a version), a JSON object written atomically under the writers' lock:
+never taken for a version), a document of kind `image-record` (`node.state.document_file`)
+written atomically under the writers' lock; its body:
 
-    {"schema": 1, "version": "2.0.0",
+    {"version": "2.0.0",
      "images": [{"reference": "oci-archive:/srv/agent-fsm-2.0.0.tar", "id": "sha256:…",
                  "digest": "sha256:…", "added": true}]}
 
@@ -18,14 +19,16 @@ kept by prune's rule (`packing.protected` and what prune was asked).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ... import files
-from ...errors import ReleaseError
+from ...errors import DocumentError, ReleaseError
 from ...node.releases.pointers import natural_key
+from ...node.state import validate
+from ...node.state.document_file import Kind
 from ...system.podman import Podman, image_id
 from ...wiring import Node
 
@@ -57,22 +60,31 @@ def records(node: Node) -> dict[str, tuple[Image, ...]]:
     return {v: read(node, v) for v in names}
 
 
+def _check(data: dict[str, Any], schema: int, version: str | None = None) -> None:
+    """A record's fields, of `version`'s record when given."""
+    found = data.get("version", validate.MISSING)
+    if version is not None and found != version:
+        raise validate.invalid("version", found, repr(version))
+    for item in validate.array(data.get("images", validate.MISSING), "images"):
+        _image(item)
+
+
+# Schema 1 had no checksum before the format.
+KIND = Kind("image-record", "image record", "the record", SCHEMA, _check, MAX_RECORD_BYTES,
+            0o644, oldest=1)
+
+
 def read(node: Node, version: str) -> tuple[Image, ...]:
     """The images recorded for `version` (none when it has no record)."""
     path = node.paths.releases_dir / RECORDS / version
     try:
-        data = json.loads(files.read_regular(path, MAX_RECORD_BYTES))
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA or \
-                data.get("version") != version or not isinstance(data.get("images"), list):
-            raise ValueError("not a schema-1 record of this version")
-        return tuple(_image(i) for i in data["images"])
-    except FileNotFoundError:
-        return ()
-    except (OSError, ValueError) as exc:
+        data = KIND.read(path, partial(_check, version=version))
+    except DocumentError as exc:
         raise ReleaseError(
-            f"image record {path} is damaged ({exc}); agent-fsm removes no image it cannot "
+            f"image record {path} is damaged ({exc.why}); agent-fsm removes no image it cannot "
             "account for, so nothing was removed; compare it with `podman images`, then remove "
             "the file (its images are then left alone)") from None
+    return () if data is None else tuple(_image(i) for i in data["images"])
 
 
 def _image(item: Any) -> Image:
@@ -91,8 +103,7 @@ def write(node: Node, version: str, images: tuple[Image, ...]) -> None:
     if not images:
         files.remove(path)
         return
-    body = {"schema": SCHEMA, "version": version, "images": [i.to_json() for i in images]}
-    files.atomic_write(path, (json.dumps(body, indent=1) + "\n").encode(), 0o644)
+    KIND.write(path, {"version": version, "images": [i.to_json() for i in images]})
 
 
 def remember(node: Node, version: str, image: Image) -> None:

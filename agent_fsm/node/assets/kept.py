@@ -5,29 +5,30 @@ in one file, `<state_dir>/last-good-assets.json`, with its version and the host 
 rendered with. One file written atomically: the kept assets are always one release's, never a
 mix. While an upgrade is pending, a missing asset is restored from here byte for byte, so holding
 depends only on the last-good and the host: never on the candidate's release, and not even on
-the last-good's release directory. The file carries a schema and a checksum; a damaged one is
-refused (and left untouched) rather than trusted.
+the last-good's release directory. The file is a document of kind `kept-assets`
+(`document_file`: schema, checksum, every field checked); a damaged one is refused (and left
+untouched) rather than trusted.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ... import files
-from ...errors import AssetError, ReleaseError
+from ...errors import AssetError, DocumentError, ReleaseError
 from ..paths import Paths
-from ..releases.pointers import Releases, check_version
-from ..state.store import checksum
+from ..releases.pointers import Releases
+from ..state import validate
+from ..state.document_file import Kind
 from .render import TEMPLATES, Asset, render, targets, variables
 
 SCHEMA = 1
 FILE_MODE = 0o600  # in the agent's private state dir; nobody else needs to read it
 ALLOWED_MODE_BITS = 0o755  # what an asset may have: no setuid, nothing group/world-writable
+MAX_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -129,14 +130,12 @@ def keep(paths: Paths, version: str, rendered: tuple[Asset, ...]) -> None:
         raise AssetError(f"cannot keep release {version}'s assets: rendered "
                          f"{', '.join(sorted(contents))}, expected {', '.join(TEMPLATES)}")
     body: dict[str, Any] = {
-        "schema": SCHEMA,
         "version": version,
         "rendered_for": variables(paths, version),
         "assets": {name: {"mode": a.mode, "content": base64.b64encode(a.content).decode()}
                    for name, a in sorted(contents.items())},
     }
-    data = json.dumps({"checksum": checksum(body), **body}, indent=2, sort_keys=True) + "\n"
-    files.atomic_write(paths.last_good_assets, data.encode(), FILE_MODE)
+    KIND.write(paths.last_good_assets, body)
 
 
 def discard(path: Path) -> bool:
@@ -149,50 +148,43 @@ def read(path: Path) -> KeptAssets | None:
 
     A damaged, unknown or nonsensical file raises AssetError saying so; it is left untouched.
     """
-    raw = files.read_bytes(path)
-    if raw is None:
-        return None
     try:
-        return _decode(raw)
-    except (ValueError, TypeError, KeyError, binascii.Error, ReleaseError) as exc:
+        data = KIND.read(path)
+    except DocumentError as exc:
         raise AssetError(
-            f"the kept copy of the last-good's assets {path} is unusable ({exc}); it was left "
-            "untouched and is not used; it is written again when a release is next promoted "
-            "(`agent-fsm install`, `agent-fsm activate` or a completed upgrade)"
+            f"the kept copy of the last-good's assets {path} is unusable ({exc.why}); it was "
+            "left untouched and is not used; it is written again when a release is next "
+            "promoted (`agent-fsm install`, `agent-fsm activate` or a completed upgrade)"
         ) from None
+    if data is None:
+        return None
+    contents = {name: (a["mode"], base64.b64decode(a["content"], validate=True))
+                for name, a in data["assets"].items()}
+    return KeptAssets(data["version"], dict(data["rendered_for"]), contents)
 
 
-def _decode(raw: bytes) -> KeptAssets:
-    data = json.loads(raw)
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"schema {data.get('schema')!r}, this agent-fsm reads {SCHEMA}")
-    body = {k: v for k, v in data.items() if k != "checksum"}
-    if data.get("checksum") != checksum(body):
-        raise ValueError(f"checksum {data.get('checksum')!r} does not match its contents")
-    version = data["version"]
-    if not isinstance(version, str):
-        raise TypeError("`version` is not a string")
-    check_version(version)
-    rendered_for = data["rendered_for"]
-    if not isinstance(rendered_for, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in rendered_for.items()):
-        raise TypeError("`rendered_for` is not a table of strings")
-    kept = data["assets"]
-    if not isinstance(kept, dict) or set(kept) != set(TEMPLATES):
-        raise ValueError(f"`assets` must name exactly {', '.join(TEMPLATES)}")
-    contents: dict[str, tuple[int, bytes]] = {}
+def _check(data: dict[str, Any], schema: int) -> None:
+    validate.version(data.get("version", validate.MISSING), "version")
+    rendered_for = validate.obj(data.get("rendered_for", validate.MISSING), "rendered_for")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in rendered_for.items()):
+        raise validate.invalid("rendered_for", rendered_for, "a table of strings")
+    kept = validate.obj(data.get("assets", validate.MISSING), "assets")
+    if set(kept) != set(TEMPLATES):
+        raise validate.invalid("assets", sorted(kept), f"exactly {', '.join(TEMPLATES)}")
     for name in TEMPLATES:
-        entry = kept[name]
-        if not isinstance(entry, dict) or set(entry) != {"mode", "content"}:
-            raise ValueError(f"asset {name} must have exactly `mode` and `content`")
+        entry = validate.obj(kept[name], f"assets.{name}")
+        if set(entry) != {"mode", "content"}:
+            raise validate.invalid(f"assets.{name}", sorted(entry), "exactly mode and content")
         mode, content = entry["mode"], entry["content"]
         if isinstance(mode, bool) or not isinstance(mode, int) \
                 or mode < 0 or mode & ~ALLOWED_MODE_BITS:
-            raise ValueError(f"asset {name} has mode {mode!r}, not within "
-                             f"{ALLOWED_MODE_BITS:04o}")
-        if not isinstance(content, str):
-            raise TypeError(f"asset {name}'s `content` is not a string")
-        contents[name] = (mode, base64.b64decode(content, validate=True))
-    return KeptAssets(version, dict(rendered_for), contents)
+            raise validate.invalid(f"assets.{name}.mode", mode,
+                                   f"a mode within {ALLOWED_MODE_BITS:04o}")
+        try:
+            base64.b64decode(content, validate=True)
+        except (TypeError, ValueError):  # binascii.Error is a ValueError
+            raise validate.invalid(f"assets.{name}.content", content, "base64") from None
+
+
+KIND = Kind("kept-assets", "kept assets file", "the kept copy", SCHEMA, _check, MAX_BYTES,
+            FILE_MODE, oldest=1, always_signed=True)  # schema 1 had its checksum already

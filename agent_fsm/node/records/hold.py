@@ -3,22 +3,23 @@
 `agent-fsm hold` writes it (under the writers' lock, atomically) and `agent-fsm unhold` removes
 it; while it exists and has not expired, `begin_upgrade` is refused (the `not_held` condition)
 unless forced. Nothing on the way back reads it. A hold file that cannot be read or validated
-still holds (someone meant to stop upgrades) and is named, until `unhold` removes it.
+still holds (someone meant to stop upgrades) and is named, until `unhold` removes it. It is a
+document of kind `hold` (`document_file`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from ... import files
-from ...errors import Refused
+from ...errors import DocumentError, Refused
 from ..paths import Paths
 from ..quoting import control_character
 from ..state import validate
+from ..state.document_file import Kind
 
 MAX_BYTES = 16 * 1024
 MAX_REASON = 500
@@ -95,32 +96,36 @@ def check_reason(text: str) -> str:
     return reason
 
 
+def _check(data: dict[str, Any], schema: int) -> None:
+    reason = data.get("reason", validate.MISSING)
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON \
+            or control_character(reason) is not None:
+        raise validate.invalid("reason", reason, f"one line of 1 to {MAX_REASON} characters")
+    validate.time(data.get("since", validate.MISSING), "since")
+    until = data.get("until", validate.MISSING)
+    if until is not None:
+        validate.time(until, "until")
+
+
+KIND = Kind("hold", "hold file", "the hold", 1, _check, MAX_BYTES, 0o600)  # 0: no schema
+
+
 def read(file: Path) -> Hold | None:
     """The hold, or None when there is none; a damaged file is a Hold with `error` set."""
     try:
-        raw = files.read_regular(file, MAX_BYTES)
-        data = validate.obj(validate.parse(raw), "the hold")
-        reason = data.get("reason", validate.MISSING)
-        if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON \
-                or control_character(reason) is not None:
-            raise validate.invalid("reason", reason, f"one line of 1 to {MAX_REASON} characters")
-        since = validate.time(data.get("since", validate.MISSING), "since")
-        until = data.get("until", validate.MISSING)
-        if until is not None:
-            until = validate.time(until, "until")
-        return Hold(reason, since, until)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:  # Invalid among them
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        data = KIND.read(file)
+    except DocumentError as exc:
         return Hold("(unreadable hold file)", None, None,
-                    error=f"hold file {file} is damaged ({why}); it holds upgrades until "
+                    error=f"hold file {file} is damaged ({exc.why}); it holds upgrades until "
                           "`agent-fsm unhold` removes it")
+    if data is None:
+        return None
+    until = data["until"]
+    return Hold(data["reason"], float(data["since"]), None if until is None else float(until))
 
 
 def write(file: Path, hold: Hold) -> None:
-    body = {"reason": hold.reason, "since": hold.since, "until": hold.until}
-    files.atomic_write(file, (json.dumps(body, indent=2) + "\n").encode(), 0o600)
+    KIND.write(file, {"reason": hold.reason, "since": hold.since, "until": hold.until})
 
 
 def clear(file: Path) -> bool:

@@ -3,19 +3,20 @@ success, so that `status` shows a failed undrain that otherwise only the journal
 
 Written by whichever process ran the hook (the daemon, `recover`, an operator's command) under
 its own small lock, never the writers' lock: recording a hook's end never waits on, nor holds
-up, a transition. A damaged file is read as empty and replaced by the next write.
+up, a transition. A damaged file (the document format refuses it: `document_file`, kind
+`hook-failures`) is read as empty and replaced by the next write.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
 from ... import files
+from ...errors import DocumentError
 from ..hook_config import HookConfig
-from ..state import lock
+from ..state import lock, validate
+from ..state.document_file import Kind
 
 FILE_NAME = "hook-failures.json"
 LOCK_NAME = "hook-failures.lock"
@@ -23,18 +24,30 @@ SCHEMA = 1
 MAX_ERROR = 2000  # characters of a failure kept: its last line, with the hook's argv
 
 
+def _check(data: dict[str, Any], schema: int) -> None:
+    for key, v in validate.obj(data.get("failed", validate.MISSING), "failed").items():
+        failure = validate.obj(v, f"failed.{key}")
+        validate.time(failure.get("time", validate.MISSING), f"failed.{key}.time")
+        if not isinstance(failure.get("error"), str):
+            raise validate.invalid(f"failed.{key}.error", failure.get("error", validate.MISSING),
+                                   "a string")
+
+
+# Schema 1 had no checksum before the format.
+KIND = Kind("hook-failures", "hook failures file", "the record", SCHEMA, _check, 1 << 20, 0o600,
+            oldest=1)
+
+
 def read(state_dir: Path) -> dict[str, dict[str, Any]]:
     """`when.trigger` → {"time", "error"} of its last failure; {} when none, or damaged."""
     try:
-        data = json.loads(files.read_regular(state_dir / FILE_NAME, 1 << 20))
-    except (OSError, ValueError):  # missing, or damaged: the next write replaces it
+        data = KIND.read(state_dir / FILE_NAME)
+    except DocumentError:  # damaged: the next write replaces it
         return {}
-    failed = data.get("failed") if isinstance(data, dict) and data.get("schema") == SCHEMA else None
-    if not isinstance(failed, dict):
+    if data is None:
         return {}
-    return {key: {"time": v["time"], "error": v["error"]} for key, v in failed.items()
-            if isinstance(key, str) and isinstance(v, dict) and isinstance(v.get("error"), str)
-            and type(v.get("time")) is float and math.isfinite(v["time"])}
+    return {key: {"time": float(v["time"]), "error": v["error"]}
+            for key, v in data["failed"].items()}
 
 
 def note(state_dir: Path, key: str, time: float, failure: str | None) -> None:
@@ -50,9 +63,7 @@ def note(state_dir: Path, key: str, time: float, failure: str | None) -> None:
             failed.pop(key, None)
         else:
             failed[key] = {"time": float(time), "error": failure[-MAX_ERROR:]}
-        body = {"schema": SCHEMA, "failed": dict(sorted(failed.items()))}
-        files.atomic_write(state_dir / FILE_NAME, json.dumps(body, indent=1).encode() + b"\n",
-                           0o600)
+        KIND.write(state_dir / FILE_NAME, {"failed": dict(sorted(failed.items()))})
 
 
 def view(hooks: HookConfig, state_dir: Path) -> tuple[dict[str, Any], ...]:

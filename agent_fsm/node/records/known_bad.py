@@ -6,19 +6,19 @@ and `status` read it without the machine, and a damaged one must never make the 
 unreadable (which would stop the way back). The rollback's transitions mark the candidate
 (`mark_known_bad`, tolerant: a damaged record never blocks a rollback) and a judged-ok upgrade
 of a version clears its mark (`clear_known_bad`); `begin_upgrade` refuses a marked version
-(`not_known_bad`) unless forced. Each write is atomic; each read validated.
+(`not_known_bad`) unless forced. Each write is atomic; each read validated: it is a document of
+kind `known-bad` (`document_file`).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ... import files
-from ...errors import KnownBadDamaged, Refused
+from ...errors import DocumentError, KnownBadDamaged, Refused
 from ..paths import Paths
 from ..state import validate
+from ..state.document_file import Kind
 from ..state.reasons import CLASSES, MAX_REASON
 from .hold import utc
 
@@ -51,40 +51,45 @@ def _damaged(file: Path, why: str) -> KnownBadDamaged:
                            "it with `agent-fsm upgrade --force`")
 
 
+def _check(data: dict[str, Any], schema: int) -> None:
+    for v, m in validate.obj(data.get("versions", validate.MISSING), "versions").items():
+        at = f"versions.{v}"
+        validate.version(v, at)
+        m = validate.obj(m, at)
+        reason = m.get("reason", validate.MISSING)
+        if not isinstance(reason, str) or len(reason) > MAX_REASON:
+            raise validate.invalid(f"{at}.reason", reason, f"at most {MAX_REASON} characters")
+        validate.time(m.get("time", validate.MISSING), f"{at}.time")
+        validate.one_of(m.get("reason_class", validate.MISSING), f"{at}.reason_class", CLASSES)
+        validate.time(m.get("started", validate.MISSING), f"{at}.started")
+    for k, n in validate.obj(data.get("rollbacks", validate.MISSING), "rollbacks").items():
+        validate.one_of(k, "rollbacks", CLASSES)
+        validate.count(n, f"rollbacks.{k}")
+
+
+KIND = Kind("known-bad", "known-bad record", "the record", 1, _check, MAX_BYTES,
+            FILE_MODE)  # schema 0: no schema
+
+
 def read(file: Path) -> Record:
     """The record (empty when there is none); KnownBadDamaged, naming the field, when it is not
     valid."""
     try:
-        data = validate.obj(validate.parse(files.read_regular(file, MAX_BYTES)), "the record")
-        marks = {}
-        for v, m in validate.obj(data.get("versions", validate.MISSING), "versions").items():
-            at = f"versions.{v}"
-            validate.version(v, at)
-            m = validate.obj(m, at)
-            reason = m.get("reason", validate.MISSING)
-            if not isinstance(reason, str) or len(reason) > MAX_REASON:
-                raise validate.invalid(f"{at}.reason", reason, f"at most {MAX_REASON} characters")
-            marks[v] = Mark(v, validate.time(m.get("time", validate.MISSING), f"{at}.time"),
-                            reason, validate.one_of(m.get("reason_class", validate.MISSING),
-                                                    f"{at}.reason_class", CLASSES),
-                            validate.time(m.get("started", validate.MISSING), f"{at}.started"))
-        rollbacks = validate.obj(data.get("rollbacks", validate.MISSING), "rollbacks")
-        for k, n in rollbacks.items():
-            validate.one_of(k, "rollbacks", CLASSES)
-            validate.count(n, f"rollbacks.{k}")
-        return Record(marks, dict(rollbacks))
-    except FileNotFoundError:
+        data = KIND.read(file)
+    except DocumentError as exc:
+        raise _damaged(file, exc.why) from None
+    if data is None:
         return Record({}, {})
-    except (OSError, ValueError) as exc:  # Invalid among them
-        raise _damaged(file, exc.strerror if isinstance(exc, OSError) and exc.strerror
-                       else str(exc)) from None
+    marks = {v: Mark(v, float(m["time"]), m["reason"], m["reason_class"], float(m["started"]))
+             for v, m in data["versions"].items()}
+    return Record(marks, dict(data["rollbacks"]))
 
 
 def write(file: Path, record: Record) -> None:
     body = {"versions": {v: {**m.to_json(), "started": m.started}
                          for v, m in sorted(record.marks.items())},
             "rollbacks": dict(sorted(record.rollbacks.items()))}
-    files.atomic_write(file, (json.dumps(body, indent=2) + "\n").encode(), FILE_MODE)
+    KIND.write(file, body)
 
 
 def mark(file: Path, new: Mark) -> bool:

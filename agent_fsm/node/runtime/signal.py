@@ -2,18 +2,22 @@
 
 While it exists, the service assets on disk are the last-good version's and are held. It names
 the versions, counts the candidate's starts (so a restarted candidate can judge itself failed)
-and carries the judgment's deadline.
+and carries the judgment's deadline. `<state_dir>/upgrade-signal.json`, a document of kind
+`signal` (`document_file`).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from ... import files
-from ...errors import Invalid, SignalError
+from ...errors import DocumentError, SignalError
 from ..state import validate
+from ..state.document_file import Kind
+
+KIND = Kind("signal", "upgrade signal", "the signal", 1, lambda body, _: validate.signal_body(body),
+            64 << 10, 0o644)  # schema 0: no schema, no checksum
 
 
 class UpgradeSignal(NamedTuple):
@@ -37,20 +41,15 @@ class UpgradeSignal(NamedTuple):
 
 
 def read(path: Path) -> UpgradeSignal | None:
-    """The pending upgrade's signal, or None when no upgrade is pending. A signal that is not
-    JSON, or a field of it that is not valid (`validate.signal_body`), is SignalError: one line
-    naming the file, the field and its value; the file is left as it is."""
-    raw = files.read_bytes(path)
-    if raw is None:
-        return None
+    """The pending upgrade's signal, or None when no upgrade is pending. A signal the document
+    format refuses (damaged, newer, a field not valid: `validate.signal_body`) is SignalError:
+    one line naming the file, the field and its value; the file is left as it is."""
     try:
-        data = validate.parse(raw)
-        validate.signal_body(data)
-    except ValueError as exc:  # Invalid among them
-        sep = ": " if isinstance(exc, Invalid) else " "
-        raise SignalError(
-            f"upgrade signal {path}{sep}{exc}; it was left untouched; run `agent-fsm doctor`"
-        ) from None
+        data = KIND.read(path)
+    except DocumentError as exc:
+        raise SignalError(str(exc)) from None
+    if data is None:
+        return None
     return UpgradeSignal(
         from_version=data["from"],
         to_version=data["to"],
@@ -62,7 +61,7 @@ def read(path: Path) -> UpgradeSignal | None:
 
 def write(path: Path, signal: UpgradeSignal) -> None:
     """Write the signal; DiskError (the old signal as it was) when the disk fails it."""
-    files.atomic_write(path, (json.dumps(signal.to_json(), indent=2) + "\n").encode(), 0o644)
+    KIND.write(path, signal.to_json())
 
 
 def clear(path: Path) -> bool:

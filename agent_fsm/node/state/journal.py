@@ -49,7 +49,7 @@ SYNC_EVERY = 8
 _PREFIX = b'{"crc32":"'
 _HEAD = len(_PREFIX) + 8 + 2  # the prefix, eight hex digits, '",'
 
-# Raises ValueError naming the field (`validate.Invalid`) if an entry is not one the machine
+# Raises ValueError naming the field (`errors.Invalid`) if an entry is not one the machine
 # writes; given by the store, which knows the machine's names.
 Check = Callable[[dict[str, Any], str], None]
 Entries = Sequence[dict[str, Any]]

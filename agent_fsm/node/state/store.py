@@ -1,11 +1,11 @@
 """The state file: the machine's state, the pending upgrade, the effects still owed, counters.
 
-`<state_dir>/state.json` carries a schema version and a checksum of its contents. Writers hold
-an exclusive flock(2) (`lock.held`) on the sibling `state.lock` for a whole transition; readers
-need no lock, because every write is atomic (see `files`). A file that is damaged, of a newer
-schema, or with a field that is not what the machine writes (`validate.state_body`: types,
-ranges, the machine's names, release versions) is refused with one line naming the file, the
-field and its value, and is never overwritten.
+`<state_dir>/state.json` is a document of kind `state` (`document_file`: schema, checksum,
+the canonical layout). Writers hold an exclusive flock(2) (`lock.held`) on the sibling
+`state.lock` for a whole transition; readers need no lock, because every write is atomic (see
+`files`). A file that is damaged, of a newer schema, or with a field that is not what the
+machine writes (`check_body`: types, ranges, the machine's names, release versions) is refused
+with one line naming the file, the field and its value, and is never overwritten.
 
 The history lives beside it in `history.jsonl` (see `journal`): `record` appends a finished
 transition's entry there, numbered `seq`, then commits it by writing the state file with that
@@ -18,30 +18,45 @@ is and moved to the journal by the next write.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Collection, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ... import files
-from ...errors import Invalid, LockTimeout, Refused, StateFileError
-from ..sha256 import hexdigest
+from ...errors import LockTimeout, Refused
 from . import entries, lock, validate
 from .counters import CountRules, seed, to_json
 from .document import Pending as Pending  # the document's classes, imported from here too
 from .document import StateDoc as StateDoc
 from .document import Upgrade as Upgrade
+from .document_file import Kind
+from .document_file import checksum as checksum  # of a body: tests rewrite files with it
 from .journal import FILE_NAME, Journal, Read, advanced_skipped, stay_since
 
 SCHEMA = 2  # 1: the history was a list inside the state file
 FILE_MODE = 0o644
+MAX_BYTES = 256 << 20  # as good as none (it had none): what it keeps is not bounded in bytes
+ANY_NAMES = entries.Names()  # what a reader not given the machine's names accepts: any
+
+
+def check_body(body: dict[str, Any], schema: int, names: entries.Names = ANY_NAMES) -> None:
+    """Every field of a state file's body; the machine's `names` when the reader has them."""
+    validate.state_body(body, names.states, names.triggers, names.effects)
+    if schema == 1:
+        entries.history_list(body.get("history", validate.MISSING), names)
+    else:
+        entries.journal_fields(body, names)
+
+
+KIND = Kind("state", "state file", "the state", SCHEMA, check_body, MAX_BYTES, FILE_MODE,
+            oldest=1, always_signed=True)
 
 
 def _body(doc: StateDoc) -> dict[str, Any]:
     up = doc.upgrade
     pend = doc.pending
     return {
-        "schema": SCHEMA,
         "state": doc.state,
         "upgrade": None if up is None else {
             "from": up.from_version, "to": up.to_version, "started": up.started,
@@ -61,35 +76,8 @@ def _body(doc: StateDoc) -> dict[str, Any]:
     }
 
 
-def _canonical(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-
-def checksum(body: dict[str, Any]) -> str:
-    return "sha256:" + hexdigest(_canonical(body))
-
-
-# The file is the canonical form of the body with the checksum inserted: as "checksum" sorts
-# before every other key, it comes first, and the body's canonical bytes are "{" plus what
-# follows it. A reader checks them as they are, without serializing anything again.
-_PREFIX = b'{"checksum":"sha256:'
-_HEX = 64
-
-
 def encode(doc: StateDoc) -> bytes:
-    canonical = _canonical(_body(doc))
-    digest = hexdigest(canonical).encode()
-    return _PREFIX + digest + b'",' + canonical[1:] + b"\n"
-
-
-def _verify_canonical(raw: bytes) -> bool | None:
-    """True/False when `raw` is in the canonical layout (checksum right or wrong); None when it
-    is laid out otherwise (an older or hand-edited file, checked the slow way)."""
-    head = len(_PREFIX) + _HEX
-    if not raw.startswith(_PREFIX) or raw[head:head + 2] != b'",':
-        return None
-    body = b"{" + raw[head + 2:].rstrip(b"\n")
-    return hexdigest(body).encode() == raw[len(_PREFIX):head]
+    return KIND.encode(_body(doc))
 
 
 class Store:
@@ -107,6 +95,7 @@ class Store:
         self.triggers = None if triggers is None else frozenset(triggers)
         self.effects = None if effects is None else frozenset(effects)
         self.names = entries.Names(self.states, self.triggers, self.effects)
+        self._check = partial(check_body, names=self.names)
         self.initial = initial
         self.lock_timeout = lock_timeout
         self._cycle_starts = frozenset() if count_rules is None else count_rules.cycle_starts
@@ -114,50 +103,17 @@ class Store:
         self.journal = Journal(journal_path or path.with_name(FILE_NAME),
                                lambda e, at: entries.history_entry(e, at, self.names, versions))
 
-    def _refuse(self, why: str) -> StateFileError:
-        return StateFileError(
-            f"state file {self.path} {why}; it was left untouched; run `agent-fsm doctor`"
-        )
-
     def read(self) -> StateDoc:
         """The current state; a missing file is the initial state. Needs no lock."""
-        raw = files.read_bytes(self.path)
-        if raw is None:
+        data = KIND.read(self.path, self._check)
+        if data is None:
             return StateDoc(state=self.initial)
-        return self.decode(raw)
+        return self._upgraded(self._from_body(data))
 
     def decode(self, raw: bytes) -> StateDoc:
-        """The document in `raw`, or StateFileError: damaged, newer, or a field not valid."""
-        try:
-            data = validate.parse(raw)
-        except ValueError as exc:
-            raise self._refuse(str(exc)) from None
-        if not isinstance(data, dict):
-            raise self._refuse("is not a JSON object")
-        schema = data.get("schema")
-        if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-            raise self._refuse(f"has schema {schema!r}, expected {SCHEMA}")
-        if schema > SCHEMA:
-            raise StateFileError(
-                f"state file {self.path} has schema {schema}, newer than this agent-fsm "
-                f"understands ({SCHEMA}); it was left untouched; run the newer agent-fsm that "
-                "wrote it"
-            )
-        stored = data.pop("checksum", None)
-        if not _verify_canonical(raw):
-            expected = checksum(data)
-            if stored != expected:
-                raise self._refuse(f"has checksum {stored!r}, expected {expected!r}")
-        try:
-            validate.state_body(data, self.states, self.triggers, self.effects)
-            if schema == 1:
-                entries.history_list(data.get("history", validate.MISSING), self.names)
-            else:
-                entries.journal_fields(data, self.names)
-        except Invalid as exc:
-            raise StateFileError(f"state file {self.path}: {exc}; it was left untouched; run "
-                                 "`agent-fsm doctor`") from None
-        return self._upgraded(self._from_body(data))
+        """The document in `raw`, or StateFileError (`DocumentError`): damaged, newer, or a
+        field not valid."""
+        return self._upgraded(self._from_body(KIND.decode(raw, self.path, self._check)))
 
     def _upgraded(self, doc: StateDoc) -> StateDoc:
         """The one place an older file is brought up to date, in memory (the next write makes
@@ -206,7 +162,7 @@ class Store:
             # the old file, which moves it again.
             self.journal.rewrite(doc.legacy)
             doc.legacy = None
-        files.atomic_write(self.path, encode(doc), FILE_MODE)
+        KIND.write(self.path, _body(doc))
 
     def record(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
         """Commit a finished transition: its entry appended to the journal (not fsynced), then

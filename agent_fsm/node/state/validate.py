@@ -2,25 +2,26 @@
 
 Small typed checkers take a value and the name of its field (`pending.done`, `upgrade.to`)
 and return the value, or raise `Invalid`: one line naming the field and the value and saying what
-was expected. The readers (`store`, `signal`, the outbox of `system.publish`) prefix the file and
-add what to do. `state_body`, `signal_body` and `result_body` are the three files' rules: types,
-ranges (finite, non-negative times and counts, `pending.done` within the effects), known names
-(the machine's states, triggers and effects, when the reader is given them) and versions as
-`releases.check_version` has them. History entries (the journal's lines, an old state file's
-list) and what the state file keeps of them are checked by `entries`, with these checkers. Old
-layouts are the store's to bring up to date (`Store._upgraded`); what they lack (counters) is
-allowed here.
+was expected. The document format (`document_file`) runs a file's checks after its checksum, and
+its readers prefix the file and add what to do. `state_body`, `signal_body` and `result_body` are
+the rules of the state file, the signal and a result: types, ranges (finite, non-negative times
+and counts, `pending.done` within the effects), known names (the machine's states, triggers and
+effects, when the reader is given them) and versions as `releases.check_version` has them; the
+other files' rules are beside their readers, with these checkers. History entries (the journal's
+lines, an old state file's list) and what the state file keeps of them are checked by `entries`.
+Old layouts are the store's to bring up to date (`Store._upgraded`); what they lack (counters)
+is allowed here.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from ...errors import Invalid
 from ..releases.pointers import VERSION_RE
 from .counters import Counters
+from .document_file import Kind, Problem
 from .reasons import CLASSES, MAX_REASON
 
 MISSING: Any = object()  # a key the object lacks
@@ -44,14 +45,6 @@ def shown(value: Any) -> str:
         return "missing"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def parse(raw: bytes) -> Any:
-    """JSON from a file's bytes; ValueError ("is empty", "is not valid JSON") if it is not."""
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        raise ValueError("is empty" if not raw.strip() else "is not valid JSON") from None
 
 
 # The checkers -----------------------------------------------------------------------------
@@ -146,14 +139,19 @@ def result_body(data: Any, where: str = "") -> None:
         one_of(r["reason_class"], f"{at}reason_class", CLASSES)
 
 
+# `results/<started>-<to>.json` and its copy queued in `outbox/` (schema 0: no schema). Their
+# writer, `system.publish`, is given this kind by the wiring (it does not import the node's).
+RESULT = Kind("result", "queued result", "the result", 1, lambda body, _: result_body(body),
+              64 << 10, 0o644)
+
+
 def result_file(raw: bytes) -> None:
-    """A queued result's bytes (`system.publish` sends them as they are): ValueError if they
-    are not a valid result."""
+    """A queued result's bytes, checked as delivery checks them (`RESULT`): ValueError ("not
+    valid JSON", "outcome is 'maybe', expected …") if they are not a valid result."""
     try:
-        data = parse(raw)
-    except ValueError as exc:
-        raise ValueError(str(exc).removeprefix("is ")) from None  # "not valid JSON"
-    result_body(data)
+        RESULT.body(raw)
+    except Problem as problem:
+        raise ValueError(problem.why.removeprefix("is ")) from None
 
 
 def signal_body(data: Any) -> None:

@@ -1,0 +1,182 @@
+"""The one format of every file agent-fsm keeps in its state dir, and its rules for reading one.
+
+A file is a document: its body (the file's own fields) with three more keys, `kind` (which
+file: "state", "hold", ...), `schema` (the layout of the body) and `checksum` ("sha256:" and
+the SHA-256 of the canonical JSON of everything else: sorted keys, no spaces). The file is that
+canonical JSON with the checksum inserted: as "checksum" sorts before every other key it comes
+first, and the body's canonical bytes are "{" and what follows it, so a reader checks them as
+they are, without serializing anything again. The same body always gives the same bytes.
+
+A `Kind` declares one file: its name, its schema, how a message names it, the mode it is
+written with, how many bytes a reader takes, and `check`, which checks every field of a body
+(`validate`'s checkers: types, ranges, known names; one line naming the field and its value).
+`Kind.read` and `Kind.decode` take a file in this order: JSON, an object; a schema this
+agent-fsm reads (a newer file is refused as newer before its checksum is looked at: a later
+release may sum it otherwise); the checksum; the kind; then every field. What fails is refused
+with one line naming the file, what is wrong and what to do (`DocumentError`), and is left
+untouched: nothing here writes a file it could not read. Whether a reader then stops (the state
+file), still holds (a hold file) or goes on without it (the hook failures) is the reader's.
+
+The one migration, for every kind: a file without `kind` was written before this format, in
+the layout its file had then (schema 0 when it had no schema). No body changed with the format,
+so it is read as it is, its checksum checked when it has one (and required from the state file
+and the kept assets, which always had one), and its next write is a document. A later change
+to a body is a new schema, which the kind's `check` is given. Releases from before the format
+read documents too: they ignore keys they do not know, and the checksum is the one the state
+file and the kept assets always carried.
+
+| file in the state dir                    | kind            | schema | before the format    |
+| ---------------------------------------- | --------------- | ------ | -------------------- |
+| `state.json` (`store`)                   | `state`         | 2      | 2; 1 has its history |
+| `upgrade-signal.json` (`signal`)         | `signal`        | 1      | no schema            |
+| `hold.json` (`hold`)                     | `hold`          | 1      | no schema            |
+| `known-bad.json` (`known_bad`)           | `known-bad`     | 1      | no schema            |
+| `hook-failures.json` (`hook_failures`)   | `hook-failures` | 1      | 1, no checksum       |
+| `last-good-assets.json` (`kept`)         | `kept-assets`   | 1      | 1                    |
+| `results/*.json`, `outbox/*.json`        | `result`        | 1      | no schema            |
+| `releases/.images/<version>` (`origins`) | `image-record`  | 1      | 1, no checksum       |
+
+Not documents: the history journal (`journal`: one checksummed line a transition, appended),
+the release store's manifests and hashes (`releases.store`: text with a header line), the locks,
+and the `selected` and `last-good` pointers (symlinks).
+"""
+
+from __future__ import annotations
+
+import json
+import reprlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ... import files
+from ...errors import DocumentError
+from ..sha256 import hexdigest
+
+Check = Callable[[dict[str, Any], int], object]  # a body and the schema it was read at
+
+
+class Problem(ValueError):
+    """What is wrong with a file's bytes, in one phrase ("has checksum …", "is empty"), or with
+    one of its fields ("pending.done is -5, expected …": `field`)."""
+
+    def __init__(self, why: str, *, field: bool = False, newer: bool = False) -> None:
+        super().__init__(why)
+        self.why = why
+        self.detail = f"{': ' if field else ' '}{why}"  # what follows the file's name
+        self.newer = newer
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80  # a checksum whole; anything longer cut to one line
+
+
+def _shown(value: Any) -> str:
+    return _REPR.repr(value)
+
+
+def parse(raw: bytes) -> Any:
+    """JSON from a file's bytes; Problem ("is empty", "is not valid JSON") if it is not."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise Problem("is empty" if not raw.strip() else "is not valid JSON") from None
+
+
+def _canonical(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def checksum(data: dict[str, Any]) -> str:
+    """The checksum of a document's other keys (its body, kind and schema)."""
+    return "sha256:" + hexdigest(_canonical(data))
+
+
+_PREFIX = b'{"checksum":"sha256:'
+_HEX = 64
+
+
+def _verify_canonical(raw: bytes) -> bool | None:
+    """True/False when `raw` is in the canonical layout (checksum right or wrong); None when it
+    is laid out otherwise (an older or hand-edited file, checked the slow way)."""
+    head = len(_PREFIX) + _HEX
+    if not raw.startswith(_PREFIX) or raw[head:head + 2] != b'",':
+        return None
+    return hexdigest(b"{" + raw[head + 2:].rstrip(b"\n")).encode() == raw[len(_PREFIX):head]
+
+
+class Kind(NamedTuple):
+    """One kind of file in the state dir, and its rules."""
+
+    name: str  # its `kind` key
+    title: str  # how a message names a file of it: "hold file"
+    noun: str  # how a message names its body: "the hold"
+    schema: int  # the schema written
+    check: Check  # every field of a body; ValueError (`errors.Invalid`) naming the field
+    limit: int  # the most bytes read
+    mode: int  # the mode written
+    oldest: int = 0  # the oldest schema read; 0 is a file from before it had one
+    always_signed: bool = False  # had a checksum before the format: none is refused
+
+    def encode(self, body: dict[str, Any]) -> bytes:
+        """The document of `body` (which holds none of `kind`, `schema`, `checksum`)."""
+        canonical = _canonical({**body, "kind": self.name, "schema": self.schema})
+        return _PREFIX + hexdigest(canonical).encode() + b'",' + canonical[1:] + b"\n"
+
+    def body(self, raw: bytes, check: Check | None = None) -> dict[str, Any]:
+        """The body of a file's bytes (without `kind`, `schema`, `checksum`), every field
+        checked, by `check` if given (a reader's own names) or the kind's; Problem if not."""
+        data = parse(raw)
+        if not isinstance(data, dict):
+            raise Problem(f"is not a JSON object ({self.noun} is {_shown(data)})")
+        tagged = "kind" in data  # else written before the format (see above)
+        schema = data.get("schema", None if tagged or self.oldest else 0)
+        if not isinstance(schema, int) or isinstance(schema, bool) or schema < self.oldest:
+            raise Problem(f"has schema {_shown(schema)}, expected {self.schema}")
+        if schema > self.schema:
+            raise Problem(f"has schema {schema}, newer than this agent-fsm understands "
+                          f"({self.schema})", newer=True)
+        stored = data.pop("checksum", None)
+        if (stored is not None or tagged or self.always_signed) and not _verify_canonical(raw):
+            expected = checksum(data)
+            if stored != expected:
+                raise Problem(f"has checksum {_shown(stored)}, expected {expected!r}")
+        data.pop("schema", None)
+        found = data.pop("kind", self.name)
+        if found != self.name:
+            raise Problem(f"kind is {_shown(found)}, expected {self.name!r}", field=True)
+        try:
+            (check or self.check)(data, schema)
+        except ValueError as exc:  # errors.Invalid among them
+            raise Problem(str(exc), field=True) from None
+        return data
+
+    def refused(self, path: Path, problem: Problem) -> DocumentError:
+        todo = "run the newer agent-fsm that wrote it" if problem.newer else \
+            "run `agent-fsm doctor`"
+        return DocumentError(f"{self.title} {path}{problem.detail}; it was left untouched; "
+                             f"{todo}", problem.detail)
+
+    def decode(self, raw: bytes, path: Path, check: Check | None = None) -> dict[str, Any]:
+        """The body of `path`'s bytes; DocumentError, naming the file, if it is refused."""
+        try:
+            return self.body(raw, check)
+        except Problem as problem:
+            raise self.refused(path, problem) from None
+
+    def read(self, path: Path, check: Check | None = None) -> dict[str, Any] | None:
+        """The body of the file, or None when there is none; DocumentError when it is refused
+        (also when it is a symlink, not a regular file, larger than `limit` or unreadable)."""
+        try:
+            raw = files.read_regular(path, self.limit)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise self.refused(path, Problem(f"cannot be read: {why}")) from None
+        return self.decode(raw, path, check)
+
+    def write(self, path: Path, body: dict[str, Any], mode: int | None = None) -> None:
+        """Replace the file with the document of `body`, atomically (`files.atomic_write`), with
+        the kind's mode unless told another. Raises OSError or UnsafePath."""
+        files.atomic_write(path, self.encode(body), self.mode if mode is None else mode)
