@@ -1,17 +1,19 @@
 """The writers' lock: an exclusive flock(2) on a lock file beside what it guards, taken through
 filelock's `UnixFileLock` (the package the design specifies).
 
-Every agent-fsm takes the same flock on the same file — the releases that locked with flock(2)
-directly too — so during an upgrade the last-good's and the candidate's processes exclude each
-other whichever version each one is. The lock file is never removed (removing it would let two
-processes lock two different files: filelock >= 3.29.5 keeps it, and `preserve_lock_file` holds
-it to that); a process that dies holding it releases it with its descriptor.
+Every agent-fsm takes the same flock on the same file (builds that called flock(2) directly
+too), so during an upgrade the last-good's and the candidate's processes exclude each other
+whichever version each one is. The lock file is never removed (removing it would let two
+processes lock two different files: filelock keeps it since 3.29.5, and `preserve_lock_file`
+holds it to that); a process that dies holding it releases it with its descriptor.
 
 `UnixFileLock`, never the `FileLock` alias, with `fallback_to_soft=False`: on a platform or a
 filesystem without flock the lock fails with that OSError instead of turning into a marker file
-that an earlier release's flock would not see. filelock opens with O_NOFOLLOW and creates the
-file with the mode asked; the check it runs once it holds the lock (`on_acquired`, on the locked
-descriptor) refuses anything but a regular file and gives an existing file exactly that mode.
+that another release's flock would not see. (These options came in 3.30.0; 3.29 drops options
+it does not know without a word, hence the floor in pyproject.toml.) filelock opens with
+O_NOFOLLOW (a planted symlink fails, ELOOP, refused here by name) and creates the file with the
+mode asked; the check it runs once it holds the lock (`on_acquired`, on the locked descriptor)
+refuses anything but a regular file and gives an existing file exactly that mode.
 Imported when a lock is taken: readers (`status`) take none and never import filelock.
 """
 
