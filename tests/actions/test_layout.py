@@ -16,7 +16,7 @@ class TestLayout:
         release = pack("1.0.0", tmp_path / "rel")
         lib = release / "lib"
         top = {p.name.split("-")[0].removesuffix(".py") for p in lib.iterdir()}
-        assert {"agent_fsm", "typer", "rich", "transitions"} <= top
+        assert {"agent_fsm", "typer", "rich", "transitions", "filelock"} <= top
         assert not top & {"agent_fsm_lab", "tests", "pytest", "_pytest", "hypothesis", "mypy",
                           "ruff", "importlinter", "hatchling", "pip", "setuptools"}
         names = {p.name for p in (lib / "agent_fsm").rglob("*")}

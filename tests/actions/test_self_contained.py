@@ -110,14 +110,14 @@ class TestContents:
         no console scripts, no .pth files, and byte code only where the lean path needs it."""
         lib = release / "lib"
         infos = {p.name.split("-")[0].lower() for p in lib.glob("*.dist-info")}
-        assert {"rich", "transitions", "typer"} <= infos
+        assert {"filelock", "rich", "transitions", "typer"} <= infos
         for info in lib.glob("*.dist-info"):
             assert (info / "METADATA").is_file() and (info / "RECORD").is_file()
             assert not (info / "direct_url.json").exists()
         assert list(lib.glob("rich-*.dist-info/**/LICENSE*"))
         assert not list(release.rglob("*.pth"))
         compiled = {p.relative_to(lib).parts[0] for p in lib.rglob("*.pyc")}
-        assert compiled == {"agent_fsm", "transitions"}
+        assert compiled == {"agent_fsm", "transitions", "filelock"}
 
     def test_the_lean_path_starts_from_byte_code_checked_against_its_source(self, release: Path) -> None:
         """The daemon's, recover's and upgrade's modules ship as checked-hash .pyc that the

@@ -21,11 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\n'
 HEAVY = ("typer", "rich", "pydantic", "click")
 # What the daemon does not need either, each a measured share of its resident memory: the package
-# data readers (zipfile, importlib.resources), `secrets` (its hmac loads OpenSSL), the release
-# store's writers (tempfile, shutil with bz2 and lzma), OpenSSL itself (`_hashlib`: a start
-# hashes no file the store recorded, and CPython's own SHA-256 does the state file's checksum).
-NOT_IN_THE_DAEMON = ("zipfile", "importlib.resources", "secrets", "hmac", "tempfile", "shutil",
-                     "_hashlib")
+# data readers (zipfile, importlib.resources), the release store's writers (tempfile, shutil with
+# bz2 and lzma). Not `secrets`, `hmac` and OpenSSL (`_hashlib`) any more: filelock, through
+# which the writers' lock is taken, imports `secrets` at its own import (docs/benchmarks.md).
+NOT_IN_THE_DAEMON = ("zipfile", "importlib.resources", "tempfile", "shutil")
 
 # The console script's entry, reporting on exit which of those modules the run imported.
 LEAN = ("import atexit, json, sys\n"

@@ -1,8 +1,10 @@
 """The writers' lock: exclusive between any two agent-fsm processes, whichever release each runs
-(earlier ones took it through the `filelock` package), kept private, never a planted path."""
+(earlier ones took it through the `filelock` package, some with flock(2) directly), kept
+private, never a planted path, never a soft lock."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pytest_mock import MockerFixture
 
 from agent_fsm.errors import Refused, UnsafePath
 from agent_fsm.node.state import lock
@@ -124,3 +127,13 @@ class TestTheFile:
         (tmp_path / "state.lock").mkdir()
         with pytest.raises(UnsafePath, match="not a regular file"), lock.held(tmp_path / "state.lock", 1):
             pass
+
+    def test_without_flock_it_fails_rather_than_lock_softly(self, tmp_path: Path,
+                                                            mocker: MockerFixture) -> None:
+        """Where flock(2) is not implemented, taking the lock fails with that error: it never
+        falls back to a marker file that another release's flock would not see."""
+        mocker.patch("fcntl.flock", side_effect=OSError(errno.ENOSYS, "Function not implemented"))
+        with pytest.raises(OSError) as caught, lock.held(tmp_path / "state.lock", 1):
+            pass
+        assert caught.value.errno == errno.ENOSYS
+        assert (tmp_path / "state.lock").read_bytes() == b""

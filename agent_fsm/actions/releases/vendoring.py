@@ -21,7 +21,7 @@ from pathlib import Path
 from ...errors import ReleaseError
 
 # agent-fsm's own `dependencies` (pyproject.toml; a test keeps the two equal).
-RUNTIME_REQUIREMENTS = ("rich", "transitions", "typer")
+RUNTIME_REQUIREMENTS = ("filelock", "rich", "transitions", "typer")
 DEFAULT_PYTHON = "/usr/bin/python3"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SKIPPED_FILES = {"direct_url.json", "INSTALLER", "REQUESTED"}
@@ -143,7 +143,7 @@ def launcher(version: str) -> str:
 # on the critical path does not compile them again (`-B` forbids writing byte code into the store;
 # ~90 ms of CPU a start). Checked-hash .pyc: valid whatever the files' times after the store's
 # copy, yet never used for a source that changed; another Python version ignores them.
-LEAN_PACKAGES = ("agent_fsm", "transitions")
+LEAN_PACKAGES = ("agent_fsm", "transitions", "filelock")
 
 
 def compile_lean(release: Path) -> None:

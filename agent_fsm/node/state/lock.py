@@ -1,17 +1,26 @@
-"""The writers' lock: an exclusive flock(2) on a lock file beside what it guards.
+"""The writers' lock: an exclusive flock(2) on a lock file beside what it guards, taken through
+filelock's `UnixFileLock` (the package the design specifies).
 
-Every agent-fsm takes it the same way — earlier releases through the `filelock` package, which
-on Linux is this same flock(2) on the same file — so during an upgrade the last-good's and the
-candidate's processes exclude each other whichever version each one is. The lock file is never
-removed (removing it would let two processes lock two different files); a process that dies
-holding it releases it with its descriptor.
+Every agent-fsm takes the same flock on the same file (builds that called flock(2) directly
+too), so during an upgrade the last-good's and the candidate's processes exclude each other
+whichever version each one is. The lock file is never removed (removing it would let two
+processes lock two different files: filelock keeps it since 3.29.5, and `preserve_lock_file`
+holds it to that); a process that dies holding it releases it with its descriptor.
+
+`UnixFileLock`, never the `FileLock` alias, with `fallback_to_soft=False`: on a platform or a
+filesystem without flock the lock fails with that OSError instead of turning into a marker file
+that another release's flock would not see. (These options came in 3.30.0; 3.29 drops options
+it does not know without a word, hence the floor in pyproject.toml.) filelock opens with
+O_NOFOLLOW (a planted symlink fails, ELOOP, refused here by name) and creates the file with the
+mode asked; the check it runs once it holds the lock (`on_acquired`, on the locked descriptor)
+refuses anything but a regular file and gives an existing file exactly that mode.
+Imported when a lock is taken: readers (`status`) take none and never import filelock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import stat
 import time
@@ -26,46 +35,42 @@ _FIRST_WAIT = 0.001
 _MAX_WAIT = 0.05
 
 
-def _open(path: Path, mode: int) -> int:
-    """The lock file open for locking, created with exactly `mode`; a symlink planted there or
-    anything but a regular file is refused, and an existing file is given `mode`."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
-                     | os.O_CLOEXEC, mode)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise files.unsafe(path, "a symlink is planted there") from None
-        if exc.errno == errno.EISDIR:
-            raise files.unsafe(path, "it is not a regular file") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise files.unsafe(path, "it is not a regular file")
-        if stat.S_IMODE(st.st_mode) != mode:
-            os.fchmod(fd, mode)  # exact whatever the umask, or one made before it was kept so
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+def _checked(path: Path, mode: int, fd: int) -> None:
+    """Run on the locked descriptor: a regular file, given exactly `mode` whatever the umask (or
+    one made before it was kept so); raising lets the lock go again."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise files.unsafe(path, "it is not a regular file")
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.fchmod(fd, mode)
 
 
 @contextlib.contextmanager
 def held(path: Path, timeout: float, mode: int = 0o600) -> Iterator[None]:
     """Hold the lock on `path` for the block; LockTimeout after `timeout` seconds of waiting."""
-    fd = _open(path, mode)
+    import filelock  # writers only
+
+    lock = filelock.UnixFileLock(
+        path, mode=mode, fallback_to_soft=False, preserve_lock_file=True,
+        on_acquired=lambda fd: _checked(path, mode, fd))
+    wait, deadline = _FIRST_WAIT, time.monotonic() + timeout
+    while True:
+        try:
+            lock.acquire(blocking=False)  # our own back-off: filelock polls every 50 ms
+            break
+        except filelock.Timeout:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LockTimeout(str(path)) from None
+            time.sleep(min(wait, left))
+            wait = min(wait * 2, _MAX_WAIT)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+                raise files.unsafe(path, "a symlink is planted there") from None
+            if exc.errno == errno.EISDIR:
+                raise files.unsafe(path, "it is not a regular file") from None
+            raise
     try:
-        wait, deadline = _FIRST_WAIT, time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise LockTimeout(str(path)) from None
-                time.sleep(min(wait, left))
-                wait = min(wait * 2, _MAX_WAIT)
         yield
     finally:
-        os.close(fd)  # closing the only descriptor releases the lock
+        lock.release()
