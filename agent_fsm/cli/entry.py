@@ -1,4 +1,4 @@
-"""The console script's entry: lean paths for what systemd and fleet tools run, the rest through
+"""The console script's entry: the fast path for what systemd and fleet tools run, the rest through
 the full CLI.
 
 `[--config FILE] [--root DIR] daemon | recover | status --json` are served by fast_path.py before

@@ -150,7 +150,7 @@ COMMANDS: dict[tuple[str, ...], Callable[[Globals], int]] = {
 
 
 def parse(argv: Sequence[str]) -> tuple[Globals, Callable[[Globals], int]] | None:
-    """The global options and the command when argv is exactly one of the lean shapes, else None.
+    """The global options and the command when argv is exactly one of the fast path's shapes, else None.
 
     Each global option at most once, as `--opt VALUE` or `--opt=VALUE`, with a value that is not
     empty and does not look like an option: anything the full CLI might read otherwise is its.
@@ -174,7 +174,7 @@ def _completing() -> bool:
 
 
 def main(argv: Sequence[str]) -> int | None:
-    """Run a lean command and return its exit code; None when argv is not one (the full CLI's)."""
+    """Run a fast-path command and return its exit code; None when argv is not one (the full CLI's)."""
     if _completing():
         return None
     found = parse(argv)

@@ -139,7 +139,7 @@ def launcher(version: str) -> str:
                            boot=_BOOT)
 
 
-# What `daemon`, `recover` and `upgrade` import (the lean path): compiled at pack, so that a start
+# What `daemon`, `recover` and `upgrade` import (the fast path): compiled at pack, so that a start
 # on the critical path does not compile them again (`-B` forbids writing byte code into the store;
 # ~90 ms of CPU a start). Checked-hash .pyc: valid whatever the files' times after the store's
 # copy, yet never used for a source that changed; another Python version ignores them.
@@ -147,7 +147,7 @@ LEAN_PACKAGES = ("agent_fsm", "transitions", "filelock")
 
 
 def compile_lean(release: Path) -> None:
-    """Byte-compile the lean path's packages in `release`/lib, naming sources relative to the
+    """Byte-compile the fast path's packages in `release`/lib, naming sources relative to the
     release (no path of the packing machine inside)."""
     for name in LEAN_PACKAGES:
         package = release / "lib" / name
