@@ -427,9 +427,9 @@ import json, sys
 from pathlib import Path
 from agent_fsm.node import config
 from agent_fsm import wiring
-from agent_fsm.views import status
+from agent_fsm.views.status.report import status
 n = wiring.open_reader(config.load(Path(sys.argv[1])), Path(sys.argv[2]))
-print(json.dumps(status.status(n).to_json(), indent=2))
+print(json.dumps(status(n).to_json(), indent=2))
 """
 
 
