@@ -1,14 +1,13 @@
 """The one SHA-256 agent-fsm hashes with: CPython's own unless this process has OpenSSL loaded.
 
-`hashlib.sha256` is OpenSSL's: importing `hashlib` maps libcrypto into the process, 3.6 MB of
-the daemon's resident memory for as long as it runs (the node's Python 3.11; docs/benchmarks.md).
-CPython's built-in implementation (`_sha256` up to 3.11, `_sha2` from 3.12) gives the same
-digests without it, but is slower on large inputs: 98 ms for 18 MiB where OpenSSL takes 16 ms on
-a CPU with SHA instructions. A start of the daemon hashes the state file (a few KB) and only the
-files of its release whose stat changed since the store recorded their hashes (none, as a rule:
-`release_store`), so it never needs OpenSSL; `release add`, which hashes a whole tree once in a
-short-lived process, asks for it (`prefer_openssl`), and OpenSSL's is used whenever something in
-the process has loaded it anyway.
+`hashlib.sha256` is OpenSSL's: importing `hashlib` maps libcrypto into the process, 4.5-9 ms of
+each `status --json`, a reader that hashes only the state file (a few KB): without it that
+figure sits at its goal's edge (docs/benchmarks.md, "What each mechanism buys"). CPython's
+built-in implementation (`_sha256` up to 3.11, `_sha2` from 3.12) gives the same digests without
+it, but is slower on large inputs: 98 ms for 18 MiB where OpenSSL takes 16 ms on a CPU with SHA
+instructions. `release add`, which hashes a whole tree once in a short-lived process, asks for
+OpenSSL's (`prefer_openssl`), and OpenSSL's is used whenever something in the process has loaded
+it anyway: the daemon's writers' lock (filelock, through `secrets` and `hmac`) does.
 """
 
 from __future__ import annotations

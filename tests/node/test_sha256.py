@@ -19,8 +19,9 @@ def _in_a_fresh_process(code: str) -> str:
 
 class TestSha256:
     def test_digests_are_openssls(self) -> None:
-        """Digests recorded by one implementation check against the other: a release stored by
-        the full CLI (OpenSSL loaded) verifies in the daemon (CPython's own), and back."""
+        """Digests recorded by one implementation check against the other: a state file written
+        by a writer (OpenSSL loaded, through filelock) verifies in `status` (CPython's own), and
+        back."""
         for data in (b"", b"abc", bytes(range(256)) * 4099):
             assert sha256.hexdigest(data) == hashlib.sha256(data).hexdigest()
         h = sha256.sha256()
@@ -29,8 +30,8 @@ class TestSha256:
         assert h.hexdigest() == hashlib.sha256(b"agent-fsm").hexdigest()
 
     def test_checking_a_release_does_not_load_openssl(self, tmp_path: Path) -> None:
-        """A process that hashes a release tree never maps OpenSSL's libcrypto for it (3.6 MB of
-        the daemon's memory for as long as it runs)."""
+        """A process that hashes a release tree never maps OpenSSL's libcrypto for it (what a
+        reader such as `status --json` would otherwise pay at each run)."""
         release = tmp_path / "rel"
         (release / "bin").mkdir(parents=True, mode=0o755)
         release.chmod(0o755)
