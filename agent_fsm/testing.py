@@ -42,6 +42,8 @@ class FakeSystemd:
     on_call: Callable[[str, str], None] | None = None
     shown: dict[str, str] = field(default_factory=dict)  # what `show` answers
     loaded_fresh: bool = False  # what `reload_needed` answers: not needed (True), or needed
+    systemd_version: int = 252  # what `version` answers (asked: `versions_asked`, not `calls`)
+    versions_asked: int = 0
 
     def _call(self, verb: str, unit: str = "") -> None:
         if self.on_call is not None:
@@ -72,6 +74,12 @@ class FakeSystemd:
     def reload_needed(self, units: Sequence[str]) -> bool:
         self._call("show", " ".join(units))
         return not self.loaded_fresh
+
+    def version(self) -> int:
+        self.versions_asked += 1
+        if "version" in self.fail:
+            raise SystemdError("`systemctl --version` exited 1: injected failure")
+        return self.systemd_version
 
 
 @dataclass

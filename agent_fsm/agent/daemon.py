@@ -213,13 +213,28 @@ class Daemon:
 
     def converge_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
         self.status("converging the service assets")
-        return self._fire_and_serve(Trigger.settle, selected)
+        restarts = self.automatic_restarts()
+        return self._fire_and_serve(Trigger.settle, selected,
+                                    **({"restarts": restarts} if restarts else {}))
 
-    def _fire_and_serve(self, trigger: Trigger, selected: str) -> bool:
+    def automatic_restarts(self) -> int:
+        """How many times systemd restarted the agent unit after a failure since it was last
+        started by hand (`NRestarts`; 0 when systemd cannot say): above 0, this start follows
+        a crash, and the history counts it in the crash loop's one entry."""
+        unit = self.node.paths.agent_unit_name
+        try:
+            shown = self.node.effectors.systemd.show(unit, ("NRestarts",))
+        except AgentFsmError as exc:
+            log.info("could not ask systemd how often %s was restarted: %s", unit, exc)
+            return 0
+        value = shown.get("NRestarts", "")
+        return int(value) if value.isdigit() else 0
+
+    def _fire_and_serve(self, trigger: Trigger, selected: str, **args: object) -> bool:
         # The transition renders the release's assets and the workload starts from it right
         # after: one check of the release against its digest serves both.
         with self.node.releases.checked_once():
-            self.node.controller.fire(trigger)
+            self.node.controller.fire(trigger, **args)
             self.start_workload(selected)
         return True
 

@@ -1,6 +1,6 @@
-"""The commands systemd, fleet tools and upgrade scripts run (`daemon`, `recover`, `status --json`,
-`upgrade`), served without typer, pydantic or rich: their argument shapes, and the code the full
-CLI runs for them too.
+"""The commands systemd, fleet tools and upgrade scripts run (`daemon`, `start-check`,
+`recover`, `status --json`, `upgrade`), served without typer, pydantic or rich: their argument
+shapes, and the code the full CLI runs for them too.
 
 Building the typer app costs several times what these commands do, on the critical path of every
 upgrade and rollback (the `upgrade` command, the candidate's daemon, `recover`, the last-good's
@@ -31,6 +31,14 @@ def run_daemon(opts: Globals) -> int:
     from ..agent.daemon import main as daemon_main
 
     return daemon_main(opts.node(lenient=True))
+
+
+def run_start_check(opts: Globals) -> int:
+    """`agent-fsm start-check`: the agent unit's ExecStartPre= (the last-good's binary): counts
+    a candidate's start; exit 1 refuses it once its starts are used up."""
+    from ..agent.start_check import main as start_check_main
+
+    return start_check_main(lambda: opts.node(lenient=True))
 
 
 def run_recover(opts: Globals) -> int:
@@ -144,6 +152,7 @@ def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
 
 COMMANDS: dict[tuple[str, ...], Callable[[Globals], int]] = {
     ("daemon",): run_daemon,
+    ("start-check",): run_start_check,
     (Trigger.recover.value,): run_recover,  # the command is named for the trigger it fires
     ("status", "--json"): run_status_json,
 }

@@ -90,7 +90,9 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         left = s["deadline_in_seconds"]
         deadline = (f"deadline in {span(left)}" if left >= 0
                     else f"deadline passed {span(left)} ago")
-        table.add_row("signal", f"upgrade {s['from']} → {s['to']}, attempt {s['attempt']} of "
+        # the starts counted by the last-good's start check, when the candidate counted fewer
+        attempt = max(s["attempt"], s.get("starts", 0))
+        table.add_row("signal", f"upgrade {s['from']} → {s['to']}, attempt {attempt} of "
                       f"{s['max_attempts']}, started {span(s['age_seconds'])} ago, {deadline} "
                       f"({when(s['deadline'])})")
     else:
@@ -114,6 +116,11 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         table.add_row("last result", result)
     else:
         table.add_row("last result", "none yet")
+    if st.crash_loop:
+        c = st.crash_loop
+        table.add_row("crash loop", Text(f"crash-looping: {c['restarts']} restarts since "
+                                         f"{when(c['since'])}, the last {span(st.time - c['last'])}"
+                                         " ago", style="red"))
     if st.owed:
         table.add_row("owed", f"{st.owed['trigger']}: {', '.join(st.owed['effects'])} "
                       "(resumed by the next start)")
@@ -270,6 +277,9 @@ def show_history(h: History) -> None:
         move.append(e.dest, style=TONE_STYLE.get(h.tones.get(e.dest, ""), ""))
         stamp = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
         why = "" if e.reason is None else f"{e.reason[0]}: {e.reason[1]}"
+        if e.crash_loop is not None:  # one entry for a crash loop: its count, since when
+            first = datetime.fromtimestamp(e.crash_loop[1], UTC).strftime("%Y-%m-%d %H:%M:%S")
+            why = f"crash loop: {e.crash_loop[0]} restarts since {first}, the last at {stamp}"
         table.add_row(stamp, e.trigger, move, versions, lasted, why)
     show(table)
     shown = len(h.entries)

@@ -253,6 +253,9 @@ class Controller:
             "release": pending.args.get("release"),
             "upgrade": versions,
             **({"skipped": skipped} if skipped else {}),
+            # A start systemd made after a crash (`restarts`: its count of them): the store
+            # records a crash loop as one entry.
+            **({"restarts": 1} if pending.args.get("restarts") else {}),
             **reasons.entry_keys(doc.last_result, set(RESULT_EFFECTS) & set(t.effect_names)),
         }
         # Counted in the same write that records the transition: exactly once, crash or not.

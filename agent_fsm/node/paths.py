@@ -103,6 +103,11 @@ class Paths(NamedTuple):
         return self.state_dir / "last-good-assets.json"
 
     @property
+    def systemd_file(self) -> Path:
+        """The host's systemd version as last asked, with the boot it was asked in (`render`)."""
+        return self.state_dir / "systemd.json"
+
+    @property
     def hold_file(self) -> Path:
         """The operator's hold on upgrades (`agent-fsm hold`), if any."""
         return self.state_dir / "hold.json"

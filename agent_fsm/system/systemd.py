@@ -30,6 +30,8 @@ class Systemd(Protocol):
 
     def reload_needed(self, units: Sequence[str]) -> bool: ...
 
+    def version(self) -> int: ...
+
 
 class Systemctl:
     """The real thing: `systemctl` in a subprocess.
@@ -97,6 +99,17 @@ class Systemctl:
         fresh = {b.get("Id") for b in blocks
                  if b.get("LoadState") == "loaded" and b.get("NeedDaemonReload") == "no"}
         return not set(units) <= fresh
+
+
+    def version(self) -> int:
+        """systemd's version, from `systemctl --version` ("systemd 252 (252.36-1~deb12u1)")."""
+        done = self._run("--version", timeout=min(self.timeout, SHOW_TIMEOUT))
+        words = done.stdout.split()
+        if len(words) < 2 or words[0] != "systemd" or not words[1].isdigit():
+            first = done.stdout.splitlines()[0] if done.stdout else "nothing"
+            raise SystemdError(f"`{shlex.join([*self.prefix, '--version'])}` printed {first!r}, "
+                               "expected `systemd N …`")
+        return int(words[1])
 
 
 def _properties(text: str) -> dict[str, str]:

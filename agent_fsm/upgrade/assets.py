@@ -27,6 +27,7 @@ def hold_assets(effectors: Effectors, step: Step) -> None:
     if len(on_disk) == len(where):
         return  # nothing missing
     # Only the last-good's: the candidate's release and templates are never read here.
+    effectors.systemd_version()  # what the kept copy was rendered for, if it was this boot
     found = kept_assets.last_good(effectors.paths, effectors.releases)
     log.log(logging.WARNING if found.fallback else logging.INFO,
             "upgrade pending: restoring missing asset(s) %s", found.source)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ReleaseError, SignalError
+from ..errors import AgentFsmError, ReleaseError, SignalError
 from ..machine.engine import Step
 from ..node.assets import render as assets
 from ..node.paths import Paths
@@ -37,8 +37,29 @@ class Effectors:
     def signal(self) -> signal.UpgradeSignal | None:
         return signal.read(self.paths.signal_file)
 
+    def systemd_version(self) -> int | None:
+        """The host's systemd version, asked through systemctl once a boot and kept where every
+        renderer reads it (`render.systemd_version`); None when it cannot be asked now (the
+        unit is then rendered for the oldest systemd, and the next render asks again)."""
+        known = assets.systemd_version(self.paths)
+        if known is not None:
+            return known
+        try:
+            asked = self.systemd.version()
+            assets.remember_systemd_version(self.paths, asked)
+        except (AgentFsmError, OSError) as exc:
+            import logging
+
+            logging.getLogger("agent_fsm").warning(
+                "could not ask or keep systemd's version (%s): rendering the agent unit for the "
+                "oldest systemd; the next start asks again", exc)
+            return None
+        return asked
+
     def rendered(self, version: str | None = None) -> tuple[assets.Asset, ...]:
-        """The assets the given (default: selected) release would write for this node."""
+        """The assets the given (default: selected) release would write for this node and its
+        systemd."""
+        self.systemd_version()
         version = version or self.releases.selected()
         if version is None:
             raise ReleaseError("no release is selected; install one with `agent-fsm install`")

@@ -55,7 +55,9 @@ def promote_last_good(effectors: Effectors, step: Step) -> None:
     if selected is None:
         raise ReleaseError("no release is selected, so none can be promoted to last-good")
     # Keep its rendered assets first, so holding them during the next upgrade needs no
-    # release directory (a crash before the pointer moves re-runs both).
+    # release directory (a crash before the pointer moves re-runs both). Rendered for this
+    # host's systemd, as `write_assets` renders them.
+    effectors.systemd_version()
     failed = kept_assets.keep_release(effectors.paths, effectors.releases, selected)
     if failed is not None:
         log.error("release %s's assets cannot be kept for the way back: %s", selected, failed)

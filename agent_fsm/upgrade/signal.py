@@ -53,6 +53,6 @@ def count_attempt(effectors: Effectors, step: Step) -> None:
     if sig is None or attempt is None or sig.attempt == attempt:
         return
     deadline = effectors.clock.now() + effectors.paths.config.judgment.deadline_seconds
+    # `_replace`: the starts the last-good's start check counted are kept.
     signal.write(effectors.paths.signal_file,
-                 signal.UpgradeSignal(sig.from_version, sig.to_version, int(attempt),
-                                      sig.started, deadline))
+                 sig._replace(attempt=int(attempt), deadline=deadline))

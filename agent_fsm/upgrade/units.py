@@ -1,17 +1,17 @@
 """What the machine asks systemd of the agent's units: reset the agent unit's start limit,
 restart and enable it, start the recovery unit, and have systemd read the unit files again.
 
-`reload_systemd` is unconditional: besides reading the files, a `daemon-reload` resets
-systemd's count of the agent unit's starts, and a converged agent restarted by hand or after a
-crash relies on it not to reach `StartLimitBurst=` (`tests/e2e/test_upgrades.py`, plain
-restarts).
+`reload_systemd` is unconditional, where every asset was just written (`install`, `activate`,
+`complete`). Nothing relies on a reload's side effects: up to systemd 254 a `daemon-reload`
+also reset a unit's start count, since 255 it does not, and the agent unit has no start limit
+(`StartLimitIntervalSec=0`: its starts are counted by `agent.start_check`).
 
-`reload_systemd_if_changed` is for the way back (`recovered`): the last-good's files were
-held, byte for byte, since systemd last loaded them, so the reload that re-reads every unit of
-the host (70 to 160 ms in the end-to-end sandbox, more on a full host) is needed only if a
-file was written since — which systemd tells (`NeedDaemonReload=`) in one `systemctl show`.
-Any doubt (a unit not loaded, systemctl failing) means reloading. The start-limit count it
-leaves is the one `recover` reset before this start.
+`reload_systemd_if_changed` is for a start (`settle`) and the way back (`recovered`): the
+files were written by an earlier start or held, byte for byte, since systemd last loaded them,
+so the reload that re-reads every unit of the host (70 to 160 ms in the end-to-end sandbox,
+more on a full host) is needed only if a file was written since — which systemd tells
+(`NeedDaemonReload=`) in one `systemctl show`. Any doubt (a unit not loaded, systemctl
+failing) means reloading.
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ class Entry:
     lasted: float | None  # seconds in `dest` from here until it was left (or until now)
     current: bool  # this entry began the stay the node is still in
     reason: tuple[str, str] | None = None  # (class, words) of the result this transition reported
+    # A crash loop's one entry (starts after crashes): how many restarts, since when; `time`
+    # is the latest one's.
+    crash_loop: tuple[int, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -43,6 +46,8 @@ class Entry:
             "current": self.current,
             "reason_class": None if self.reason is None else self.reason[0],
             "reason": None if self.reason is None else self.reason[1],
+            "restarts": None if self.crash_loop is None else self.crash_loop[0],
+            "first": None if self.crash_loop is None else self.crash_loop[1],
         }
 
 
@@ -77,6 +82,7 @@ def timeline(raw: Sequence[dict[str, Any]], now: float) -> tuple[Entry, ...]:
             upgrade=None if not up else (str(up["from"]), str(up["to"])),
             lasted=length, current=current,
             reason=(str(e["reason_class"]), str(e.get("reason"))) if "reason_class" in e else None,
+            crash_loop=(int(e["restarts"]), float(e["first"])) if "restarts" in e else None,
         ))
     return tuple(out)
 

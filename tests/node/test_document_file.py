@@ -22,7 +22,7 @@ from agent_fsm.errors import (
     SignalError,
     StateFileError,
 )
-from agent_fsm.node.assets import kept
+from agent_fsm.node.assets import kept, render
 from agent_fsm.node.records import hold, hook_failures, known_bad
 from agent_fsm.node.runtime import signal
 from agent_fsm.node.state import document_file, store, validate
@@ -257,6 +257,13 @@ CASES = {
                         lambda w: _raises(AssetError,
                                           lambda: kept.read(w.paths.last_good_assets)),
                         lambda w: kept.keep_release(w.paths, w.node.releases, "1.0.0")),
+    # unreadable, it is read as unknown (the unit rendered for the oldest systemd), and asked again
+    "systemd": Case(render.SYSTEMD_KIND, lambda w: w.paths.systemd_file,
+                    lambda w: render.remember_systemd_version(w.paths, 257),
+                    lambda w: _dumps({"version": 257, "boot_id": render.boot_id()}),
+                    lambda w: render.systemd_version(w.paths),
+                    lambda w: "" if render.systemd_version(w.paths) is None else "read",
+                    lambda w: render.remember_systemd_version(w.paths, 257)),
     "result": Case(validate.RESULT, lambda w: w.paths.outbox_dir / "10000-2.0.0.json",
                    lambda w: _publisher(w).record(RESULT), lambda w: _dumps(RESULT.to_json()),
                    lambda w: validate.RESULT.read(w.paths.outbox_dir / "10000-2.0.0.json"),
@@ -301,7 +308,7 @@ class TestEveryKind:
         path.write_bytes(damaged)
         said = case.refused(node)
         assert path.read_bytes() == damaged
-        if name != "hook-failures":  # read as none
+        if name not in ("hook-failures", "systemd"):  # read as none
             assert str(path) in said and "checksum" in said and "\n" not in said, said
 
     @pytest.mark.parametrize("name", list(CASES))

@@ -229,6 +229,7 @@ class TestUnitsAsSystemdParsesThem:
         _write(recovery, rendered["recovery.service"])
         _write(probe / "basic.target", "[Unit]\nDescription=test mode needs one\n")
         _write(paths.host_selected / "bin" / "agent-fsm", STUB, 0o755)
+        _write(paths.host_last_good / "bin" / "agent-fsm", STUB, 0o755)  # the start check's
         _write(paths.host_recovery_script, rendered["recovery.sh"], 0o755)
         for d, _, _ in os.walk(ex):
             Path(d).chmod(0o755)

@@ -1,5 +1,5 @@
-"""Back on the last-good, systemd is reloaded only when a unit file changed; every other
-transition that writes the assets reloads it always (its reload also resets the start limit)."""
+"""A start and the way back reload systemd only when a unit file changed; every transition
+that writes all the assets reloads it always. No reload is made for its side effects."""
 
 from __future__ import annotations
 
@@ -49,11 +49,23 @@ class TestRecovered:
         assert world.assets_on_disk() == world.rendered("1.0.0")
 
 
-def test_a_start_always_reloads(world: World) -> None:
-    """A converged start (`settle`) reloads systemd without asking, even with nothing written:
-    that reload is also what keeps a converged agent's restarts off the start limit."""
-    world.installed("1.0.0")
-    world.systemd.loaded_fresh = True
-    before = len(world.systemd.calls)
-    world.node.controller.fire("settle")
-    assert world.systemd.calls[before:] == [RELOAD]
+class TestSettle:
+    def test_a_start_with_nothing_changed_does_not_reload(self, world: World) -> None:
+        """A converged start (`settle`) whose unit files systemd has as they are on disk does
+        not reload systemd: nothing depends on a reload's side effect."""
+        world.installed("1.0.0")
+        world.systemd.loaded_fresh = True
+        before = len(world.systemd.calls)
+        world.node.controller.fire("settle")
+        assert RELOAD not in world.systemd.calls[before:]
+        assert world.node.gate.is_open()
+
+    def test_a_start_that_rewrote_a_unit_reloads(self, world: World) -> None:
+        """A converged start that rewrote a unit file reloads systemd before opening the gate."""
+        world.installed("1.0.0")
+        world.paths.agent_unit.write_text("[Service]\nExecStart=/bin/true\n")
+        world.systemd.loaded_fresh = False
+        before = len(world.systemd.calls)
+        world.node.controller.fire("settle")
+        assert world.systemd.calls[before:] == [BOTH, RELOAD]
+        assert world.assets_on_disk() == world.rendered("1.0.0")

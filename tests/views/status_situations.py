@@ -62,7 +62,7 @@ def _owed(w: World) -> None:
     w.installed("1.0.0")
     doc = w.node.store.read()
     doc.pending = Pending("settle", "converged", "converged",
-                          ["converge_assets", "reload_systemd", "open_gate"], 1, {}, 0.0)
+                          ["converge_assets", "reload_systemd_if_changed", "open_gate"], 1, {}, 0.0)
     w.node.store.write(doc)
 
 

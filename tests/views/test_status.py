@@ -24,7 +24,7 @@ STATUS_KEYS = {
     "name", "time", "state", "meaning", "situation", "state_since", "state_seconds",
     "selected", "last_good", "candidate", "releases", "signal", "gate", "held_assets",
     "assets", "assets_compared_with", "assets_error", "last_result", "owed", "skipped", "allowed",
-    "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error",
+    "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error", "crash_loop",
 }
 SIGNAL_KEYS = {"from", "to", "attempt", "max_attempts", "started", "deadline", "age_seconds",
                "deadline_in_seconds"}
@@ -178,11 +178,11 @@ class TestNextAction:
         from agent_fsm.node.state.store import Pending
 
         doc.pending = Pending("settle", "converged", "converged",
-                              ["converge_assets", "reload_systemd", "open_gate"], 1, {}, 0.0)
+                              ["converge_assets", "reload_systemd_if_changed", "open_gate"], 1, {}, 0.0)
         world.node.store.write(doc)
         st = status(world.node)
-        assert st.owed is not None and st.owed["effects"] == ["reload_systemd", "open_gate"]
-        assert st.next.summary.startswith("an interrupted settle still owes reload_systemd")
+        assert st.owed is not None and st.owed["effects"] == ["reload_systemd_if_changed", "open_gate"]
+        assert st.next.summary.startswith("an interrupted settle still owes reload_systemd_if_changed")
 
 
 class TestJson:

@@ -1,4 +1,5 @@
-"""`agent-fsm daemon`: the agent unit's main process (Type=notify)."""
+"""`agent-fsm daemon`: the agent unit's main process (Type=notify); `start-check`, its
+ExecStartPre=."""
 
 from __future__ import annotations
 
@@ -16,3 +17,15 @@ def daemon(ctx: typer.Context) -> None:
     from ..fast_path import run_daemon  # the code `agent-fsm daemon` runs without the full CLI
 
     raise typer.Exit(run_daemon(options.of(ctx)))
+
+
+def start_check(ctx: typer.Context) -> None:
+    """Run as the agent unit's ExecStartPre= (the last-good's binary): count a candidate's
+    start; once max_attempts starts are used up, start the recovery unit and exit 1, refusing
+    the start. Without an upgrade pending it does nothing and exits 0.
+
+    Example (in the unit): ExecStartPre=/var/lib/agent-fsm/last-good/bin/agent-fsm start-check
+    """
+    from ..fast_path import run_start_check  # the code the unit runs without the full CLI
+
+    raise typer.Exit(run_start_check(options.of(ctx)))

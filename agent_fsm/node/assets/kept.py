@@ -23,7 +23,7 @@ from ..paths import Paths
 from ..releases.pointers import Releases
 from ..state import validate
 from ..state.document_file import Kind
-from .render import TEMPLATES, Asset, render, targets, variables
+from .render import TEMPLATES, Asset, render, systemd_version, targets, variables
 
 SCHEMA = 1
 FILE_MODE = 0o600  # in the agent's private state dir; nobody else needs to read it
@@ -41,7 +41,7 @@ class KeptAssets:
 
     def fits(self, paths: Paths) -> bool:
         """Whether rendering the release now would give these bytes: same host values."""
-        return self.rendered_for == variables(paths, self.version)
+        return self.rendered_for == variables(paths, self.version, systemd_version(paths))
 
     def assets(self, paths: Paths) -> tuple[Asset, ...]:
         """The kept assets at this host's paths, in the order of TEMPLATES."""
@@ -131,7 +131,7 @@ def keep(paths: Paths, version: str, rendered: tuple[Asset, ...]) -> None:
                          f"{', '.join(sorted(contents))}, expected {', '.join(TEMPLATES)}")
     body: dict[str, Any] = {
         "version": version,
-        "rendered_for": variables(paths, version),
+        "rendered_for": variables(paths, version, systemd_version(paths)),
         "assets": {name: {"mode": a.mode, "content": base64.b64encode(a.content).decode()}
                    for name, a in sorted(contents.items())},
     }

@@ -10,7 +10,15 @@ are compared with what is on disk and written in one of three ways:
 - write all.
 
 Every value goes through `quoted` first: a unit's by systemd's rules, the script's by the
-shell's (`quoting`), so no host value can add a line, a setting or a command.
+shell's (`quoting`), so no host value can add a line, a setting or a command. The one
+exception, `restart_growth`, is lines this module writes from numbers alone.
+
+Some unit settings exist only in newer systemds (`RestartSteps=`, `RestartMaxDelaySec=`,
+`RestartMode=`: 254), and an older one warns about a key it does not know. So the agent unit is
+rendered for the host's systemd: its version, asked once a boot through the systemctl effector
+(`upgrade.effectors.Effectors.rendered`) and kept in `<state_dir>/systemd.json`, which every
+renderer (the daemon, `recover`, `status`) reads. Unknown (never asked, or asked in an earlier
+boot): rendered as for the oldest systemd, valid everywhere.
 """
 
 from __future__ import annotations
@@ -20,13 +28,79 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ... import files
-from ...errors import AssetError
+from ...errors import AssetError, DocumentError
 from ..paths import Paths
 from ..quoting import shell_word, unit_path, unit_token, unit_word
+from ..state import validate
+from ..state.document_file import Kind
 
 UNIT_MODE = 0o644
 SCRIPT_MODE = 0o755
 TEMPLATES = ("agent.service", "recovery.service", "recovery.sh")
+
+# The restart policy of a converged agent (docs/systemd.md, "Start limits"): restarted for ever,
+# the delay growing from RestartSec= to RESTART_MAX_DELAY over RESTART_STEPS restarts (about
+# doubling each time from 1 s), where systemd can (RESTART_GROWTH_SINCE); a constant
+# RestartSec= before that.
+RESTART_GROWTH_SINCE = 254
+RESTART_MAX_DELAY = 60.0
+RESTART_STEPS = 6
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def _systemd_body(body: dict[str, object], _schema: int) -> None:
+    validate.count(body.get("version", validate.MISSING), "version")
+    if not isinstance(body.get("boot_id"), str):
+        raise validate.invalid("boot_id", body.get("boot_id", validate.MISSING), "a string")
+
+
+SYSTEMD_KIND = Kind("systemd", "systemd version file", "the systemd version", 1, _systemd_body,
+                    4 << 10, 0o644)
+
+
+def boot_id() -> str:
+    """This boot's id (the kernel's), empty when it cannot be read."""
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
+
+
+def systemd_version(paths: Paths) -> int | None:
+    """The host's systemd version as asked in this boot; None when not asked in this boot (or
+    its file cannot be read: a renderer then renders for the oldest systemd)."""
+    try:
+        body = SYSTEMD_KIND.read(paths.systemd_file)
+    except DocumentError:
+        return None
+    if body is None or body["boot_id"] != boot_id():
+        return None
+    return int(body["version"])
+
+
+def remember_systemd_version(paths: Paths, version: int) -> None:
+    """Keep the version systemctl reported, for this boot. DiskError if it cannot be written."""
+    SYSTEMD_KIND.write(paths.systemd_file, {"version": version, "boot_id": boot_id()})
+
+
+def _seconds(value: float) -> str:
+    """Seconds to the microsecond systemd counts in, written as given: 1 stays "1"."""
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def restart_growth(systemd: int | None, restart_seconds: float) -> str:
+    """The agent unit's lines after `RestartSec=` for this systemd: growing delays and
+    `RestartMode=direct` where it has them, else a comment saying why not. Numbers only."""
+    if systemd is None or systemd < RESTART_GROWTH_SINCE:
+        which = "of unknown version" if systemd is None else str(systemd)
+        return (f"# systemd {which}: RestartSteps=, RestartMaxDelaySec= and RestartMode= need "
+                f"{RESTART_GROWTH_SINCE}; every restart waits RestartSec=.")
+    lines = []
+    if restart_seconds < RESTART_MAX_DELAY:
+        lines += [f"RestartSteps={RESTART_STEPS}", f"RestartMaxDelaySec={_seconds(RESTART_MAX_DELAY)}"]
+    # An automatic restart is not a failure: OnFailure= (recovery) only when the unit fails.
+    lines.append("RestartMode=direct")
+    return "\n".join(lines)
 
 
 class Asset(NamedTuple):
@@ -42,8 +116,9 @@ class Asset(NamedTuple):
         return self.on_disk() == self.content
 
 
-def variables(paths: Paths, version: str) -> dict[str, str]:
-    """The names a template may use: host values as they are (`quoted` writes them)."""
+def variables(paths: Paths, version: str, systemd: int | None = None) -> dict[str, str]:
+    """The names a template may use: host values as they are (`quoted` writes them); the unit
+    rendered for `systemd`'s version (None: the oldest)."""
     judgment = paths.config.judgment
     # The unit's start timeout bounds the whole judgment: deadline plus soak plus a margin for
     # resuming owed effects and writing the assets.
@@ -63,11 +138,11 @@ def variables(paths: Paths, version: str) -> dict[str, str]:
         "recovery_unit": paths.recovery_unit_name,
         "recovery_script": str(paths.host_recovery_script),
         "timeout_start_sec": str(timeout),
-        # A candidate that keeps failing hits the start limit after max_attempts starts, and
-        # systemd's OnFailure= starts recovery: no long restart loop.
+        # A candidate's starts are counted by the last-good's `start-check` (ExecStartPre=),
+        # which starts recovery once max_attempts are used up (older templates: StartLimitBurst=).
         "max_attempts": str(judgment.max_attempts),
-        # Seconds to the microsecond systemd counts in, written as given: 1 stays "1".
-        "restart_sec": f"{judgment.restart_seconds:.6f}".rstrip("0").rstrip("."),
+        "restart_sec": _seconds(judgment.restart_seconds),
+        "restart_growth": restart_growth(systemd, judgment.restart_seconds),
     }
 
 
@@ -77,6 +152,7 @@ def variables(paths: Paths, version: str) -> dict[str, str]:
 _UNIT_TOKENS = {"name", "version", "agent_unit", "recovery_unit", "timeout_start_sec",
                 "max_attempts", "restart_sec"}
 _UNIT_WORDS = {"config"}
+_RAW = {"restart_growth"}  # lines `restart_growth` writes from numbers alone
 
 
 def quoted(values: dict[str, str], template_name: str) -> dict[str, str]:
@@ -84,6 +160,9 @@ def quoted(values: dict[str, str], template_name: str) -> dict[str, str]:
     script's by the shell's. AssetError (one line, naming the value) if one cannot be written."""
     out = {}
     for key, value in values.items():
+        if key in _RAW:
+            out[key] = value if not template_name.endswith(".sh") else ""
+            continue
         if template_name.endswith(".sh"):
             quote = shell_word
         else:
@@ -107,9 +186,10 @@ def targets(paths: Paths) -> dict[str, tuple[Path, Path, int]]:
 
 
 def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
-    """Render a release's asset templates for this host, in the order of TEMPLATES."""
+    """Render a release's asset templates for this host and its systemd (`systemd_version`),
+    in the order of TEMPLATES."""
     where = targets(paths)
-    values = variables(paths, version)
+    values = variables(paths, version, systemd_version(paths))
     out: list[Asset] = []
     for template_name in TEMPLATES:
         template_path = release_dir / "assets" / template_name

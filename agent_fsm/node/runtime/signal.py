@@ -2,8 +2,10 @@
 
 While it exists, the service assets on disk are the last-good version's and are held. It names
 the versions, counts the candidate's starts (so a restarted candidate can judge itself failed)
-and carries the judgment's deadline. `<state_dir>/upgrade-signal.json`, a document of kind
-`signal` (`document_file`).
+and carries the judgment's deadline. `attempt` is counted by the candidate's daemon; `starts`
+by the last-good's `start-check` before the candidate's code runs (absent: none counted), so a
+candidate that crashes before it counts is still bounded. `<state_dir>/upgrade-signal.json`,
+a document of kind `signal` (`document_file`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class UpgradeSignal(NamedTuple):
     attempt: int
     started: float
     deadline: float
+    starts: int = 0  # counted by the last-good's start check (agent.start_check)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -34,6 +37,7 @@ class UpgradeSignal(NamedTuple):
             "attempt": self.attempt,
             "started": self.started,
             "deadline": self.deadline,
+            **({"starts": self.starts} if self.starts else {}),  # absent when none: as before
         }
 
     def next_attempt(self) -> UpgradeSignal:
@@ -56,6 +60,7 @@ def read(path: Path) -> UpgradeSignal | None:
         attempt=data["attempt"],
         started=float(data["started"]),
         deadline=float(data["deadline"]),
+        starts=data.get("starts", 0),
     )
 
 

@@ -54,7 +54,7 @@ class StateDoc(_Fields):
     """The state file's contents; a missing file is `StateDoc(state=<initial>)`."""
 
     __slots__ = ("state", "upgrade", "pending", "last_result", "counters", "seq",  # noqa: RUF023
-                 "since", "last_transition", "skipped", "unsynced", "legacy")
+                 "since", "last_transition", "skipped", "unsynced", "legacy", "crash_loop")
 
     def __init__(self, state: str, upgrade: Upgrade | None = None,
                  pending: Pending | None = None, last_result: dict[str, Any] | None = None,
@@ -62,7 +62,8 @@ class StateDoc(_Fields):
                  since: float | None = None, last_transition: float | None = None,
                  skipped: list[dict[str, Any]] | None = None,
                  unsynced: list[dict[str, Any]] | None = None,
-                 legacy: list[dict[str, Any]] | None = None) -> None:
+                 legacy: list[dict[str, Any]] | None = None,
+                 crash_loop: dict[str, Any] | None = None) -> None:
         self.state = state
         self.upgrade = upgrade
         self.pending = pending
@@ -75,3 +76,6 @@ class StateDoc(_Fields):
         self.skipped: list[dict[str, Any]] = [] if skipped is None else skipped
         self.unsynced: list[dict[str, Any]] = [] if unsynced is None else unsynced
         self.legacy = legacy  # an old file's history, to move to the journal
+        # The crash loop the last entry stands for (`store.record`): {seq, trigger, restarts,
+        # first, last}; None when the last entry is no start after a crash.
+        self.crash_loop = crash_loop

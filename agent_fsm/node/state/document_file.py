@@ -33,6 +33,7 @@ file and the kept assets always carried.
 | `known-bad.json` (`known_bad`)           | `known-bad`     | 1      | no schema            |
 | `hook-failures.json` (`hook_failures`)   | `hook-failures` | 1      | 1, no checksum       |
 | `last-good-assets.json` (`kept`)         | `kept-assets`   | 1      | 1                    |
+| `systemd.json` (`assets.render`)         | `systemd`       | 1      | (new)                |
 | `results/*.json`, `outbox/*.json`        | `result`        | 1      | no schema            |
 | `releases/.images/<version>` (`origins`) | `image-record`  | 1      | 1, no checksum       |
 

@@ -57,6 +57,14 @@ def _reason_class(value: Any, field: str, names: Names) -> None:
     one_of(value, field, CLASSES)
 
 
+def _restarts(value: Any, field: str, names: Names) -> None:
+    count(value, field)
+
+
+def _first(value: Any, field: str, names: Names) -> None:
+    time(value, field)
+
+
 # Keys kept by some entries only, each with its checker: the trigger that superseded this owed
 # transition, the tolerant effects that failed and were let pass, why the result it reported
 # came out so (`reasons.entry_keys`). A new one is one line here.
@@ -65,6 +73,9 @@ OPTIONAL_ENTRY_KEYS: dict[str, Callable[[Any, str, Names], None]] = {
     "skipped": _skipped,
     "reason": _reason,
     "reason_class": _reason_class,
+    # a start after a crash: the restarts of its crash loop so far, and when the first was
+    "restarts": _restarts,
+    "first": _first,
 }
 _COMMON_KEYS = frozenset({"time", "trigger", "from", "to", "release", "upgrade"})
 # The most entries a state file may carry unsynced: the writer carries `journal.SYNC_EVERY`;

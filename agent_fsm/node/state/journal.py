@@ -207,6 +207,14 @@ class Journal:
             return None
         return None if at >= seq else [e for e in carried if _seq(e) > at]
 
+    def replace_last(self, entry: dict[str, Any], limit: int,
+                     carried: Entries = ()) -> list[dict[str, Any]]:
+        """Replace the last committed entry with `entry`, numbered as it (one more restart of a
+        crash loop: `store.Store.repeat`): the journal rewritten atomically and durably, so it
+        does not grow. Returns the entries the state file carries then: none."""
+        self._rewrite_with(entry, limit, [e for e in carried if _seq(e) < _seq(entry)])
+        return []
+
     def _rewrite_with(self, entry: dict[str, Any], limit: int, carried: Entries) -> None:
         raw = files.read_bytes(self.path) or b""
         old = self.parse(raw, _seq(entry) - 1, carried)

@@ -38,6 +38,9 @@ SCHEMA = 2  # 1: the history was a list inside the state file
 FILE_MODE = 0o644
 MAX_BYTES = 256 << 20  # as good as none (it had none): what it keeps is not bounded in bytes
 ANY_NAMES = entries.Names()  # what a reader not given the machine's names accepts: any
+# Starts after crashes at most this far apart (seconds, by their entries' times) are one crash
+# loop: well above systemd's longest restart delay here (`render.RESTART_MAX_DELAY`).
+CRASH_LOOP_WINDOW = 600.0
 
 
 def check_body(body: dict[str, Any], schema: int, names: entries.Names = ANY_NAMES) -> None:
@@ -73,6 +76,7 @@ def _body(doc: StateDoc) -> dict[str, Any]:
         "skipped": doc.skipped,
         **({} if doc.counters is None else {"counters": doc.counters}),
         **({"unsynced": doc.unsynced} if doc.unsynced else {}),  # absent when none: as before
+        **({"crash_loop": doc.crash_loop} if doc.crash_loop else {}),  # absent when none
     }
 
 
@@ -151,6 +155,7 @@ class Store:
             doc.seq, doc.since = data["seq"], data["since"]
             doc.last_transition, doc.skipped = data["last_transition"], list(data["skipped"])
             doc.unsynced = list(data.get("unsynced", ()))
+            doc.crash_loop = data.get("crash_loop")
         return doc
 
     def write(self, doc: StateDoc) -> None:
@@ -169,7 +174,23 @@ class Store:
         the state file written with its `seq` and a copy of the entries not yet fsynced (the
         journal's answer). A crash between the two leaves the entry beyond the state's `seq`:
         readers drop it, the resumed transition replaces it. `limit`: the history_limit. The
-        caller holds the lock."""
+        caller holds the lock.
+
+        A start after a crash (an entry with `restarts`: systemd restarted the unit) that
+        follows one of the same trigger within CRASH_LOOP_WINDOW is the same crash loop: it
+        replaces that entry, with one restart more (`repeat`), so a crash loop is one entry
+        and the journal does not grow with it."""
+        loop = doc.crash_loop
+        if entry.get("restarts"):
+            if loop is not None and loop["seq"] == doc.seq and loop["trigger"] == entry["trigger"] \
+                    and entry["time"] - loop["last"] < CRASH_LOOP_WINDOW:
+                self.repeat(doc, entry, limit)
+                return
+            entry = {**entry, "restarts": 1, "first": entry["time"]}
+            doc.crash_loop = {"seq": doc.seq + 1, "trigger": entry["trigger"], "restarts": 1,
+                              "first": entry["time"], "last": entry["time"]}
+        else:
+            doc.crash_loop = None
         seq = doc.seq + 1
         try:
             if doc.legacy is not None:  # the old history first, numbered 1 to len
@@ -184,6 +205,24 @@ class Store:
             doc.since = float(entry["time"])
         doc.last_transition = float(entry["time"])
         doc.skipped = advanced_skipped(doc.skipped, entry, self._cycle_starts)[-limit:]
+        self.write(doc)
+
+    def repeat(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
+        """Commit a start after a crash as one more restart of the crash loop the last entry
+        stands for: that entry replaced in the journal (rewritten atomically), then the state
+        file. The count comes from the state file, so a crash between the two and the resumed
+        transition count this restart once."""
+        loop = doc.crash_loop
+        assert loop is not None
+        loop = {**loop, "restarts": loop["restarts"] + 1, "last": entry["time"]}
+        merged = {**entry, "seq": doc.seq, "restarts": loop["restarts"], "first": loop["first"]}
+        try:
+            doc.unsynced = self.journal.replace_last(merged, limit, doc.unsynced)
+        except OSError as exc:
+            raise files.disk_error(exc, f"rewrite the history journal {self.journal.path}",
+                                   self.journal.path.parent) from exc
+        doc.crash_loop = loop
+        doc.last_transition = float(entry["time"])
         self.write(doc)
 
     def history(self, doc: StateDoc | None = None) -> list[dict[str, Any]]:

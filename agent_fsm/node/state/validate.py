@@ -161,6 +161,8 @@ def signal_body(data: Any) -> None:
     count(s.get("attempt", MISSING), "attempt")
     time(s.get("started", MISSING), "started")
     time(s.get("deadline", MISSING), "deadline")
+    if "starts" in s:
+        count(s["starts"], "starts")
 
 
 # The values `Effectors.prepare` and the engine fix in a transition's arguments; others are kept as
@@ -230,3 +232,10 @@ def state_body(data: Mapping[str, Any], states: Collection[str] | None = None,
         result_body(last, "last_result")
     if data.get("counters") is not None:
         _counters(data["counters"])
+    if data.get("crash_loop") is not None:
+        loop = obj(data["crash_loop"], "crash_loop")
+        count(loop.get("seq", MISSING), "crash_loop.seq")
+        name(loop.get("trigger", MISSING), "crash_loop.trigger", triggers, "trigger")
+        count(loop.get("restarts", MISSING), "crash_loop.restarts")
+        time(loop.get("first", MISSING), "crash_loop.first")
+        time(loop.get("last", MISSING), "crash_loop.last")

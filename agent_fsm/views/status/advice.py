@@ -81,6 +81,18 @@ def next_action(node: Node | Reader, doc: StateDoc, sig: UpgradeSignal | None, g
     return ADVICE[on_start](seen)
 
 
+def crash_looping(action: NextAction, loop: dict[str, Any], now: float, unit: str) -> NextAction:
+    """`action` after the words for a crash loop: "crash-looping: N restarts since T"."""
+    from datetime import UTC, datetime  # only for a node in a crash loop
+
+    since = datetime.fromtimestamp(loop["since"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return NextAction(
+        f"crash-looping: {loop['restarts']} restarts since {since} (the last "
+        f"{span(now - loop['last'])} ago); systemd keeps restarting {unit}, with growing "
+        f"delays where it can: see why in its journal; then: {action.summary}",
+        (f"journalctl -u {unit} -n 50", *action.commands))
+
+
 def _install(s: _Seen) -> NextAction:
     if s.releases:
         newest = max(s.releases, key=natural_key)
@@ -98,7 +110,7 @@ def _await_judgment(s: _Seen) -> NextAction:
     when = (f"deadline in {span(left)}" if left >= 0
             else f"the deadline passed {span(left)} ago; see {s.journal}")
     return NextAction(
-        f"wait for the judgment of {s.to} (attempt {s.sig.attempt} of "
+        f"wait for the judgment of {s.to} (attempt {max(s.sig.attempt, s.sig.starts)} of "
         f"{s.node.config.judgment.max_attempts}, {when}); or roll back now", (s.recover,))
 
 

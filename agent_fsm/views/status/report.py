@@ -16,7 +16,8 @@ from ...node.records import hold, hook_failures, known_bad
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
 from ...node.runtime.signal import UpgradeSignal
-from .advice import NextAction, next_action
+from ...node.state.store import CRASH_LOOP_WINDOW, StateDoc
+from .advice import NextAction, crash_looping, next_action
 from .advice import span as span  # render.py's durations
 from .assets import AssetView, compare
 
@@ -54,6 +55,7 @@ class Status(NamedTuple):
     inhibitors: tuple[dict[str, Any], ...]  # the workloads' inhibitor files, stale ones marked
     hooks: tuple[dict[str, Any], ...]  # configured: {when, trigger, argv, failed}
     known_bad: tuple[tuple[dict[str, Any], ...], str | None] = ((), None)  # marks, damage
+    crash_loop: dict[str, Any] | None = None  # null, or {restarts, since, last}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +85,7 @@ class Status(NamedTuple):
             "inhibitors": list(self.inhibitors),
             "hooks": list(self.hooks),
             "known_bad": list(self.known_bad[0]), "known_bad_error": self.known_bad[1],
+            "crash_loop": self.crash_loop,
         }
 
 
@@ -90,6 +93,15 @@ def _signal_json(sig: UpgradeSignal, now: float, max_attempts: int) -> dict[str,
     return {**sig.to_json(), "max_attempts": max_attempts,
             "age_seconds": max(now - sig.started, 0.0),
             "deadline_in_seconds": sig.deadline - now}
+
+
+def crash_loop(doc: StateDoc, now: float) -> dict[str, Any] | None:
+    """The crash loop the node is in: the latest transition is a start after a crash, the last
+    one less than CRASH_LOOP_WINDOW ago (`store.Store.record`); None otherwise."""
+    loop = doc.crash_loop
+    if loop is None or loop["seq"] != doc.seq or now - loop["last"] >= CRASH_LOOP_WINDOW:
+        return None
+    return {"restarts": loop["restarts"], "since": loop["first"], "last": loop["last"]}
 
 
 def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") -> Status:
@@ -109,6 +121,9 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         owed = {"trigger": p.trigger, "from": p.source, "to": p.dest,
                 "effects": p.effects[p.done:]}
     action = next_action(node, doc, sig, gate_open, now, known_bad.without(node.paths, releases), prog)
+    loop = crash_loop(doc, now)
+    if loop is not None:
+        action = crash_looping(action, loop, now, node.paths.agent_unit_name)
     if owed is not None:
         action = NextAction(
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}, resumed "
@@ -143,4 +158,5 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         inhibitors=inhibitors.view(node.paths),
         hooks=hook_failures.view(node.config.hooks, node.paths.state_dir),
         known_bad=known_bad.view(node.paths),
+        crash_loop=loop,
     )

@@ -1,0 +1,77 @@
+"""`agent-fsm start-check`: the agent unit's `ExecStartPre=`, run with the last-good's binary.
+
+Start limits are agent-fsm's policy, not systemd's (the unit has `StartLimitIntervalSec=0`):
+systemd's count of a unit's starts is reset by a `daemon-reload` up to systemd 254 and kept by
+one since 255, so a candidate bounded by it never reaches recovery while anything else on the
+host reloads systemd (252), and a converged agent that crashes twice is left failed (257). So:
+
+- while an upgrade is pending and the candidate is selected, each start of the agent unit is
+  counted here, in the signal (`starts`), by the last-good's code and before the candidate's
+  runs: a candidate that crashes before its own daemon counts (a broken import, a launcher
+  that exits) is counted all the same, whatever reloads systemd;
+- once `max_attempts` starts are used up, the next start starts the recovery unit and is
+  refused (exit 1): the candidate's code does not run again. systemd restarts the unit as it
+  does after any failure, each refused start asks for recovery again (so a recovery unit that
+  could not start is retried), and once `recover` has selected the last-good the start goes on;
+- otherwise (no upgrade pending, or the last-good selected: the way back) it does nothing.
+
+Whatever fails here unexpectedly lets the start go on: a start check that cannot count must
+never be what keeps the agent down (the candidate's own daemon still counts its attempts).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ..errors import AgentFsmError
+from ..node.runtime import signal
+from ..wiring import Node
+
+log = logging.getLogger("agent_fsm")
+
+ALLOW = 0
+REFUSE = 1
+
+
+def start_check(node: Node) -> int:
+    """Count this start of a candidate; ALLOW it, or REFUSE it once its starts are used up
+    (after starting the recovery unit)."""
+    sig = node.signal()
+    if sig is None:
+        return ALLOW
+    selected = node.releases.selected()
+    if selected is None or selected == node.releases.last_good() or selected != sig.to_version:
+        return ALLOW  # the way back (the last-good starts), or nothing to count yet
+    with node.store.locked():
+        sig = node.signal()  # again, under the writers' lock: `recover` may have moved on
+        if sig is None or node.releases.selected() != sig.to_version:
+            return ALLOW
+        sig = sig._replace(starts=sig.starts + 1)
+        signal.write(node.paths.signal_file, sig)
+    most = node.config.judgment.max_attempts
+    if sig.starts <= most:
+        log.info("start %d of candidate %s (of %d allowed)", sig.starts, sig.to_version, most)
+        return ALLOW
+    log.error("candidate %s started %d times, more than max_attempts (%d): starting %s and "
+              "refusing this start", sig.to_version, sig.starts, most,
+              node.paths.recovery_unit_name)
+    try:
+        node.effectors.systemd.start(node.paths.recovery_unit_name)
+    except AgentFsmError as exc:  # refused all the same: the next restart asks again
+        log.error("could not start %s: %s", node.paths.recovery_unit_name, exc)
+    return REFUSE
+
+
+def main(open_node: Callable[[], Node]) -> int:
+    """Run the check; any unexpected failure (logged) lets the start go on. `open_node` builds
+    the node: a config that cannot be read is such a failure too."""
+    from .runtime import setup_logging
+
+    setup_logging()
+    try:
+        return start_check(open_node())
+    except Exception as exc:  # never keep the agent down over the check itself
+        log.warning("start check failed (%s: %s); letting the start go on", type(exc).__name__,
+                    exc)
+        return ALLOW

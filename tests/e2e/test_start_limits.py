@@ -1,0 +1,96 @@
+"""Start limits as agent-fsm's policy, through a real systemd: a converged agent that crashes is
+restarted for ever and never rolled back, and a candidate that crashes at start reaches recovery
+after max_attempts starts however often something else reloads systemd.
+
+Written for any systemd the sandbox boots (252 today, 257 on the Debian 13 node): the unit is
+rendered for the systemd that runs it, and nothing here depends on a reload's side effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from agent_fsm_lab.lab import NAME, RECOVERY_UNIT, UNIT, Lab, wait_until
+from agent_fsm_lab.sandbox import SystemdSandbox
+
+pytestmark = pytest.mark.e2e
+
+STORM_UNIT = "reload-storm.service"
+# What the lab's crashing candidate prints each time its code runs (lab.py, kind "crash").
+CANDIDATE_RAN = "candidate crashes at start"
+
+
+def _why(lab: Lab) -> str:
+    return lab.sb.diagnostics(UNIT, RECOVERY_UNIT)
+
+
+def _systemd_version(sb: SystemdSandbox) -> int:
+    return int(sb.run("systemctl", "--version").stdout.split()[1])
+
+
+@pytest.fixture
+def reload_storm(systemd_sandbox: SystemdSandbox) -> Iterator[None]:
+    """Another tenant of the host reloading systemd every 0.5 s (config management, another
+    agent crash-looping), as a unit of the sandbox: started here, stopped after the test."""
+    systemd_sandbox.write_unit(STORM_UNIT, "[Unit]\nDescription=daemon-reload every 0.5 s\n"
+                               "DefaultDependencies=no\n\n[Service]\nExecStart=/bin/sh -c "
+                               "'while :; do systemctl daemon-reload; echo reloaded; "
+                               "sleep 0.5; done'\n")
+    systemd_sandbox.systemctl("start", STORM_UNIT)
+    yield
+    systemd_sandbox.systemctl("stop", STORM_UNIT, check=False)
+
+
+def test_a_converged_agent_killed_again_and_again_is_restarted_and_never_rolled_back(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """A converged agent killed with SIGKILL five times in a row is restarted by systemd each
+    time (never left failed, recovery never started, still on its release), its history has
+    one crash-loop entry counting the five restarts, and status says it is crash-looping."""
+    lab = Lab(systemd_sandbox, restart=0.2, max_attempts=2)
+    lab.pack("1.0.0")
+    lab.install("1.0.0")
+    before = lab.history()
+    kills = 5
+    for _ in range(kills):
+        pid = lab.main_pid()
+        lab.sb.run("kill", "-9", str(pid))
+        assert wait_until(lambda pid=pid: lab.main_pid() not in (0, pid), 60), _why(lab)
+        lab.settled()
+    assert lab.sb.show(UNIT, "NRestarts") == str(kills)
+    assert lab.sb.show(RECOVERY_UNIT, "ExecMainStartTimestampMonotonic") == "0", _why(lab)
+    end = lab.status()
+    assert (end["selected"], end["last_good"], end["last_result"]) == ("1.0.0", "1.0.0", None)
+    history = lab.history()
+    assert len(history) == len(before) + 1, history[len(before):]
+    loop = history[-1]
+    assert (loop["trigger"], loop["restarts"]) == ("settle", kills), loop
+    assert end["crash_loop"]["restarts"] == kills
+    assert lab.cli("status").stdout.count("crash-looping: 5 restarts since") >= 1
+    # The unit was written for this systemd: no key it does not know.
+    assert "Unknown key" not in lab.sb.journal(), _why(lab)
+    if _systemd_version(lab.sb) >= 254:
+        assert lab.sb.show(UNIT, "RestartSteps") == "6"
+
+
+def test_a_crashing_candidate_reaches_recovery_after_max_attempts_during_a_reload_storm(
+        systemd_sandbox: SystemdSandbox, reload_storm: None) -> None:
+    """While systemd is reloaded every 0.5 s, a candidate that crashes at start (before its own
+    daemon counts anything) runs exactly max_attempts times, then the last-good's start check
+    starts recovery and the node rolls back to the last-good."""
+    lab = Lab(systemd_sandbox, restart=0.2, max_attempts=3)
+    lab.pack("1.0.0")
+    lab.install("1.0.0")
+    lab.pack("3.0.0", "crash")
+    proc = lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "90", check=False)
+    assert proc.returncode == 4, proc.stdout + proc.stderr + _why(lab)
+    end = lab.settled()
+    assert (end["selected"], end["last_good"]) == ("1.0.0", "1.0.0")
+    assert end["last_result"]["outcome"] == "rolled_back"
+    journal = lab.sb.journal(UNIT)
+    assert journal.count(CANDIDATE_RAN) == 3, journal
+    assert "more than max_attempts (3): starting" in journal, journal
+    storm = lab.sb.journal(STORM_UNIT)
+    assert storm.count("reloaded") >= 6, storm  # the storm did blow throughout
+    assert lab.sb.show(f"{NAME}.service", "ActiveState") == "active"

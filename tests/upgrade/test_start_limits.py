@@ -1,0 +1,224 @@
+"""Start limits as agent-fsm's policy: the agent unit rendered for the host's systemd, the
+last-good's start check that bounds a candidate, and a crash loop kept as one history entry."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent_fsm.agent.start_check import ALLOW, REFUSE, start_check
+from agent_fsm.node.assets import render
+from agent_fsm.node.config import Config
+from agent_fsm.node.state.store import CRASH_LOOP_WINDOW
+from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
+from agent_fsm.views.status.report import status
+from agent_fsm.wiring import open_node
+from tests.helpers import World
+
+GROWTH = ("RestartSteps=", "RestartMaxDelaySec=", "RestartMode=direct")
+
+
+def _unit(world: World) -> str:
+    return world.paths.agent_unit.read_text()
+
+
+def _settings(world: World) -> str:
+    """The agent unit without its comments."""
+    return "".join(line for line in _unit(world).splitlines(keepends=True)
+                   if not line.startswith("#"))
+
+
+class TestRenderedForTheHostsSystemd:
+    @pytest.mark.parametrize("version", [254, 257])
+    def test_newer_systemd_gets_growing_delays_and_direct_restarts(self, world: World,
+                                                                   version: int) -> None:
+        """On systemd 254 and later the agent unit restarts with growing delays (up to 60 s)
+        and an automatic restart does not start recovery (RestartMode=direct)."""
+        world.systemd.systemd_version = version
+        world.installed("1.0.0")
+        unit = _unit(world)
+        assert "RestartSteps=6\nRestartMaxDelaySec=60\nRestartMode=direct\n" in unit
+        assert "StartLimitIntervalSec=0\n" in unit and "StartLimitBurst" not in unit
+
+    def test_systemd_252_gets_only_keys_it_knows(self, world: World) -> None:
+        """On systemd 252 the agent unit has none of the keys 252 does not know, and says why
+        its restarts keep a constant delay."""
+        world.systemd.systemd_version = 252
+        world.installed("1.0.0")
+        assert not any(key in _settings(world) for key in GROWTH)
+        assert "# systemd 252: RestartSteps=" in _unit(world)
+        assert "StartLimitIntervalSec=0\n" in _settings(world)
+
+    def test_a_version_that_cannot_be_asked_renders_for_the_oldest_and_is_asked_again(
+            self, world: World) -> None:
+        """When systemctl cannot tell its version the unit is rendered without the newer keys,
+        and the next render asks again; once known, it is asked once a boot, not per render."""
+        world.systemd.fail = {"version"}
+        world.systemd.systemd_version = 257
+        world.installed("1.0.0")
+        assert "of unknown version" in _unit(world) and "RestartSteps" not in _settings(world)
+        world.systemd.fail = set()
+        world.node.controller.fire("settle")
+        assert "RestartSteps=6" in _unit(world)
+        asked = world.systemd.versions_asked
+        world.node.controller.fire("settle")
+        world.node.effectors.rendered()
+        assert world.systemd.versions_asked == asked
+
+    def test_a_version_asked_in_another_boot_is_asked_again(self, world: World) -> None:
+        """The version kept from an earlier boot is not trusted: systemd may have been
+        upgraded since; the next render asks again."""
+        world.systemd.systemd_version = 252
+        world.installed("1.0.0")
+        render.SYSTEMD_KIND.write(world.paths.systemd_file, {"version": 252, "boot_id": "old"})
+        world.systemd.systemd_version = 257
+        world.node.controller.fire("settle")
+        assert "RestartSteps=6" in _unit(world)
+
+    @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+    def test_the_unit_rendered_for_this_hosts_systemd_verifies_clean(self,
+                                                                    tmp_path: Path) -> None:
+        """Rendered for the systemd this machine runs, the agent unit passes `systemd-analyze
+        verify` with nothing on stderr; on a host older than 254, the one rendered for 257
+        would draw warnings there (why it is rendered by version)."""
+        host = int(subprocess.run(["systemctl", "--version"], capture_output=True, text=True,
+                                  check=True).stdout.split()[1])
+
+        def stderr_of_verify(version: int) -> str:
+            base = tmp_path / str(version)
+            config = Config(name="agentx", state_dir=base / "state", lib_dir=base / "lib",
+                            unit_dir=base / "units", run_dir=Path("/run/agentx-never-written"))
+            systemd = FakeSystemd(systemd_version=version)
+            world = World(base, open_node(config, None, systemd=systemd,
+                                          publisher=FakePublisher(), clock=FakeClock()),
+                          systemd, FakePublisher(), FakeClock())
+            stub = world.add_release("1.0.0") / "bin" / "agent-fsm"
+            stub.parent.mkdir()
+            stub.write_text("#!/bin/sh\nexit 0\n")
+            stub.chmod(0o755)
+            world.node.controller.fire("install", release="1.0.0")
+            units = [str(world.paths.agent_unit), str(world.paths.recovery_unit)]
+            return subprocess.run(["systemd-analyze", "verify", "--man=no", *units],
+                                  capture_output=True, text=True, check=False, cwd=base).stderr
+
+        assert stderr_of_verify(host) == ""
+        if host < render.RESTART_GROWTH_SINCE:
+            assert "RestartSteps" in stderr_of_verify(257)
+
+
+class TestStartCheck:
+    def test_without_an_upgrade_it_lets_every_start_go_on_and_writes_nothing(
+            self, world: World) -> None:
+        """A converged agent's starts are neither counted nor refused."""
+        world.installed("1.0.0")
+        before = sorted(p.name for p in world.paths.state_dir.iterdir())
+        assert [start_check(world.node) for _ in range(10)] == [ALLOW] * 10
+        assert sorted(p.name for p in world.paths.state_dir.iterdir()) == before
+
+    def test_a_candidate_gets_max_attempts_starts_then_recovery(self, world: World) -> None:
+        """A candidate that crashes before its own daemon counts is counted by the start check
+        all the same: max_attempts starts go on, the next one starts the recovery unit and is
+        refused, and so is every start after it until recovery selects the last-good."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        most = world.node.config.judgment.max_attempts
+        before = len(world.systemd.calls)
+        assert [start_check(world.node) for _ in range(most)] == [ALLOW] * most
+        assert world.systemd.calls[before:] == []
+        assert start_check(world.node) == REFUSE
+        assert world.systemd.calls[before:] == [("start", "agent-recovery.service")]
+        assert start_check(world.node) == REFUSE  # asks again: a failed start is retried
+        sig = world.node.signal()
+        assert sig is not None and (sig.starts, sig.attempt) == (most + 2, 0)
+        world.node.controller.fire("recover")
+        assert start_check(world.node) == ALLOW  # the last-good starts
+
+    def test_the_candidates_own_count_keeps_the_start_checks(self, world: World) -> None:
+        """The candidate's daemon counting its attempt keeps the starts counted before it."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        start_check(world.node)
+        world.node.controller.fire("candidate_started")
+        sig = world.node.signal()
+        assert sig is not None and (sig.starts, sig.attempt) == (1, 1)
+        assert status(world.node).signal["starts"] == 1  # type: ignore[index]
+
+    def test_a_refused_start_whose_recovery_unit_cannot_start_is_still_refused(
+            self, world: World) -> None:
+        """When the recovery unit cannot be started, the start is refused all the same (the
+        candidate's code never runs again), and the next start asks again."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        for _ in range(world.node.config.judgment.max_attempts):
+            start_check(world.node)
+        world.systemd.fail = {"start"}
+        assert start_check(world.node) == REFUSE
+
+
+def _crash_restart(world: World, restarts: int) -> None:
+    """A start of the converged agent after systemd restarted it `restarts` times."""
+    world.clock.advance(5)
+    world.node.controller.fire("settle", restarts=restarts)
+
+
+class TestCrashLoop:
+    def test_a_crash_loop_is_one_history_entry_with_its_count(self, world: World) -> None:
+        """Forty starts after crashes are one history entry (its count and first time), the
+        journal does not grow, and status says "crash-looping: 40 restarts since T"."""
+        world.installed("1.0.0")
+        first = world.clock.now() + 5
+        _crash_restart(world, 1)
+        journal = world.paths.state_dir / "history.jsonl"
+        lines = journal.read_bytes().count(b"\n")
+        for n in range(2, 41):
+            _crash_restart(world, n)
+        assert journal.read_bytes().count(b"\n") == lines
+        last = world.node.store.history()[-1]
+        assert (last["trigger"], last["restarts"], last["first"]) == ("settle", 40, first)
+        assert last["time"] == world.clock.now()
+        st = status(world.node)
+        assert st.crash_loop == {"restarts": 40, "since": first, "last": world.clock.now()}
+        assert st.to_json()["crash_loop"] == st.crash_loop
+        assert st.next.summary.startswith("crash-looping: 40 restarts since ")
+
+    def test_a_start_by_hand_ends_the_loop(self, world: World) -> None:
+        """A start that follows no crash is an entry of its own, and the next crash begins a
+        new loop: status no longer says crash-looping in between."""
+        world.installed("1.0.0")
+        for n in (1, 2, 3):
+            _crash_restart(world, n)
+        world.node.controller.fire("settle")
+        assert status(world.node).crash_loop is None
+        _crash_restart(world, 1)
+        loops = [e.get("restarts") for e in world.node.store.history() if e["trigger"] == "settle"]
+        assert loops[-3:] == [3, None, 1]
+
+    def test_a_crash_long_after_the_last_is_a_new_loop(self, world: World) -> None:
+        """A crash more than CRASH_LOOP_WINDOW after the loop's last restart starts a new
+        entry, and status stops saying crash-looping once that long has passed."""
+        world.installed("1.0.0")
+        _crash_restart(world, 1)
+        _crash_restart(world, 2)
+        world.clock.advance(CRASH_LOOP_WINDOW)
+        assert status(world.node).crash_loop is None
+        _crash_restart(world, 3)
+        assert [e.get("restarts") for e in world.node.store.history()][-2:] == [2, 1]
+
+    def test_the_daemon_tells_a_start_after_a_crash_from_systemd(self, world: World,
+                                                                 tmp_path: Path) -> None:
+        """The daemon asks systemd how often it restarted the unit (NRestarts) and a start
+        after crashes joins the loop; a failing `systemctl show` counts as no crash."""
+        from agent_fsm.agent.daemon import Daemon
+
+        world.installed("1.0.0")
+        daemon = Daemon(world.node, notifier=None, waker=None)  # type: ignore[arg-type]
+        world.systemd.shown = {"NRestarts": "3"}
+        assert daemon.automatic_restarts() == 3
+        world.systemd.fail = {"show"}
+        assert daemon.automatic_restarts() == 0
