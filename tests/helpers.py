@@ -100,7 +100,7 @@ def env_with_stub_systemctl(tmp_path: Path) -> dict[str, str]:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     stub = bindir / "systemctl"
-    stub.write_text("#!/bin/sh\nexit 0\n")
+    stub.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'systemd 252 (252)'\nexit 0\n")
     stub.chmod(0o755)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
     env.pop("NOTIFY_SOCKET", None)

@@ -26,7 +26,8 @@ from collections.abc import Callable
 
 from ..errors import AgentFsmError
 from ..node.runtime import signal
-from ..wiring import Node
+from ..system.systemd import Systemctl, Systemd
+from ..wiring import Node, Reader
 
 log = logging.getLogger("agent_fsm")
 
@@ -34,9 +35,11 @@ ALLOW = 0
 REFUSE = 1
 
 
-def start_check(node: Node) -> int:
+def start_check(node: Node | Reader, systemd: Systemd | None = None) -> int:
     """Count this start of a candidate; ALLOW it, or REFUSE it once its starts are used up
-    (after starting the recovery unit)."""
+    (after starting the recovery unit through `systemd`: the config's systemctl if None). It
+    needs no more of the node than a reader's parts and the writers' lock: none of the engine,
+    on the path of every start."""
     sig = node.signal()
     if sig is None:
         return ALLOW
@@ -57,13 +60,13 @@ def start_check(node: Node) -> int:
               "refusing this start", sig.to_version, sig.starts, most,
               node.paths.recovery_unit_name)
     try:
-        node.effectors.systemd.start(node.paths.recovery_unit_name)
+        (systemd or Systemctl(node.config.systemctl)).start(node.paths.recovery_unit_name)
     except AgentFsmError as exc:  # refused all the same: the next restart asks again
         log.error("could not start %s: %s", node.paths.recovery_unit_name, exc)
     return REFUSE
 
 
-def main(open_node: Callable[[], Node]) -> int:
+def main(open_node: Callable[[], Node | Reader]) -> int:
     """Run the check; any unexpected failure (logged) lets the start go on. `open_node` builds
     the node: a config that cannot be read is such a failure too."""
     from .runtime import setup_logging

@@ -38,7 +38,7 @@ def run_start_check(opts: Globals) -> int:
     a candidate's start; exit 1 refuses it once its starts are used up."""
     from ..agent.start_check import main as start_check_main
 
-    return start_check_main(lambda: opts.node(lenient=True))
+    return start_check_main(lambda: opts.reader(lenient=True))
 
 
 def run_recover(opts: Globals) -> int:

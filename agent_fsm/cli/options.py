@@ -30,13 +30,14 @@ class Globals(NamedTuple):
 
         return open_node(config_mod.load(self.config, self.root, lenient=lenient), self.root)
 
-    def reader(self) -> Reader:
+    def reader(self, *, lenient: bool = False) -> Reader:
         """The node these options name, wired for reading only (`status`, with or without
-        --json): none of the engine, the effects, the publisher or the hooks' runner is imported."""
+        --json): none of the engine, the effects, the publisher or the hooks' runner is imported.
+        `lenient` as for `node`."""
         from ..node import config as config_mod
         from ..wiring import open_reader
 
-        return open_reader(config_mod.load(self.config, self.root), self.root)
+        return open_reader(config_mod.load(self.config, self.root, lenient=lenient), self.root)
 
     def prog(self) -> str:
         """How this run was invoked, for the commands `status` suggests."""

@@ -56,7 +56,9 @@ def _end(world: World) -> dict[str, object]:
 def systemctl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A stand-in for systemctl: the one process boundary faked here."""
     path = tmp_path_factory.mktemp("bin") / "systemctl"
-    path.write_text("#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n")
+    path.write_text("#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n"
+                    # the version the in-process FakeSystemd reports: both render the same unit
+                    "[ \"$1\" = --version ] && echo 'systemd 252 (252)'\nexit 0\n")
     path.chmod(0o755)
     return path
 

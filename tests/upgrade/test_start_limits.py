@@ -115,7 +115,7 @@ class TestStartCheck:
         """A converged agent's starts are neither counted nor refused."""
         world.installed("1.0.0")
         before = sorted(p.name for p in world.paths.state_dir.iterdir())
-        assert [start_check(world.node) for _ in range(10)] == [ALLOW] * 10
+        assert [start_check(world.node, world.systemd) for _ in range(10)] == [ALLOW] * 10
         assert sorted(p.name for p in world.paths.state_dir.iterdir()) == before
 
     def test_a_candidate_gets_max_attempts_starts_then_recovery(self, world: World) -> None:
@@ -127,22 +127,22 @@ class TestStartCheck:
         world.node.controller.fire("begin_upgrade", release="2.0.0")
         most = world.node.config.judgment.max_attempts
         before = len(world.systemd.calls)
-        assert [start_check(world.node) for _ in range(most)] == [ALLOW] * most
+        assert [start_check(world.node, world.systemd) for _ in range(most)] == [ALLOW] * most
         assert world.systemd.calls[before:] == []
-        assert start_check(world.node) == REFUSE
+        assert start_check(world.node, world.systemd) == REFUSE
         assert world.systemd.calls[before:] == [("start", "agent-recovery.service")]
-        assert start_check(world.node) == REFUSE  # asks again: a failed start is retried
+        assert start_check(world.node, world.systemd) == REFUSE  # asks again: a failed start is retried
         sig = world.node.signal()
         assert sig is not None and (sig.starts, sig.attempt) == (most + 2, 0)
         world.node.controller.fire("recover")
-        assert start_check(world.node) == ALLOW  # the last-good starts
+        assert start_check(world.node, world.systemd) == ALLOW  # the last-good starts
 
     def test_the_candidates_own_count_keeps_the_start_checks(self, world: World) -> None:
         """The candidate's daemon counting its attempt keeps the starts counted before it."""
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world.node.controller.fire("begin_upgrade", release="2.0.0")
-        start_check(world.node)
+        start_check(world.node, world.systemd)
         world.node.controller.fire("candidate_started")
         sig = world.node.signal()
         assert sig is not None and (sig.starts, sig.attempt) == (1, 1)
@@ -156,9 +156,9 @@ class TestStartCheck:
         world.add_release("2.0.0")
         world.node.controller.fire("begin_upgrade", release="2.0.0")
         for _ in range(world.node.config.judgment.max_attempts):
-            start_check(world.node)
+            start_check(world.node, world.systemd)
         world.systemd.fail = {"start"}
-        assert start_check(world.node) == REFUSE
+        assert start_check(world.node, world.systemd) == REFUSE
 
 
 def _crash_restart(world: World, restarts: int) -> None:
