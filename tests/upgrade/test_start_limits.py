@@ -161,6 +161,23 @@ class TestStartCheck:
         assert start_check(world.node, world.systemd) == REFUSE
 
 
+    def test_a_check_that_fails_unexpectedly_lets_the_start_go_on(self, world: World) -> None:
+        """A start check that cannot run (a config it cannot read, a damaged signal) lets the
+        start go on rather than keep the agent down."""
+        from agent_fsm.agent.start_check import main
+        from agent_fsm.errors import ConfigError
+
+        def unreadable() -> World:
+            raise ConfigError("config /etc/agent-fsm/config.toml: not TOML")
+
+        assert main(unreadable) == ALLOW  # type: ignore[arg-type]
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world.paths.signal_file.write_text("{damaged")
+        assert main(lambda: world.node) == ALLOW
+
+
 def _crash_restart(world: World, restarts: int) -> None:
     """A start of the converged agent after systemd restarted it `restarts` times."""
     world.clock.advance(5)
