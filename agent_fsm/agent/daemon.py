@@ -28,7 +28,7 @@ from ..machine.definition import OnStart, handlers
 from ..machine.engine import Controller
 from ..machine.vocabulary import StateName, Trigger
 from ..node.state import reasons
-from ..node.state.store import StateDoc
+from ..node.state.store import CRASH_LOOP_WINDOW, StateDoc
 from ..system.clock import Clock
 from ..system.notify import Notifier, watchdog_interval
 from ..wiring import Node
@@ -84,6 +84,9 @@ class Daemon:
         self.clock = WakerClock(waker)
         self.workload: subprocess.Popen[bytes] | None = None
         self.retry_delay = PUBLISH_RETRY_FIRST / 2
+        self.restarts = 0  # systemd's automatic restarts before this start (after crashes)
+        # Up this long after a start that followed crashes, the crash loop is over.
+        self.stable_after = CRASH_LOOP_WINDOW
 
     # Workload ---------------------------------------------------------------------------
     def _release_env(self, version: str) -> dict[str, str]:
@@ -213,7 +216,7 @@ class Daemon:
 
     def converge_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
         self.status("converging the service assets")
-        restarts = self.automatic_restarts()
+        restarts = self.restarts = self.automatic_restarts()
         return self._fire_and_serve(Trigger.settle, selected,
                                     **({"restarts": restarts} if restarts else {}))
 
@@ -229,6 +232,22 @@ class Daemon:
             return 0
         value = shown.get("NRestarts", "")
         return int(value) if value.isdigit() else 0
+
+    def forget_crashes(self) -> None:
+        """Up `stable_after` seconds after a start that followed crashes: the crash loop is
+        over, so reset systemd's count of the unit's automatic restarts (`reset-failed`): the
+        next crash waits `RestartSec=` again, not the longest delay the loop had reached
+        (`RestartSteps=`, systemd 254+). The explicit reset is the intent here, and nothing
+        else depends on it (the unit has no start limit); a refused one is only logged."""
+        unit = self.node.paths.agent_unit_name
+        try:
+            self.node.effectors.systemd.reset_failed(unit)
+        except AgentFsmError as exc:
+            log.warning("up %.0fs after %d restart(s), could not reset %s's restart count: %s",
+                        self.stable_after, self.restarts, unit, exc)
+            return
+        log.info("up %.0fs after %d restart(s): the crash loop is over; %s's restart count "
+                 "reset", self.stable_after, self.restarts, unit)
 
     def _fire_and_serve(self, trigger: Trigger, selected: str, **args: object) -> bool:
         # The transition renders the release's assets and the workload starts from it right
@@ -265,12 +284,17 @@ class Daemon:
         interval = watchdog_interval()
         retry = self.deliver_results()
         next_try = None if retry is None else time.monotonic() + retry
+        forget_at = time.monotonic() + self.stable_after if self.restarts else None
         while not self.waker.stop:
             if interval is not None:
                 self.notifier.watchdog()
-            waits = [w for w in (interval, next_try and max(next_try - time.monotonic(), 0))
+            waits = [w for w in (interval, next_try and max(next_try - time.monotonic(), 0),
+                                 forget_at and max(forget_at - time.monotonic(), 0))
                      if w is not None]
             self.waker.wait(min(waits) if waits else None)
+            if forget_at is not None and time.monotonic() >= forget_at and not self.waker.stop:
+                self.forget_crashes()
+                forget_at = None
             if next_try is not None and time.monotonic() >= next_try and not self.waker.stop:
                 retry = self.deliver_results()
                 next_try = None if retry is None else time.monotonic() + retry

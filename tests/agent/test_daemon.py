@@ -236,3 +236,29 @@ class TestFreeMemory:
         for cdll in (NoTrim, unloadable):
             monkeypatch.setattr(ctypes, "CDLL", cdll)
             runtime.return_free_memory()
+
+
+class TestCrashLoop:
+    @pytest.mark.parametrize(("restarts", "reset"), [("4", True), ("0", False)])
+    def test_a_stable_run_after_crashes_resets_the_restart_count(
+            self, tmp_path: Path, waker: Waker, restarts: str, reset: bool) -> None:
+        """A converged agent that systemd restarted after crashes, once up `stable_after`
+        seconds, resets its unit's restart count (`reset-failed`), so the next crash waits the
+        shortest delay again; a start that followed no crash resets nothing."""
+        import os
+        import threading
+
+        world = _world(tmp_path, ())
+        world.add_release("1.0.0")
+        world.node.controller.fire("install", release="1.0.0")
+        world.systemd.shown = {"NRestarts": restarts}
+        daemon = Daemon(world.node, Notifier(""), waker)
+        daemon.stable_after = 0.2
+        before = len(world.systemd.calls)
+        stop = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+        stop.start()
+        try:
+            assert daemon.run() == 0
+        finally:
+            stop.cancel()
+        assert (("reset-failed", "agent.service") in world.systemd.calls[before:]) == reset

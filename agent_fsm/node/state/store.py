@@ -223,6 +223,7 @@ class Store:
                                    self.journal.path.parent) from exc
         doc.crash_loop = loop
         doc.last_transition = float(entry["time"])
+        doc.skipped = advanced_skipped(doc.skipped, entry, self._cycle_starts)[-limit:]
         self.write(doc)
 
     def history(self, doc: StateDoc | None = None) -> list[dict[str, Any]]:
