@@ -78,6 +78,25 @@ class TestRenderedForTheHostsSystemd:
         world.node.controller.fire("settle")
         assert "RestartSteps=6" in _unit(world)
 
+    def test_an_older_agent_fsm_renders_these_templates(self) -> None:
+        """The shipped templates use only the placeholders agent-fsm knew before the unit was
+        rendered by systemd version, so an older agent-fsm still adds, installs and activates
+        a release of this one (the version-dependent lines replace a comment line instead)."""
+        import string
+        from importlib import resources
+
+        before = {"name", "version", "config", "state_dir", "lib_dir", "unit_dir", "run_dir",
+                  "runtime_directory", "selected", "last_good", "agent_unit", "recovery_unit",
+                  "recovery_script", "timeout_start_sec", "max_attempts", "restart_sec"}
+        for name in render.TEMPLATES:
+            text = (resources.files("agent_fsm") / "templates" / name).read_text()
+            used = {m.group("named") or m.group("braced")
+                    for m in string.Template.pattern.finditer(text)
+                    if m.group("named") or m.group("braced")}
+            assert used <= before, (name, used - before)
+        unit = (resources.files("agent_fsm") / "templates" / "agent.service").read_text()
+        assert render.GROWTH_MARKER in unit
+
     @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
     def test_the_unit_rendered_for_this_hosts_systemd_verifies_clean(self,
                                                                     tmp_path: Path) -> None:

@@ -10,15 +10,17 @@ are compared with what is on disk and written in one of three ways:
 - write all.
 
 Every value goes through `quoted` first: a unit's by systemd's rules, the script's by the
-shell's (`quoting`), so no host value can add a line, a setting or a command. The one
-exception, `restart_growth`, is lines this module writes from numbers alone.
+shell's (`quoting`), so no host value can add a line, a setting or a command.
 
 Some unit settings exist only in newer systemds (`RestartSteps=`, `RestartMaxDelaySec=`,
 `RestartMode=`: 254), and an older one warns about a key it does not know. So the agent unit is
 rendered for the host's systemd: its version, asked once a boot through the systemctl effector
 (`upgrade.effectors.Effectors.rendered`) and kept in `<state_dir>/systemd.json`, which every
 renderer (the daemon, `recover`, `status`) reads. Unknown (never asked, or asked in an earlier
-boot): rendered as for the oldest systemd, valid everywhere.
+boot): rendered as for the oldest systemd, valid everywhere. The template marks the place with
+a comment line (`GROWTH_MARKER`), not a placeholder: an older agent-fsm, which knows no such
+placeholder, renders (and `release add` accepts) a newer release's templates all the same,
+leaving the comment.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ TEMPLATES = ("agent.service", "recovery.service", "recovery.sh")
 RESTART_GROWTH_SINCE = 254
 RESTART_MAX_DELAY = 60.0
 RESTART_STEPS = 6
+GROWTH_MARKER = "# agent-fsm: growing restart delays, for the systemd that runs this unit\n"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -152,7 +155,7 @@ def variables(paths: Paths, version: str, systemd: int | None = None) -> dict[st
 _UNIT_TOKENS = {"name", "version", "agent_unit", "recovery_unit", "timeout_start_sec",
                 "max_attempts", "restart_sec"}
 _UNIT_WORDS = {"config"}
-_RAW = {"restart_growth"}  # lines `restart_growth` writes from numbers alone
+_RAW = {"restart_growth"}  # lines `restart_growth` writes from numbers alone (not quoted)
 
 
 def quoted(values: dict[str, str], template_name: str) -> dict[str, str]:
@@ -206,6 +209,8 @@ def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
                 f"template {template_path} of release {version} uses an unknown or malformed "
                 f"placeholder ({exc}); known: {', '.join(sorted(values))}"
             ) from None
+        if template_name == "agent.service":  # the lines for this host's systemd, if marked
+            content = content.replace(GROWTH_MARKER, values["restart_growth"] + "\n", 1)
         host_path, path, mode = where[template_name]
         out.append(Asset(host_path, path, mode, content.encode()))
     return tuple(out)
