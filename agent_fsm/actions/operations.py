@@ -61,7 +61,13 @@ def why_recover(node: Node) -> dict[str, str]:
         shown = node.effectors.systemd.show(unit, reasons.PROPERTIES)
     except AgentFsmError:
         shown = {}
-    reason, why = reasons.from_unit(unit, shown)
+    most = node.config.judgment.max_attempts
+    try:  # the start check's count: a damaged signal never stops a rollback
+        sig = node.signal()
+    except AgentFsmError:
+        sig = None
+    refused = most if sig is not None and sig.starts > most else None
+    reason, why = reasons.from_unit(unit, shown, refused)
     return {"reason": reason, "reason_class": why}
 
 

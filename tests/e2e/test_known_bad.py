@@ -23,10 +23,10 @@ def _why(lab: Lab) -> str:
 
 
 def test_reasons_then_known_bad_refused_then_forced(systemd_sandbox: SystemdSandbox) -> None:
-    """On one node: 3.0.0 exits 3 at every start (crashed, with its exit status and restarts,
-    read by the recovery unit from systemd); 2.0.0 fails its check (check_failed, the check
-    named); the next upgrade to 2.0.0 is refused (exit 3, one line); fixed and re-added,
-    `--force` upgrades to it, judged ok, and its mark is gone."""
+    """On one node: 3.0.0 exits 3 at every start (crashed: its starts used up, as the start
+    check counted them, and its restarts read by the recovery unit from systemd); 2.0.0 fails
+    its check (check_failed, the check named); the next upgrade to 2.0.0 is refused (exit 3,
+    one line); fixed and re-added, `--force` upgrades to it, judged ok, and its mark is gone."""
     lab = Lab(systemd_sandbox, deadline=2, soak=0.5)
     lab.pack("1.0.0")
     lab.install("1.0.0")
@@ -36,7 +36,9 @@ def test_reasons_then_known_bad_refused_then_forced(systemd_sandbox: SystemdSand
     assert proc.returncode == 4, proc.stdout + proc.stderr + _why(lab)
     result = lab.settled()["last_result"]
     assert result["reason_class"] == "crashed", result
-    assert "exit status 3" in result["reason"] and "restarted" in result["reason"], result
+    # Its starts used up, the last-good's start check refused the next one and started recovery.
+    assert "failed 2 start(s) in a row (max_attempts)" in result["reason"], result
+    assert "start check refused" in result["reason"] and "restarted" in result["reason"], result
 
     lab.pack("2.0.0", "unhealthy")
     proc = lab.cli("upgrade", "--to", "2.0.0", "--wait", "--timeout", "40", check=False)

@@ -180,6 +180,25 @@ class TestStartCheck:
         assert start_check(world.node, world.systemd) == REFUSE
 
 
+    def test_the_rollback_says_the_starts_were_used_up(self, world: World,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+        """The recovery unit's rollback after the start check refused a start records why:
+        max_attempts failed starts, the next refused (not the refused start's exit status)."""
+        from agent_fsm.actions.operations import recover
+        from agent_fsm.node.state import reasons
+
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        while start_check(world.node, world.systemd) == ALLOW:
+            pass
+        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
+        world.systemd.shown = {"Result": "exit-code", "ExecMainStatus": "0", "NRestarts": "3"}
+        recover(world.node)
+        result = world.node.store.read().last_result
+        assert result is not None and result["reason_class"] == "crashed"
+        assert result["reason"].startswith("agent.service failed 3 start(s) in a row")
+
     def test_a_check_that_fails_unexpectedly_lets_the_start_go_on(self, world: World) -> None:
         """A start check that cannot run (a config it cannot read, a damaged signal) lets the
         start go on rather than keep the agent down."""

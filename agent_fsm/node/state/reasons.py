@@ -32,10 +32,17 @@ def one_line(text: str) -> str:
     return line if len(line) <= MAX_REASON else line[:MAX_REASON - 1] + "…"
 
 
-def from_unit(unit: str, shown: Mapping[str, str]) -> tuple[str, str]:
-    """(reason, class) for a candidate whose agent unit failed, from `systemctl show`."""
+def from_unit(unit: str, shown: Mapping[str, str],
+              refused_after: int | None = None) -> tuple[str, str]:
+    """(reason, class) for a candidate whose agent unit failed, from `systemctl show`;
+    `refused_after`: the max_attempts starts after which the last-good's start check refused
+    the next (systemd's exit status is then the refused start's, not the candidate's)."""
     result = shown.get("Result", "")
     status, starts = shown.get("ExecMainStatus", "?"), shown.get("NRestarts", "?")
+    if refused_after is not None:
+        return (f"{unit} failed {refused_after} start(s) in a row (max_attempts) without being "
+                f"judged ok; the last-good's start check refused the next (result "
+                f"{result or '?'}, restarted {starts} time(s))", "crashed")
     if result == "timeout":
         return (f"{unit} did not finish starting within its start timeout (the judgment "
                 f"deadline; restarted {starts} time(s))", "deadline")
