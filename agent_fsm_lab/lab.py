@@ -36,6 +36,7 @@ from typing import Any, Literal
 import agent_fsm
 from agent_fsm.actions.releases import packing
 
+from . import rootfs
 from .sandbox import SystemdSandbox, python_paths, under_private_tmp
 
 Kind = Literal["good", "unhealthy", "crash", "silent"]
@@ -53,8 +54,15 @@ BROKEN_ASSETS = {
 
 
 # The interpreter the units run releases with (the config's `python`): the node's own, never
-# this harness's venv; Debian's python3 (3.11 here, the ABI the packing venv vendors).
+# this harness's venv; Debian's python3 (3.11 on the host, the ABI the packing venv vendors;
+# 3.13 on a Debian 13 node, whose releases the lab packs with that interpreter).
 NODE_PYTHON = "/usr/bin/python3"
+
+# Packs a release inside a node booted from a root file system of its own, with its python3:
+# argv is VERSION OUTPUT WORKLOAD...
+_PACK_INSIDE = ("import sys\nfrom pathlib import Path\n"
+                "from agent_fsm.actions.releases import packing\n"
+                "packing.pack(sys.argv[1], Path(sys.argv[2]), tuple(sys.argv[3:]))\n")
 
 # The PATH systemd gives services (and `SystemdSandbox.run` gives commands).
 SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -100,9 +108,17 @@ class Lab:
         self.faults_dir = self.dir / "faults"
         self.outbox = self.dir / "outbox"
         # Every `cli` call gets these; the CLI inside runs the agent_fsm this harness packs from
-        # (the same one as the .venv's editable install, unless run from another checkout).
+        # (the same one as the .venv's editable install, unless run from another checkout),
+        # with `self.python`: this harness's interpreter on the host's systemd; on a node booted
+        # from its own tree (`rootfs`), the node's python3, which finds agent-fsm's dependencies
+        # for its ABI in the node's packing site (`rootfs.node_site`, bound read-only inside).
         package_root = Path(agent_fsm.__file__).resolve().parents[1]
-        self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": str(package_root)}
+        pythonpath = [str(package_root)]
+        self.python = sys.executable
+        if sandbox.rootfs is not None:
+            self.python = NODE_PYTHON
+            pythonpath.append(str(rootfs.site_dir(sandbox.rootfs)))
+        self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": ":".join(pythonpath)}
         extra = dict(config_extra or {})
         python = str(extra.pop("python", NODE_PYTHON))
         if faults:
@@ -187,7 +203,13 @@ class Lab:
         workload = ("/bin/sh", "-c", f'echo "$AGENT_FSM_VERSION" > {health}; exec sleep infinity')
         if kind == "unhealthy":
             workload = ("/bin/sh", "-c", "exec sleep infinity")
-        path = packing.pack(version, self.packs / version, workload)
+        path = self.packs / version
+        if self.sb.rootfs is None:
+            packing.pack(version, path, workload)
+        else:  # packed by the node's own python3, for its ABI (issue 25: one artifact for all)
+            self.packs.mkdir(exist_ok=True)
+            self.sb.run(self.python, "-c", _PACK_INSIDE, version, str(path), *workload,
+                        env=self.env, timeout=120)
         if kind != "good":
             for name, text in BROKEN_ASSETS.items():
                 (path / "assets" / name).write_text(text)
@@ -205,7 +227,7 @@ class Lab:
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run agent-fsm inside the sandbox, as an operator on that host would (`env`: more
         environment for this call, e.g. a failpoint)."""
-        return self.sb.run(sys.executable, "-m", "agent_fsm", "--config", str(self.config),
+        return self.sb.run(self.python, "-m", "agent_fsm", "--config", str(self.config),
                            *args, check=check, timeout=timeout, env={**self.env, **(env or {})})
 
     def status(self) -> dict[str, Any]:
