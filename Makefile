@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 # Installed when missing and when run as root (CI is), waiting for another apt-get's lock;
 # elsewhere the tests that need them say what is missing.
 # openssh-client: ssh-keygen signs and verifies releases (tests/actions/test_signing.py).
-DEB_PACKAGES := graphviz podman openssh-client faketime
+# debootstrap: makes the Debian 13 node the e2e core also runs on (docs/systemd.md).
+DEB_PACKAGES := graphviz podman openssh-client faketime debootstrap
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

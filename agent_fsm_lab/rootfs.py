@@ -42,7 +42,7 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from .sandbox import SystemdSandbox
 
@@ -54,7 +54,7 @@ SYSTEMD_VERSION: Final = 257
 PYTHON_VERSION: Final = (3, 13)
 # Bumped whenever the steps after debootstrap change what the tree holds.
 RECIPE_REVISION: Final = 1
-RECIPE: Final = {
+RECIPE: Final[dict[str, Any]] = {
     "suite": SUITE,
     "variant": "minbase",
     "include": list(PACKAGES),
@@ -234,8 +234,8 @@ def _build(final: Path) -> None:
     # In a mount namespace of its own: whatever debootstrap mounts inside the tree (proc, sys)
     # goes away with it, even if it is killed.
     argv = ["unshare", "--mount", "--propagation", "private",
-            "debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-            SUITE, str(tmp), source]
+            "debootstrap", f"--variant={RECIPE['variant']}",
+            f"--include={','.join(RECIPE['include'])}", str(RECIPE["suite"]), str(tmp), source]
     try:
         _run(argv, BUILD_TIMEOUT, "building the Debian 13 node")
         systemd = _in_tree(tmp, "/lib/systemd/systemd", "--version").splitlines()[0]
