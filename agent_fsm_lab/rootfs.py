@@ -311,16 +311,37 @@ def node_site(node: Node, cache: Path = CACHE_DIR) -> Path:
     return final
 
 
-def main() -> None:
-    """`python -m agent_fsm_lab.rootfs`: build (or find) the node and say where it is."""
-    node = ensure_rootfs()
-    site = node_site(node)
+def main(argv: list[str] | None = None) -> int:
+    """`python -m agent_fsm_lab.rootfs [--if-possible]`: build (or find) the node and say where
+    it is; with `--if-possible`, a machine that cannot build it (no debootstrap, no network, not
+    root) is told what is missing and the exit status is still 0 (the tests then skip, or fail
+    under CI=true)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args and args != ["--if-possible"]:
+        print("usage: python -m agent_fsm_lab.rootfs [--if-possible]", file=sys.stderr)
+        return 2
+    if args:
+        missing = missing_requirements()
+        if os.geteuid() != 0 and not (rootfs_dir() / STAMP).is_file():
+            missing.append(f"root privileges (running as uid {os.geteuid()})")
+        if missing:
+            print("the Debian 13 node is not built; missing: " + "; ".join(missing))
+            return 0
+    started = time.monotonic()
+    try:
+        node = ensure_rootfs()
+        site = node_site(node)
+    except RootfsError as exc:
+        print(f"agent_fsm_lab.rootfs: {exc}", file=sys.stderr)
+        return 1
     print(f"{node.rootfs}: {node.systemd}, Python {node.python} (built in {node.seconds:.0f}s)")
     print(f"{site}: agent-fsm's dependencies for the node's Python")
+    print(f"ready in {time.monotonic() - started:.1f}s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
 
 
 def sandbox(node: Node, base_dir: Path | None = None) -> SystemdSandbox:

@@ -133,3 +133,25 @@ class TestBuild:
         (tree / rootfs.STAMP).unlink()
         assert (rootfs.ensure_rootfs(tmp_path).rootfs / rootfs.STAMP).is_file()
         assert len(fake.builds) == 2
+
+
+class TestCommand:
+    def test_if_possible_names_what_is_missing_and_succeeds(
+            self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        """`python -m agent_fsm_lab.rootfs --if-possible` on a machine without debootstrap says
+        so and exits 0 (so `make test` goes on, and the 257 tests skip or fail there)."""
+        monkeypatch.setattr(rootfs, "missing_requirements",
+                            lambda cache=rootfs.CACHE_DIR: ["the `debootstrap` program"])
+        monkeypatch.setattr(rootfs, "ensure_rootfs", lambda cache=rootfs.CACHE_DIR: 1 / 0)
+        assert rootfs.main(["--if-possible"]) == 0
+        assert "missing: the `debootstrap` program" in capsys.readouterr().out
+
+    def test_a_build_that_fails_is_exit_1_in_one_line(
+            self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        """A build that fails exits 1 with the reason on stderr, no traceback."""
+        def fail(cache: Path = rootfs.CACHE_DIR) -> rootfs.Node:
+            raise rootfs.RootfsError("debootstrap exited 1")
+
+        monkeypatch.setattr(rootfs, "ensure_rootfs", fail)
+        assert rootfs.main([]) == 1
+        assert capsys.readouterr().err == "agent_fsm_lab.rootfs: debootstrap exited 1\n"
