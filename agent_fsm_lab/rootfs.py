@@ -178,10 +178,13 @@ def _locked(path: Path, wait: float = LOCK_WAIT) -> Iterator[None]:
         os.close(fd)
 
 
-def _run(argv: list[str], timeout: float, what: str) -> str:
+def _run(argv: list[str], timeout: float, what: str, inherit_env: bool = False) -> str:
+    """Run `argv`, its output captured (a small fixed environment unless `inherit_env`: pip
+    keeps the machine's own settings, its index and certificates)."""
+    env = dict(os.environ) if inherit_env else {"PATH": _PATH, "LANG": "C.UTF-8"}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              env={"PATH": _PATH, "LANG": "C.UTF-8"}, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
+                              check=False)
     except subprocess.TimeoutExpired:
         raise RootfsError(f"{what}: `{' '.join(argv)}` ran over {timeout:.0f}s") from None
     if proc.returncode != 0:
@@ -302,7 +305,8 @@ def node_site(node: Node, cache: Path = CACHE_DIR) -> Path:
             _run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                   "--no-compile", "--no-deps", "--only-binary", ":all:", "--python-version",
                   python, "--target", str(tmp), *pins],
-                 600, f"installing agent-fsm's dependencies for the node's Python {python}")
+                 600, f"installing agent-fsm's dependencies for the node's Python {python}",
+                 inherit_env=True)
             (tmp / STAMP).write_text(json.dumps({"python": python, "pins": pins}) + "\n")
             os.replace(tmp, final)
         except BaseException:

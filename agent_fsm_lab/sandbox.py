@@ -34,6 +34,14 @@ private socket; there is no D-Bus inside, so ``systemd-run`` and ``busctl`` do n
 
 Booting requires root, util-linux ``unshare``/``nsenter``/``mount``, a cgroup2 mount (pure or
 hybrid hierarchy) and ``/lib/systemd/systemd``; `missing_requirements` names what is absent.
+
+``SystemdSandbox(rootfs=TREE)`` boots another distribution's systemd instead (the Debian 13 node
+of `agent_fsm_lab.rootfs`: systemd 257, Python 3.13).  The same namespaces, masks and private
+mounts are made inside an overlay whose lower layer is TREE (never written: several sandboxes
+boot it at once) and whose upper layer lives in `test_dir`; systemd is exec'd chrooted into it,
+and `run` enters that root (``nsenter -r -w``).  There nothing of the host's disk is visible but
+`test_dir` (read-write) and the `keep` directories (read-only), each at its own path; ``/sys``
+is a fresh read-only sysfs, without the host's sysfs submounts.
 """
 
 from __future__ import annotations

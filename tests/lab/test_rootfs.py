@@ -61,7 +61,8 @@ class FakeDebootstrap:
         self.fail = fail
         self.lock = threading.Lock()
 
-    def __call__(self, argv: list[str], timeout: float, what: str) -> str:
+    def __call__(self, argv: list[str], timeout: float, what: str,
+                 inherit_env: bool = False) -> str:
         if "debootstrap" in argv:
             target = Path(argv[-2])
             with self.lock:
