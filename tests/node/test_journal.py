@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.errors import StateFileError
+from agent_fsm.errors import DiskError, StateFileError
 from agent_fsm.node.config import Config, Judgment
 from agent_fsm.node.state import journal
 from agent_fsm.node.state.store import KIND, StateDoc, Store, checksum
@@ -384,3 +384,16 @@ class TestPreviousLayout:
         back.node.controller.resume()
         assert _triggers(back) == [*TRAIL, "settle"]
         assert [journal.decode(line)["seq"] for line in _lines(back)] == list(range(1, 13))
+
+    def test_a_disk_error_while_moving_them_stops_the_transition_and_keeps_the_file(
+            self, upgraded: World) -> None:
+        """When the journal cannot be read to take the previous release's copies, the transition
+        fails with one DiskError naming the journal, and the state file keeps its bytes (and
+        the copies) for the next start."""
+        raw = to_previous_layout(upgraded, 4, "lost")
+        path = upgraded.node.store.journal.path
+        path.unlink()
+        path.mkdir()  # reading it fails
+        with pytest.raises(DiskError, match=f"could not move the history into {path}: "):
+            upgraded.node.controller.fire("settle")
+        assert upgraded.paths.state_file.read_bytes() == raw

@@ -74,6 +74,8 @@ def _body(doc: StateDoc) -> dict[str, Any]:
         "last_transition": doc.last_transition,
         "skipped": doc.skipped,
         **({} if doc.counters is None else {"counters": doc.counters}),
+        # No `unsynced`: the previous release reads its absence as none (it left the key out
+        # itself after each fsync of the journal), and this one fsyncs every line.
     }
 
 
@@ -158,13 +160,17 @@ class Store:
     def _move_history(self, doc: StateDoc) -> None:
         """Put the history an older file holds into the journal, durably, before the state file
         that no longer holds it is written: a crash between the two leaves the old file, which
-        moves it again, to the same journal."""
-        if doc.legacy is not None:  # schema 1: its history, numbered 1 to len
-            self.journal.rewrite(doc.legacy)
-            doc.legacy = None
-        if doc.unsynced:  # an earlier writer's copies, in place of lines it had not fsynced
-            self.journal.absorb(doc.seq, doc.unsynced)
-            doc.unsynced = []
+        moves it again, to the same journal. DiskError when the disk fails it."""
+        try:
+            if doc.legacy is not None:  # schema 1: its history, numbered 1 to len
+                self.journal.rewrite(doc.legacy)
+                doc.legacy = None
+            if doc.unsynced:  # an earlier writer's copies, in place of lines it had not fsynced
+                self.journal.absorb(doc.seq, doc.unsynced)
+                doc.unsynced = []
+        except OSError as exc:  # reading the journal to rewrite it
+            raise files.disk_error(exc, f"move the history into {self.journal.path}",
+                                   self.journal.path.parent) from exc
 
     def write(self, doc: StateDoc) -> None:
         """Replace the state file atomically and durably (an older file's history moved to the
@@ -179,8 +185,8 @@ class Store:
         state's `seq`: readers drop it, the resumed transition replaces it. `limit`: the
         history_limit. The caller holds the lock."""
         seq = doc.seq + 1
+        self._move_history(doc)  # before the entry that follows it
         try:
-            self._move_history(doc)  # before the entry that follows it
             self.journal.append({**entry, "seq": seq}, limit)
         except OSError as exc:  # the journal's own append; the next start resumes the transition
             raise files.disk_error(exc, f"append to the history journal {self.journal.path}",
