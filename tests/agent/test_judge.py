@@ -14,7 +14,7 @@ J = Judgment(deadline_seconds=10, soak_seconds=5, max_attempts=2, checks=(("chec
 def passing_after(n: int):  # type: ignore[no-untyped-def]
     calls = {"n": 0}
 
-    def check(argv: Sequence[str]) -> tuple[bool, str]:
+    def check(argv: Sequence[str], timeout: float) -> tuple[bool, str]:
         calls["n"] += 1
         return calls["n"] > n, "check exited 1: not yet"
 
@@ -26,26 +26,26 @@ class TestJudge:
         """Checks passing after a few tries, then a quiet soak: judged ok after the soak time."""
         clock = FakeClock()
         start = clock.now()
-        v = judge(J, attempt=1, deadline=start + 10, clock=clock, check=passing_after(3))
+        v = judge(J, attempt=1, clock=clock, check=passing_after(3))
         assert v.ok
         assert clock.now() - start >= 5  # the soak, after the checks passed
 
     def test_checks_failing_at_deadline(self) -> None:
         """Checks still failing at the deadline: judged failed, naming the last failure."""
         clock = FakeClock()
-        v = judge(J, attempt=1, deadline=clock.now() + 10, clock=clock, check=passing_after(99))
+        v = judge(J, attempt=1, clock=clock, check=passing_after(99))
         assert not v.ok and "at the deadline" in v.reason and "not yet" in v.reason
 
     def test_too_many_attempts(self) -> None:
         """A candidate restarted beyond max_attempts judges itself failed without checking."""
-        v = judge(J, attempt=3, deadline=0, clock=FakeClock(), check=passing_after(0))
+        v = judge(J, attempt=3, clock=FakeClock(), check=passing_after(0))
         assert not v.ok and "more than max_attempts (2)" in v.reason
 
     def test_workload_dying_in_soak(self) -> None:
         """The workload exiting during the soak fails the judgment."""
         clock = FakeClock()
         start = clock.now()
-        v = judge(J, attempt=1, deadline=start + 10, clock=clock, check=passing_after(0),
+        v = judge(J, attempt=1, clock=clock, check=passing_after(0),
                   alive=lambda: clock.now() < start + 2)
         assert not v.ok and "during the soak" in v.reason
 
