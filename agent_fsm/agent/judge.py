@@ -63,7 +63,7 @@ def run_check(argv: Sequence[str], env: dict[str, str], timeout: float) -> tuple
 def _checks(judgment: Judgment, clock: Timer, check: Check, end: float) -> tuple[list[str], bool]:
     """Run every check, each with the time left before `end` (at most the deadline) as its
     timeout: what the failing ones said, in order, and whether all of them had time to run."""
-    failing = []
+    failing: list[str] = []
     for argv in judgment.checks:
         left = min(end - clock.monotonic(), judgment.deadline_seconds)
         if left <= 0:
