@@ -177,6 +177,8 @@ class Daemon:
             try:
                 node.effectors.systemd.restart(node.paths.agent_unit_name)
             except AgentFsmError as err:
+                if self.waker.stop:  # a stop came first (a restart queued by `recover`)
+                    return True
                 log.error("%s; exiting so that systemd starts %s", err, selected)
                 return False
             return self._stop_follows(STOP_GRACE)
