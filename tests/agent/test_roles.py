@@ -168,3 +168,36 @@ class TestAStartIsTheRestartItOwed:
         assert ("restart", "agent.service") not in world.systemd.calls
         assert world.node.store.read().state == "converged"
         assert world.node.signal() is None and world.node.gate.is_open()
+
+
+NODE_PYTHON = Path("/usr/bin/python3")
+
+
+@pytest.mark.skipif(not NODE_PYTHON.exists(), reason="no /usr/bin/python3 on this machine")
+class TestRecoverHandsOver:
+    def test_recover_from_the_candidate_release_runs_the_last_goods(
+            self, tmp_path: Path) -> None:
+        """`agent-fsm recover` run through the candidate's own `bin/agent-fsm` (what PATH finds
+        during an upgrade) hands over to the last-good's `bin/agent-fsm`, which rolls back."""
+        import subprocess
+
+        from agent_fsm.actions.releases import packing
+        from tests.helpers import env_with_stub_systemctl
+
+        world = _world(tmp_path)
+        for version in ("1.0.0", "2.0.0"):
+            packing.add(packing.pack(version, tmp_path / "packs" / version), world.node)
+        world.installed("1.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        cfg = tmp_path / "config.toml"
+        cfg.write_text('name = "agent"\n[judgment]\ndeadline_seconds = 1\nsoak_seconds = 0\n'
+                       'max_attempts = 3\nchecks = [["true"]]\n')
+        launcher = world.node.releases.path("2.0.0") / "bin" / "agent-fsm"
+        proc = subprocess.run([str(launcher), "--config", str(cfg), "--root", str(world.root),
+                               "recover"], env=env_with_stub_systemctl(tmp_path),
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert "handing over to the last-good's" in proc.stderr
+        assert "releases/1.0.0/bin/agent-fsm" in proc.stderr
+        assert "rolling back to last-good 1.0.0" in proc.stdout
+        assert world.node.store.read().state == "recovering"
