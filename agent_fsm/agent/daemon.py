@@ -169,6 +169,7 @@ class Daemon:
         last-good's code: start the recovery unit and exit 1."""
         self.stop_workload()
         log.error("%s", exc)
+        self.notifier.status(f"not this process's to run: {exc.trigger}; handing over")
         node = self.node
         selected = node.releases.selected()
         if self.release is not None and selected not in (None, self.release):
