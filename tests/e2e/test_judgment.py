@@ -149,6 +149,34 @@ def test_a_clock_step_during_the_soak_does_not_judge_early(
     assert not any(h["trigger"] == "judge_ok" for h in lab.history())
 
 
+def test_a_clock_step_back_during_the_soak_does_not_stretch_it(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """The agent unit's wall clock steps back 1 h one second into a 5 s soak of a good
+    candidate: the soak still ends after 5 s, well inside the unit's start timeout, and the
+    candidate converges, neither rolled back nor restarted."""
+    lab = _installed(systemd_sandbox, soak=5)
+    stamp = lab.dir / "faketime"
+    stamp.write_text("+0\n")
+    lab.dropin(UNIT, "lab-faketime", "[Service]\n"
+               f"Environment=LD_PRELOAD={_libfaketime()} FAKETIME_TIMESTAMP_FILE={stamp} "
+               "FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1\n")
+    health = lab.state_dir / "health"
+    lab.pack("2.0.0")
+    t0 = time.time()
+    upgrade = lab.cli("upgrade", "--to", "2.0.0", timeout=30)
+    assert wait_until(lambda: health.exists() and health.read_text().strip() == "2.0.0", 15), \
+        _out(upgrade) + _why(lab)
+    time.sleep(1)  # into the soak
+    stamp.write_text("-3600\n")
+    end = lab.settled(timeout=30)
+    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), _why(lab)
+    assert end["last_result"]["outcome"] == "ok"
+    starts = [h for h in lab.history() if h["trigger"] == "candidate_started"
+              and h["time"] >= t0 - 7200]
+    assert len(starts) == 1, starts
+    assert not _recovery_ran(lab)
+
+
 # Item 7 -------------------------------------------------------------------------------------
 def test_a_stop_or_a_reboot_during_judgment_is_no_verdict(
         systemd_sandbox: SystemdSandbox) -> None:
