@@ -7,7 +7,9 @@ from the host's config. It packs releases of four kinds:
 - good: its workload writes `<state_dir>/health` with its version, so the check passes;
 - unhealthy: its workload never writes the health file, and it ships broken assets;
 - crash: its binary exits 3 at start, and it ships broken assets;
-- silent: its binary runs but never sends READY=1 (systemd's start timeout judges it).
+- silent: its binary runs but never sends READY=1 (systemd's start timeout judges it);
+- racing: unhealthy, and its own code would break the way back (it renders every unit with a
+  binary that does not exist), and its start may be held (`hold-start`, with faults=True).
 
 Broken assets name a binary that does not exist and a recovery script that exits 1: had the
 candidate's assets been written before its judgment, its own rollback would break.
@@ -20,7 +22,11 @@ files in `<test_dir>/faults/` (`Lab.fault(name)` sets one, `Lab.fault(name, Fals
   while `publish-hangs` is set;
 - systemctl: the CLI (`Lab.cli`), the agent unit and the recovery unit find a wrapper first in
   their PATH, which refuses the verb V ("Access denied", exit 1) while `refuse-V` is set, e.g.
-  `refuse-reset-failed`, `refuse-daemon-reload`, and otherwise runs the real systemctl.
+  `refuse-reset-failed`, `refuse-daemon-reload`, answers it only after S seconds while `slow-V`
+  holds S (`Lab.slow`), and otherwise runs the real systemctl;
+- a start of a `racing` release (its own launcher, see `Lab.pack`) that resolved `selected`
+  waits, while `hold-start` is set, until `selected` names another release: the race of a
+  `Restart=` start with `recover` on a slow host, made certain.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from agent_fsm.actions.releases import packing
 from . import rootfs
 from .sandbox import SystemdSandbox, python_paths, under_private_tmp
 
-Kind = Literal["good", "unhealthy", "crash", "silent"]
+Kind = Literal["good", "unhealthy", "crash", "silent", "racing"]
 NAME = "agent"
 UNIT = f"{NAME}.service"
 RECOVERY_UNIT = f"{NAME}-recovery.service"
@@ -74,7 +80,36 @@ if [ -n "${{1:-}}" ] && [ -e "$faults/refuse-$1" ]; then
     echo "Failed to $*: Access denied (fault injected by the lab)" >&2
     exit 1
 fi
+if [ -n "${{1:-}}" ] && [ -e "$faults/slow-$1" ]; then
+    sleep "$(cat "$faults/slow-$1")"
+fi
 exec {systemctl} "$@"
+"""
+
+# A racing release's bin/agent-fsm: resolves `selected` as every launcher does, then (while the
+# lab's hold-start flag is set) waits until `selected` names another release, at most 20 s.
+HELD_LAUNCHER = """#!/bin/sh
+here=$(dirname "$(readlink -f "$0")")
+if [ -e {faults}/hold-start ]; then
+    i=0
+    while [ "$(readlink -f {selected})" = "$(dirname "$here")" ] && [ $i -lt 200 ]; do
+        sleep 0.1; i=$((i + 1))
+    done
+fi
+exec "$here/agent-fsm.real" "$@"
+"""
+
+# Appended to a racing release's own agent_fsm/node/assets/render.py: its code renders every
+# unit with a binary that does not exist (a bug that only its way back would show).
+BROKEN_RENDER = """
+
+_lab_render = render
+
+
+def render(release_dir, paths, version):  # type: ignore[no-redef]
+    return tuple(a._replace(content=a.content.replace(b"ExecStart=", b"ExecStart=/nonexistent"))
+                 if a.path.name.endswith(".service") else a
+                 for a in _lab_render(release_dir, paths, version))
 """
 
 PUBLISHER = """#!/bin/sh
@@ -180,6 +215,14 @@ class Lab:
                     reload=False)
         return publisher
 
+    def slow(self, verb: str, seconds: float | None) -> None:
+        """Make systemctl answer `verb` only after `seconds` (None: at once again)."""
+        flag = self.faults_dir / f"slow-{verb}"
+        if seconds is None:
+            flag.unlink(missing_ok=True)
+        else:
+            flag.write_text(f"{seconds:g}\n")
+
     def fault(self, name: str, on: bool = True) -> None:
         """Set (or clear) a fault flag: `publish-fails`, `publish-hangs`, `refuse-<verb>`."""
         if not self.faults_dir.is_dir():
@@ -197,12 +240,16 @@ class Lab:
         return [json.loads(p.read_text()) for p in sorted(self.outbox.glob("*.json"))]
 
     # Releases ---------------------------------------------------------------------------
-    def pack(self, version: str, kind: Kind = "good") -> Path:
-        """Pack a release of the given kind and add it to the node."""
+    def pack(self, version: str, kind: Kind = "good",
+             workload: tuple[str, ...] | None = None) -> Path:
+        """Pack a release of the given kind and add it to the node (`workload`: its own
+        instead of the kind's)."""
         health = self.state_dir / "health"
-        workload = ("/bin/sh", "-c", f'echo "$AGENT_FSM_VERSION" > {health}; exec sleep infinity')
-        if kind == "unhealthy":
-            workload = ("/bin/sh", "-c", "exec sleep infinity")
+        if workload is None:
+            workload = ("/bin/sh", "-c",
+                        f'echo "$AGENT_FSM_VERSION" > {health}; exec sleep infinity')
+            if kind in ("unhealthy", "racing"):
+                workload = ("/bin/sh", "-c", "exec sleep infinity")
         path = self.packs / version
         if self.sb.rootfs is None:
             packing.pack(version, path, workload)
@@ -219,6 +266,13 @@ class Lab:
         elif kind == "silent":
             launcher.write_text("#!/bin/sh\necho 'candidate never says READY=1' >&2\n"
                                 "exec sleep infinity\n")
+        elif kind == "racing":
+            launcher.rename(launcher.with_name("agent-fsm.real"))
+            launcher.write_text(HELD_LAUNCHER.format(faults=self.faults_dir,
+                                                     selected=self.state_dir / "selected"))
+            launcher.chmod(0o755)
+            with (path / "lib" / "agent_fsm" / "node" / "assets" / "render.py").open("a") as f:
+                f.write(BROKEN_RENDER)
         self.cli("release", "add", str(path))
         return path
 

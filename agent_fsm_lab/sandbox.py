@@ -390,13 +390,42 @@ class SystemdSandbox:
                 self.shutdown()
             raise
 
+    def reboot(self, timeout: float = 20.0) -> None:
+        """Power systemd off (every unit stopped, as at a reboot) and boot it again over the same
+        disk: `test_dir` stays, and so do the unit files of `UNIT_DIR` (kept across, as a real
+        disk keeps /etc/systemd/system); /run, /tmp and the journal start empty. The boot target
+        is the sandbox's own, so no enabled unit starts by itself: start what the test needs."""
+        if not self._booted:
+            raise SandboxError("the sandbox is not booted")
+        staged, kept = self.test_dir / ".boot-units", self.test_dir / ".boot-units.kept"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(self.host_path(self.UNIT_DIR), kept, symlinks=True)  # masks included
+        shutil.rmtree(staged)
+        kept.rename(staged)
+        proc = self._unshare
+        assert proc is not None
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self.systemctl("poweroff", "--no-block", check=False)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout)
+        if proc.poll() is None:
+            self._kill_all(proc)
+            proc.wait(timeout)
+        self._unshare, self._pid, self._booted = None, None, False
+        if self._cgroup is not None:
+            self._remove_cgroup(self._cgroup, timeout)
+            self._cgroup = None
+        self._stop_console()
+        self.boot(timeout)
+
     def _start(self) -> None:
-        self.test_dir.mkdir(parents=True, mode=0o755)
         staged = self.test_dir / ".boot-units"
-        staged.mkdir()
-        (staged / TARGET).write_text(_TARGET_UNIT)
-        for unit in MASKED_UNITS:
-            (staged / unit).symlink_to("/dev/null")
+        if not staged.is_dir():  # else a reboot: the staged units are those kept across it
+            self.test_dir.mkdir(parents=True, mode=0o755)
+            staged.mkdir()
+            (staged / TARGET).write_text(_TARGET_UNIT)
+            for unit in MASKED_UNITS:
+                (staged / unit).symlink_to("/dev/null")
         self.console_log.touch()
 
         mount = _cgroup2_mount()

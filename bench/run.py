@@ -100,11 +100,13 @@ on_recover = "nothing_pending"
 trigger = "flip"
 source = "a"
 dest = "b"
+by = ["operator"]
 
 [[transitions]]
 trigger = "flop"
 source = "b"
 dest = "a"
+by = ["operator"]
 """
 
 UPGRADE_CYCLE = (

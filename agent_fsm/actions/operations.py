@@ -5,18 +5,21 @@ Each returns a frozen result for the CLI to render; refusals and errors are rais
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AgentFsmError
+from ..errors import AgentFsmError, NotItsRole
 from ..machine.definition import OnRecover, handlers
 from ..machine.vocabulary import StateName, Trigger
 from ..node.state import reasons
 from ..node.state.store import StateDoc
 from ..wiring import Node
+
+log = logging.getLogger("agent_fsm")
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,10 @@ def recover(node: Node) -> Done:
     """Roll back to the last-good when an upgrade is pending and not judged ok; else say so."""
     doc = node.store.read()
     if not node.controller.supersedes(Trigger.recover, doc):
-        doc = node.controller.resume()  # else recover replaces what is owed: never finish it
+        try:
+            doc = node.controller.resume()  # else recover replaces what is owed: never finish it
+        except NotItsRole as exc:  # the candidate's to finish (`complete`): go by the state
+            log.warning("%s", exc)
     # The signal is read only where it may be an orphan: a damaged one never stops a rollback.
     if doc.state in node.groups.orphan_from and (sig := node.signal()) is not None:
         doc = node.controller.fire(Trigger.orphaned_signal, **reasons.orphaned(doc.state))

@@ -18,10 +18,14 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..machine.vocabulary import Trigger
 from .exits import guarded
 from .options import Globals
+
+if TYPE_CHECKING:
+    from ..wiring import Node
 
 GLOBAL_OPTIONS = ("--config", "--root")
 
@@ -29,18 +33,46 @@ GLOBAL_OPTIONS = ("--config", "--root")
 def run_daemon(opts: Globals) -> int:
     """`agent-fsm daemon`: the agent unit's main process; its exit code."""
     from ..agent.daemon import main as daemon_main
+    from ..upgrade.roles import Command
 
-    return daemon_main(opts.node(lenient=True))
+    return daemon_main(opts.node(lenient=True, command=Command.daemon))
 
 
 def run_recover(opts: Globals) -> int:
     """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line."""
     from ..actions.operations import recover
+    from ..upgrade.roles import Command
 
-    message = recover(opts.node(lenient=True)).message
+    node = opts.node(lenient=True, command=Command.recover)
+    hand_over(node, opts)
+    message = recover(node).message
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
     return 0
+
+
+def hand_over(node: Node, opts: Globals) -> None:
+    """Run the last-good's own `agent-fsm recover` instead, when this one is another stored
+    release's (an operator's `agent-fsm` on PATH is the selected release's, the candidate's
+    during an upgrade): only the last-good's code runs the way back. Returns when it is the
+    last-good's, or runs from no stored release, or the last-good has no launcher."""
+    process = node.controller.process
+    last_good = node.releases.last_good()
+    if process is None or process.release is None or last_good in (None, process.release):
+        return
+    assert last_good is not None
+    launcher = node.releases.path(last_good) / "bin" / "agent-fsm"
+    if not os.access(launcher, os.X_OK):
+        return  # the engine refuses what is not this release's to run, saying so
+    argv = [str(launcher)]
+    if opts.config is not None:
+        argv += ["--config", str(opts.config)]
+    if opts.root is not None:
+        argv += ["--root", str(opts.root)]
+    sys.stderr.write(f"<6>handing over to the last-good's {launcher}: this agent-fsm is "
+                     f"release {process.release}'s\n")
+    sys.stderr.flush()
+    os.execv(launcher, [*argv, Trigger.recover.value])
 
 
 def run_status_json(opts: Globals) -> int:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import typer
 
+    from ..upgrade.roles import Command
     from ..wiring import Node, Reader
 
 
@@ -21,14 +22,18 @@ class Globals(NamedTuple):
     config: Path | None = None
     root: Path | None = None
 
-    def node(self, *, lenient: bool = False) -> Node:
+    def node(self, *, lenient: bool = False, command: Command | None = None) -> Node:
         """The node these options name: its config loaded, its paths below the root.
         `lenient`: unknown config keys are logged, not refused (the way back: a config written
-        for the candidate, a newer agent-fsm, must not stop the last-good's daemon or recover)."""
+        for the candidate, a newer agent-fsm, must not stop the last-good's daemon or recover).
+        `command`: which process this is (`upgrade.roles.Command`; default: an operator's), for
+        the roles' checks."""
         from ..node import config as config_mod
+        from ..upgrade.roles import Command
         from ..wiring import open_node
 
-        return open_node(config_mod.load(self.config, self.root, lenient=lenient), self.root)
+        return open_node(config_mod.load(self.config, self.root, lenient=lenient), self.root,
+                         command=Command.operator if command is None else command)
 
     def reader(self) -> Reader:
         """The node these options name, wired for reading only (`status`, with or without
