@@ -18,10 +18,14 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..machine.vocabulary import Trigger
 from .exits import guarded
 from .options import Globals
+
+if TYPE_CHECKING:
+    from ..wiring import Node
 
 GLOBAL_OPTIONS = ("--config", "--root")
 
@@ -34,13 +38,48 @@ def run_daemon(opts: Globals) -> int:
 
 
 def run_recover(opts: Globals) -> int:
-    """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line."""
+    """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line.
+    Exits 0 when rolled back or when there is nothing to roll back, else non-zero: run by the
+    recovery unit, after a growing wait (`operations.retry_delay`), so that systemd's
+    `Restart=on-failure` tries again until it succeeds."""
     from ..actions.operations import recover
+    from ..node.state.reasons import RECOVERY_ENV
 
-    message = recover(opts.node(lenient=True)).message
+    if os.environ.get(RECOVERY_ENV) != "unit":
+        _said(recover(opts.node(lenient=True)).message)
+        return 0
+    node = None
+    try:
+        node = opts.node(lenient=True)
+        _said(recover(node).message)
+        return 0
+    except Exception as exc:  # whatever failed, the rollback is tried again
+        return _hold_off(node, exc)
+
+
+def _said(message: str) -> None:
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
-    return 0
+
+
+def _hold_off(node: Node | None, exc: Exception) -> int:
+    """The recovery unit's failed try: say why and when it is tried again, wait, and return
+    the exit code that makes systemd start it again."""
+    import time
+    import traceback
+
+    from ..actions.operations import retry_delay
+    from ..errors import AgentFsmError
+
+    expected = isinstance(exc, (AgentFsmError, OSError))
+    delay = retry_delay(node)
+    sys.stderr.write(f"agent-fsm: {exc}\n" if expected else traceback.format_exc())
+    sys.stderr.write(f"agent-fsm: the rollback is not done; the recovery unit tries again in "
+                     f"about {delay + 1:.0f}s\n")
+    sys.stderr.flush()
+    time.sleep(delay)
+    code = exc.exit_code if isinstance(exc, AgentFsmError) else 1
+    return code or 1
 
 
 def run_status_json(opts: Globals) -> int:
