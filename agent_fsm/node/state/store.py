@@ -210,7 +210,7 @@ class Store:
             except LockTimeout:
                 raise Refused(
                     f"another agent-fsm operation has held {self.lock_path} for over "
-                    f"{self.lock_timeout:.0f}s; try again when it finishes"
+                    f"{self.lock_timeout:g}s; try again when it finishes"
                 ) from None
             yield
 
