@@ -105,14 +105,7 @@ class Inside:
     it is `child`: nsenter's), stopped and ended by the test."""
 
     def __init__(self, sandbox: SystemdSandbox, *argv: str, env: dict[str, str]) -> None:
-        assert sandbox._cgroup is not None
-        join = 'echo $$ > "$1" && shift && exec "$@"'  # into the sandbox's cgroup, as `run` does
-        self.proc = subprocess.Popen(
-            ["sh", "-c", join, "sh", str(sandbox._cgroup / "cgroup.procs"),
-             "nsenter", "-t", str(sandbox.pid), "-m", "-p", "-u", "-i", "-C", "--", *argv],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", **env})
-
+        self.proc = sandbox.popen(*argv, env=env)
         self._child: int | None = None
 
     @property
