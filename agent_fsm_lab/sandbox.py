@@ -645,6 +645,20 @@ class SystemdSandbox:
             raise _CommandFailed(result)
         return result
 
+    def popen(self, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start `argv` inside the namespaces, as `run` does, without waiting for it: its output
+        is piped, it is in a session of its own, and `shutdown` ends it if the caller does not.
+        The process returned is nsenter's; the command is its child (nsenter forks it into the
+        sandbox's PID namespace, and stops itself when the command is stopped)."""
+        if not argv:
+            raise ValueError("popen() needs a command")
+        assert self._cgroup is not None
+        return subprocess.Popen(
+            ["sh", "-c", _JOIN_CGROUP, "sh", str(self._cgroup / "cgroup.procs"),
+             "nsenter", "-t", str(self.pid), "-m", "-p", "-u", "-i", "-C", "--", *argv],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True, env={**_BASE_ENV, **(env or {})})
+
     def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """`run` ``systemctl --no-pager ARGS`` inside."""
         return self.run("systemctl", "--no-pager", *args, check=check)

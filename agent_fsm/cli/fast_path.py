@@ -39,16 +39,52 @@ def run_daemon(opts: Globals) -> int:
 
 
 def run_recover(opts: Globals) -> int:
-    """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line."""
+    """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line.
+    Exits 0 when rolled back or when there is nothing to roll back, else non-zero: run by the
+    recovery unit, after a growing wait (`operations.retry_delay`), so that systemd's
+    `Restart=on-failure` tries again until it succeeds."""
     from ..actions.operations import recover
+    from ..node.state.reasons import RECOVERY_ENV
     from ..upgrade.roles import Command
 
-    node = opts.node(lenient=True, command=Command.recover)
-    hand_over(node, opts)
-    message = recover(node).message
+    if os.environ.get(RECOVERY_ENV) != "unit":
+        by_hand = opts.node(lenient=True, command=Command.recover)
+        hand_over(by_hand, opts)
+        _said(recover(by_hand).message)
+        return 0
+    node: Node | None = None
+    try:
+        node = opts.node(lenient=True, command=Command.recover)
+        hand_over(node, opts)
+        _said(recover(node).message)
+        return 0
+    except Exception as exc:  # whatever failed, the rollback is tried again
+        return _hold_off(node, exc)
+
+
+def _said(message: str) -> None:
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
-    return 0
+
+
+def _hold_off(node: Node | None, exc: Exception) -> int:
+    """The recovery unit's failed try: say why and when it is tried again, wait, and return
+    the exit code that makes systemd start it again."""
+    import time
+    import traceback
+
+    from ..actions.operations import retry_delay
+    from ..errors import AgentFsmError
+
+    expected = isinstance(exc, (AgentFsmError, OSError))
+    delay = retry_delay(node)
+    sys.stderr.write(f"agent-fsm: {exc}\n" if expected else traceback.format_exc())
+    sys.stderr.write(f"agent-fsm: the rollback is not done; the recovery unit tries again in "
+                     f"about {delay + 1:.0f}s\n")
+    sys.stderr.flush()
+    time.sleep(delay)
+    code = exc.exit_code if isinstance(exc, AgentFsmError) else 1
+    return code or 1
 
 
 def hand_over(node: Node, opts: Globals) -> None:

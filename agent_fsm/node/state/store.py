@@ -222,10 +222,7 @@ class Store:
             except LockTimeout:
                 raise Refused(
                     f"another agent-fsm operation has held {self.lock_path} for over "
-                    f"{self.lock_timeout:.0f}s; try again when it finishes"
+                    f"{self.lock_timeout:g}s; try again when it finishes"
                 ) from None
-            except OSError as exc:  # opening it: a read-only or failing disk
-                raise files.disk_error(exc, f"open the writers' lock {self.lock_path}",
-                                       self.lock_path.parent) from exc
             yield
 
