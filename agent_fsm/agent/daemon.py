@@ -98,9 +98,10 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
                           ": queueing it in the outbox and opening the gate; it is delivered "
                           "once the publisher answers. Last error: %s", give_up_after, exc)
                 continue
+            wait = delay if left is None else max(min(delay, left), 0.0)
             log.warning("publishing the result failed (try %d), retrying in %.0fs: %s",
-                        tries, delay if left is None else min(delay, left), exc)
-            clock.sleep(delay if left is None else min(delay, left))
+                        tries, wait, exc)
+            clock.sleep(wait)
             delay = min(delay * 2, PUBLISH_RETRY_MAX)
 
 

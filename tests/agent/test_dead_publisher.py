@@ -142,6 +142,7 @@ class TestGivingUp:
         daemon.clock = world.clock  # type: ignore[assignment]  # sleeps advance the fake clock
         daemon.publish_and_open_gate()
         assert world.node.store.read().state == "converged"
+        assert world.node.store.history()[-1]["trigger"] == "complete_queued"
         assert 30 <= world.clock.now() - since <= 30 + 1
 
 

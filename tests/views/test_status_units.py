@@ -249,7 +249,8 @@ class TestQueuedResult:
         w.installed("1.0.0").upgrading("2.0.0")
         node.controller.fire("judge_ok")
         since = node.store.read().since
-        open_gate_after_judgment(node.controller, clock, give_up_after=30, monotonic=clock.now)
+        open_gate_after_judgment(node.controller, clock, max_tries=200, give_up_after=30,
+                                 monotonic=clock.now)
         st = status(node)
         assert st.state == "converged" and st.outbox == {
             "queued": 1, "publisher_unreachable_since": since}
