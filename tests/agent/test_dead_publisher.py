@@ -146,6 +146,49 @@ class TestGivingUp:
         assert 30 <= world.clock.now() - since <= 30 + 1
 
 
+class TestTheWayOutKeepsTheOrder:
+    def test_signal_cleared_then_assets_then_reload_then_promotion_and_gate(
+            self, world: World) -> None:
+        """`complete_queued` keeps `complete`'s order after the result: at the reload the
+        signal is gone and the candidate's assets are on disk, the gate still closed and the
+        last-good not yet promoted; the gate opens last."""
+        _judged_ok(world)
+        seen: list[tuple[str, bool, bool, bool, str | None]] = []
+        new = world.rendered("2.0.0")
+
+        def look(verb: str, _unit: str) -> None:
+            seen.append((verb, world.node.signal() is not None, world.assets_on_disk() == new,
+                         world.node.gate.is_open(), world.node.releases.last_good()))
+
+        world.systemd.on_call = look
+        _give_up(world)
+        assert seen == [("daemon-reload", False, True, False, "1.0.0")]
+        assert world.node.gate.is_open() and world.node.releases.last_good() == "2.0.0"
+
+    def test_a_forced_known_bad_version_is_cleared(self, world: World) -> None:
+        """A version that had rolled back, upgraded to with `--force` and judged ok, is no
+        longer known bad after the way out, as after `complete`."""
+        from agent_fsm.actions import operations
+        from agent_fsm.node.records import known_bad
+
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        c = world.node.controller
+        operations.begin_upgrade(world.node, "2.0.0")
+        c.fire("candidate_started")
+        c.fire("judge_failed", reason="check failed", reason_class="check_failed")
+        operations.recover(world.node)
+        c.fire("recovered")
+        assert "2.0.0" in known_bad.read(world.paths.known_bad_file).marks
+        operations.begin_upgrade(world.node, "2.0.0", force=True)
+        c.fire("candidate_started")
+        world.publisher.failures = 1000
+        c.fire("judge_ok")
+        _give_up(world)
+        assert world.node.store.read().state == "converged"
+        assert known_bad.read(world.paths.known_bad_file).marks == {}
+
+
 class TestTheQueuedResult:
     def test_the_published_json_carries_since_when(self, tmp_path: Path) -> None:
         """The publish command gets `publisher_unreachable_since` in the result's JSON, and
