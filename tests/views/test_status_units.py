@@ -164,7 +164,7 @@ class TestUnknown:
         ("missing", "could not run"),
         ("refuses", "exited 1: Failed to connect to bus: Access denied"),
         ("hangs", "did not answer within 2s"),
-    ])
+    ], ids=["missing", "refuses", "hangs"])
     def test_status_still_answers(self, tmp_path: Path, how: str, words: str) -> None:
         """systemctl missing, refusing or hanging: status answers, says "unit state unknown"
         with the reason, and advises from the state file alone."""
