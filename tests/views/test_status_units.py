@@ -143,6 +143,17 @@ class TestOneUnit:
         assert st.unit_situation == "agent_failed"
         assert f"systemctl start {AGENT}" in st.next.commands
 
+    def test_a_stale_failed_recovery_unit_when_converged_is_not_advised(
+            self, tmp_path: Path) -> None:
+        """Converged, with the recovery unit still `failed` from a rollback finished by hand:
+        no situation of the units (nothing is rolling back), the unit still shown failed."""
+        w = _world(tmp_path, fake_systemctl(tmp_path, ACTIVE, FAILED))
+        w.installed("1.0.0")
+        st = status(w.node)
+        assert st.unit_situation is None and st.situation == "no upgrade is pending"
+        assert st.units is not None and st.units.recovery is not None
+        assert st.units.recovery.failed
+
     def test_healthy_units_change_nothing(self, tmp_path: Path) -> None:
         """An active agent and an idle recovery unit: the state's own situation and advice,
         the units shown, the journal not read."""

@@ -153,6 +153,10 @@ def advise(u: Units, node: Node | Reader, doc: StateDoc, prog: str) -> Advice | 
                            ajournal)))
     if agent is None or recovery is None:
         return None
+    if doc.state not in node.groups.pending:
+        # No rollback is due: a recovery unit still `failed` from an earlier one (an operator
+        # finished it by hand) is shown in the units' row, not advised on.
+        recovery = recovery._replace(active="inactive", sub="dead")
     if agent.failed and recovery.failed:
         return Advice("both_failed",
                       f"{agent.unit} is {agent.words()} and {recovery.unit} is "
