@@ -97,10 +97,19 @@ class FakePublisher:
     on_publish: Callable[[Result], None] | None = None
 
     def record(self, result: Result) -> None:
+        """As `RecordPublisher` does: one record per upgrade and outcome, a later one
+        replacing it (and its queued copy, if not yet delivered)."""
         key = (result.to_version, result.started, result.outcome)
-        if key not in {(r.to_version, r.started, r.outcome) for r in self.recorded}:
+
+        def same(r: Result) -> bool:
+            return (r.to_version, r.started, r.outcome) == key
+
+        if not any(same(r) for r in self.recorded):
             self.recorded.append(result)
             self.queue.append(result)
+            return
+        self.recorded = [result if same(r) else r for r in self.recorded]
+        self.queue = [result if same(r) else r for r in self.queue]
 
     def deliver(self) -> int:
         delivered = 0

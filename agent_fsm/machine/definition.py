@@ -77,8 +77,10 @@ MEANINGS: dict[str, str] = {
     OnStart.judge_candidate: "hold the last-good's assets, count the attempt and judge the "
                              "candidate: passed, as `publish_then_open_gate`; failed, record "
                              "the result, start the recovery unit and exit 1",
-    OnStart.publish_then_open_gate: "publish the result (retried until it is delivered), clear "
-                                    "the signal, write the assets, then open the gate",
+    OnStart.publish_then_open_gate: "publish the result (retried until it is delivered, or "
+                                    "until `publish_give_up_seconds` have passed since the "
+                                    "judgment: then `complete_queued` queues it in the outbox), "
+                                    "clear the signal, write the assets, then open the gate",
     OnStart.start_recovery_unit: "start the recovery unit and exit 1",
     OnStart.finish_recovery: "with the last-good selected, clear the signal, write the assets "
                              "that differ and open the gate; else as `start_recovery_unit`",

@@ -41,6 +41,9 @@ class Config(NamedTuple):
     allowed_signers: Path | None = None  # ssh-keygen's allowed-signers file; None: unsigned ok
     history_limit: int = 200
     publish_command: tuple[str, ...] = ()
+    # After a good judgment, how long publishing may fail before the result is queued in the
+    # outbox and the gate opens anyway (`complete_queued`): a dead publisher's bounded way out.
+    publish_give_up_seconds: float = 600.0
     systemctl: tuple[str, ...] = ("systemctl",)  # the argv prefix of every systemctl call
     podman: tuple[str, ...] = ("podman",)  # the argv prefix of every podman call (release images)
     judgment: Judgment = Judgment()
@@ -59,6 +62,7 @@ _TOP_KEYS = {
     "allowed_signers": Path,
     "history_limit": int,
     "publish_command": list,
+    "publish_give_up_seconds": float,
     "systemctl": list,
     "podman": list,
     "judgment": dict,
@@ -69,6 +73,7 @@ _TOP_KEYS = {
 WEEK = 7 * 86400
 BOUNDS: dict[str, tuple[float, float]] = {  # key: (lowest, highest); only soak may be 0
     "history_limit": (1, 100_000),
+    "publish_give_up_seconds": (0, WEEK),
     "judgment.deadline_seconds": (0, WEEK),
     "judgment.soak_seconds": (0, WEEK),
     "judgment.max_attempts": (1, 100),
@@ -208,6 +213,9 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False) -> Confi
                                           integer=True)
     if "publish_command" in data:
         kwargs["publish_command"] = _argv(source, "publish_command", data["publish_command"])
+    if "publish_give_up_seconds" in data:
+        kwargs["publish_give_up_seconds"] = float(_number(
+            source, "publish_give_up_seconds", data["publish_give_up_seconds"], integer=False))
     if "systemctl" in data:
         kwargs["systemctl"] = _command(source, "systemctl", data["systemctl"])
     if "podman" in data:

@@ -55,6 +55,15 @@ def entry_keys(result: Mapping[str, Any] | None, reported: object) -> dict[str, 
     return {"reason": result.get("reason"), "reason_class": result["reason_class"]}
 
 
+def publish_given_up(error: str, seconds: float, since: float) -> dict[str, Any]:
+    """The arguments of `complete_queued`: the candidate passed, and its result is queued
+    because publishing it failed for `seconds` (`publish_give_up_seconds`) since `since`."""
+    return {"reason_class": "passed",
+            "reason": one_line(f"judged ok; the result was queued in the outbox after "
+                               f"publishing it failed for {seconds:g}s: {one_line(error)}"),
+            "publisher_unreachable_since": since}
+
+
 def orphaned(state: str) -> dict[str, str]:
     """The reason recorded for a signal that the state file, in `state`, knew nothing of."""
     return {"reason_class": "orphaned",

@@ -137,6 +137,8 @@ def result_body(data: Any, where: str = "") -> None:
         raise invalid(f"{at}reason", r["reason"], f"a string of at most {MAX_REASON} characters")
     if "reason_class" in r:  # both absent in a result recorded before reasons were kept
         one_of(r["reason_class"], f"{at}reason_class", CLASSES)
+    if "publisher_unreachable_since" in r:  # a result queued by complete_queued
+        time(r["publisher_unreachable_since"], f"{at}publisher_unreachable_since")
 
 
 # `results/<started>-<to>.json` and its copy queued in `outbox/` (schema 0: no schema). Their

@@ -9,6 +9,7 @@ docs/operations.md and pinned by tests/views/test_status.py.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...machine.definition import situation
@@ -19,6 +20,9 @@ from ...node.runtime.signal import UpgradeSignal
 from .advice import NextAction, next_action
 from .advice import span as span  # render.py's durations
 from .assets import AssetView, compare
+from .units import Units
+from .units import advise as advise_units
+from .units import read as read_units
 
 if TYPE_CHECKING:
     from ...wiring import Node, Reader
@@ -54,6 +58,9 @@ class Status(NamedTuple):
     inhibitors: tuple[dict[str, Any], ...]  # the workloads' inhibitor files, stale ones marked
     hooks: tuple[dict[str, Any], ...]  # configured: {when, trigger, argv, failed}
     known_bad: tuple[tuple[dict[str, Any], ...], str | None] = ((), None)  # marks, damage
+    units: Units | None = None  # what systemd says of the units, the state dir's writes
+    unit_situation: str | None = None  # the units' situation (units.Advice.kind), if any
+    outbox: dict[str, Any] | None = None  # {queued, publisher_unreachable_since}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +90,9 @@ class Status(NamedTuple):
             "inhibitors": list(self.inhibitors),
             "hooks": list(self.hooks),
             "known_bad": list(self.known_bad[0]), "known_bad_error": self.known_bad[1],
+            "units": None if self.units is None else self.units.to_json(),
+            "unit_situation": self.unit_situation,
+            "outbox": self.outbox,
         }
 
 
@@ -109,6 +119,15 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         owed = {"trigger": p.trigger, "from": p.source, "to": p.dest,
                 "effects": p.effects[p.done:]}
     action = next_action(node, doc, sig, gate_open, now, known_bad.without(node.paths, releases), prog)
+    units = read_units(node)
+    advice = advise_units(units, node, doc, prog)  # the units can say more than the state file
+    now_line = situation(node.definition, doc) if advice is None else advice.situation
+    if advice is not None:
+        action = advice.next
+    outbox = _outbox(node, doc.last_result)
+    if outbox["publisher_unreachable_since"] is not None and advice is None:
+        now_line += (f"; the result is queued, publisher unreachable since "
+                     f"{_utc(outbox['publisher_unreachable_since'])}")
     if owed is not None:
         action = NextAction(
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}, resumed "
@@ -120,7 +139,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         time=now,
         state=doc.state,
         meaning=node.definition.state(doc.state).description,
-        situation=situation(node.definition, doc),
+        situation=now_line,
         tone=node.groups.tone(doc.state, node.definition.initial),
         state_since=doc.since,
         state_seconds=None if doc.since is None else max(now - doc.since, 0.0),
@@ -134,7 +153,8 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         assets=assets,
         assets_compared_with=selected,
         assets_error=assets_error,
-        last_result=doc.last_result and {"reason": None, "reason_class": None, **doc.last_result},
+        last_result=doc.last_result and {"reason": None, "reason_class": None,
+                                         "publisher_unreachable_since": None, **doc.last_result},
         owed=owed,
         skipped=tuple(doc.skipped),
         allowed=node.definition.triggers_from(doc.state),
@@ -143,4 +163,22 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         inhibitors=inhibitors.view(node.paths),
         hooks=hook_failures.view(node.config.hooks, node.paths.state_dir),
         known_bad=known_bad.view(node.paths),
+        units=units,
+        unit_situation=None if advice is None else advice.kind,
+        outbox=outbox,
     )
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def _outbox(node: Node | Reader, last: dict[str, Any] | None) -> dict[str, Any]:
+    """How many results wait for delivery, and since when the publisher was unreachable when
+    the last one was queued instead of published (`complete_queued`) and is still waiting."""
+    try:
+        queued = sum(1 for p in node.paths.outbox_dir.iterdir() if p.suffix == ".json")
+    except OSError:
+        queued = 0
+    since = (last or {}).get("publisher_unreachable_since")
+    return {"queued": queued, "publisher_unreachable_since": since if queued else None}
