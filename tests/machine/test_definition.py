@@ -108,7 +108,8 @@ class TestChecks:
         completion, and may finish none of the way back (recover, orphaned_signal, recovered)."""
         d = load_definition()
         fired = {t.trigger for t in d.transitions if Role.candidate in t.by}
-        assert fired == {"candidate_started", "judge_ok", "judge_failed", "complete"}
+        assert fired == {"candidate_started", "judge_ok", "judge_failed", "complete",
+                         "complete_queued"}
         way_back = ("recover", "orphaned_signal", "recovered")
         assert not any(d.transition(t).may_finish(Role.candidate) for t in way_back)
         assert all(d.transition(t).may_finish(Role.last_good) for t in way_back)
