@@ -29,15 +29,21 @@ GLOBAL_OPTIONS = ("--config", "--root")
 def run_daemon(opts: Globals) -> int:
     """`agent-fsm daemon`: the agent unit's main process; its exit code."""
     from ..agent.daemon import main as daemon_main
+    from ..errors import ConfigError
 
-    return daemon_main(opts.node(lenient=True))
+    node = opts.node(way_back=True)
+    if node.config.fallback is not None and not node.on_the_way_back():
+        # The kept settings serve the way back only: anywhere else the daemon refuses the
+        # live file, as operator commands do.
+        raise ConfigError(node.config.fallback.error)
+    return daemon_main(node)
 
 
 def run_recover(opts: Globals) -> int:
     """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line."""
     from ..actions.operations import recover
 
-    message = recover(opts.node(lenient=True)).message
+    message = recover(opts.node(way_back=True)).message
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
     return 0

@@ -80,6 +80,11 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         state.append(f" (for {span(st.state_seconds)})")
     table.add_row("state", state)
     table.add_row("now", st.situation)
+    if st.config_fallback:
+        f = st.config_fallback
+        table.add_row("config", Text(f"{f['error']}; the way back uses last-good {f['version']}'s "
+                                     f"settings kept in {f['kept']}; operator commands refuse "
+                                     "the file until it is fixed", style="red"))
     role = " (the candidate)" if st.candidate and st.selected == st.candidate else ""
     table.add_row("selected", (st.selected or "—") + role)
     table.add_row("last-good", st.last_good or "—")

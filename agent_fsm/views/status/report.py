@@ -54,6 +54,9 @@ class Status(NamedTuple):
     inhibitors: tuple[dict[str, Any], ...]  # the workloads' inhibitor files, stale ones marked
     hooks: tuple[dict[str, Any], ...]  # configured: {when, trigger, argv, failed}
     known_bad: tuple[tuple[dict[str, Any], ...], str | None] = ((), None)  # marks, damage
+    # The live config is wrong and the way back runs with the last-good's kept settings:
+    # null, or {error, version, kept} (`config.Fallback`); read through those settings.
+    config_fallback: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,7 @@ class Status(NamedTuple):
             "inhibitors": list(self.inhibitors),
             "hooks": list(self.hooks),
             "known_bad": list(self.known_bad[0]), "known_bad_error": self.known_bad[1],
+            "config_fallback": self.config_fallback,
         }
 
 
@@ -143,4 +147,5 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         inhibitors=inhibitors.view(node.paths),
         hooks=hook_failures.view(node.config.hooks, node.paths.state_dir),
         known_bad=known_bad.view(node.paths),
+        config_fallback=None if node.config.fallback is None else node.config.fallback.to_json(),
     )
