@@ -176,8 +176,8 @@ MALFORMED: dict[str, tuple[Any, str]] = {
               "unsynced[0].seq is 3, expected 4 (consecutive, ending at seq 5)"),
     "not ending at seq": ([{**_entry(4), "seq": 4}], "unsynced[0].seq is 4, expected 5"),
     "no seq": ([_entry(5)], "unsynced[0].seq is missing, expected 5"),
-    "unknown trigger": ([{**_entry(5), "trigger": "jump", "seq": 5}],
-                        "unsynced[0].trigger names unknown trigger 'jump'"),
+    "a trigger that is no name": ([{**_entry(5), "trigger": "Jump!", "seq": 5}],
+                                  "unsynced[0].trigger is 'Jump!'"),
     "more than seq": ([{**_entry(i), "seq": i} for i in range(0, 6)],
                       "unsynced has 6 entries, expected at most 5"),
 }
