@@ -275,6 +275,9 @@ def show_history(h: History) -> None:
         move.append(e.dest, style=TONE_STYLE.get(h.tones.get(e.dest, ""), ""))
         stamp = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
         why = "" if e.reason is None else f"{e.reason[0]}: {e.reason[1]}"
+        if e.superseded_by:  # owed, never finished: the way back replaced it
+            why = f"superseded by {e.superseded_by}" + (
+                f" ({', '.join(e.unknown)} unknown here)" if e.unknown else "")
         table.add_row(stamp, e.trigger, move, versions, lasted, why)
     show(table)
     shown = len(h.entries)

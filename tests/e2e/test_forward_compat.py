@@ -137,7 +137,7 @@ def test_a_candidate_of_this_tree_rolls_back_through_the_earlier_release(
     # library is the earlier commit's, and that code reads the node now.
     script = (lab.dir / "lib" / "agent-recovery.sh").read_text()
     assert "Written by agent-fsm 1.0.0" in script and "/last-good/bin/agent-fsm" in script
-    stored = lab.state_dir / "releases" / "1.0.0" / "lib" / CHANGED.relative_to("agent_fsm")
+    stored = lab.state_dir / "releases" / "1.0.0" / "lib" / CHANGED
     assert stored.read_bytes() == (earlier / CHANGED).read_bytes()
     by_earlier = json.loads(earlier_cli("status", "--json", binary=node_cli).stdout)
     assert (by_earlier["state"], by_earlier["selected"]) == ("converged", "1.0.0")
