@@ -15,6 +15,7 @@ import pytest
 from agent_fsm.actions.operations import recover
 from agent_fsm.errors import StateFileError
 from agent_fsm.node.state import store as store_mod
+from agent_fsm.views.status.report import status
 from tests.helpers import World, make_world
 
 
@@ -119,8 +120,8 @@ class TestOwedByALaterVersion:
     @pytest.mark.parametrize("owed", sorted(LATER_PENDING))
     def test_recover_supersedes_it_and_rolls_back(self, tmp_path: Path, owed: str) -> None:
         """Mid-upgrade, a transition the candidate (a later agent-fsm) left owed with names
-        this one does not know is superseded by `recover`, recorded so in the history, and the
-        node rolls back to the last-good."""
+        this one does not know is shown by `status` as such, superseded by `recover`, recorded
+        so in the history, and the node rolls back to the last-good."""
         world = _world(tmp_path)
         world.upgrading("2.0.0")
         body = _body(world)
@@ -128,6 +129,9 @@ class TestOwedByALaterVersion:
                            "args": {"started": 5.0}, "started": 5.0, "phase": "v3"}
         _write_as_later(world, body)
         world = world.reopen()
+        st = status(world.node)
+        assert st.owed is not None and st.owed["unknown"]
+        assert "this one never runs it; the way back (`recover`) supersedes it" in st.next.summary
         done = recover(world.node)
         assert done.state == "recovering" and world.node.releases.selected() == "1.0.0"
         entry = next(e for e in world.node.store.history() if e.get("superseded_by"))

@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...machine.definition import situation
+from ...machine.vocabulary import Trigger
 from ...node.records import hold, hook_failures, known_bad
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
 from ...node.runtime.signal import UpgradeSignal
+from ...node.state.document import Pending
 from .advice import NextAction, next_action
 from .advice import span as span  # render.py's durations
 from .assets import AssetView, compare
@@ -96,6 +98,16 @@ def _signal_json(sig: UpgradeSignal, now: float, max_attempts: int) -> dict[str,
             "deadline_in_seconds": sig.deadline - now}
 
 
+def _unknown(node: Node | Reader, p: Pending) -> list[str]:
+    """What an owed transition names that this agent-fsm does not know (the engine's rule,
+    `Controller.unknown`, read off the definition: `status` has no engine)."""
+    d = node.definition
+    effects = {e.name for t in d.transitions for e in t.effects}
+    names = [] if p.trigger in {t.trigger for t in d.transitions} else [f"trigger {p.trigger}"]
+    names += [f"state {s}" for s in dict.fromkeys((p.source, p.dest)) if s not in d.state_names]
+    return names + [f"effect {e}" for e in dict.fromkeys(p.effects) if e not in effects]
+
+
 def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") -> Status:
     """The node as it is now. `diff` adds a unified diff for each asset that differs; `prog`
     prefixes the suggested commands (say, with the --config and --root this run was given)."""
@@ -111,9 +123,16 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
     if doc.pending is not None:
         p = doc.pending
         owed = {"trigger": p.trigger, "from": p.source, "to": p.dest,
-                "effects": p.effects[p.done:]}
+                "effects": p.effects[p.done:], "unknown": _unknown(node, p)}
     action = next_action(node, doc, sig, gate_open, now, known_bad.without(node.paths, releases), prog)
-    if owed is not None:
+    if owed is not None and owed["unknown"]:  # a later agent-fsm's: never run here
+        back = doc.state in node.definition.transition(Trigger.recover).sources
+        action = NextAction(
+            f"a later agent-fsm left {owed['trigger']} owed ({', '.join(owed['unknown'])} "
+            "unknown here): this one never runs it; " + (
+                "the way back (`recover`) supersedes it" if back else
+                "run the agent-fsm that wrote it"), (f"{prog} recover",) if back else ())
+    elif owed is not None:
         action = NextAction(
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}, resumed "
             f"by the next agent-fsm operation or daemon start; then: {action.summary}",
