@@ -6,6 +6,7 @@ log and in `status`; every operator command, and the daemon anywhere else, still
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_fsm.actions.releases.packing import pack
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.assets import kept
 from agent_fsm.node.config import Config, Judgment
@@ -148,6 +150,29 @@ class TestWayBack:
         assert proc.returncode == 1
         assert proc.stderr.strip().splitlines()[-1].endswith(
             "`judgment.deadline_seconds` is -1; expected a finite number above 0, at most 604800")
+
+
+class TestFromTheRelease:
+    def test_recover_finds_the_settings_beside_the_release_it_runs_from(
+            self, tmp_path: Path) -> None:
+        """With the config not TOML at all (no state dir named) and a state dir other than
+        the default, the last-good's own bin/agent-fsm finds the kept settings in the state dir
+        it runs from and rolls back."""
+        config = SETTINGS._replace(state_dir=Path("/srv/agent"))
+        world = make_world(tmp_path / "root", config)
+        shutil.copytree(pack("1.0.0", tmp_path / "packed"), world.paths.releases_dir / "1.0.0",
+                        symlinks=True)
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(WRONG["not TOML"])
+        launcher = world.paths.releases_dir / "1.0.0" / "bin" / "agent-fsm"
+        proc = subprocess.run([str(launcher), "--config", str(cfg), "--root", str(world.root),
+                               "recover"], env=_env(tmp_path), capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert f"kept in {world.paths.last_good_assets}" in proc.stderr
+        assert world.reopen().node.store.read().state == "recovering"
 
 
 class TestOperators:
