@@ -13,10 +13,10 @@ written with, how many bytes a reader takes, and `check`, which checks every fie
 `Kind.read` and `Kind.decode` take a file in this order: JSON, an object; a schema this
 agent-fsm reads, directly or through the file's compatible core (below; a newer file without one
 is refused as newer before its checksum is looked at: a later release may sum it otherwise); the
-checksum; the kind; then every field. What fails is refused
-with one line naming the file, what is wrong and what to do (`DocumentError`), and is left
-untouched: nothing here writes a file it could not read. Whether a reader then stops (the state
-file), still holds (a hold file) or goes on without it (the hook failures) is the reader's.
+checksum; the kind; then every field. What fails is refused with one line naming the file, what
+is wrong and what to do (`DocumentError`), and is left untouched: nothing here writes a file it
+could not read. Whether a reader then stops (the state file), still holds (a hold file) or goes
+on without it (the hook failures) is the reader's.
 
 The one migration, for every kind: a file without `kind` was written before this format, in
 the layout its file had then (schema 0 when it had no schema). No body changed with the format,
