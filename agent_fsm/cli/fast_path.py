@@ -29,21 +29,28 @@ GLOBAL_OPTIONS = ("--config", "--root")
 def run_daemon(opts: Globals) -> int:
     """`agent-fsm daemon`: the agent unit's main process; its exit code."""
     from ..agent.daemon import main as daemon_main
+    from ..agent.runtime import setup_logging
     from ..errors import ConfigError
+    from ..node.assets.kept import tell_fallback
 
+    setup_logging()  # with journald's priorities from the first line: the config's warnings too
     node = opts.node(way_back=True)
     if node.config.fallback is not None and not node.on_the_way_back():
         # The kept settings serve the way back only: anywhere else the daemon refuses the
         # live file, as operator commands do.
         raise ConfigError(node.config.fallback.error)
+    tell_fallback(node.config)
     return daemon_main(node)
 
 
 def run_recover(opts: Globals) -> int:
     """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line."""
     from ..actions.operations import recover
+    from ..node.assets.kept import tell_fallback
 
-    message = recover(opts.node(way_back=True)).message
+    node = opts.node(way_back=True)
+    tell_fallback(node.config)
+    message = recover(node).message
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
     return 0

@@ -148,7 +148,7 @@ class TestWayBack:
         cfg.write_text(WRONG["out of range"])
         proc = _run(world, cfg, "daemon")
         assert proc.returncode == 1
-        assert proc.stderr.strip().splitlines()[-1].endswith(
+        assert one_line(proc).endswith(
             "`judgment.deadline_seconds` is -1; expected a finite number above 0, at most 604800")
 
 

@@ -222,14 +222,23 @@ def _warn(quiet: bool, message: str) -> None:
         logging.getLogger("agent_fsm").warning("%s", message)
 
 
+def tell_fallback(config: Config) -> None:
+    """Log, once the way back goes on with them, that the kept settings replace the live file."""
+    f = config.fallback
+    if f is not None:
+        _warn(False, f"{f.error}; the way back goes on with last-good {f.version}'s settings, "
+              f"kept in {f.kept} when it was promoted; fix the file (operator commands refuse "
+              "it meanwhile)")
+
+
 def way_back_config(path: Path | None, root: Path | None = None, *,
                     quiet: bool = False) -> Config:
     """The config the way back runs with: the live file, read leniently (unknown keys logged
     and ignored); when it is wrong all the same, the settings kept with the last-good, with
-    `fallback` saying why (logged here). They are looked for in the state dir this agent-fsm
-    runs from (a release in the store), the one the broken file still names, and the default;
-    the first copy kept for the dir it is in is used. ConfigError, the live file's, when none.
-    `quiet`: log nothing (`status`)."""
+    `fallback` saying why (`tell_fallback` logs it, where the caller goes on with them). They
+    are looked for in the state dir this agent-fsm runs from (a release in the store), the one
+    the broken file still names, and the default; the first copy kept for the dir it is in is
+    used. ConfigError, the live file's, when none. `quiet`: log nothing (`status`)."""
     try:
         return config_mod.load(path, root, lenient=True, quiet=quiet)
     except ConfigError as exc:
@@ -258,9 +267,6 @@ def way_back_config(path: Path | None, root: Path | None = None, *,
         settings = settings._replace(source=source)  # the file the units name, as before
         if Paths(settings, root).state_dir != state_dir:
             continue  # kept for another state dir: not this node's
-        _warn(quiet, f"{live}; the way back goes on with last-good {kept.version}'s settings, "
-              f"kept in {where} when it was promoted; fix the file (operator commands refuse "
-              "it meanwhile)")
         return settings._replace(fallback=Fallback(str(live), kept.version, where))
     looked = ", ".join(str(d / "last-good-assets.json") for d in dirs)
     raise ConfigError(f"{live} (and no settings of the last-good are kept in {looked} for the "
