@@ -13,19 +13,29 @@ from .system.publish import Result
 
 @dataclass
 class FakeClock:
-    """A clock that moves only when slept on or advanced."""
+    """A clock that moves only when slept on or advanced; `step` moves the wall clock alone
+    (`now`), as NTP does, never `monotonic`."""
 
     t: float = 1_700_000_000.0
     sleeps: list[float] = field(default_factory=list)
+    mono: float = 1_000.0
 
     def now(self) -> float:
         return self.t
 
+    def monotonic(self) -> float:
+        return self.mono
+
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.t += seconds
+        self.mono += seconds
 
     def advance(self, seconds: float) -> None:
+        self.t += seconds
+        self.mono += seconds
+
+    def step(self, seconds: float) -> None:
         self.t += seconds
 
 

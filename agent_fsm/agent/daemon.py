@@ -6,7 +6,16 @@ states/agent-upgrade.toml says, by ON_START (the names in words: `definition.MEA
 diagrams/agent-upgrade.md). Judging a candidate: hold the last-good's assets (write only missing
 ones), count the attempt, judge it; judged ok -> publish, clear the signal, write its assets,
 reload, promote, open the gate; judged failed -> record the result, keep the signal, start the
-recovery unit, exit 1.
+recovery unit, exit 1. A stop (SIGTERM: `systemctl stop`, a reboot) during the judgment is no
+verdict: the signal stays, nothing is recorded, the process exits 0, and the next start judges
+again with one more attempt counted, as after a power cut.
+
+Only the last-good's code runs the way back: the engine refuses (NotItsRole) a transition that is
+not this process's role to fire or finish (`by` in states/; the role from the release this
+process was started from, `upgrade.roles`), touching nothing. The daemon then hands over: when
+another release is selected, it restarts its own unit (so that the selected release's start does
+it) and waits for the stop; else it starts the recovery unit (the last-good's way back) and exits
+1.
 
 Only then READY=1, so systemd's TimeoutStartSec bounds the judgment. It then supervises the
 release's workload (if any), pings the watchdog when systemd asks for it, and on SIGTERM says
@@ -23,7 +32,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 
-from ..errors import AgentFsmError, PublishError
+from ..errors import AgentFsmError, NotItsRole, PublishError
 from ..machine.definition import OnStart, handlers
 from ..machine.engine import Controller
 from ..machine.vocabulary import StateName, Trigger
@@ -84,6 +93,9 @@ class Daemon:
         self.clock = WakerClock(waker)
         self.workload: subprocess.Popen[bytes] | None = None
         self.retry_delay = PUBLISH_RETRY_FIRST / 2
+        process = node.controller.process
+        # The release this process runs (fixed at its start); None: not checked (tests).
+        self.release = None if process is None else process.release
 
     # Workload ---------------------------------------------------------------------------
     def _release_env(self, version: str) -> dict[str, str]:
@@ -144,6 +156,39 @@ class Daemon:
 
     def startup(self) -> bool:
         """Bring the node to an open gate; False when this process must exit non-zero."""
+        try:
+            return self._startup()
+        except NotItsRole as exc:
+            return self.not_its_turn(exc)
+
+    def not_its_turn(self, exc: NotItsRole) -> bool:
+        """The state is another role's to change: leave it as it is and hand over. With another
+        release selected, its own start does it: restart this unit and wait for the stop (exit
+        0: no failure, so no `OnFailure=` on systemd >= 255; exit 1 if no stop comes, and
+        `Restart=` starts the selected). With this one selected, the way back is owed to the
+        last-good's code: start the recovery unit and exit 1."""
+        self.stop_workload()
+        log.error("%s", exc)
+        self.notifier.status(f"not this process's to run: {exc.trigger}; handing over")
+        node = self.node
+        selected = node.releases.selected()
+        if self.release is not None and selected not in (None, self.release):
+            log.warning("release %s is selected: restarting %s so that its start takes over",
+                        selected, node.paths.agent_unit_name)
+            try:
+                node.effectors.systemd.restart(node.paths.agent_unit_name)
+            except AgentFsmError as err:
+                if self.waker.stop:  # a stop came first (a restart queued by `recover`)
+                    return True
+                log.error("%s; exiting so that systemd starts %s", err, selected)
+                return False
+            return self._stop_follows(STOP_GRACE)
+        log.warning("starting %s: the way back is the last-good's to run",
+                    node.paths.recovery_unit_name)
+        node.effectors.systemd.start(node.paths.recovery_unit_name)
+        return False
+
+    def _startup(self) -> bool:
         node = self.node
         doc = node.controller.resume()
         selected = node.releases.selected()
@@ -176,12 +221,19 @@ class Daemon:
         try:
             self.start_workload(version)
             verdict = judge_mod.judge(
-                judgment, attempt=sig.attempt, deadline=sig.deadline, clock=self.clock,
-                check=lambda argv: judge_mod.run_check(argv, env, judgment.deadline_seconds),
+                judgment, attempt=sig.attempt, clock=self.clock,
+                check=lambda argv, timeout: judge_mod.run_check(argv, env, timeout),
                 alive=self.workload_alive, stopping=lambda: self.waker.stop,
             )
         except AgentFsmError as exc:
             verdict = judge_mod.Verdict(False, str(exc), "crashed")
+        if not verdict.ok and self._stopped(verdict):
+            # No verdict: keep the signal, record nothing, mark nothing; the next start judges
+            # again (an attempt counted), exactly as after a power cut.
+            log.warning("stopped while judging candidate %s (%s): no verdict; the signal stays "
+                        "and the next start judges it again", version, verdict.reason)
+            self.stop_workload()
+            return True
         if verdict.ok:
             self.status(f"candidate {version} judged ok: {verdict.reason}")
             controller.fire(Trigger.judge_ok)
@@ -192,6 +244,14 @@ class Daemon:
         controller.fire(Trigger.judge_failed, reason=verdict.reason,
                         reason_class=verdict.reason_class)
         return False
+
+    def _stopped(self, verdict: judge_mod.Verdict) -> bool:
+        """Whether a failed judgment is the doing of a stop: SIGTERM came, or the workload died
+        of it (systemd signals the whole unit, so it may die before this process hears)."""
+        if verdict.reason_class == "stopped" or self.waker.stop:
+            return True
+        died_of_term = self.workload is not None and self.workload.poll() == -signal.SIGTERM
+        return died_of_term and self._stop_follows()
 
     def publish_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
         self.status("publishing the result of the upgrade before opening the gate")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import typer
 
+    from ..upgrade.roles import Command
     from ..wiring import Node, Reader
 
 
@@ -21,20 +22,24 @@ class Globals(NamedTuple):
     config: Path | None = None
     root: Path | None = None
 
-    def node(self, *, way_back: bool = False) -> Node:
+    def node(self, *, way_back: bool = False, command: Command | None = None) -> Node:
         """The node these options name: its config loaded, its paths below the root.
         `way_back` (`daemon`, `recover`): unknown config keys are logged, not refused (a config
         written for the candidate, a newer agent-fsm, must not stop the last-good), and a config
         wrong all the same gives way to the last-good's kept settings (`config.fallback` says
-        so; the daemon uses them only on a signal's way back: `Node.on_the_way_back`)."""
+        so; the daemon uses them only on a signal's way back: `Node.on_the_way_back`).
+        `command`: which process this is (`upgrade.roles.Command`; default: an operator's), for
+        the roles' checks."""
         from ..node import config as config_mod
+        from ..upgrade.roles import Command
         from ..wiring import open_node
 
+        role = Command.operator if command is None else command
         if way_back:
             from ..node.assets.kept import way_back_config
 
-            return open_node(way_back_config(self.config, self.root), self.root)
-        return open_node(config_mod.load(self.config, self.root), self.root)
+            return open_node(way_back_config(self.config, self.root), self.root, command=role)
+        return open_node(config_mod.load(self.config, self.root), self.root, command=role)
 
     def reader(self) -> Reader:
         """The node these options name, wired for reading only (`status`, with or without

@@ -140,7 +140,9 @@ class RecordPublisher:
     def _run(self, payload: str) -> None:
         name = self.command[0]
         try:
-            done = proc.run(self.command, timeout=self.timeout, stdin=payload)
+            # In a group of its own: at its timeout the command and whatever it started are
+            # killed whole (a child holding its output open would outlive it).
+            done = proc.run(self.command, timeout=self.timeout, stdin=payload, group=True)
         except proc.CouldNotRun as exc:
             raise PublishError(f"publish command {name} could not run: {exc.reason}") from None
         if done.returncode != 0:

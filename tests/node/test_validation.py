@@ -23,6 +23,7 @@ from agent_fsm.node.state.store import checksum
 from agent_fsm.system.publish import RecordPublisher, Result
 from agent_fsm.views.doctor.checks import doctor
 from tests.helpers import Crash, World, copy_tree, crash_at, make_world
+from tests.node.test_journal import to_previous_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\nmax_attempts = 3\n'
@@ -92,18 +93,6 @@ def _mutated_state(raw: bytes, field: str, value: Any) -> bytes:
     return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def _synced(world: World) -> World:
-    """The world with its journal made durable, as a sync point leaves it: the state file then
-    carries no copy of its lines (`unsynced`), so a damaged line is the journal's own."""
-    store = world.node.store
-    with store.locked():
-        doc = store.read()
-        store.journal.rewrite(store.history(doc))
-        doc.unsynced = []
-        store.write(doc)
-    return world
-
-
 def _write_line(world: World, index: int, entry: dict[str, Any]) -> None:
     """Replace line `index` of the history journal with `entry`, its checksum right."""
     path = world.node.store.journal.path
@@ -125,6 +114,8 @@ def _mutated_signal(raw: bytes, field: str, value: Any) -> bytes:
     return (json.dumps(data, indent=2) + "\n").encode()
 
 
+# The entries a state file of the previous release carries in `rich`: all but the first.
+PREVIOUS_CARRIED = 6
 # (field, bad value, what the message names): at least one bad value for every field.
 STATE_CASES: list[tuple[str, Any, str]] = [
     ("state", 5, "state is 5"),
@@ -192,7 +183,9 @@ STATE_CASES: list[tuple[str, Any, str]] = [
     ("counters.rollbacks", NAN, "counters.rollbacks is nan"),
     ("counters.upgrades_rolled_back", "1", "counters.upgrades_rolled_back is '1'"),
     ("counters.later", -1, "counters.later is -1"),  # a later agent-fsm's: a count all the same
+    # The previous release's copies of entries it had not fsynced (`to_previous_layout`).
     ("unsynced", {}, "unsynced is {}"),
+    ("unsynced", [{}] * 8, "unsynced has 8 entries, expected at most 7"),
     ("unsynced.0", 3, "unsynced[0] is 3"),
     ("unsynced.0.seq", 9, "unsynced[0].seq is 9, expected 2"),
     ("unsynced.0.time", NAN, "unsynced[0].time is nan"),
@@ -293,6 +286,7 @@ class TestStateFile:
         by the refusal of at least one bad value below."""
         data = json.loads(rich.paths.state_file.read_bytes())
         data["pending"]["args"].update(attempt=1, no_start=False, upgrade={"from": "a", "to": "b"})
+        data["unsynced"] = rich.node.store.history()[-PREVIOUS_CARRIED:]  # the previous layout's
         fields = {p for p in _paths(data) if p not in ("", "schema", "checksum")}
         named = {re.sub(r"\[\d+\]", ".N", needle.split(" ")[0]) for _, _, needle in STATE_CASES}
         assert fields - named == set()
@@ -304,6 +298,8 @@ class TestStateFile:
         """The reader, a transition and doctor all refuse the one bad field by name and value,
         and the file keeps its bytes."""
         world = _copy(rich, tmp_path)
+        if field.startswith("unsynced"):
+            to_previous_layout(world, PREVIOUS_CARRIED)
         bad = _mutated_state(world.paths.state_file.read_bytes(), field, value)
         world.paths.state_file.write_bytes(bad)
         with pytest.raises(StateFileError) as err:
@@ -360,7 +356,7 @@ class TestStateFile:
     def test_entries_fields_kept_by_some_are_read(self, rich: World, tmp_path: Path) -> None:
         """A history entry may also name the trigger that superseded it and the tolerant
         effects that failed; valid ones are read as they are."""
-        world = _synced(_copy(rich, tmp_path))
+        world = _copy(rich, tmp_path)
         entry = {**world.node.store.history()[5], "superseded_by": "recover",
                  "skipped": [{"effect": "reset_start_limit", "error": "refused"}]}
         _write_line(world, 5, entry)
@@ -374,7 +370,7 @@ class TestStateFile:
                                                       needle: str) -> None:
         """A journal line with a right checksum but a bad field is skipped by `history` and
         named, with its line, by `doctor`; the state file is not affected."""
-        world = _synced(_copy(rich, tmp_path))
+        world = _copy(rich, tmp_path)
         index, _, key = field.partition(".")
         entry = world.node.store.history()[int(index)]
         _set(entry, key, value)

@@ -78,7 +78,8 @@ class StateDoc(_Fields):
         self.seq = seq  # the number of the last transition committed to the journal
         self.since = since  # when the stay in the current state began
         self.last_transition = last_transition  # when the last transition finished
-        # Let fail in this cycle; journal lines not yet fsynced (each a new list when not given).
+        # Let fail in this cycle; an earlier release's copies of the entries whose journal
+        # lines it had not fsynced, to move to the journal (each a new list when not given).
         self.skipped: list[dict[str, Any]] = [] if skipped is None else skipped
         self.unsynced: list[dict[str, Any]] = [] if unsynced is None else unsynced
         self.legacy = legacy  # an old file's history, to move to the journal

@@ -79,8 +79,7 @@ OPTIONAL_ENTRY_KEYS: dict[str, Callable[[Any, str, Names], None]] = {
     "reason_class": _reason_class,
 }
 _COMMON_KEYS = frozenset({"time", "trigger", "from", "to", "release", "upgrade"})
-# The most entries a state file may carry unsynced: the writer carries `journal.SYNC_EVERY`;
-# room above it lets a later agent-fsm carry more and still be read by this one.
+# The most entries an earlier release's state file may carry unsynced: it carried at most 8.
 MAX_UNSYNCED = 64
 
 
@@ -149,8 +148,8 @@ def _cycle_skipped(value: Any, names: Names) -> None:
 def journal_fields(data: Mapping[str, Any], names: Names) -> None:
     """What the state file keeps of its journal (schema 2): the last `seq` committed, when the
     stay in the current state began, when the last transition finished, and the effects let
-    fail in this cycle, so that `status` and `metrics` never read the journal; and a copy of
-    the entries whose lines are not yet fsynced (`unsynced`, optional)."""
+    fail in this cycle, so that `status` and `metrics` never read the journal; and, from an
+    earlier release only, a copy of the entries whose lines it had not fsynced (`unsynced`)."""
     count(data.get("seq", MISSING), "seq")
     for key in ("since", "last_transition"):
         value = nullable(data, key)
@@ -161,8 +160,8 @@ def journal_fields(data: Mapping[str, Any], names: Names) -> None:
 
 
 def _unsynced(value: Any, seq: int, names: Names) -> None:
-    """The entries whose journal lines are not yet known durable (absent: none): each a
-    history entry as the journal's lines are, numbered consecutively up to the state's `seq`."""
+    """An earlier release's entries whose journal lines it had not fsynced (absent: none):
+    each a history entry as the journal's lines are, numbered consecutively up to `seq`."""
     carried = array(value, "unsynced")
     most = min(MAX_UNSYNCED, seq)
     if len(carried) > most:

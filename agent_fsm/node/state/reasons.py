@@ -15,7 +15,8 @@ CLASSES: dict[str, str] = {
     "check_failed": "a check failed (the reason names it, with its last output line)",
     "crashed": "the candidate or its workload exited, or kept restarting, while being judged",
     "deadline": "the judgment was not over by its deadline (systemd's start timeout)",
-    "stopped": "the agent was stopped while the candidate was being judged",
+    "stopped": "the agent was stopped while the candidate was being judged (recorded only "
+               "before a stop was no verdict: now the next start judges it again)",
     "manual": "an operator ran `agent-fsm recover`",
     "orphaned": "a signal without an upgrade in the state file: the candidate was never judged",
     "unknown": "no reason was recorded (a result from before reasons were kept)",
