@@ -62,6 +62,16 @@ class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/d
     def signal(self) -> UpgradeSignal | None:
         return self.effectors.signal()
 
+    def on_the_way_back(self) -> bool:
+        """Whether a daemon start here is on a signal's way back: the candidate was given up
+        (recovery started, the last-good selected), a transition towards that is owed, or a
+        signal the state file does not know is to be rolled back. Where the daemon may run with
+        the last-good's kept settings when the live config is wrong (`config.fallback`)."""
+        doc = self.store.read()
+        back = self.groups.rolling_back
+        return doc.state in back or (doc.pending is not None and doc.pending.dest in back) \
+            or (doc.state in self.groups.orphan_from and self.signal() is not None)
+
 
 class Reader:
     """What a reader of the node's files is given (`status`): the config, paths, definition and

@@ -33,9 +33,19 @@ GLOBAL_OPTIONS = ("--config", "--root")
 def run_daemon(opts: Globals) -> int:
     """`agent-fsm daemon`: the agent unit's main process; its exit code."""
     from ..agent.daemon import main as daemon_main
+    from ..agent.runtime import setup_logging
+    from ..errors import ConfigError
+    from ..node.assets.kept import tell_fallback
     from ..upgrade.roles import Command
 
-    return daemon_main(opts.node(lenient=True, command=Command.daemon))
+    setup_logging()  # with journald's priorities from the first line: the config's warnings too
+    node = opts.node(way_back=True, command=Command.daemon)
+    if node.config.fallback is not None and not node.on_the_way_back():
+        # The kept settings serve the way back only: anywhere else the daemon refuses the
+        # live file, as operator commands do.
+        raise ConfigError(node.config.fallback.error)
+    tell_fallback(node.config)
+    return daemon_main(node)
 
 
 def run_recover(opts: Globals) -> int:
@@ -44,18 +54,21 @@ def run_recover(opts: Globals) -> int:
     recovery unit, after a growing wait (`operations.retry_delay`), so that systemd's
     `Restart=on-failure` tries again until it succeeds."""
     from ..actions.operations import recover
+    from ..node.assets.kept import tell_fallback
     from ..node.state.reasons import RECOVERY_ENV
     from ..upgrade.roles import Command
 
     if os.environ.get(RECOVERY_ENV) != "unit":
-        by_hand = opts.node(lenient=True, command=Command.recover)
+        by_hand = opts.node(way_back=True, command=Command.recover)
         hand_over(by_hand, opts)
+        tell_fallback(by_hand.config)
         _said(recover(by_hand).message)
         return 0
     node: Node | None = None
     try:
-        node = opts.node(lenient=True, command=Command.recover)
+        node = opts.node(way_back=True, command=Command.recover)
         hand_over(node, opts)
+        tell_fallback(node.config)
         _said(recover(node).message)
         return 0
     except Exception as exc:  # whatever failed, the rollback is tried again

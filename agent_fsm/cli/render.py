@@ -80,6 +80,11 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         state.append(f" (for {span(st.state_seconds)})")
     table.add_row("state", state)
     table.add_row("now", st.situation)
+    if st.config_fallback:
+        f = st.config_fallback
+        table.add_row("config", Text(f"{f['error']}; the way back uses last-good {f['version']}'s "
+                                     f"settings kept in {f['kept']}; operator commands refuse "
+                                     "the file until it is fixed", style="red"))
     role = " (the candidate)" if st.candidate and st.selected == st.candidate else ""
     table.add_row("selected", (st.selected or "—") + role)
     table.add_row("last-good", st.last_good or "—")
@@ -296,6 +301,9 @@ def show_history(h: History) -> None:
         move.append(e.dest, style=TONE_STYLE.get(h.tones.get(e.dest, ""), ""))
         stamp = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
         why = "" if e.reason is None else f"{e.reason[0]}: {e.reason[1]}"
+        if e.superseded_by:  # owed, never finished: the way back replaced it
+            why = f"superseded by {e.superseded_by}" + (
+                f" ({', '.join(e.unknown)} unknown here)" if e.unknown else "")
         table.add_row(stamp, e.trigger, move, versions, lasted, why)
     show(table)
     shown = len(h.entries)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import AgentFsmError, IllegalTransition, NotItsRole
+from ..errors import AgentFsmError, IllegalTransition, NotItsRole, StateFileError
 from ..node.state import counters, reasons
 from ..node.state.store import Pending, StateDoc, Store
 from ..system.clock import Clock
@@ -121,6 +121,7 @@ class Controller:
         self._finished: list[dict[str, Any]] = []
         # None: any role (tests, tools); else every fire and finish is checked against `by`.
         self.process = process
+        self.trigger_names = frozenset(t.trigger for t in definition.transitions)  # all triggers
 
     @property
     def machine(self) -> Machine:
@@ -176,23 +177,40 @@ class Controller:
 
     def supersedes(self, trigger: str, doc: StateDoc) -> bool:
         """Whether `trigger`, from the document's state, replaces the transition left owed
-        instead of resuming it (declared with `supersedes` in the definition)."""
+        instead of resuming it: one it declares with `supersedes` in the definition, or, if it
+        declares any (the way back), one this agent-fsm does not know (`unknown`: a later
+        agent-fsm's, left owed on the candidate's path)."""
         t = self.definition.transition(trigger)
-        return doc.pending is not None and doc.pending.trigger in t.supersedes \
-            and doc.state in t.sources
+        pending = doc.pending
+        return pending is not None and doc.state in t.sources and (
+            pending.trigger in t.supersedes or bool(t.supersedes and self.unknown(pending)))
+
+    def unknown(self, pending: Pending) -> list[str]:
+        """The names of an owed transition this agent-fsm does not know (its trigger, states or
+        effects): none when it can resume it (it runs any effect it knows, in the order owed)."""
+        states = set(self.definition.state_names)
+        names = [] if pending.trigger in self.trigger_names else [f"trigger {pending.trigger}"]
+        names += [f"state {s}" for s in dict.fromkeys((pending.source, pending.dest))
+                  if s not in states]
+        names += [f"effect {e}" for e in dict.fromkeys(pending.effects) if e not in self.effects]
+        return names
 
     def _supersede(self, doc: StateDoc, by: str) -> None:
         pending = doc.pending
         assert pending is not None
-        log.warning("%s supersedes %s, left owed at effect %d of %d (%s not run)", by,
+        unknown = self.unknown(pending)
+        log.warning("%s supersedes %s, left owed at effect %d of %d (%s not run)%s", by,
                     pending.trigger, pending.done + 1, len(pending.effects),
-                    ", ".join(pending.effects[pending.done:]))
+                    ", ".join(pending.effects[pending.done:]),
+                    f", written by a later agent-fsm ({', '.join(unknown)} unknown here)"
+                    if unknown else "")
         # In the history, not counted: the transition did not happen; the state is unchanged.
         doc.pending = None
         self.store.record(doc, {
-            "time": self.actor.clock.now(), "trigger": pending.trigger, "from": pending.source,
-            "to": pending.source, "release": pending.args.get("release"),
+            "time": self.actor.clock.now(), "trigger": pending.trigger, "from": doc.state,
+            "to": doc.state, "release": pending.args.get("release"),
             "upgrade": pending.args.get("upgrade"), "superseded_by": by,
+            **({"unknown": unknown} if unknown else {}),
         }, self.history_limit)
 
     def resume(self) -> StateDoc:
@@ -255,6 +273,12 @@ class Controller:
             trigger=trigger, role=role)
 
     def _resumed(self, doc: StateDoc) -> StateDoc:
+        if doc.pending is not None and (unknown := self.unknown(doc.pending)):
+            raise StateFileError(
+                f"the state file {self.store.path} owes {doc.pending.trigger} ({doc.state} -> "
+                f"{doc.pending.dest}), written by a later agent-fsm: {', '.join(unknown)} "
+                "unknown here, so this one cannot finish it; on the way back `agent-fsm "
+                "recover` supersedes it; else run the agent-fsm that wrote it")
         if doc.pending is not None:
             self._check_role(doc.pending.trigger, doc, fire=False)
             log.warning("resuming %s (%s -> %s) at effect %d of %d, left owed by an "
@@ -303,8 +327,11 @@ class Controller:
             **reasons.entry_keys(doc.last_result, set(RESULT_EFFECTS) & set(t.effect_names)),
         }
         # Counted in the same write that records the transition: exactly once, crash or not.
-        counted = counters.Counters(**(doc.counters or {}))
-        doc.counters = counters.to_json(counters.tally(counted, entry, self.count_rules))
+        # A later agent-fsm's counters are kept as they are.
+        mine = {k: v for k, v in (doc.counters or {}).items() if k in counters.Counters._fields}
+        counted = counters.Counters(**mine)
+        doc.counters = {**(doc.counters or {}),
+                        **counters.to_json(counters.tally(counted, entry, self.count_rules))}
         doc.state = pending.dest
         doc.pending = None
         self.store.record(doc, entry, self.history_limit)  # the journal, then the state file

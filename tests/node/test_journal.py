@@ -203,20 +203,20 @@ class TestCrashes:
 class TestDamage:
     def test_a_damaged_line_is_skipped_reported_and_blocks_nothing(self, upgraded: World) -> None:
         """A damaged line in the middle is skipped by `history`, named (file and line) by
-        `doctor`, and the next transitions go on; an entry with a right checksum but an
-        unknown trigger is treated the same."""
+        `doctor`, and the next transitions go on; an entry with a right checksum but a trigger
+        that is no name is treated the same."""
         path = upgraded.node.store.journal.path
         lines = _lines(upgraded)
         lines[2] = lines[2].replace(b"begin_upgrade", b"begin_upgradX")  # checksum now wrong
         fourth = journal.decode(lines[3])
-        lines[3] = journal.encode({**fourth, "trigger": "explode"})[:-1]
+        lines[3] = journal.encode({**fourth, "trigger": "Explode!"})[:-1]
         path.write_bytes(b"\n".join(lines) + b"\n")
         assert _triggers(upgraded) == [t for i, t in enumerate(TRAIL) if i not in (2, 3)]
         found = [f for f in doctor(upgraded.node, check_systemd=False) if f.check == "history"]
         assert len(found) == 1 and found[0].level == "warn"
         assert str(path) in found[0].detail and "2 damaged line(s)" in found[0].detail
         assert "line 3 has a wrong checksum" in found[0].detail
-        assert "line 4 entry.trigger names unknown trigger 'explode'" in found[0].detail
+        assert "line 4 entry.trigger is 'Explode!'" in found[0].detail
         upgraded.node.controller.fire("settle")
         assert _triggers(upgraded)[-1] == "settle"
 

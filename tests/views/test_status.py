@@ -24,7 +24,7 @@ STATUS_KEYS = {
     "name", "time", "state", "meaning", "situation", "state_since", "state_seconds",
     "selected", "last_good", "candidate", "releases", "signal", "gate", "held_assets",
     "assets", "assets_compared_with", "assets_error", "last_result", "owed", "skipped", "allowed",
-    "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error",
+    "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error", "config_fallback",
     "units", "unit_situation", "outbox",
 }
 SIGNAL_KEYS = {"from", "to", "attempt", "max_attempts", "started", "deadline", "age_seconds",

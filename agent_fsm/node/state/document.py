@@ -8,6 +8,8 @@ engine assigns their fields); each compares and prints by its fields, as a datac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 
@@ -15,6 +17,7 @@ class Upgrade(NamedTuple):
     from_version: str
     to_version: str
     started: float
+    extra: Mapping[str, Any] = MappingProxyType({})  # keys a later agent-fsm wrote, kept
 
 
 class _Fields:
@@ -37,10 +40,12 @@ class _Fields:
 class Pending(_Fields):
     """A transition recorded before its effects run; `done` of them have completed."""
 
-    __slots__ = ("trigger", "source", "dest", "effects", "done", "args", "started")  # noqa: RUF023
+    __slots__ = ("trigger", "source", "dest", "effects", "done", "args", "started",  # noqa: RUF023
+                 "extra")
 
     def __init__(self, trigger: str, source: str, dest: str, effects: list[str], done: int,
-                 args: dict[str, Any], started: float) -> None:
+                 args: dict[str, Any], started: float,
+                 extra: dict[str, Any] | None = None) -> None:
         self.trigger = trigger
         self.source = source
         self.dest = dest
@@ -48,13 +53,14 @@ class Pending(_Fields):
         self.done = done
         self.args = args
         self.started = started
+        self.extra: dict[str, Any] = {} if extra is None else extra  # a later agent-fsm's keys
 
 
 class StateDoc(_Fields):
     """The state file's contents; a missing file is `StateDoc(state=<initial>)`."""
 
     __slots__ = ("state", "upgrade", "pending", "last_result", "counters", "seq",  # noqa: RUF023
-                 "since", "last_transition", "skipped", "unsynced", "legacy")
+                 "since", "last_transition", "skipped", "unsynced", "legacy", "extra")
 
     def __init__(self, state: str, upgrade: Upgrade | None = None,
                  pending: Pending | None = None, last_result: dict[str, Any] | None = None,
@@ -62,7 +68,8 @@ class StateDoc(_Fields):
                  since: float | None = None, last_transition: float | None = None,
                  skipped: list[dict[str, Any]] | None = None,
                  unsynced: list[dict[str, Any]] | None = None,
-                 legacy: list[dict[str, Any]] | None = None) -> None:
+                 legacy: list[dict[str, Any]] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         self.state = state
         self.upgrade = upgrade
         self.pending = pending
@@ -76,3 +83,6 @@ class StateDoc(_Fields):
         self.skipped: list[dict[str, Any]] = [] if skipped is None else skipped
         self.unsynced: list[dict[str, Any]] = [] if unsynced is None else unsynced
         self.legacy = legacy  # an old file's history, to move to the journal
+        # Keys a later agent-fsm wrote that this one does not know: kept as they are on every
+        # rewrite (`store`), never dropped (docs/state-files.md, the compatible core).
+        self.extra: dict[str, Any] = {} if extra is None else extra

@@ -1,11 +1,13 @@
 """The state file: the machine's state, the pending upgrade, the effects still owed, counters.
 
 `<state_dir>/state.json` is a document of kind `state` (`document_file`: schema, checksum,
-the canonical layout). Writers hold an exclusive flock(2) (`lock.held`) on the sibling
-`state.lock` for a whole transition; readers need no lock, because every write is atomic (see
-`files`). A file that is damaged, of a newer schema, or with a field that is not what the
-machine writes (`check_body`: types, ranges, the machine's names, release versions) is refused
-with one line naming the file, the field and its value, and is never overwritten.
+the canonical layout; a later schema is read through its compatible core, and the keys a later
+agent-fsm wrote are kept on every rewrite: docs/state-files.md). Writers hold an exclusive
+flock(2) (`lock.held`) on the sibling `state.lock` for a whole transition; readers need no
+lock, because every write is atomic (see `files`). A file that is damaged, of a newer schema
+without a core this one reads, or with a field that is not what the machine writes
+(`check_body`: types, ranges, the machine's names, release versions) is refused with one line
+naming the file, the field and its value, and is never overwritten.
 
 The history lives beside it in `history.jsonl` (see `journal`): `record` appends a finished
 transition's entry there, numbered `seq` and fsynced, then commits it by writing the state file
@@ -55,16 +57,29 @@ KIND = Kind("state", "state file", "the state", SCHEMA, check_body, MAX_BYTES, F
             oldest=1, always_signed=True)
 
 
+# The keys of the body, of its `upgrade` and of its `pending` that this agent-fsm writes (and
+# schema 1's history): any other is a later agent-fsm's, kept as it is (`StateDoc.extra`).
+KNOWN_KEYS = frozenset({"state", "upgrade", "pending", "last_result", "counters", "seq", "since",
+                        "last_transition", "skipped", "unsynced", "history"})
+UPGRADE_KEYS = frozenset({"from", "to", "started"})
+PENDING_KEYS = frozenset({"trigger", "source", "dest", "effects", "done", "args", "started"})
+
+
+def _others(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in known}
+
+
 def _body(doc: StateDoc) -> dict[str, Any]:
     up = doc.upgrade
     pend = doc.pending
     return {
+        **doc.extra,  # a later agent-fsm's keys first: what this one writes wins
         "state": doc.state,
         "upgrade": None if up is None else {
-            "from": up.from_version, "to": up.to_version, "started": up.started,
+            **up.extra, "from": up.from_version, "to": up.to_version, "started": up.started,
         },
         "pending": None if pend is None else {
-            "trigger": pend.trigger, "source": pend.source, "dest": pend.dest,
+            **pend.extra, "trigger": pend.trigger, "source": pend.source, "dest": pend.dest,
             "effects": pend.effects, "done": pend.done, "args": pend.args,
             "started": pend.started,
         },
@@ -140,14 +155,16 @@ class Store:
         pend = data["pending"]
         doc = StateDoc(
             state=data["state"],
-            upgrade=None if up is None else Upgrade(up["from"], up["to"], float(up["started"])),
+            upgrade=None if up is None else Upgrade(up["from"], up["to"], float(up["started"]),
+                                                    _others(up, UPGRADE_KEYS)),
             pending=None if pend is None else Pending(
                 trigger=pend["trigger"], source=pend["source"], dest=pend["dest"],
                 effects=list(pend["effects"]), done=pend["done"], args=pend["args"],
-                started=float(pend["started"]),
+                started=float(pend["started"]), extra=_others(pend, PENDING_KEYS),
             ),
             last_result=data["last_result"],
             counters=None if data.get("counters") is None else dict(data["counters"]),
+            extra=_others(data, KNOWN_KEYS),
         )
         if "history" in data:  # schema 1
             doc.legacy = [{**e, "seq": i} for i, e in enumerate(data["history"], 1)]

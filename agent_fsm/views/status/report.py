@@ -13,10 +13,12 @@ import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...machine.definition import situation
+from ...machine.vocabulary import Trigger
 from ...node.records import hold, hook_failures, known_bad
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
 from ...node.runtime.signal import UpgradeSignal
+from ...node.state.document import Pending
 from .advice import NextAction, next_action
 from .advice import span as span  # render.py's durations
 from .assets import AssetView, compare
@@ -61,6 +63,9 @@ class Status(NamedTuple):
     units: Units | None = None  # what systemd says of the units, the state dir's writes
     unit_situation: str | None = None  # the units' situation (units.Advice.kind), if any
     outbox: dict[str, Any] | None = None  # {queued, publisher_unreachable_since}
+    # The live config is wrong and the way back runs with the last-good's kept settings:
+    # null, or {error, version, kept} (`config.Fallback`); read through those settings.
+    config_fallback: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +98,7 @@ class Status(NamedTuple):
             "units": None if self.units is None else self.units.to_json(),
             "unit_situation": self.unit_situation,
             "outbox": self.outbox,
+            "config_fallback": self.config_fallback,
         }
 
 
@@ -100,6 +106,16 @@ def _signal_json(sig: UpgradeSignal, now: float, max_attempts: int) -> dict[str,
     return {**sig.to_json(), "max_attempts": max_attempts,
             "age_seconds": max(now - sig.started, 0.0),
             "deadline_in_seconds": sig.deadline - now}
+
+
+def _unknown(node: Node | Reader, p: Pending) -> list[str]:
+    """What an owed transition names that this agent-fsm does not know (the engine's rule,
+    `Controller.unknown`, read off the definition: `status` has no engine)."""
+    d = node.definition
+    effects = {e.name for t in d.transitions for e in t.effects}
+    names = [] if p.trigger in {t.trigger for t in d.transitions} else [f"trigger {p.trigger}"]
+    names += [f"state {s}" for s in dict.fromkeys((p.source, p.dest)) if s not in d.state_names]
+    return names + [f"effect {e}" for e in dict.fromkeys(p.effects) if e not in effects]
 
 
 def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") -> Status:
@@ -117,7 +133,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
     if doc.pending is not None:
         p = doc.pending
         owed = {"trigger": p.trigger, "from": p.source, "to": p.dest,
-                "effects": p.effects[p.done:]}
+                "effects": p.effects[p.done:], "unknown": _unknown(node, p)}
     action = next_action(node, doc, sig, gate_open, now, known_bad.without(node.paths, releases), prog)
     units = read_units(node)
     advice = advise_units(units, node, doc, prog)  # the units can say more than the state file
@@ -128,7 +144,14 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
     if outbox["publisher_unreachable_since"] is not None and advice is None:
         now_line += (f"; the result is queued, publisher unreachable since "
                      f"{_utc(outbox['publisher_unreachable_since'])}")
-    if owed is not None:
+    if owed is not None and owed["unknown"]:  # a later agent-fsm's: never run here
+        back = doc.state in node.definition.transition(Trigger.recover).sources
+        action = NextAction(
+            f"a later agent-fsm left {owed['trigger']} owed ({', '.join(owed['unknown'])} "
+            "unknown here): this one never runs it; " + (
+                "the way back (`recover`) supersedes it" if back else
+                "run the agent-fsm that wrote it"), (f"{prog} recover",) if back else ())
+    elif owed is not None:
         action = NextAction(
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}, resumed "
             f"by the next agent-fsm operation or daemon start; then: {action.summary}",
@@ -166,6 +189,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         units=units,
         unit_situation=None if advice is None else advice.kind,
         outbox=outbox,
+        config_fallback=None if node.config.fallback is None else node.config.fallback.to_json(),
     )
 
 
