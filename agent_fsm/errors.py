@@ -24,7 +24,9 @@
     ├── PublishError               publishing an upgrade's result failed (retried by the daemon)
     ├── Refused                    exit 3: the operation may not run now (gate closed, upgrade
     │   │                          pending, or the trigger is not allowed in this state)
-    │   └── IllegalTransition      a trigger fired from a state that has no such transition
+    │   ├── IllegalTransition      a trigger fired from a state that has no such transition
+    │   └── NotItsRole             a process may not fire (or finish) a transition of another
+    │                              role: the candidate's code never runs the way back
     └── RolledBack                 exit 4: `upgrade --wait` saw the candidate judged failed
 
 The CLI turns each into one line on stderr and its exit code; no traceback reaches a user.
@@ -162,6 +164,15 @@ class IllegalTransition(Refused):
         super().__init__(message)
         self.trigger = trigger
         self.state = state
+
+
+class NotItsRole(Refused):
+    """The transition belongs to another role's process (`by` in states/); nothing was changed."""
+
+    def __init__(self, message: str, *, trigger: str, role: str | None) -> None:
+        super().__init__(message)
+        self.trigger = trigger
+        self.role = role
 
 
 class RolledBack(AgentFsmError):

@@ -13,19 +13,29 @@ from .system.publish import Result
 
 @dataclass
 class FakeClock:
-    """A clock that moves only when slept on or advanced."""
+    """A clock that moves only when slept on or advanced; `step` moves the wall clock alone
+    (`now`), as NTP does, never `monotonic`."""
 
     t: float = 1_700_000_000.0
     sleeps: list[float] = field(default_factory=list)
+    mono: float = 1_000.0
 
     def now(self) -> float:
         return self.t
 
+    def monotonic(self) -> float:
+        return self.mono
+
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.t += seconds
+        self.mono += seconds
 
     def advance(self, seconds: float) -> None:
+        self.t += seconds
+        self.mono += seconds
+
+    def step(self, seconds: float) -> None:
         self.t += seconds
 
 
@@ -95,10 +105,19 @@ class FakePublisher:
     on_publish: Callable[[Result], None] | None = None
 
     def record(self, result: Result) -> None:
+        """As `RecordPublisher` does: one record per upgrade and outcome, a later one
+        replacing it (and its queued copy, if not yet delivered)."""
         key = (result.to_version, result.started, result.outcome)
-        if key not in {(r.to_version, r.started, r.outcome) for r in self.recorded}:
+
+        def same(r: Result) -> bool:
+            return (r.to_version, r.started, r.outcome) == key
+
+        if not any(same(r) for r in self.recorded):
             self.recorded.append(result)
             self.queue.append(result)
+            return
+        self.recorded = [result if same(r) else r for r in self.recorded]
+        self.queue = [result if same(r) else r for r in self.queue]
 
     def deliver(self) -> int:
         delivered = 0

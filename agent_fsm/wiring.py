@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # what writers are given, imported by `open_node` alone
     from .system.publish import Publisher
     from .system.systemd import Systemd
     from .upgrade.effectors import Effectors
+    from .upgrade.roles import Command
 
 
 class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/design.md)
@@ -60,6 +61,16 @@ class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/d
 
     def signal(self) -> UpgradeSignal | None:
         return self.effectors.signal()
+
+    def on_the_way_back(self) -> bool:
+        """Whether a daemon start here is on a signal's way back: the candidate was given up
+        (recovery started, the last-good selected), a transition towards that is owed, or a
+        signal the state file does not know is to be rolled back. Where the daemon may run with
+        the last-good's kept settings when the live config is wrong (`config.fallback`)."""
+        doc = self.store.read()
+        back = self.groups.rolling_back
+        return doc.state in back or (doc.pending is not None and doc.pending.dest in back) \
+            or (doc.state in self.groups.orphan_from and self.signal() is not None)
 
 
 class Reader:
@@ -103,8 +114,11 @@ def open_reader(config: Config, root: Path | None = None, *,
 
 
 def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | None = None,
-              publisher: Publisher | None = None, clock: Clock | None = None) -> Node:
-    """Wire a node; anything not given is the real implementation."""
+              publisher: Publisher | None = None, clock: Clock | None = None,
+              command: Command | None = None, release: str | None = None) -> Node:
+    """Wire a node; anything not given is the real implementation. `command`: the process's
+    (`upgrade.roles`), whose role the engine checks every transition against; None checks none
+    (tests, tools). `release`: the release its code is (default: found as `roles` says)."""
     from .machine.engine import Controller
     from .node.records import hook_failures
     from .node.state import validate
@@ -113,6 +127,7 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
     from .system.systemd import Systemctl
     from .upgrade.effectors import Effectors
     from .upgrade.registry import CONDITIONS, EFFECTS, load_definition
+    from .upgrade.roles import Process
 
     paths = Paths(config, root)
     definition = load_definition()
@@ -130,6 +145,9 @@ def open_node(config: Config, root: Path | None = None, *, systemd: Systemd | No
                        config.hooks.timeout_seconds,
                        noted=lambda key, failed: hook_failures.note(
                            paths.state_dir, key, effectors.clock.now(), failed))
+    process = None if command is None else (
+        Process(command, release, effectors) if release is not None
+        else Process.started(command, effectors))
     controller = Controller(definition, store, effectors, effects=EFFECTS, conditions=CONDITIONS,
-                            history_limit=config.history_limit, hooks=hooks)
+                            history_limit=config.history_limit, hooks=hooks, process=process)
     return Node(config, paths, effectors, store, controller)

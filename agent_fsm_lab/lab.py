@@ -7,7 +7,9 @@ from the host's config. It packs releases of four kinds:
 - good: its workload writes `<state_dir>/health` with its version, so the check passes;
 - unhealthy: its workload never writes the health file, and it ships broken assets;
 - crash: its binary exits 3 at start, and it ships broken assets;
-- silent: its binary runs but never sends READY=1 (systemd's start timeout judges it).
+- silent: its binary runs but never sends READY=1 (systemd's start timeout judges it);
+- racing: unhealthy, and its own code would break the way back (it renders every unit with a
+  binary that does not exist), and its start may be held (`hold-start`, with faults=True).
 
 Broken assets name a binary that does not exist and a recovery script that exits 1: had the
 candidate's assets been written before its judgment, its own rollback would break.
@@ -20,7 +22,11 @@ files in `<test_dir>/faults/` (`Lab.fault(name)` sets one, `Lab.fault(name, Fals
   while `publish-hangs` is set;
 - systemctl: the CLI (`Lab.cli`), the agent unit and the recovery unit find a wrapper first in
   their PATH, which refuses the verb V ("Access denied", exit 1) while `refuse-V` is set, e.g.
-  `refuse-reset-failed`, `refuse-daemon-reload`, and otherwise runs the real systemctl.
+  `refuse-reset-failed`, `refuse-daemon-reload`, answers it only after S seconds while `slow-V`
+  holds S (`Lab.slow`), and otherwise runs the real systemctl;
+- a start of a `racing` release (its own launcher, see `Lab.pack`) that resolved `selected`
+  waits, while `hold-start` is set, until `selected` names another release: the race of a
+  `Restart=` start with `recover` on a slow host, made certain.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from typing import Any, Literal
 import agent_fsm
 from agent_fsm.actions.releases import packing
 
+from . import rootfs
 from .sandbox import SystemdSandbox, python_paths, under_private_tmp
 
-Kind = Literal["good", "unhealthy", "crash", "silent"]
+Kind = Literal["good", "unhealthy", "crash", "silent", "racing"]
 NAME = "agent"
 UNIT = f"{NAME}.service"
 RECOVERY_UNIT = f"{NAME}-recovery.service"
@@ -53,8 +60,15 @@ BROKEN_ASSETS = {
 
 
 # The interpreter the units run releases with (the config's `python`): the node's own, never
-# this harness's venv; Debian's python3 (3.11 here, the ABI the packing venv vendors).
+# this harness's venv; Debian's python3 (3.11 on the host, the ABI the packing venv vendors;
+# 3.13 on a Debian 13 node, whose releases the lab packs with that interpreter).
 NODE_PYTHON = "/usr/bin/python3"
+
+# Packs a release inside a node booted from a root file system of its own, with its python3:
+# argv is VERSION OUTPUT WORKLOAD...
+_PACK_INSIDE = ("import sys\nfrom pathlib import Path\n"
+                "from agent_fsm.actions.releases import packing\n"
+                "packing.pack(sys.argv[1], Path(sys.argv[2]), tuple(sys.argv[3:]))\n")
 
 # The PATH systemd gives services (and `SystemdSandbox.run` gives commands).
 SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -66,7 +80,36 @@ if [ -n "${{1:-}}" ] && [ -e "$faults/refuse-$1" ]; then
     echo "Failed to $*: Access denied (fault injected by the lab)" >&2
     exit 1
 fi
+if [ -n "${{1:-}}" ] && [ -e "$faults/slow-$1" ]; then
+    sleep "$(cat "$faults/slow-$1")"
+fi
 exec {systemctl} "$@"
+"""
+
+# A racing release's bin/agent-fsm: resolves `selected` as every launcher does, then (while the
+# lab's hold-start flag is set) waits until `selected` names another release, at most 20 s.
+HELD_LAUNCHER = """#!/bin/sh
+here=$(dirname "$(readlink -f "$0")")
+if [ -e {faults}/hold-start ]; then
+    i=0
+    while [ "$(readlink -f {selected})" = "$(dirname "$here")" ] && [ $i -lt 200 ]; do
+        sleep 0.1; i=$((i + 1))
+    done
+fi
+exec "$here/agent-fsm.real" "$@"
+"""
+
+# Appended to a racing release's own agent_fsm/node/assets/render.py: its code renders every
+# unit with a binary that does not exist (a bug that only its way back would show).
+BROKEN_RENDER = """
+
+_lab_render = render
+
+
+def render(release_dir, paths, version):  # type: ignore[no-redef]
+    return tuple(a._replace(content=a.content.replace(b"ExecStart=", b"ExecStart=/nonexistent"))
+                 if a.path.name.endswith(".service") else a
+                 for a in _lab_render(release_dir, paths, version))
 """
 
 PUBLISHER = """#!/bin/sh
@@ -100,9 +143,17 @@ class Lab:
         self.faults_dir = self.dir / "faults"
         self.outbox = self.dir / "outbox"
         # Every `cli` call gets these; the CLI inside runs the agent_fsm this harness packs from
-        # (the same one as the .venv's editable install, unless run from another checkout).
+        # (the same one as the .venv's editable install, unless run from another checkout),
+        # with `self.python`: this harness's interpreter on the host's systemd; on a node booted
+        # from its own tree (`rootfs`), the node's python3, which finds agent-fsm's dependencies
+        # for its ABI in the node's packing site (`rootfs.node_site`, bound read-only inside).
         package_root = Path(agent_fsm.__file__).resolve().parents[1]
-        self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": str(package_root)}
+        pythonpath = [str(package_root)]
+        self.python = sys.executable
+        if sandbox.rootfs is not None:
+            self.python = NODE_PYTHON
+            pythonpath.append(str(rootfs.site_dir(sandbox.rootfs)))
+        self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": ":".join(pythonpath)}
         extra = dict(config_extra or {})
         python = str(extra.pop("python", NODE_PYTHON))
         if faults:
@@ -164,6 +215,14 @@ class Lab:
                     reload=False)
         return publisher
 
+    def slow(self, verb: str, seconds: float | None) -> None:
+        """Make systemctl answer `verb` only after `seconds` (None: at once again)."""
+        flag = self.faults_dir / f"slow-{verb}"
+        if seconds is None:
+            flag.unlink(missing_ok=True)
+        else:
+            flag.write_text(f"{seconds:g}\n")
+
     def fault(self, name: str, on: bool = True) -> None:
         """Set (or clear) a fault flag: `publish-fails`, `publish-hangs`, `refuse-<verb>`."""
         if not self.faults_dir.is_dir():
@@ -181,13 +240,23 @@ class Lab:
         return [json.loads(p.read_text()) for p in sorted(self.outbox.glob("*.json"))]
 
     # Releases ---------------------------------------------------------------------------
-    def pack(self, version: str, kind: Kind = "good") -> Path:
-        """Pack a release of the given kind and add it to the node."""
+    def pack(self, version: str, kind: Kind = "good",
+             workload: tuple[str, ...] | None = None) -> Path:
+        """Pack a release of the given kind and add it to the node (`workload`: its own
+        instead of the kind's)."""
         health = self.state_dir / "health"
-        workload = ("/bin/sh", "-c", f'echo "$AGENT_FSM_VERSION" > {health}; exec sleep infinity')
-        if kind == "unhealthy":
-            workload = ("/bin/sh", "-c", "exec sleep infinity")
-        path = packing.pack(version, self.packs / version, workload)
+        if workload is None:
+            workload = ("/bin/sh", "-c",
+                        f'echo "$AGENT_FSM_VERSION" > {health}; exec sleep infinity')
+            if kind in ("unhealthy", "racing"):
+                workload = ("/bin/sh", "-c", "exec sleep infinity")
+        path = self.packs / version
+        if self.sb.rootfs is None:
+            packing.pack(version, path, workload)
+        else:  # packed by the node's own python3, for its ABI (issue 25: one artifact for all)
+            self.packs.mkdir(exist_ok=True)
+            self.sb.run(self.python, "-c", _PACK_INSIDE, version, str(path), *workload,
+                        env=self.env, timeout=120)
         if kind != "good":
             for name, text in BROKEN_ASSETS.items():
                 (path / "assets" / name).write_text(text)
@@ -197,6 +266,13 @@ class Lab:
         elif kind == "silent":
             launcher.write_text("#!/bin/sh\necho 'candidate never says READY=1' >&2\n"
                                 "exec sleep infinity\n")
+        elif kind == "racing":
+            launcher.rename(launcher.with_name("agent-fsm.real"))
+            launcher.write_text(HELD_LAUNCHER.format(faults=self.faults_dir,
+                                                     selected=self.state_dir / "selected"))
+            launcher.chmod(0o755)
+            with (path / "lib" / "agent_fsm" / "node" / "assets" / "render.py").open("a") as f:
+                f.write(BROKEN_RENDER)
         self.cli("release", "add", str(path))
         return path
 
@@ -205,7 +281,7 @@ class Lab:
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run agent-fsm inside the sandbox, as an operator on that host would (`env`: more
         environment for this call, e.g. a failpoint)."""
-        return self.sb.run(sys.executable, "-m", "agent_fsm", "--config", str(self.config),
+        return self.sb.run(self.python, "-m", "agent_fsm", "--config", str(self.config),
                            *args, check=check, timeout=timeout, env={**self.env, **(env or {})})
 
     def status(self) -> dict[str, Any]:

@@ -34,6 +34,14 @@ private socket; there is no D-Bus inside, so ``systemd-run`` and ``busctl`` do n
 
 Booting requires root, util-linux ``unshare``/``nsenter``/``mount``, a cgroup2 mount (pure or
 hybrid hierarchy) and ``/lib/systemd/systemd``; `missing_requirements` names what is absent.
+
+``SystemdSandbox(rootfs=TREE)`` boots another distribution's systemd instead (the Debian 13 node
+of `agent_fsm_lab.rootfs`: systemd 257, Python 3.13).  The same namespaces, masks and private
+mounts are made inside an overlay whose lower layer is TREE (never written: several sandboxes
+boot it at once) and whose upper layer lives in `test_dir`; systemd is exec'd chrooted into it,
+and `run` enters that root (``nsenter -r -w``).  There nothing of the host's disk is visible but
+`test_dir` (read-write) and the `keep` directories (read-only), each at its own path; ``/sys``
+is a fresh read-only sysfs, without the host's sysfs submounts.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ MASKED_UNITS: Final = (
     # would clean the host's /tmp, or write to its /etc, /var or clock
     "systemd-tmpfiles-setup.service",
     "systemd-tmpfiles-setup-dev.service",
+    "systemd-tmpfiles-setup-dev-early.service",  # systemd >= 256
     "systemd-tmpfiles-clean.timer",
     "systemd-tmpfiles-clean.service",
     "systemd-sysusers.service",
@@ -77,6 +86,17 @@ MASKED_UNITS: Final = (
     "systemd-pstore.service",
     "systemd-timesyncd.service",
     "ldconfig.service",
+    # systemd >= 255: would write EFI variables, the TPM or the boot partition, or merge images
+    # over /usr; none of them has anything to do in a test
+    "systemd-hibernate-clear.service",
+    "systemd-boot-random-seed.service",
+    "systemd-tpm2-setup-early.service",
+    "systemd-tpm2-setup.service",
+    "systemd-pcrmachine.service",
+    "systemd-pcrextend.socket",
+    "systemd-pcrlock.socket",
+    "systemd-sysext.service",
+    "systemd-confext.service",
     # would change kernel state, which no namespace here isolates
     "modprobe@.service",
     "systemd-modules-load.service",
@@ -165,6 +185,67 @@ exec env -i container=other PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM
     SYSTEMD_COLORS=0 "$systemd" --system --unit="$unit" --log-target=journal --show-status=no
 """
 
+# The same, for a node booted from a root file system of its own (`rootfs`): every mount is made
+# inside the new root, which is an overlay of the (shared, cached, never written) tree with an
+# upper layer of this sandbox's own, and systemd is exec'd chrooted into it.
+# $1: console pty, $2: staged units, $3: the unit to boot, $4: the tree, $5: the test directory
+# (bind-mounted read-write at the same path inside; the overlay's layers live in it), $6...:
+# host directories bound read-only at the same path inside.
+_ROOTFS_INIT_SCRIPT: Final = r"""
+set -eu
+console_tty=$1 staged=$2 unit=$3 tree=$4 test_dir=$5
+shift 5
+root=$test_dir/.node/root
+mount --make-rprivate /
+mkdir -p "$test_dir/.node/upper" "$test_dir/.node/work" "$root"
+mount -t overlay -o "lowerdir=$tree,upperdir=$test_dir/.node/upper,workdir=$test_dir/.node/work" \
+    overlay "$root"
+mount -t proc -o nosuid,nodev,noexec proc "$root/proc"
+for dir in /run /tmp /var/tmp /etc/systemd/system /var/lib/systemd /var/log/journal; do
+    mkdir -p "$root$dir"
+done
+mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$root/run"
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/tmp"
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/var/tmp"
+mount -t tmpfs -o mode=0755 tmpfs "$root/etc/systemd/system"
+cp -a "$staged/." "$root/etc/systemd/system/"
+mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$root/var/lib/systemd"
+mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$root/var/log/journal"
+mkdir -p "$root$test_dir"
+mount --bind "$test_dir" "$root$test_dir"
+for keep in "$@"; do
+    mkdir -p "$root$keep"
+    mount --rbind "$keep" "$root$keep"
+    mount -o remount,bind,ro "$root$keep"
+done
+mount -t tmpfs -o mode=0755,nosuid tmpfs "$root/dev"
+mknod -m 666 "$root/dev/null" c 1 3
+mknod -m 666 "$root/dev/zero" c 1 5
+mknod -m 666 "$root/dev/full" c 1 7
+mknod -m 666 "$root/dev/random" c 1 8
+mknod -m 666 "$root/dev/urandom" c 1 9
+mknod -m 666 "$root/dev/tty" c 5 0
+mkdir -m 0755 "$root/dev/pts" "$root/dev/shm"
+mount -t devpts -o newinstance,ptmxmode=0666,mode=0620,nosuid,noexec devpts "$root/dev/pts"
+ln -s pts/ptmx "$root/dev/ptmx"
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
+ln -s /proc/self/fd "$root/dev/fd"
+ln -s /proc/self/fd/0 "$root/dev/stdin"
+ln -s /proc/self/fd/1 "$root/dev/stdout"
+ln -s /proc/self/fd/2 "$root/dev/stderr"
+touch "$root/dev/console"
+mount --bind "$console_tty" "$root/dev/console"
+mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$root/sys"
+mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 "$root/sys/fs/cgroup"
+for path in "$root/proc/sys" "$root/proc/sysrq-trigger"; do
+    if [ -e "$path" ]; then mount --bind "$path" "$path" && mount -o remount,bind,ro "$path"; fi
+done
+cd "$root"
+exec chroot "$root" /usr/bin/env -i container=other PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    LANG=C.UTF-8 TERM=dumb SYSTEMD_COLORS=0 \
+    /lib/systemd/systemd --system --unit="$unit" --log-target=journal --show-status=no
+"""
+
 # Moves itself into the sandbox's cgroup, then becomes the command ($1: cgroup.procs file).
 _JOIN_CGROUP: Final = 'echo $$ > "$1" && shift && exec "$@"'
 
@@ -180,16 +261,20 @@ class SandboxError(RuntimeError):
     """The sandbox could not be booted or driven."""
 
 
-def missing_requirements() -> list[str]:
-    """What this machine lacks to boot a sandbox, one human-readable item each (empty: nothing)."""
+def missing_requirements(rootfs: Path | None = None) -> list[str]:
+    """What this machine lacks to boot a sandbox (from the root file system `rootfs`, if
+    given), one human-readable item each (empty: nothing)."""
     missing: list[str] = []
     if os.geteuid() != 0:
         missing.append(f"root privileges (running as uid {os.geteuid()})")
-    for tool in ("unshare", "nsenter", "mount"):
+    for tool in ("unshare", "nsenter", "mount", *(("chroot",) if rootfs else ())):
         if shutil.which(tool, path=_BASE_ENV["PATH"]) is None:
             missing.append(f"the `{tool}` program (util-linux) in {_BASE_ENV['PATH']}")
-    if not os.access(SYSTEMD, os.X_OK):
-        missing.append(f"an executable {SYSTEMD}")
+    systemd = SYSTEMD if rootfs is None else rootfs / SYSTEMD.relative_to("/")
+    if not os.access(systemd, os.X_OK):
+        missing.append(f"an executable {systemd}")
+    if rootfs is not None and not _has_filesystem("overlay"):
+        missing.append("the overlay file system (modprobe overlay; see /proc/filesystems)")
     if _cgroup2_mount() is None:
         missing.append("a cgroup2 filesystem mounted on the host (see /proc/self/mountinfo)")
     return missing
@@ -205,6 +290,14 @@ def python_paths() -> list[Path]:
     import sys
 
     return [Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent.parent]
+
+
+def _has_filesystem(name: str) -> bool:
+    try:
+        lines = Path("/proc/filesystems").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split()[-1:] == [name] for line in lines)
 
 
 def _cgroup2_mount() -> Path | None:
@@ -238,14 +331,26 @@ class SystemdSandbox:
     journald is not running (its boot, its last words at shutdown; everything, without the
     journal), output of units with ``StandardOutput=tty``, and errors of the mount setup."""
 
-    def __init__(self, base_dir: Path = DEFAULT_BASE_DIR, keep: Iterable[Path] = ()) -> None:
+    def __init__(self, base_dir: Path = DEFAULT_BASE_DIR, keep: Iterable[Path] = (),
+                 rootfs: Path | None = None) -> None:
         """Prepare (not boot) a sandbox whose test directory is a new directory in `base_dir`.
 
         `keep`: host directories to keep visible inside at the same path although they lie under
         the private /tmp or /var/tmp (others are visible anyway and are ignored here).
+
+        `rootfs`: boot that root file system's systemd instead of the host's (a node of another
+        distribution, `agent_fsm_lab.rootfs`): the tree is the lower layer of an overlay whose
+        upper layer lives in `test_dir`, so the tree itself is never written and several
+        sandboxes boot it at once; systemd runs chrooted into the overlay, and `run` enters that
+        root too.  Then every directory in `keep` (wherever it lies) is bound read-only at the
+        same path inside, and `test_dir` read-write; nothing else of the host's disk is visible.
         """
         self.base_dir = base_dir
-        self.keep = sorted({str(p) for p in keep if under_private_tmp(Path(p))})
+        self.rootfs = rootfs
+        if rootfs is None:
+            self.keep = sorted({str(p) for p in keep if under_private_tmp(Path(p))})
+        else:
+            self.keep = sorted({str(Path(p).resolve()) for p in keep})
         self.name = f"agent-fsm-e2e-{uuid.uuid4().hex[:12]}"
         self.test_dir = base_dir / self.name
         self.console_log = self.test_dir / "console.log"
@@ -273,7 +378,7 @@ class SystemdSandbox:
         """
         if self._unshare is not None:
             raise SandboxError("the sandbox was already booted")
-        missing = missing_requirements()
+        missing = missing_requirements(self.rootfs)
         if missing:
             raise SandboxError("cannot boot a systemd sandbox; missing: " + "; ".join(missing))
         try:
@@ -285,13 +390,42 @@ class SystemdSandbox:
                 self.shutdown()
             raise
 
+    def reboot(self, timeout: float = 20.0) -> None:
+        """Power systemd off (every unit stopped, as at a reboot) and boot it again over the same
+        disk: `test_dir` stays, and so do the unit files of `UNIT_DIR` (kept across, as a real
+        disk keeps /etc/systemd/system); /run, /tmp and the journal start empty. The boot target
+        is the sandbox's own, so no enabled unit starts by itself: start what the test needs."""
+        if not self._booted:
+            raise SandboxError("the sandbox is not booted")
+        staged, kept = self.test_dir / ".boot-units", self.test_dir / ".boot-units.kept"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(self.host_path(self.UNIT_DIR), kept, symlinks=True)  # masks included
+        shutil.rmtree(staged)
+        kept.rename(staged)
+        proc = self._unshare
+        assert proc is not None
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self.systemctl("poweroff", "--no-block", check=False)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout)
+        if proc.poll() is None:
+            self._kill_all(proc)
+            proc.wait(timeout)
+        self._unshare, self._pid, self._booted = None, None, False
+        if self._cgroup is not None:
+            self._remove_cgroup(self._cgroup, timeout)
+            self._cgroup = None
+        self._stop_console()
+        self.boot(timeout)
+
     def _start(self) -> None:
-        self.test_dir.mkdir(parents=True, mode=0o755)
         staged = self.test_dir / ".boot-units"
-        staged.mkdir()
-        (staged / TARGET).write_text(_TARGET_UNIT)
-        for unit in MASKED_UNITS:
-            (staged / unit).symlink_to("/dev/null")
+        if not staged.is_dir():  # else a reboot: the staged units are those kept across it
+            self.test_dir.mkdir(parents=True, mode=0o755)
+            staged.mkdir()
+            (staged / TARGET).write_text(_TARGET_UNIT)
+            for unit in MASKED_UNITS:
+                (staged / unit).symlink_to("/dev/null")
         self.console_log.touch()
 
         mount = _cgroup2_mount()
@@ -302,12 +436,17 @@ class SystemdSandbox:
         self._console = self.console_log.open("ab")
         self._start_console()
         assert self._pty_slave is not None
+        if self.rootfs is None:
+            init = [_INIT_SCRIPT, "sh", os.ttyname(self._pty_slave), str(staged), str(SYSTEMD),
+                    TARGET, *self.keep]
+        else:
+            init = [_ROOTFS_INIT_SCRIPT, "sh", os.ttyname(self._pty_slave), str(staged), TARGET,
+                    str(self.rootfs.resolve()), str(self.test_dir.resolve()), *self.keep]
         argv = [
             "sh", "-c", _JOIN_CGROUP, "sh", str(self._cgroup / "cgroup.procs"),
             "unshare", "--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc", "--cgroup",
             "--propagation", "private",
-            "sh", "-c", _INIT_SCRIPT, "sh",
-            os.ttyname(self._pty_slave), str(staged), str(SYSTEMD), TARGET, *self.keep,
+            "sh", "-c", *init,
         ]  # fmt: skip
         self._unshare = subprocess.Popen(
             argv,
@@ -485,7 +624,10 @@ class SystemdSandbox:
         """
         if not argv:
             raise ValueError("run() needs a command")
-        nsenter = ["nsenter", "-t", str(self.pid), "-m", "-p", "-u", "-i", "-C", "--", *argv]
+        # -r -w: systemd's root and working directory, i.e. the node's own tree (`rootfs`).
+        root = ["-r", "-w"] if self.rootfs is not None else []
+        nsenter = ["nsenter", "-t", str(self.pid), "-m", "-p", "-u", "-i", "-C", *root, "--",
+                   *argv]
         assert self._cgroup is not None
         full = ["sh", "-c", _JOIN_CGROUP, "sh", str(self._cgroup / "cgroup.procs"), *nsenter]
         proc = subprocess.run(
@@ -502,6 +644,20 @@ class SystemdSandbox:
         if check and result.returncode != 0:
             raise _CommandFailed(result)
         return result
+
+    def popen(self, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start `argv` inside the namespaces, as `run` does, without waiting for it: its output
+        is piped, it is in a session of its own, and `shutdown` ends it if the caller does not.
+        The process returned is nsenter's; the command is its child (nsenter forks it into the
+        sandbox's PID namespace, and stops itself when the command is stopped)."""
+        if not argv:
+            raise ValueError("popen() needs a command")
+        assert self._cgroup is not None
+        return subprocess.Popen(
+            ["sh", "-c", _JOIN_CGROUP, "sh", str(self._cgroup / "cgroup.procs"),
+             "nsenter", "-t", str(self.pid), "-m", "-p", "-u", "-i", "-C", "--", *argv],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True, env={**_BASE_ENV, **(env or {})})
 
     def systemctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """`run` ``systemctl --no-pager ARGS`` inside."""

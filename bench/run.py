@@ -40,7 +40,6 @@ from agent_fsm.machine.engine import Controller
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.config import Config
 from agent_fsm.node.paths import Paths
-from agent_fsm.node.state.journal import SYNC_EVERY
 from agent_fsm.node.state.store import Store
 from agent_fsm.system.clock import SystemClock
 from agent_fsm.testing import FakePublisher, FakeSystemd
@@ -101,11 +100,13 @@ on_recover = "nothing_pending"
 trigger = "flip"
 source = "a"
 dest = "b"
+by = ["operator"]
 
 [[transitions]]
 trigger = "flop"
 source = "b"
 dest = "a"
+by = ["operator"]
 """
 
 UPGRADE_CYCLE = (
@@ -305,10 +306,9 @@ def durable_transition(workdir: Path, repeat: int, per_sample: int = 40) -> Figu
                                f"{steady.warmup} transitions",
             "state_file_bytes": steady.state_file_bytes,
             "operations_per_sample": per_sample,
-            # The state file's durable write; the journal's line is appended unsynced, and
-            # fsynced once in SYNC_EVERY + 1 transitions (the state carries it until then).
+            # The state file's durable write, and the journal's line fsynced with it.
             "writes_per_transition": 1,
-            "journal_fsync_every": SYNC_EVERY + 1,
+            "journal_fsync_every": 1,
             "cpu_ms": {"transition": med(steady.transition_cpu_ms),
                        "write": med(steady.write_cpu_ms)},
             "with_10_history_entries": {
@@ -369,7 +369,6 @@ def make_status_node(root: Path, entries: int, history_limit: int | None) -> Pat
         else:  # the history in its journal beside it, numbered; the state names the last
             journal.rewrite([{**e, "seq": i} for i, e in enumerate(padded, 1)])
             doc.seq = len(padded)
-            doc.unsynced = []  # the rewrite is fsynced: nothing left for the state to carry
         node.store.write(doc)
     return cfg
 

@@ -45,5 +45,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"of {len(test_power_loss.CASES)} transitions)")
     if test_power_loss.CYCLE_COVERED:
         terminalreporter.write_line(
-            f"power-loss points covered across an upgrade cycle with unsynced journal lines: "
+            f"power-loss points covered across an upgrade cycle: "
             f"{len(test_power_loss.CYCLE_COVERED)}")

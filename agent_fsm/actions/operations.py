@@ -5,18 +5,21 @@ Each returns a frozen result for the CLI to render; refusals and errors are rais
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AgentFsmError
+from ..errors import AgentFsmError, NotItsRole
 from ..machine.definition import OnRecover, handlers
 from ..machine.vocabulary import StateName, Trigger
 from ..node.state import reasons
 from ..node.state.store import StateDoc
 from ..wiring import Node
+
+log = logging.getLogger("agent_fsm")
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,26 @@ def why_recover(node: Node) -> dict[str, str]:
     return {"reason": reason, "reason_class": why}
 
 
+# The way back waits for the writers' lock rather than give up after the store's 30 s: an
+# operator's command holds it only to commit (`release add` stages outside it), and the
+# recovery unit's start timeout (120 s) still bounds a try.
+WAY_BACK_LOCK_WAIT = 60.0
+# How long a failed try of the recovery unit waits before it exits for systemd to start it
+# again: RETRY_FIRST, doubled with each of the unit's restarts, at most RETRY_MAX.
+RETRY_FIRST = 2.0
+RETRY_MAX = 30.0
+
+
 def recover(node: Node) -> Done:
-    """Roll back to the last-good when an upgrade is pending and not judged ok; else say so."""
+    """Roll back to the last-good when an upgrade is pending and not judged ok; else say so.
+    Raises when the rollback is not done (the recovery unit then tries again)."""
+    node.store.lock_timeout = max(node.store.lock_timeout, WAY_BACK_LOCK_WAIT)
     doc = node.store.read()
     if not node.controller.supersedes(Trigger.recover, doc):
-        doc = node.controller.resume()  # else recover replaces what is owed: never finish it
+        try:
+            doc = node.controller.resume()  # else recover replaces what is owed: never finish it
+        except NotItsRole as exc:  # the candidate's to finish (`complete`): go by the state
+            log.warning("%s", exc)
     # The signal is read only where it may be an orphan: a damaged one never stops a rollback.
     if doc.state in node.groups.orphan_from and (sig := node.signal()) is not None:
         doc = node.controller.fire(Trigger.orphaned_signal, **reasons.orphaned(doc.state))
@@ -84,6 +102,20 @@ def recover(node: Node) -> Done:
                     f"back to last-good {node.releases.last_good()}: selected, "
                     f"{node.paths.agent_unit_name} restarted", doc.state)
     return ON_RECOVER[node.definition.state(doc.state).on_recover](node, doc)
+
+
+def retry_delay(node: Node | None) -> float:
+    """The wait before a failed try of the recovery unit exits: RETRY_FIRST doubled with each
+    restart systemd counted (`NRestarts` of the recovery unit), at most RETRY_MAX; RETRY_MAX
+    when the node or systemd cannot say (a wrong config, a failing systemctl)."""
+    if node is None:
+        return RETRY_MAX
+    try:
+        shown = node.effectors.systemd.show(node.paths.recovery_unit_name, ("NRestarts",))
+        restarts = int(shown.get("NRestarts", ""))
+    except (AgentFsmError, ValueError):
+        return RETRY_MAX
+    return min(RETRY_FIRST * 2.0 ** min(max(restarts, 0), 16), RETRY_MAX)
 
 
 def _roll_back(node: Node, _doc: StateDoc) -> Done:

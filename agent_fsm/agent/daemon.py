@@ -6,7 +6,16 @@ states/agent-upgrade.toml says, by ON_START (the names in words: `definition.MEA
 diagrams/agent-upgrade.md). Judging a candidate: hold the last-good's assets (write only missing
 ones), count the attempt, judge it; judged ok -> publish, clear the signal, write its assets,
 reload, promote, open the gate; judged failed -> record the result, keep the signal, start the
-recovery unit, exit 1.
+recovery unit, exit 1. A stop (SIGTERM: `systemctl stop`, a reboot) during the judgment is no
+verdict: the signal stays, nothing is recorded, the process exits 0, and the next start judges
+again with one more attempt counted, as after a power cut.
+
+Only the last-good's code runs the way back: the engine refuses (NotItsRole) a transition that is
+not this process's role to fire or finish (`by` in states/; the role from the release this
+process was started from, `upgrade.roles`), touching nothing. The daemon then hands over: when
+another release is selected, it restarts its own unit (so that the selected release's start does
+it) and waits for the stop; else it starts the recovery unit (the last-good's way back) and exits
+1.
 
 Only then READY=1, so systemd's TimeoutStartSec bounds the judgment. It then supervises the
 release's workload (if any), pings the watchdog when systemd asks for it, and on SIGTERM says
@@ -22,8 +31,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from ..errors import AgentFsmError, PublishError
+from ..errors import AgentFsmError, NotItsRole, PublishError
 from ..machine.definition import OnStart, handlers
 from ..machine.engine import Controller
 from ..machine.vocabulary import StateName, Trigger
@@ -46,6 +56,9 @@ STOP_GRACE = 30.0  # how long to wait for the stop of a restart this process que
 def open_gate_after_judgment(controller: Controller, clock: Clock,
                              max_tries: int | None = None,
                              before_try: Callable[[int, str], None] = lambda _n, _why: None,
+                             *, give_up_after: float | None = None,
+                             monotonic: Callable[[], float] = time.monotonic,
+                             stopping: Callable[[], bool] = lambda: False,
                              ) -> StateDoc:
     """Run `complete` (publish, clear signal, write assets, reload, promote, open the gate).
 
@@ -54,14 +67,25 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
     skips an effect. `before_try(n, last_error)` runs before each try (the daemon tells systemd
     to extend its start timeout, so a slow publisher never turns a good upgrade into a
     rollback). `max_tries` bounds the retries (None: until it works).
+
+    `give_up_after` (the config's `publish_give_up_seconds`; None: never) is the dead
+    publisher's way out: once publishing has failed that long, counted from the judgment (the
+    state file's time for `judged_ok`, so a restart does not start the count again) or from
+    this call on the monotonic clock, whichever says first, `complete_queued` supersedes the
+    owed `complete`: the result is queued in the outbox, recorded as such, and the gate opens.
+    A stop (`stopping()`) ends the retries with the state as it is.
     """
     delay = PUBLISH_RETRY_FIRST
     tries = 0
     why = ""
+    began = monotonic()
+    queued: dict[str, Any] | None = None  # the arguments of complete_queued, once given up
     while True:
         tries += 1
         before_try(tries, why)
         try:
+            if queued is not None:
+                return _complete_queued(controller, queued)
             doc = controller.resume()
             if doc.state == StateName.judged_ok:
                 doc = controller.fire(Trigger.complete)
@@ -70,10 +94,44 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
             why = str(exc)
             if max_tries is not None and tries >= max_tries:
                 raise
+            if stopping():
+                log.warning("stopping while the result is not published: %s", exc)
+                return controller.store.read()
+            left = None if give_up_after is None or queued is not None else \
+                _give_up_in(controller, clock, give_up_after, monotonic() - began)
+            if left is not None and left <= 0:
+                since = controller.store.read().since
+                queued = reasons.publish_given_up(why, give_up_after or 0.0,
+                                                  clock.now() if since is None else since)
+                log.error("publishing the result has failed for %.0fs (publish_give_up_seconds)"
+                          ": queueing it in the outbox and opening the gate; it is delivered "
+                          "once the publisher answers. Last error: %s", give_up_after, exc)
+                continue
+            wait = delay if left is None else max(min(delay, left), 0.0)
             log.warning("publishing the result failed (try %d), retrying in %.0fs: %s",
-                        tries, delay, exc)
-            clock.sleep(delay)
+                        tries, wait, exc)
+            clock.sleep(wait)
             delay = min(delay * 2, PUBLISH_RETRY_MAX)
+
+
+def _give_up_in(controller: Controller, clock: Clock, give_up_after: float,
+                ran: float) -> float:
+    """Seconds until publishing is given up: from the judgment (the state's `since`, on the
+    wall clock: it survives a restart) or from this process's first try (`ran`, monotonic:
+    a clock stepped back never stretches the bound), whichever is longer ago."""
+    since = controller.store.read().since
+    failing = max(ran, 0.0 if since is None else clock.now() - since)
+    return give_up_after - failing
+
+
+def _complete_queued(controller: Controller, args: dict[str, Any]) -> StateDoc:
+    """Fire `complete_queued` (it supersedes an owed `complete`); resume it if a crash left it
+    owed; nothing to do once the node has left `judged_ok`."""
+    doc = controller.store.read()
+    if doc.state == StateName.judged_ok and (doc.pending is None
+                                             or doc.pending.trigger == Trigger.complete):
+        return controller.fire(Trigger.complete_queued, **args)
+    return controller.resume()
 
 
 class Daemon:
@@ -87,6 +145,9 @@ class Daemon:
         self.restarts = 0  # systemd's automatic restarts before this start (after crashes)
         # Up this long after a start that followed crashes, the crash loop is over.
         self.stable_after = CRASH_LOOP_WINDOW
+        process = node.controller.process
+        # The release this process runs (fixed at its start); None: not checked (tests).
+        self.release = None if process is None else process.release
 
     # Workload ---------------------------------------------------------------------------
     def _release_env(self, version: str) -> dict[str, str]:
@@ -147,6 +208,39 @@ class Daemon:
 
     def startup(self) -> bool:
         """Bring the node to an open gate; False when this process must exit non-zero."""
+        try:
+            return self._startup()
+        except NotItsRole as exc:
+            return self.not_its_turn(exc)
+
+    def not_its_turn(self, exc: NotItsRole) -> bool:
+        """The state is another role's to change: leave it as it is and hand over. With another
+        release selected, its own start does it: restart this unit and wait for the stop (exit
+        0: no failure, so no `OnFailure=` on systemd >= 255; exit 1 if no stop comes, and
+        `Restart=` starts the selected). With this one selected, the way back is owed to the
+        last-good's code: start the recovery unit and exit 1."""
+        self.stop_workload()
+        log.error("%s", exc)
+        self.notifier.status(f"not this process's to run: {exc.trigger}; handing over")
+        node = self.node
+        selected = node.releases.selected()
+        if self.release is not None and selected not in (None, self.release):
+            log.warning("release %s is selected: restarting %s so that its start takes over",
+                        selected, node.paths.agent_unit_name)
+            try:
+                node.effectors.systemd.restart(node.paths.agent_unit_name)
+            except AgentFsmError as err:
+                if self.waker.stop:  # a stop came first (a restart queued by `recover`)
+                    return True
+                log.error("%s; exiting so that systemd starts %s", err, selected)
+                return False
+            return self._stop_follows(STOP_GRACE)
+        log.warning("starting %s: the way back is the last-good's to run",
+                    node.paths.recovery_unit_name)
+        node.effectors.systemd.start(node.paths.recovery_unit_name)
+        return False
+
+    def _startup(self) -> bool:
         node = self.node
         doc = node.controller.resume()
         selected = node.releases.selected()
@@ -179,16 +273,23 @@ class Daemon:
         try:
             self.start_workload(version)
             verdict = judge_mod.judge(
-                judgment, attempt=sig.attempt, deadline=sig.deadline, clock=self.clock,
-                check=lambda argv: judge_mod.run_check(argv, env, judgment.deadline_seconds),
+                judgment, attempt=sig.attempt, clock=self.clock,
+                check=lambda argv, timeout: judge_mod.run_check(argv, env, timeout),
                 alive=self.workload_alive, stopping=lambda: self.waker.stop,
             )
         except AgentFsmError as exc:
             verdict = judge_mod.Verdict(False, str(exc), "crashed")
+        if not verdict.ok and self._stopped(verdict):
+            # No verdict: keep the signal, record nothing, mark nothing; the next start judges
+            # again (an attempt counted), exactly as after a power cut.
+            log.warning("stopped while judging candidate %s (%s): no verdict; the signal stays "
+                        "and the next start judges it again", version, verdict.reason)
+            self.stop_workload()
+            return True
         if verdict.ok:
             self.status(f"candidate {version} judged ok: {verdict.reason}")
             controller.fire(Trigger.judge_ok)
-            open_gate_after_judgment(controller, self.clock, before_try=self.extend_start)
+            self.publish_and_open_gate()
             return True
         log.error("candidate %s judged failed: %s; starting recovery", version, verdict.reason)
         self.stop_workload()
@@ -196,10 +297,26 @@ class Daemon:
                         reason_class=verdict.reason_class)
         return False
 
+    def _stopped(self, verdict: judge_mod.Verdict) -> bool:
+        """Whether a failed judgment is the doing of a stop: SIGTERM came, or the workload died
+        of it (systemd signals the whole unit, so it may die before this process hears)."""
+        if verdict.reason_class == "stopped" or self.waker.stop:
+            return True
+        died_of_term = self.workload is not None and self.workload.poll() == -signal.SIGTERM
+        return died_of_term and self._stop_follows()
+
+    def publish_and_open_gate(self) -> StateDoc:
+        """`open_gate_after_judgment` with this node's bound on a dead publisher."""
+        return open_gate_after_judgment(
+            self.node.controller, self.clock, before_try=self.extend_start,
+            give_up_after=self.node.config.publish_give_up_seconds,
+            stopping=lambda: self.waker.stop)
+
     def publish_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
         self.status("publishing the result of the upgrade before opening the gate")
-        open_gate_after_judgment(self.node.controller, self.clock, before_try=self.extend_start)
-        self.start_workload(selected)
+        self.publish_and_open_gate()
+        if not self.waker.stop:
+            self.start_workload(selected)
         return True
 
     def start_recovery_unit(self, doc: StateDoc, selected: str) -> bool:

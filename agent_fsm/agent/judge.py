@@ -3,21 +3,43 @@
 The checks come from the host's config, never from the candidate. The judgment is a loop over
 injected parts (running a check, whether the workload is alive, the clock), so it is tested
 without processes and without waiting.
+
+It runs on a monotonic clock, within one start: a step of the wall clock (NTP, an operator's
+`date`) neither ends a soak early nor stretches it past the unit's start timeout. Across
+restarts only the attempt count (in the signal) decides, never a time written by an earlier
+start. Each check is given the time left (before the deadline; after the soak, before the end
+of the judgment's room within the start timeout) as its timeout, and runs in a process group of
+its own, killed whole at that timeout.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..node.config import Judgment
 from ..system import proc
-from ..system.clock import Clock
 
 CHECK_INTERVAL = 1.0  # the longest wait between two runs of the checks
 # A check failing at first is re-run soon, then less and less often: a workload is usually ready
 # milliseconds after it starts, and a full interval there delayed every upgrade by up to 1 s.
 FIRST_RECHECK = 0.05
+# The checks after the soak may take this long past deadline + soak: within the unit's start
+# timeout (deadline + soak + 10 s, `node.assets.render`), with room left to publish.
+AFTER_SOAK = 5.0
+
+
+class Timer(Protocol):
+    """The judgment's clock: monotonic time and a sleep (the daemon's ends at SIGTERM)."""
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+# Runs one check with a timeout: (passed, what it said).
+Check = Callable[[Sequence[str], float], tuple[bool, str]]
 
 
 @dataclass(frozen=True)
@@ -28,58 +50,79 @@ class Verdict:
 
 
 def run_check(argv: Sequence[str], env: dict[str, str], timeout: float) -> tuple[bool, str]:
-    """Run one check; it passes on exit 0. Returns (passed, what it said)."""
+    """Run one check in a process group of its own (killed whole at `timeout`); it passes on
+    exit 0. Returns (passed, what it said)."""
     try:
-        done = proc.run(argv, timeout=timeout, env=env)
+        done = proc.run(argv, timeout=timeout, env=env, group=True)
     except proc.CouldNotRun as exc:
         return False, f"{argv[0]}: {exc.reason}"
     return done.returncode == 0, f"{argv[0]} exited {done.returncode}" + (
         f": {done.tail}" if done.tail else "")
 
 
+def _checks(judgment: Judgment, clock: Timer, check: Check, end: float) -> tuple[list[str], bool]:
+    """Run every check, each with the time left before `end` (at most the deadline) as its
+    timeout: what the failing ones said, in order, and whether all of them had time to run."""
+    failing: list[str] = []
+    for argv in judgment.checks:
+        left = min(end - clock.monotonic(), judgment.deadline_seconds)
+        if left <= 0:
+            return failing, False
+        ok, msg = check(argv, left)
+        if not ok:
+            failing.append(msg)
+    return failing, True
+
+
 def judge(
     judgment: Judgment,
     *,
     attempt: int,
-    deadline: float,
-    clock: Clock,
-    check: Callable[[Sequence[str]], tuple[bool, str]],
+    clock: Timer,
+    check: Check,
     alive: Callable[[], bool] = lambda: True,
     stopping: Callable[[], bool] = lambda: False,
 ) -> Verdict:
-    """Decide whether the candidate is healthy.
+    """Decide whether the candidate is healthy, from now on (this start's monotonic clock).
 
     Failed when: this is a start beyond `max_attempts` (the candidate keeps restarting); the
-    checks do not all pass by `deadline`; the workload dies; or a check fails after the soak.
+    checks do not all pass within `deadline_seconds`; the workload dies; or a check fails after
+    the soak. Stopped (reason_class "stopped": no verdict, the caller keeps the signal) when
+    `stopping` says so.
     """
     if attempt > judgment.max_attempts:
         return Verdict(False, f"started {attempt} times, more than max_attempts "
                               f"({judgment.max_attempts})", "crashed")
-    last = "no checks configured"
+    deadline = clock.monotonic() + judgment.deadline_seconds
+    last = "no time was left to run the checks"
     wait = FIRST_RECHECK
     while True:
         if stopping():
             return Verdict(False, "stopped while being judged", "stopped")
         if not alive():
             return Verdict(False, "the workload exited while being judged", "crashed")
-        results = [check(argv) for argv in judgment.checks]
-        failing = [msg for ok, msg in results if not ok]
-        if not failing:
+        failing, ran = _checks(judgment, clock, check, deadline)
+        if ran and not failing:
             break
-        last = failing[0]
-        if clock.now() >= deadline:
+        last = failing[0] if failing else last
+        if clock.monotonic() >= deadline:
             return Verdict(False, f"checks still failing at the deadline: {last}", "check_failed")
-        clock.sleep(min(wait, max(deadline - clock.now(), 0.05)))
+        clock.sleep(min(wait, max(deadline - clock.monotonic(), 0.05)))
         wait = min(wait * 2, CHECK_INTERVAL)
-    soak_end = clock.now() + judgment.soak_seconds
-    while clock.now() < soak_end:
+    soak_end = clock.monotonic() + judgment.soak_seconds
+    while (left := soak_end - clock.monotonic()) > 0:
         if stopping():
             return Verdict(False, "stopped during the soak", "stopped")
         if not alive():
             return Verdict(False, "the workload exited during the soak", "crashed")
-        clock.sleep(min(CHECK_INTERVAL, soak_end - clock.now()))
-    failing = [msg for ok, msg in (check(argv) for argv in judgment.checks) if not ok]
-    if failing:
-        return Verdict(False, f"a check failed after the soak: {failing[0]}", "check_failed")
+        clock.sleep(min(CHECK_INTERVAL, left))
+    if stopping():
+        return Verdict(False, "stopped at the end of the soak", "stopped")
+    if not alive():
+        return Verdict(False, "the workload exited during the soak", "crashed")
+    failing, ran = _checks(judgment, clock, check, soak_end + AFTER_SOAK)
+    if failing or not ran:
+        why = failing[0] if failing else "no time was left to run the checks"
+        return Verdict(False, f"a check failed after the soak: {why}", "check_failed")
     return Verdict(True, f"checks passed and it stayed up {judgment.soak_seconds:g}s"
                    if judgment.checks else f"stayed up {judgment.soak_seconds:g}s (no checks)")

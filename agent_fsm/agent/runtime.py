@@ -77,13 +77,18 @@ class Waker:
 
 
 class WakerClock:
-    """The system clock, but a sleep ends at once when SIGTERM arrives."""
+    """The system clock, but a sleep ends at once when SIGTERM arrives. `now` is the wall clock
+    (what the state file records); the judgment measures on `monotonic`, which no step of the
+    wall clock moves."""
 
     def __init__(self, waker: Waker) -> None:
         self.waker = waker
 
     def now(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds

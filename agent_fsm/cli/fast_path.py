@@ -18,10 +18,14 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..machine.vocabulary import Trigger
 from .exits import guarded
 from .options import Globals
+
+if TYPE_CHECKING:
+    from ..wiring import Node
 
 GLOBAL_OPTIONS = ("--config", "--root")
 
@@ -29,8 +33,19 @@ GLOBAL_OPTIONS = ("--config", "--root")
 def run_daemon(opts: Globals) -> int:
     """`agent-fsm daemon`: the agent unit's main process; its exit code."""
     from ..agent.daemon import main as daemon_main
+    from ..agent.runtime import setup_logging
+    from ..errors import ConfigError
+    from ..node.assets.kept import tell_fallback
+    from ..upgrade.roles import Command
 
-    return daemon_main(opts.node(lenient=True))
+    setup_logging()  # with journald's priorities from the first line: the config's warnings too
+    node = opts.node(way_back=True, command=Command.daemon)
+    if node.config.fallback is not None and not node.on_the_way_back():
+        # The kept settings serve the way back only: anywhere else the daemon refuses the
+        # live file, as operator commands do.
+        raise ConfigError(node.config.fallback.error)
+    tell_fallback(node.config)
+    return daemon_main(node)
 
 
 def run_start_check(opts: Globals) -> int:
@@ -38,17 +53,83 @@ def run_start_check(opts: Globals) -> int:
     a candidate's start; exit 1 refuses it once its starts are used up."""
     from ..agent.start_check import main as start_check_main
 
-    return start_check_main(lambda: opts.reader(lenient=True))
+    return start_check_main(lambda: opts.reader(way_back=True))
 
 
 def run_recover(opts: Globals) -> int:
-    """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line."""
+    """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line.
+    Exits 0 when rolled back or when there is nothing to roll back, else non-zero: run by the
+    recovery unit, after a growing wait (`operations.retry_delay`), so that systemd's
+    `Restart=on-failure` tries again until it succeeds."""
     from ..actions.operations import recover
+    from ..node.assets.kept import tell_fallback
+    from ..node.state.reasons import RECOVERY_ENV
+    from ..upgrade.roles import Command
 
-    message = recover(opts.node(lenient=True)).message
+    if os.environ.get(RECOVERY_ENV) != "unit":
+        by_hand = opts.node(way_back=True, command=Command.recover)
+        hand_over(by_hand, opts)
+        tell_fallback(by_hand.config)
+        _said(recover(by_hand).message)
+        return 0
+    node: Node | None = None
+    try:
+        node = opts.node(way_back=True, command=Command.recover)
+        hand_over(node, opts)
+        tell_fallback(node.config)
+        _said(recover(node).message)
+        return 0
+    except Exception as exc:  # whatever failed, the rollback is tried again
+        return _hold_off(node, exc)
+
+
+def _said(message: str) -> None:
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
-    return 0
+
+
+def _hold_off(node: Node | None, exc: Exception) -> int:
+    """The recovery unit's failed try: say why and when it is tried again, wait, and return
+    the exit code that makes systemd start it again."""
+    import time
+    import traceback
+
+    from ..actions.operations import retry_delay
+    from ..errors import AgentFsmError
+
+    expected = isinstance(exc, (AgentFsmError, OSError))
+    delay = retry_delay(node)
+    sys.stderr.write(f"agent-fsm: {exc}\n" if expected else traceback.format_exc())
+    sys.stderr.write(f"agent-fsm: the rollback is not done; the recovery unit tries again in "
+                     f"about {delay + 1:.0f}s\n")
+    sys.stderr.flush()
+    time.sleep(delay)
+    code = exc.exit_code if isinstance(exc, AgentFsmError) else 1
+    return code or 1
+
+
+def hand_over(node: Node, opts: Globals) -> None:
+    """Run the last-good's own `agent-fsm recover` instead, when this one is another stored
+    release's (an operator's `agent-fsm` on PATH is the selected release's, the candidate's
+    during an upgrade): only the last-good's code runs the way back. Returns when it is the
+    last-good's, or runs from no stored release, or the last-good has no launcher."""
+    process = node.controller.process
+    last_good = node.releases.last_good()
+    if process is None or process.release is None or last_good in (None, process.release):
+        return
+    assert last_good is not None
+    launcher = node.releases.path(last_good) / "bin" / "agent-fsm"
+    if not os.access(launcher, os.X_OK):
+        return  # the engine refuses what is not this release's to run, saying so
+    argv = [str(launcher)]
+    if opts.config is not None:
+        argv += ["--config", str(opts.config)]
+    if opts.root is not None:
+        argv += ["--root", str(opts.root)]
+    sys.stderr.write(f"<6>handing over to the last-good's {launcher}: this agent-fsm is "
+                     f"release {process.release}'s\n")
+    sys.stderr.flush()
+    os.execv(launcher, [*argv, Trigger.recover.value])
 
 
 def run_status_json(opts: Globals) -> int:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import typer
 
+    from ..upgrade.roles import Command
     from ..wiring import Node, Reader
 
 
@@ -21,23 +22,49 @@ class Globals(NamedTuple):
     config: Path | None = None
     root: Path | None = None
 
-    def node(self, *, lenient: bool = False) -> Node:
+    def node(self, *, way_back: bool = False, command: Command | None = None) -> Node:
         """The node these options name: its config loaded, its paths below the root.
-        `lenient`: unknown config keys are logged, not refused (the way back: a config written
-        for the candidate, a newer agent-fsm, must not stop the last-good's daemon or recover)."""
+        `way_back` (`daemon`, `recover`): unknown config keys are logged, not refused (a config
+        written for the candidate, a newer agent-fsm, must not stop the last-good), and a config
+        wrong all the same gives way to the last-good's kept settings (`config.fallback` says
+        so; the daemon uses them only on a signal's way back: `Node.on_the_way_back`).
+        `command`: which process this is (`upgrade.roles.Command`; default: an operator's), for
+        the roles' checks."""
         from ..node import config as config_mod
+        from ..upgrade.roles import Command
         from ..wiring import open_node
 
-        return open_node(config_mod.load(self.config, self.root, lenient=lenient), self.root)
+        role = Command.operator if command is None else command
+        if way_back:
+            from ..node.assets.kept import way_back_config
 
-    def reader(self, *, lenient: bool = False) -> Reader:
+            return open_node(way_back_config(self.config, self.root), self.root, command=role)
+        return open_node(config_mod.load(self.config, self.root), self.root, command=role)
+
+    def reader(self, *, way_back: bool = False) -> Reader:
         """The node these options name, wired for reading only (`status`, with or without
-        --json): none of the engine, the effects, the publisher or the hooks' runner is imported.
-        `lenient` as for `node`."""
+        --json, and the start check): none of the engine, the effects, the publisher or the
+        hooks' runner is imported. A config that the way back would not use either is refused;
+        one it replaces with the last-good's kept settings is read through them, and `status`
+        says so. `way_back` (`start-check`, the last-good's ExecStartPre=): the config read as
+        the way back reads it, unknown keys logged, not refused."""
+        from ..errors import ConfigError
         from ..node import config as config_mod
         from ..wiring import open_reader
 
-        return open_reader(config_mod.load(self.config, self.root, lenient=lenient), self.root)
+        if way_back:
+            from ..node.assets.kept import way_back_config
+
+            return open_reader(way_back_config(self.config, self.root), self.root)
+        try:
+            config = config_mod.load(self.config, self.root)
+        except ConfigError:
+            from ..node.assets.kept import way_back_config
+
+            config = way_back_config(self.config, self.root, quiet=True)
+            if config.fallback is None:  # the file is wrong only for operators (unknown keys)
+                raise
+        return open_reader(config, self.root)
 
     def prog(self) -> str:
         """How this run was invoked, for the commands `status` suggests."""

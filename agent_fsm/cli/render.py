@@ -80,6 +80,11 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         state.append(f" (for {span(st.state_seconds)})")
     table.add_row("state", state)
     table.add_row("now", st.situation)
+    if st.config_fallback:
+        f = st.config_fallback
+        table.add_row("config", Text(f"{f['error']}; the way back uses last-good {f['version']}'s "
+                                     f"settings kept in {f['kept']}; operator commands refuse "
+                                     "the file until it is fixed", style="red"))
     role = " (the candidate)" if st.candidate and st.selected == st.candidate else ""
     table.add_row("selected", (st.selected or "—") + role)
     table.add_row("last-good", st.last_good or "—")
@@ -102,6 +107,14 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     gate.append(" (operations may start)" if st.gate == "open"
                 else " (operations are refused until it opens)")
     table.add_row("gate", gate)
+    table.add_row("units", units_view(st))
+    if st.units is not None and st.units.writes_error:
+        table.add_row("writes", Text(f"failing: {st.units.writes_error}", style="red"))
+    if st.outbox and st.outbox["queued"]:
+        since = st.outbox["publisher_unreachable_since"]
+        table.add_row("outbox", Text(
+            f"{st.outbox['queued']} result(s) queued for the publisher, retried by the daemon"
+            + (f"; publisher unreachable since {when(since)}" if since else ""), style="yellow"))
     table.add_row("hold", hold_view(st))
     table.add_row("inhibitors", inhibitors_view(st))
     table.add_row("assets", assets_view(st))
@@ -157,6 +170,24 @@ def status_view(st: Status, diff: bool) -> RenderableType:
             parts.append(Text(f"\nno asset differs from what {st.assets_compared_with} would "
                               "write" if st.assets_compared_with else "\nno release selected"))
     return Group(*parts)
+
+
+def units_view(st: Status) -> Text:
+    """The agent and recovery units as systemd sees them, or why that is unknown."""
+    u = st.units
+    if u is None or u.error is not None or u.agent is None or u.recovery is None:
+        return Text(f"unit state unknown: {u.error if u else 'not read'}", style="dim")
+    text = Text()
+    for i, unit in enumerate((u.agent, u.recovery)):
+        if i:
+            text.append("; ")
+        style = "red" if unit.failed else "yellow" if unit.retrying else ""
+        text.append(f"{unit.unit} {unit.words()}", style=style)
+        if unit.retrying and unit.next_try_in_seconds is not None:
+            text.append(f", next try in {span(unit.next_try_in_seconds)}", style=style)
+    if u.last_error:
+        text.append(f"\nlast error: {u.last_error}", style="red")
+    return text
 
 
 def hold_view(st: Status) -> Text:
@@ -277,6 +308,9 @@ def show_history(h: History) -> None:
         move.append(e.dest, style=TONE_STYLE.get(h.tones.get(e.dest, ""), ""))
         stamp = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
         why = "" if e.reason is None else f"{e.reason[0]}: {e.reason[1]}"
+        if e.superseded_by:  # owed, never finished: the way back replaced it
+            why = f"superseded by {e.superseded_by}" + (
+                f" ({', '.join(e.unknown)} unknown here)" if e.unknown else "")
         if e.crash_loop is not None:  # one entry for a crash loop: its count, since when
             first = datetime.fromtimestamp(e.crash_loop[1], UTC).strftime("%Y-%m-%d %H:%M:%S")
             why = f"crash loop: {e.crash_loop[0]} restarts since {first}, the last at {stamp}"

@@ -3,7 +3,8 @@
 Checked at load time, with errors that name what is wrong: exactly one initial state that is
 declared, every transition's states declared, every condition and effect a known name, each
 trigger declared once, every state reachable from the initial one, no state without a way out,
-and every state declaring what a daemon start and `recover` do from it, by a known name.
+every state declaring what a daemon start and `recover` do from it, by a known name, and every
+transition naming the roles whose process may fire it (`by`), from a closed list (`Role`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,29 @@ DEFINITION_NAME = "agent-upgrade.toml"
 
 # NamedTuples, not dataclasses: `status` loads the definition (docs/design.md).
 class Effect(NamedTuple):
-    """One effect a transition runs; `tolerant` ones log a failure instead of raising it."""
+    """One effect a transition runs; `tolerant` ones log a failure instead of raising it.
+    `done_at_own_start`: resumed by a start of the agent unit that runs the release selected now,
+    it counts as done without running (`restart_unit`: that start *is* the restart)."""
 
     name: str
     tolerant: bool = False
+    done_at_own_start: bool = False
+
+
+class Role(enum.StrEnum):
+    """Which process may fire a transition (its `by`), by the command it runs and the release
+    whose code it runs. Only the last-good's code runs the way back: the candidate's process
+    never fires, nor finishes, a transition of recovery (`Definition.may_finish`)."""
+
+    operator = "operator"  # an operator's command: install, activate, upgrade
+    candidate = "candidate"  # the daemon started from the pending upgrade's candidate release
+    last_good = "last_good"  # the daemon started from the last-good release
+    recovery = "recovery"  # `agent-fsm recover`, run from the last-good's release (its script)
+
+
+# Whose code each role runs: a transition left owed is finished by a role of the same code.
+CODE: dict[Role, str] = {Role.operator: "operator", Role.candidate: "candidate",
+                         Role.last_good: "last_good", Role.recovery: "last_good"}
 
 
 class OnStart(enum.StrEnum):
@@ -57,8 +77,10 @@ MEANINGS: dict[str, str] = {
     OnStart.judge_candidate: "hold the last-good's assets, count the attempt and judge the "
                              "candidate: passed, as `publish_then_open_gate`; failed, record "
                              "the result, start the recovery unit and exit 1",
-    OnStart.publish_then_open_gate: "publish the result (retried until it is delivered), clear "
-                                    "the signal, write the assets, then open the gate",
+    OnStart.publish_then_open_gate: "publish the result (retried until it is delivered, or "
+                                    "until `publish_give_up_seconds` have passed since the "
+                                    "judgment: then `complete_queued` queues it in the outbox), "
+                                    "clear the signal, write the assets, then open the gate",
     OnStart.start_recovery_unit: "start the recovery unit and exit 1",
     OnStart.finish_recovery: "with the last-good selected, clear the signal, write the assets "
                              "that differ and open the gate; else as `start_recovery_unit`",
@@ -102,10 +124,18 @@ class Transition(NamedTuple):
     effects: tuple[Effect, ...]
     description: str
     supersedes: tuple[str, ...] = ()  # owed transitions it may replace instead of resuming
+    by: tuple[Role, ...] = tuple(Role)  # the roles whose process may fire it
 
     @property
     def effect_names(self) -> tuple[str, ...]:
         return tuple(e.name for e in self.effects)
+
+    def may_finish(self, role: Role) -> bool:
+        """Whether a process of `role` may finish this transition when a crash left it owed:
+        when a role running the same release's code may fire it, or when it is the operator's
+        (its effects act on arguments fixed when it was recorded, and the operator's command
+        may be gone: the next start finishes it)."""
+        return Role.operator in self.by or CODE[role] in {CODE[r] for r in self.by}
 
 
 class Definition(NamedTuple):
@@ -168,14 +198,39 @@ def _effects(value: Any, where: str) -> tuple[Effect, ...]:
     for item in value:
         if isinstance(item, str):
             out.append(Effect(item))
-        elif isinstance(item, dict) and set(item) <= {"name", "on_error"} and "name" in item:
+        elif (isinstance(item, dict) and set(item) <= {"name", "on_error", "at_own_start"}
+              and "name" in item):
             on_error = item.get("on_error", "fail")
             if on_error not in ("fail", "log"):
                 raise DefinitionError(f"{where}: on_error must be 'fail' or 'log', not {on_error!r}")
-            out.append(Effect(str(item["name"]), tolerant=on_error == "log"))
+            at_start = item.get("at_own_start", "run")
+            if at_start not in ("run", "done"):
+                raise DefinitionError(f"{where}: at_own_start must be 'run' or 'done', not "
+                                      f"{at_start!r}")
+            out.append(Effect(str(item["name"]), tolerant=on_error == "log",
+                              done_at_own_start=at_start == "done"))
         else:
-            raise DefinitionError(f"{where}: an effect is a name or {{ name, on_error }}: {item!r}")
+            raise DefinitionError(f"{where}: an effect is a name or {{ name, on_error, "
+                                  f"at_own_start }}: {item!r}")
     return tuple(out)
+
+
+# The one effect that a start of the agent unit may count as done when it resumes it.
+AT_OWN_START = frozenset({"restart_unit"})
+
+
+def _roles(value: Any, where: str) -> tuple[Role, ...]:
+    """A transition's `by`: one or more roles of `Role`, each once."""
+    if value is None:
+        raise DefinitionError(f"{where} names no role that may fire it; add `by = [...]` with "
+                              f"one or more of: {_listing(Role)}")
+    names = _names(value, where)
+    unknown = set(names) - set(Role)
+    if unknown or not names or len(set(names)) != len(names):
+        what = (f"unknown role(s) {_listing(unknown)}" if unknown else
+                "no role" if not names else "a role more than once")
+        raise DefinitionError(f"{where} names {what}; roles: {_listing(Role)}")
+    return tuple(Role(n) for n in names)
 
 
 def _listing(names: Iterable[str]) -> str:
@@ -240,7 +295,7 @@ def checked(data: dict[str, Any], source: str, *, effects: Collection[str],
     for i, raw in enumerate(data.get("transitions", [])):
         where = f"{source}: transition #{i + 1}"
         extra = set(raw) - {"trigger", "source", "dest", "conditions", "effects", "description",
-                            "supersedes"}
+                            "supersedes", "by"}
         if extra:
             raise DefinitionError(f"{where}: unknown key(s) {_listing(extra)}")
         trigger = raw.get("trigger")
@@ -258,6 +313,7 @@ def checked(data: dict[str, Any], source: str, *, effects: Collection[str],
             effects=_effects(raw.get("effects", []), f"{where} effects"),
             description=str(raw.get("description", "")),
             supersedes=_names(raw.get("supersedes", []), f"{where} supersedes"),
+            by=_roles(raw.get("by"), f"{where} by"),
         )
         undeclared = (set(t.sources) | {t.dest}) - declared
         if undeclared:
@@ -274,6 +330,11 @@ def checked(data: dict[str, Any], source: str, *, effects: Collection[str],
                 f"{where} names unknown effect(s): {_listing(bad_effects)}; "
                 f"known: {_listing(effects)}"
             )
+        not_at_start = {e.name for e in t.effects if e.done_at_own_start} - AT_OWN_START
+        if not_at_start:
+            raise DefinitionError(
+                f"{where}: at_own_start = \"done\" is for {_listing(AT_OWN_START)} only, not "
+                f"{_listing(not_at_start)}: a start of the agent unit is no other effect")
         transitions.append(t)
 
     triggers = {t.trigger for t in transitions}

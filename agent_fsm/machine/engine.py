@@ -6,6 +6,11 @@ the transition and the effects it owes in the state file (write-ahead), runs the
 one recording progress after each, and finally records the new state and a history entry (in
 the journal, committed by the state file: `Store.record`). A crash anywhere leaves a state file
 from which `resume` reaches the same end state.
+
+Given the process it runs in (`Controller.process`), it fires only the transitions whose `by`
+names that process's role, and finishes an owed one only if the role may (`Transition.may_finish`);
+anything else raises NotItsRole before the state is touched. That is the one place the rule "only
+the last-good's code runs the way back" is enforced.
 """
 
 from __future__ import annotations
@@ -17,11 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import AgentFsmError, IllegalTransition
+from ..errors import AgentFsmError, IllegalTransition, NotItsRole, StateFileError
 from ..node.state import counters, reasons
 from ..node.state.store import Pending, StateDoc, Store
 from ..system.clock import Clock
-from .definition import Definition, situation
+from .definition import Definition, Role, situation
 from .hooks import Hooks, NoHooks, ask, before_triggers, finished, telling
 from .vocabulary import RESULT_EFFECTS, Groups, count_rules, groups
 
@@ -63,6 +68,20 @@ class Actor(Protocol):
     def prepare(self, args: dict[str, Any]) -> dict[str, Any]: ...
 
 
+class Process(Protocol):
+    """The process a controller runs in, as far as the roles go (`upgrade.roles` makes it)."""
+
+    release: str | None  # the release whose code it runs, when known
+
+    def role(self, doc: StateDoc) -> Role | None:
+        """Its role now, by the state and the node's releases; None: no role at all."""
+
+    def own_start(self) -> bool:
+        """Whether it is a start of the agent unit running the release selected now."""
+
+    def __str__(self) -> str: ...
+
+
 # What the engine is given to run, by name: effects act, conditions answer (None when they
 # hold, else the error that refuses). Their first argument is the actor they act through.
 EffectFn = Callable[[Any, Step], None]
@@ -80,7 +99,8 @@ class Controller:
 
     def __init__(self, definition: Definition, store: Store, actor: Actor, *,
                  effects: Mapping[str, EffectFn], conditions: Mapping[str, ConditionFn],
-                 history_limit: int = 200, hooks: Hooks | None = None) -> None:
+                 history_limit: int = 200, hooks: Hooks | None = None,
+                 process: Process | None = None) -> None:
         self.definition = definition
         self.groups: Groups = groups(definition)
         self.count_rules = count_rules(definition, self.groups)
@@ -99,6 +119,9 @@ class Controller:
         self.hooks: Hooks = hooks if hooks is not None else NoHooks()
         self.before_triggers = before_triggers(definition)
         self._finished: list[dict[str, Any]] = []
+        # None: any role (tests, tools); else every fire and finish is checked against `by`.
+        self.process = process
+        self.trigger_names = frozenset(t.trigger for t in definition.transitions)  # all triggers
 
     @property
     def machine(self) -> Machine:
@@ -137,6 +160,7 @@ class Controller:
         asked = self._before(trigger, args)
         with telling(self.hooks, self._finished), self.store.locked():
             doc = self.store.read()
+            self._check_role(trigger, doc, fire=True)
             if self.supersedes(trigger, doc):
                 self._supersede(doc, trigger)
             doc = self._resumed(doc)
@@ -153,23 +177,40 @@ class Controller:
 
     def supersedes(self, trigger: str, doc: StateDoc) -> bool:
         """Whether `trigger`, from the document's state, replaces the transition left owed
-        instead of resuming it (declared with `supersedes` in the definition)."""
+        instead of resuming it: one it declares with `supersedes` in the definition, or, if it
+        declares any (the way back), one this agent-fsm does not know (`unknown`: a later
+        agent-fsm's, left owed on the candidate's path)."""
         t = self.definition.transition(trigger)
-        return doc.pending is not None and doc.pending.trigger in t.supersedes \
-            and doc.state in t.sources
+        pending = doc.pending
+        return pending is not None and doc.state in t.sources and (
+            pending.trigger in t.supersedes or bool(t.supersedes and self.unknown(pending)))
+
+    def unknown(self, pending: Pending) -> list[str]:
+        """The names of an owed transition this agent-fsm does not know (its trigger, states or
+        effects): none when it can resume it (it runs any effect it knows, in the order owed)."""
+        states = set(self.definition.state_names)
+        names = [] if pending.trigger in self.trigger_names else [f"trigger {pending.trigger}"]
+        names += [f"state {s}" for s in dict.fromkeys((pending.source, pending.dest))
+                  if s not in states]
+        names += [f"effect {e}" for e in dict.fromkeys(pending.effects) if e not in self.effects]
+        return names
 
     def _supersede(self, doc: StateDoc, by: str) -> None:
         pending = doc.pending
         assert pending is not None
-        log.warning("%s supersedes %s, left owed at effect %d of %d (%s not run)", by,
+        unknown = self.unknown(pending)
+        log.warning("%s supersedes %s, left owed at effect %d of %d (%s not run)%s", by,
                     pending.trigger, pending.done + 1, len(pending.effects),
-                    ", ".join(pending.effects[pending.done:]))
+                    ", ".join(pending.effects[pending.done:]),
+                    f", written by a later agent-fsm ({', '.join(unknown)} unknown here)"
+                    if unknown else "")
         # In the history, not counted: the transition did not happen; the state is unchanged.
         doc.pending = None
         self.store.record(doc, {
-            "time": self.actor.clock.now(), "trigger": pending.trigger, "from": pending.source,
-            "to": pending.source, "release": pending.args.get("release"),
+            "time": self.actor.clock.now(), "trigger": pending.trigger, "from": doc.state,
+            "to": doc.state, "release": pending.args.get("release"),
             "upgrade": pending.args.get("upgrade"), "superseded_by": by,
+            **({"unknown": unknown} if unknown else {}),
         }, self.history_limit)
 
     def resume(self) -> StateDoc:
@@ -214,26 +255,56 @@ class Controller:
             self.store.write(doc)
         self._finish(doc)
 
+    def _check_role(self, trigger: str, doc: StateDoc, *, fire: bool) -> None:
+        """Raise NotItsRole, touching nothing, unless this process may fire `trigger` (or,
+        `fire` False, finish it owed)."""
+        if self.process is None:
+            return
+        t = self.definition.transition(trigger)
+        role = self.process.role(doc)
+        if role is not None and (role in t.by if fire else t.may_finish(role)):
+            return
+        whose = " or ".join(f"the {r.replace('_', '-')}'s" for r in t.by)
+        what = f"fire {trigger}" if fire else f"finish the interrupted {trigger}"
+        raise NotItsRole(
+            f"{self.process} ({'no role' if role is None else 'the ' + role.replace('_', '-')}) "
+            f"may not {what}: it is {whose} to run (`by` in {self.definition.source}); the "
+            f"state ({doc.state}) was left as it is",
+            trigger=trigger, role=role)
+
     def _resumed(self, doc: StateDoc) -> StateDoc:
+        if doc.pending is not None and (unknown := self.unknown(doc.pending)):
+            raise StateFileError(
+                f"the state file {self.store.path} owes {doc.pending.trigger} ({doc.state} -> "
+                f"{doc.pending.dest}), written by a later agent-fsm: {', '.join(unknown)} "
+                "unknown here, so this one cannot finish it; on the way back `agent-fsm "
+                "recover` supersedes it; else run the agent-fsm that wrote it")
         if doc.pending is not None:
+            self._check_role(doc.pending.trigger, doc, fire=False)
             log.warning("resuming %s (%s -> %s) at effect %d of %d, left owed by an "
                         "interrupted run", doc.pending.trigger, doc.pending.source,
                         doc.pending.dest, doc.pending.done + 1, len(doc.pending.effects))
-            self._finish(doc)
+            self._finish(doc, resuming=True)
         return doc
 
-    def _finish(self, doc: StateDoc) -> None:
+    def _finish(self, doc: StateDoc, *, resuming: bool = False) -> None:
         pending = doc.pending
         assert pending is not None
         t = self.definition.transition(pending.trigger)
         tolerant = {e.name for e in t.effects if e.tolerant}
+        # Owed before this process looked, and declared done by a start of the unit it restarts.
+        at_start = {e.name for e in t.effects if e.done_at_own_start} if resuming else set()
         skipped: list[dict[str, str]] = []  # failures let pass, kept in the history entry
         step = Step(doc, pending.trigger, pending.dest, pending.args)
         while pending.done < len(pending.effects):
             self.failpoint(pending.trigger, pending.done)
             name = pending.effects[pending.done]
             try:
-                self.effects[name](self.actor, step)
+                if name in at_start and self.process is not None and self.process.own_start():
+                    log.info("%s of the interrupted %s counts as done: this start of the unit "
+                             "is that restart", name, pending.trigger)
+                else:
+                    self.effects[name](self.actor, step)
             except AgentFsmError as exc:
                 if name not in tolerant:
                     raise
@@ -259,8 +330,11 @@ class Controller:
             **reasons.entry_keys(doc.last_result, set(RESULT_EFFECTS) & set(t.effect_names)),
         }
         # Counted in the same write that records the transition: exactly once, crash or not.
-        counted = counters.Counters(**(doc.counters or {}))
-        doc.counters = counters.to_json(counters.tally(counted, entry, self.count_rules))
+        # A later agent-fsm's counters are kept as they are.
+        mine = {k: v for k, v in (doc.counters or {}).items() if k in counters.Counters._fields}
+        counted = counters.Counters(**mine)
+        doc.counters = {**(doc.counters or {}),
+                        **counters.to_json(counters.tally(counted, entry, self.count_rules))}
         doc.state = pending.dest
         doc.pending = None
         self.store.record(doc, entry, self.history_limit)  # the journal, then the state file

@@ -34,6 +34,7 @@ class Trigger(enum.StrEnum):
     judge_ok = "judge_ok"
     judge_failed = "judge_failed"
     complete = "complete"
+    complete_queued = "complete_queued"
     recover = "recover"
     recovered = "recovered"
     orphaned_signal = "orphaned_signal"

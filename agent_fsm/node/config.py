@@ -1,4 +1,10 @@
-"""The host's configuration: a TOML file, every key checked, unknown keys refused."""
+"""The host's configuration: a TOML file, every key checked, unknown keys refused.
+
+The way back (`recover`, and the daemon on a signal's way back) reads it leniently (unknown keys
+logged and ignored) and, when it is wrong all the same, runs with the settings kept with the
+last-good when it was promoted (`to_table` writes them, `parse` reads them back; see
+`kept.way_back_config`): a `Fallback` in `Config.fallback` says so.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +34,18 @@ class Judgment(NamedTuple):
     restart_seconds: float = 1.0  # the agent unit's RestartSec=
 
 
+class Fallback(NamedTuple):
+    """Why and with what the way back runs when the live config is wrong: the live file's
+    error, and the last-good's settings used instead (their version and file)."""
+
+    error: str
+    version: str
+    kept: Path
+
+    def to_json(self) -> dict[str, str]:
+        return {"error": self.error, "version": self.version, "kept": str(self.kept)}
+
+
 class Config(NamedTuple):
     """Where agent-fsm keeps things on the host, and how it judges upgrades."""
 
@@ -41,11 +59,15 @@ class Config(NamedTuple):
     allowed_signers: Path | None = None  # ssh-keygen's allowed-signers file; None: unsigned ok
     history_limit: int = 200
     publish_command: tuple[str, ...] = ()
+    # After a good judgment, how long publishing may fail before the result is queued in the
+    # outbox and the gate opens anyway (`complete_queued`): a dead publisher's bounded way out.
+    publish_give_up_seconds: float = 600.0
     systemctl: tuple[str, ...] = ("systemctl",)  # the argv prefix of every systemctl call
     podman: tuple[str, ...] = ("podman",)  # the argv prefix of every podman call (release images)
     judgment: Judgment = Judgment()
     hooks: HookConfig = HookConfig()  # [hooks]: before/after transitions
     source: Path | None = None  # the file it was read from, if any
+    fallback: Fallback | None = None  # the way back's: the live file is wrong, these are kept
 
 
 _TOP_KEYS = {
@@ -59,6 +81,7 @@ _TOP_KEYS = {
     "allowed_signers": Path,
     "history_limit": int,
     "publish_command": list,
+    "publish_give_up_seconds": float,
     "systemctl": list,
     "podman": list,
     "judgment": dict,
@@ -69,6 +92,7 @@ _TOP_KEYS = {
 WEEK = 7 * 86400
 BOUNDS: dict[str, tuple[float, float]] = {  # key: (lowest, highest); only soak may be 0
     "history_limit": (1, 100_000),
+    "publish_give_up_seconds": (0, WEEK),
     "judgment.deadline_seconds": (0, WEEK),
     "judgment.soak_seconds": (0, WEEK),
     "judgment.max_attempts": (1, 100),
@@ -100,11 +124,13 @@ def _bad(source: Path, key: str, value: Any, expected: str) -> ConfigError:
 
 
 def _check_keys(source: Path, table: dict[str, Any], known: dict[str, type], where: str,
-                lenient: bool = False) -> None:
+                lenient: bool = False, quiet: bool = False) -> None:
     unknown = sorted(set(table) - set(known))
     if unknown:
         names = ", ".join(f"`{where}{k}`" for k in unknown)
         if lenient:  # the way back: a key a newer agent-fsm reads must not strand this one
+            if quiet:
+                return
             import logging  # here: `status` never logs, and need not import it
 
             logging.getLogger("agent_fsm").warning(
@@ -175,10 +201,12 @@ def check_source(source: Path) -> Path:
     return source
 
 
-def parse(data: dict[str, Any], source: Path, *, lenient: bool = False) -> Config:
+def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
+          quiet: bool = False) -> Config:
     """Check a parsed TOML table and build the Config it describes; `lenient`: unknown keys
-    are logged and ignored instead of refused (what systemd runs: `daemon`, `recover`)."""
-    _check_keys(source, data, _TOP_KEYS, "", lenient)
+    are logged and ignored instead of refused (what systemd runs: `daemon`, `recover`), or
+    only ignored when `quiet`."""
+    _check_keys(source, data, _TOP_KEYS, "", lenient, quiet)
     kwargs: dict[str, Any] = {"source": source}
     if "name" in data:
         name = data["name"]
@@ -208,6 +236,9 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False) -> Confi
                                           integer=True)
     if "publish_command" in data:
         kwargs["publish_command"] = _argv(source, "publish_command", data["publish_command"])
+    if "publish_give_up_seconds" in data:
+        kwargs["publish_give_up_seconds"] = float(_number(
+            source, "publish_give_up_seconds", data["publish_give_up_seconds"], integer=False))
     if "systemctl" in data:
         kwargs["systemctl"] = _command(source, "systemctl", data["systemctl"])
     if "podman" in data:
@@ -216,7 +247,7 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False) -> Confi
         table = data["judgment"]
         if not isinstance(table, dict):
             raise _bad(source, "judgment", table, "a table")
-        _check_keys(source, table, _JUDGMENT_KEYS, "judgment.", lenient)
+        _check_keys(source, table, _JUDGMENT_KEYS, "judgment.", lenient, quiet)
         j: dict[str, Any] = {}
         for key in ("deadline_seconds", "soak_seconds", "restart_seconds"):
             if key in table:
@@ -239,22 +270,63 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False) -> Confi
     return Config(**kwargs)
 
 
-def load(path: Path | None, root: Path | None = None, *, lenient: bool = False) -> Config:
+def to_table(config: Config) -> dict[str, Any]:
+    """Every setting of `config` as the TOML table `parse` reads back into it (its source and
+    fallback aside), in JSON's types: what is kept with the last-good when it is promoted."""
+    j, hooks = config.judgment, config.hooks
+    table: dict[str, Any] = {
+        "name": config.name,
+        **{key: str(getattr(config, key)) for key in (
+            "state_dir", "lib_dir", "unit_dir", "run_dir", "inhibitor_dir", "python")},
+        "history_limit": config.history_limit,
+        "publish_command": list(config.publish_command),
+        "systemctl": list(config.systemctl),
+        "podman": list(config.podman),
+        "judgment": {"deadline_seconds": j.deadline_seconds, "soak_seconds": j.soak_seconds,
+                     "max_attempts": j.max_attempts, "checks": [list(c) for c in j.checks],
+                     "restart_seconds": j.restart_seconds},
+        "hooks": {"before": {t: list(a) for t, a in hooks.before.items()},
+                  "after": {t: list(a) for t, a in hooks.after.items()},
+                  "timeout_seconds": hooks.timeout_seconds},
+    }
+    if config.allowed_signers is not None:
+        table["allowed_signers"] = str(config.allowed_signers)
+    return table
+
+
+def source_of(path: Path | None, root: Path | None = None) -> tuple[Path, bool]:
+    """The config file `load` reads, and whether it was named explicitly (option or
+    environment): the default file (below `root`, if given) otherwise."""
+    explicit = path if path is not None else (
+        Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
+    )
+    default = DEFAULT_CONFIG if root is None else root / DEFAULT_CONFIG.relative_to("/")
+    return check_source(explicit or default), explicit is not None
+
+
+def state_dir_named(source: Path) -> Path | None:
+    """The `state_dir` a config file names, if it is TOML and that one key is valid, whatever
+    else is wrong with it (where the way back looks for the last-good's kept settings)."""
+    try:
+        data = tomllib.loads(source.read_text(encoding="utf-8"))
+        return _path(source, "state_dir", data["state_dir"])
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, ConfigError):
+        return None
+
+
+def load(path: Path | None, root: Path | None = None, *, lenient: bool = False,
+         quiet: bool = False) -> Config:
     """Read the config from `path`, $AGENT_FSM_CONFIG, or the default file (below `root`, the
     --root, if given: the host's own config, which its units name).
 
     A file named explicitly (option or environment) must exist; the default file may be absent,
     and then every default applies.
     """
-    explicit = path if path is not None else (
-        Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
-    )
-    default = DEFAULT_CONFIG if root is None else root / DEFAULT_CONFIG.relative_to("/")
-    source = check_source(explicit or default)
+    source, explicit = source_of(path, root)
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
-        if explicit is None:
+        if not explicit:
             return Config()
         raise ConfigError(
             f"config file {source} does not exist; create it or pass another with --config"
@@ -265,7 +337,7 @@ def load(path: Path | None, root: Path | None = None, *, lenient: bool = False) 
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {source} is not valid TOML: {exc}") from None
-    config = parse(data, source, lenient=lenient)
+    config = parse(data, source, lenient=lenient, quiet=quiet)
     if "python" in data:
         _launcher_reads(source, text, data["python"])
     return config

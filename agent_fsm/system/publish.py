@@ -30,6 +30,9 @@ class Result:
     time: float
     reason: str | None = None  # why, in words (a failed check's last line, an exit status...)
     reason_class: str | None = None  # why, as one of `node.reasons.CLASSES`
+    # Set when the result was queued instead of published before the gate opened
+    # (`complete_queued`): since when the publisher had been failing.
+    publisher_unreachable_since: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,12 +43,15 @@ class Result:
             "time": self.time,
             **({} if self.reason is None else {"reason": self.reason}),
             **({} if self.reason_class is None else {"reason_class": self.reason_class}),
+            **({} if self.publisher_unreachable_since is None
+               else {"publisher_unreachable_since": self.publisher_unreachable_since}),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Result:
         return cls(data["from"], data["to"], data["outcome"], data["started"], data["time"],
-                   data.get("reason"), data.get("reason_class"))
+                   data.get("reason"), data.get("reason_class"),
+                   data.get("publisher_unreachable_since"))
 
 
 class Document(Protocol):
@@ -140,7 +146,9 @@ class RecordPublisher:
     def _run(self, payload: str) -> None:
         name = self.command[0]
         try:
-            done = proc.run(self.command, timeout=self.timeout, stdin=payload)
+            # In a group of its own: at its timeout the command and whatever it started are
+            # killed whole (a child holding its output open would outlive it).
+            done = proc.run(self.command, timeout=self.timeout, stdin=payload, group=True)
         except proc.CouldNotRun as exc:
             raise PublishError(f"publish command {name} could not run: {exc.reason}") from None
         if done.returncode != 0:

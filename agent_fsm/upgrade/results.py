@@ -21,9 +21,11 @@ def _result(effectors: Effectors, step: Step) -> Result | None:
             and last.get("outcome") == outcome:
         return None
     why = str(step.arg("reason_class") or ("passed" if ok else "unknown"))
+    since = step.arg("publisher_unreachable_since")  # complete_queued's: a dead publisher
     return Result(up.from_version, up.to_version, outcome, up.started, effectors.clock.now(),
                   one_line(str(step.arg("reason") or CLASSES["passed" if ok else "unknown"])),
-                  why if why in CLASSES else "unknown")
+                  why if why in CLASSES else "unknown",
+                  float(since) if isinstance(since, int | float) else None)
 
 
 def publish_result(effectors: Effectors, step: Step) -> None:

@@ -31,8 +31,9 @@ class Edge:
     source: str
     dest: str
     conditions: tuple[str, ...]
-    effects: tuple[str, ...]  # in order; a tolerant one ends in "?"
+    effects: tuple[str, ...]  # in order; a tolerant one ends in "?", one done at own start "*"
     supersedes: tuple[str, ...] = ()  # owed transitions it replaces instead of resuming
+    by: tuple[str, ...] = ()  # the roles whose process may fire it
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class Diagram:
 def from_definition(d: Definition) -> Diagram:
     edges = tuple(
         Edge(t.trigger, s, t.dest, t.conditions,
-             tuple(e.name + ("?" if e.tolerant else "") for e in t.effects), t.supersedes)
+             tuple(e.name + ("?" if e.tolerant else "") + ("*" if e.done_at_own_start else "")
+                   for e in t.effects), t.supersedes, tuple(t.by))
         for t in d.transitions for s in t.sources
     )
     nodes = tuple(Node(s.name, s.description, s.on_start, s.on_recover) for s in d.states)
@@ -150,15 +152,30 @@ def markdown(diagram: Diagram) -> str:
         "",
         "Effects run in the order shown and are recorded before they run, so a crash resumes "
         "them; one marked `?` may fail without failing the transition (its failure is logged).",
+        "One marked `*` counts as done when the agent unit's own start, running the release "
+        "selected now,",
+        "resumes it: that start is the restart it owed.",
         "A transition that *supersedes* others replaces one of them left owed by a crash instead",
         "of resuming it (recorded in the history as superseded).",
+        "*By* names the roles whose process may fire it: `operator` (an operator's command), "
+        "`candidate`",
+        "(the daemon started from the candidate's release), `last_good` (the daemon started "
+        "from the last-good",
+        "release), `recovery` (`agent-fsm recover`, the last-good's). Any other process exits "
+        "without touching",
+        "the state; a transition left owed is finished by a role running the same release's "
+        "code, or, if it is",
+        "the operator's, by any. The agent unit's start check (`agent-fsm start-check`, the "
+        "last-good's ExecStartPre=)",
+        "has no role here: it fires no transition, it only counts a candidate's starts in the "
+        "signal.",
         "",
-        "| trigger | from | to | conditions | effects, in order | supersedes |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| trigger | by | from | to | conditions | effects, in order | supersedes |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     out += [
-        f"| `{e.trigger}` | `{e.source}` | `{e.dest}` | {_cell(e.conditions, ', ')} | "
-        f"{_cell(e.effects, ' → ')} | {_cell(e.supersedes, ', ')} |"
+        f"| `{e.trigger}` | {_cell(e.by, ', ')} | `{e.source}` | `{e.dest}` | "
+        f"{_cell(e.conditions, ', ')} | {_cell(e.effects, ' → ')} | {_cell(e.supersedes, ', ')} |"
         for e in diagram.edges
     ]
     return "\n".join(out) + "\n"

@@ -29,6 +29,8 @@ class Entry:
     lasted: float | None  # seconds in `dest` from here until it was left (or until now)
     current: bool  # this entry began the stay the node is still in
     reason: tuple[str, str] | None = None  # (class, words) of the result this transition reported
+    superseded_by: str | None = None  # an owed transition replaced by this trigger (never run)
+    unknown: tuple[str, ...] = ()  # what such a transition named that this agent-fsm did not know
     # A crash loop's one entry (starts after crashes): how many restarts, since when; `time`
     # is the latest one's.
     crash_loop: tuple[int, float] | None = None
@@ -46,6 +48,8 @@ class Entry:
             "current": self.current,
             "reason_class": None if self.reason is None else self.reason[0],
             "reason": None if self.reason is None else self.reason[1],
+            "superseded_by": self.superseded_by,
+            "unknown": list(self.unknown),
             "restarts": None if self.crash_loop is None else self.crash_loop[0],
             "first": None if self.crash_loop is None else self.crash_loop[1],
         }
@@ -82,6 +86,7 @@ def timeline(raw: Sequence[dict[str, Any]], now: float) -> tuple[Entry, ...]:
             upgrade=None if not up else (str(up["from"]), str(up["to"])),
             lasted=length, current=current,
             reason=(str(e["reason_class"]), str(e.get("reason"))) if "reason_class" in e else None,
+            superseded_by=e.get("superseded_by"), unknown=tuple(e.get("unknown", ())),
             crash_loop=(int(e["restarts"]), float(e["first"])) if "restarts" in e else None,
         ))
     return tuple(out)

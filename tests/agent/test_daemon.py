@@ -97,6 +97,37 @@ class TestStartup:
         assert not world.node.effectors.gate.is_open() and world.node.effectors.signal() is not None
 
 
+class TestStopDuringJudgment:
+    def test_a_stop_while_judging_is_no_verdict(self, tmp_path: Path, waker: Waker) -> None:
+        """SIGTERM (a `systemctl stop`, a reboot) while the candidate is judged keeps the
+        signal, records no result and no known-bad mark, starts no recovery; the next start
+        judges it again, one more attempt counted, and converges."""
+        import os
+
+        world = _world(tmp_path, (("sh", "-c", f"kill -TERM {os.getpid()}"),))
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world.systemd.calls.clear()
+        assert Daemon(world.node, Notifier(""), waker).startup()
+        assert waker.stop
+        doc = world.node.store.read()
+        sig = world.node.effectors.signal()
+        assert doc.state == "candidate_running" and sig is not None and sig.attempt == 1
+        assert doc.last_result is None and world.publisher.recorded == []
+        assert not world.paths.known_bad_file.exists()
+        assert world.systemd.calls == []
+        # The next start (after the reboot), with a check that passes:
+        again = make_world(world.root, world.node.config._replace(judgment=Judgment(
+            deadline_seconds=1, soak_seconds=0, max_attempts=2, checks=(("true",),))),
+            world.systemd, world.publisher, world.clock)
+        assert Daemon(again.node, Notifier(""), Waker()).startup()
+        doc = again.node.store.read()
+        assert doc.state == "converged" and doc.last_result["outcome"] == "ok"  # type: ignore[index]
+        starts = [e for e in again.node.store.history(doc) if e["trigger"] == "candidate_started"]
+        assert len(starts) == 2
+
+
 class TestStopping:
     def test_workload_sigterm_then_stop_is_a_clean_exit(self, tmp_path: Path) -> None:
         """On a stop systemd signals the workload and the daemon: the workload dying of SIGTERM

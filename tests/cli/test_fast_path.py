@@ -157,7 +157,7 @@ def test_config_from_the_environment_on_the_lean_path(tmp_path: Path) -> None:
     runs = []
     for (base, opts), code in zip(_twins(tmp_path, "bad config"), (LEAN, FULL), strict=True):
         env = _env(tmp_path, AGENT_FSM_CONFIG=str(base / "config.toml"))
-        proc = _start(code, [opts[2], "recover"], env,
+        proc = _start(code, [opts[2], "upgrade", "--to", "2.0.0"], env,
                       tmp_path / "heavy.json" if code is LEAN else None)
         out, err = proc.communicate(timeout=60)
         runs.append((proc.returncode, out, err.replace(str(base), "<base>")))

@@ -1,4 +1,5 @@
-"""End-to-end checks of the sandbox itself: a real systemd 252 drives real units."""
+"""End-to-end checks of the sandbox itself: a real systemd drives real units, the host's 252 and
+a Debian 13 node's 257 (`node_sandbox`)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ while True:
 
 
 @pytest.mark.e2e
-def test_notify_service_becomes_active_after_ready(systemd_sandbox: SystemdSandbox) -> None:
+def test_notify_service_becomes_active_after_ready(node_sandbox: SystemdSandbox) -> None:
     """A Type=notify service is active once its python3 script sends READY=1."""
-    sb = systemd_sandbox
+    sb = node_sandbox
     script = sb.test_dir / "notify.py"
     script.write_text(NOTIFY_SCRIPT)
     sb.write_unit(
@@ -54,10 +55,10 @@ TimeoutStartSec=10
 
 @pytest.mark.e2e
 def test_failing_service_hits_start_limit_and_triggers_on_failure(
-    systemd_sandbox: SystemdSandbox,
+    node_sandbox: SystemdSandbox,
 ) -> None:
     """A service exiting 3 is restarted up to StartLimitBurst=2, ends failed, and OnFailure= ran."""
-    sb = systemd_sandbox
+    sb = node_sandbox
     attempts = sb.test_dir / "attempts"
     marker = sb.test_dir / "on-failure.marker"
     sb.write_unit(
@@ -102,9 +103,9 @@ RestartSec=100ms
 
 
 @pytest.mark.e2e
-def test_sigkilled_main_process_is_restarted(systemd_sandbox: SystemdSandbox) -> None:
+def test_sigkilled_main_process_is_restarted(node_sandbox: SystemdSandbox) -> None:
     """SIGKILL of a Restart=on-failure service's main process, sent from the host, restarts it."""
-    sb = systemd_sandbox
+    sb = node_sandbox
     sb.write_unit(
         "e2e-sleeper.service",
         """\
@@ -135,13 +136,13 @@ RestartSec=100ms
 
 
 @pytest.mark.e2e
-def test_host_tmp_is_untouched(unbooted_sandbox: SystemdSandbox) -> None:
+def test_host_tmp_is_untouched(unbooted_node_sandbox: SystemdSandbox) -> None:
     """Booting and shutting down the sandbox leaves the host's /tmp as it was."""
     host_dir = Path(tempfile.mkdtemp(prefix="agent-fsm-e2e-"))
     try:
         marker = host_dir / "marker"
         marker.write_text("host /tmp marker\n")
-        sb = unbooted_sandbox
+        sb = unbooted_node_sandbox
         sb.boot()
 
         assert sb.run("test", "-e", str(marker), check=False).returncode == 1, (

@@ -1,9 +1,10 @@
-"""Real upgrades, crashes and rollbacks through real units, in a private systemd 252."""
+"""Real upgrades, crashes and rollbacks through real units, in a private systemd 252; the core
+(a good upgrade with the assets held while judged, a failing check, a crash at start, a SIGKILL
+mid-judgment) on a Debian 13 node's systemd 257 too (`node_sandbox`)."""
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 
@@ -23,15 +24,24 @@ def lab(systemd_sandbox: SystemdSandbox) -> Iterator[Lab]:
     yield lab
 
 
+@pytest.fixture
+def node_lab(node_sandbox: SystemdSandbox) -> Iterator[Lab]:
+    """`lab` on each node kind (systemd252, systemd257)."""
+    lab = Lab(node_sandbox)
+    lab.pack("1.0.0")
+    lab.install("1.0.0")
+    yield lab
+
+
 def _why(lab: Lab) -> str:
     return lab.sb.diagnostics(UNIT, RECOVERY_UNIT)
 
 
 class TestGoodUpgrade:
-    def test_assets_held_while_judged_then_written_then_gate(self, systemd_sandbox: SystemdSandbox) -> None:
+    def test_assets_held_while_judged_then_written_then_gate(self, node_sandbox: SystemdSandbox) -> None:
         """A good upgrade: mid-judgment the assets on disk are the last-good's and the gate is
         shut; after, they are the candidate's, the gate is open and status says converged."""
-        lab = Lab(systemd_sandbox, soak=4)
+        lab = Lab(node_sandbox, soak=4)
         lab.pack("1.0.0")
         lab.install("1.0.0")
         last_good = lab.assets()
@@ -67,10 +77,11 @@ class TestGoodUpgrade:
 
 class TestRollback:
     @pytest.mark.parametrize("kind", ["unhealthy", "crash"])
-    def test_broken_candidate_rolls_back_through_held_assets(self, lab: Lab, kind: str) -> None:
+    def test_broken_candidate_rolls_back_through_held_assets(self, node_lab: Lab, kind: str) -> None:
         """A candidate with broken assets that fails its check, or crashes at start, rolls back
         through the last-good's held units and script: the node ends on the last-good with its
         assets byte for byte, the signal cleared, the gate open, the agent active."""
+        lab = node_lab
         last_good = lab.assets()
         lab.pack("3.0.0", kind)  # type: ignore[arg-type]
         proc = lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "120", check=False)
@@ -115,10 +126,14 @@ class TestRollback:
 
 
 class TestResilience:
-    def test_sigkill_mid_judgment_converges(self, systemd_sandbox: SystemdSandbox) -> None:
+    @pytest.mark.xfail_systemd257(reason=(
+        "issue 23, start limits as a declared policy (and item 4): systemd >= 255 starts "
+        "OnFailure= on every automatic restart, so the first SIGKILL starts recovery and rolls "
+        "back a good candidate instead of judging it again (wt-startlimits: RestartMode=direct)"))
+    def test_sigkill_mid_judgment_converges(self, node_sandbox: SystemdSandbox) -> None:
         """The candidate's daemon killed with SIGKILL in the middle of its judgment is restarted
         by systemd, judges again (attempt 2) and the node converges on the candidate."""
-        lab = Lab(systemd_sandbox, soak=4, max_attempts=3)
+        lab = Lab(node_sandbox, soak=4, max_attempts=3)
         lab.pack("1.0.0")
         lab.install("1.0.0")
         lab.pack("2.0.0")
@@ -148,7 +163,7 @@ class TestResilience:
                "print(Systemctl().reload_needed(sys.argv[1:]))")
 
         def needed() -> str:
-            return lab.sb.run(sys.executable, "-c", ask, UNIT, RECOVERY_UNIT,
+            return lab.sb.run(lab.python, "-c", ask, UNIT, RECOVERY_UNIT,
                               env=lab.env).stdout.strip()
 
         assert needed() == "False"

@@ -6,8 +6,10 @@ on the publisher, never need `systemctl reset-failed` to succeed, never read the
 release or templates, and never have to finish an effect the candidate's path left owed; a
 signal is never resolved by accepting an unjudged candidate. Each test below breaks one of those
 in a private systemd 252 (faults from the Lab's fault kit, see agent_fsm_lab/lab.py) and checks
-what an operator would see. Every wait is bounded, so each test ends within about a minute even
-when the code under test never converges.
+what an operator would see; the core of them (the publisher down, reset-failed refused on the way
+back, a missing recovery script, an upgrade killed in begin_upgrade) on a Debian 13 node's
+systemd 257 too (`node_sandbox`). Every wait is bounded, so each test ends within about a
+minute even when the code under test never converges.
 """
 
 from __future__ import annotations
@@ -95,11 +97,11 @@ class Upgrade:
 
 # 1. The publisher is down -------------------------------------------------------------------
 def test_publisher_down_failed_candidate_still_rolls_back(
-        systemd_sandbox: SystemdSandbox) -> None:
+        node_sandbox: SystemdSandbox) -> None:
     """With the publisher down, a candidate that fails its check still rolls back to the
     last-good (gate open, `upgrade --wait` exits 4), and the rolled-back result is delivered
     once the publisher works again, at latest on the last-good's next start."""
-    lab = _installed(systemd_sandbox, faults=True)
+    lab = _installed(node_sandbox, faults=True)
     last_good = lab.assets()
     lab.pack("3.0.0", "unhealthy")
     lab.fault("publish-fails")
@@ -149,11 +151,11 @@ def test_reset_failed_refused_never_leaves_an_upgrade_half_done(
 
 
 def test_reset_failed_refused_on_the_way_back_still_rolls_back(
-        systemd_sandbox: SystemdSandbox) -> None:
+        node_sandbox: SystemdSandbox) -> None:
     """With `systemctl reset-failed` refused once the candidate runs (the recovery path meets
     the refusal, the upgrade's own reset worked), a failing candidate still rolls back to the
     last-good: `upgrade --wait` exits 4 and the node converges with the gate open."""
-    lab = _installed(systemd_sandbox, faults=True, max_attempts=3)
+    lab = _installed(node_sandbox, faults=True, max_attempts=3)
     last_good = lab.assets()
     lab.pack("3.0.0", "unhealthy")
     upgrade = Upgrade(lab, "3.0.0", timeout=35)
@@ -169,11 +171,11 @@ def test_reset_failed_refused_on_the_way_back_still_rolls_back(
 
 # 3. A missing held asset is written from the candidate -------------------------------------
 def test_missing_recovery_script_is_restored_from_the_last_good(
-        systemd_sandbox: SystemdSandbox) -> None:
+        node_sandbox: SystemdSandbox) -> None:
     """A recovery script deleted before an upgrade comes back as the last-good's, byte for
     byte, never as the candidate's: a candidate with broken assets that fails its check rolls
     back through a working script and the node converges on the last-good."""
-    lab = _installed(systemd_sandbox)
+    lab = _installed(node_sandbox)
     last_good = lab.assets()
     (lab.dir / "lib" / SCRIPT).unlink()
     lab.pack("3.0.0", "unhealthy")
@@ -230,11 +232,11 @@ def test_state_restored_from_backup_mid_judgment_comes_back_to_last_good(
 
 # 5. release prune after an interrupted upgrade ---------------------------------------------
 def test_prune_after_interrupted_upgrade_keeps_what_is_owed(
-        systemd_sandbox: SystemdSandbox) -> None:
+        node_sandbox: SystemdSandbox) -> None:
     """`release prune` after an upgrade interrupted in begin_upgrade (before the signal) keeps
     the release the owed transition needs, so `recover` and the daemon's next start work and
     the node converges on the last-good."""
-    lab = _installed(systemd_sandbox)
+    lab = _installed(node_sandbox)
     lab.pack("2.0.0")
     crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
                     env={"AGENT_FSM_FAILPOINT": "begin_upgrade:1"})

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.errors import DefinitionError
-from agent_fsm.machine.definition import default_text
+from agent_fsm.machine.definition import Role, default_text
 from agent_fsm.upgrade.registry import load_definition
 
 GOOD = """
@@ -27,11 +27,13 @@ on_recover = "roll_back"
 trigger = "go"
 source = "a"
 dest = "b"
+by = ["operator"]
 effects = ["open_gate"]
 [[transitions]]
 trigger = "back"
 source = "b"
 dest = "a"
+by = ["operator"]
 conditions = ["gate_open"]
 """
 
@@ -79,14 +81,39 @@ class TestChecks:
          "state 'b' declares on_start = 'judge', which is not one of: converge_then_open_gate, "),
         (lambda t: t.replace('on_recover = "roll_back"', 'on_recover = ["roll_back"]'),
          "state 'b' declares on_recover = ['roll_back'], which is not one of: "),
+        (lambda t: t.replace('dest = "a"\nby = ["operator"]\n', 'dest = "a"\n'),
+         "transition 'back' by names no role that may fire it; add `by = [...]` with one or more "
+         "of: candidate, last_good, operator, recovery"),
+        (lambda t: t.replace('dest = "b"\nby = ["operator"]', 'dest = "b"\nby = ["candidate", "admin"]'),
+         "transition 'go' by names unknown role(s) admin; roles: candidate, last_good, operator, "
+         "recovery"),
+        (lambda t: t.replace('dest = "b"\nby = ["operator"]', 'dest = "b"\nby = []'),
+         "transition 'go' by names no role; roles: "),
+        (lambda t: t.replace('["open_gate"]', '[{ name = "open_gate", at_own_start = "done" }]'),
+         "transition 'go': at_own_start = \"done\" is for restart_unit only, not open_gate"),
+        (lambda t: t.replace('["open_gate"]', '[{ name = "open_gate", at_own_start = "skip" }]'),
+         "transition 'go' effects: at_own_start must be 'run' or 'done', not 'skip'"),
     ], ids=["unknown effect", "unknown condition", "unreachable", "trap", "duplicate trigger",
             "undeclared state", "bad initial", "bad on_error", "unknown key", "no on_start",
-            "no on_recover", "unknown on_start", "on_recover not a name"])
+            "no on_recover", "unknown on_start", "on_recover not a name", "no by",
+            "unknown role", "empty by", "done at own start not a restart", "bad at_own_start"])
     def test_inconsistent_definition_is_named(self, change, message: str) -> None:  # type: ignore[no-untyped-def]
         """Each kind of inconsistency is refused with an error naming the states or names."""
         with pytest.raises(DefinitionError) as err:
             _load(change(GOOD))
         assert message in str(err.value)
+
+    def test_shipped_definition_keeps_the_way_back_from_the_candidate(self) -> None:
+        """In the shipped machine the candidate's process may fire only its own judgment and
+        completion, and may finish none of the way back (recover, orphaned_signal, recovered)."""
+        d = load_definition()
+        fired = {t.trigger for t in d.transitions if Role.candidate in t.by}
+        assert fired == {"candidate_started", "judge_ok", "judge_failed", "complete",
+                         "complete_queued"}
+        way_back = ("recover", "orphaned_signal", "recovered")
+        assert not any(d.transition(t).may_finish(Role.candidate) for t in way_back)
+        assert all(d.transition(t).may_finish(Role.last_good) for t in way_back)
+        assert d.transition("begin_upgrade").may_finish(Role.candidate)  # the operator's
 
     def test_shipped_definition_declares_the_lifecycle(self) -> None:
         """The shipped machine has the six lifecycle states, idle first."""

@@ -57,6 +57,7 @@ class TestGroups:
         assert g.recover_from == {"candidate_running", "judged_failed", "recovering"}
         assert g.publishing == {("judge_failed", "candidate_running"),
                                 ("recover", "candidate_running"), ("complete", "judged_ok"),
+                                ("complete_queued", "judged_ok"),
                                 ("orphaned_signal", "idle"), ("orphaned_signal", "converged")}
 
     def test_groups_follow_the_definition(self) -> None:
@@ -69,11 +70,11 @@ class TestGroups:
         assert g.recover_from == {"candidate_running", "judged_failed"}
 
     def test_count_rules_of_the_shipped_machine(self) -> None:
-        """Counters: complete counts an ok upgrade; the first publish of a failure a rollback
-        result; recovered a finished rollback; candidate_started an attempt."""
+        """Counters: complete (or complete_queued) counts an ok upgrade; the first publish of a
+        failure a rollback result; recovered a finished rollback; candidate_started an attempt."""
         d = load_definition()
         rules = count_rules(d, groups(d))
-        assert rules.upgrades_ok == {("complete", "judged_ok")}
+        assert rules.upgrades_ok == {("complete", "judged_ok"), ("complete_queued", "judged_ok")}
         assert rules.upgrades_rolled_back == {("judge_failed", "candidate_running"),
                                               ("recover", "candidate_running"),
                                               ("orphaned_signal", "idle"),

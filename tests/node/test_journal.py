@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
-from agent_fsm.errors import StateFileError
+from agent_fsm.errors import DiskError, StateFileError
 from agent_fsm.node.config import Config, Judgment
 from agent_fsm.node.state import journal
-from agent_fsm.node.state.store import StateDoc, Store, checksum
+from agent_fsm.node.state.store import KIND, StateDoc, Store, checksum
 from agent_fsm.views.doctor.checks import doctor
 from agent_fsm.views.history import history
 from agent_fsm.views.metrics import collect
 from agent_fsm.views.status.report import status
 from tests.cli.test_cli import run
-from tests.helpers import DEFAULT_CONFIG, World, copy_tree, make_world
+from tests.helpers import DEFAULT_CONFIG, Crash, World, copy_tree, crash_at, make_world
 from tests.views.test_history import good_then_failed
 
 CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\n'
@@ -35,7 +36,6 @@ def to_schema_1(world: World, *, counters: bool = True) -> bytes:
     data.pop("checksum")
     for key in ("seq", "since", "last_transition", "skipped"):
         data.pop(key)
-    data.pop("unsynced", None)
     if not counters:
         data.pop("counters")
     data["schema"] = 1
@@ -44,6 +44,34 @@ def to_schema_1(world: World, *, counters: bool = True) -> bytes:
     raw = json.dumps(data, indent=1).encode()
     store.path.write_bytes(raw)
     store.journal.path.unlink()
+    return raw
+
+
+# How the previous release's journal lines, appended without fsync, may come back from a power
+# loss: intact, lost whole, the last one torn, or the first of them zeros (a hole).
+DAMAGE = ("intact", "lost", "torn", "hole")
+
+
+def to_previous_layout(world: World, carried: int, damage: str = "intact") -> bytes:
+    """Rewrite the state file as the previous release left it between two of its journal
+    fsyncs: a copy of the last `carried` entries in `unsynced` (numbered, up to the state's
+    seq), their journal lines as `damage` says. Returns the state file's bytes."""
+    store = world.node.store
+    body = json.loads(store.path.read_bytes())
+    for key in ("checksum", "kind", "schema"):
+        del body[key]
+    body["unsynced"] = store.history()[-carried:]
+    raw = KIND.encode(body)
+    store.path.write_bytes(raw)
+    lines = store.journal.path.read_bytes().splitlines(keepends=True)
+    head, tail = lines[:-carried], lines[-carried:]
+    if damage == "lost":
+        tail = []
+    elif damage == "torn":
+        tail[-1] = tail[-1][:len(tail[-1]) // 2]
+    elif damage == "hole":
+        tail[0] = b"\0" * (len(tail[0]) - 1) + b"\n"
+    store.journal.path.write_bytes(b"".join(head + tail))
     return raw
 
 
@@ -106,6 +134,35 @@ class TestLines:
         assert run(*args, "status").returncode == 0
 
 
+class TestDurability:
+    def test_a_line_is_fsynced_before_the_state_that_commits_it(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Each transition fsyncs its journal line once, before the state file that commits it
+        is renamed into place: a committed transition's line survives a power loss."""
+        world.installed("1.0.0")
+        world.node.controller.fire("settle")  # the journal exists: a plain append
+        done: list[tuple[str, str]] = []
+        real_fsync, real_replace = os.fsync, os.replace
+
+        def fsync(fd: int) -> None:
+            done.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+            real_fsync(fd)
+
+        def replace(src: str, dst: str, **kw: int) -> None:
+            done.append(("replace", os.path.basename(dst)))  # a name in the state dir's fd
+            real_replace(src, dst, **kw)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", replace)
+        line = ("fsync", str(world.node.store.journal.path))
+        committed = ("replace", world.paths.state_file.name)
+        for _ in range(3):
+            done.clear()
+            world.node.controller.fire("settle")
+            last_commit = max(i for i, op in enumerate(done) if op == committed)
+            assert done.count(line) == 1 and done.index(line) < last_commit, done
+
+
 class TestCrashes:
     def test_a_torn_last_line_is_dropped_then_repaired(self, upgraded: World) -> None:
         """A torn tail (a crash mid-append) is not shown nor reported as damage, and the next
@@ -146,20 +203,20 @@ class TestCrashes:
 class TestDamage:
     def test_a_damaged_line_is_skipped_reported_and_blocks_nothing(self, upgraded: World) -> None:
         """A damaged line in the middle is skipped by `history`, named (file and line) by
-        `doctor`, and the next transitions go on; an entry with a right checksum but an
-        unknown trigger is treated the same."""
+        `doctor`, and the next transitions go on; an entry with a right checksum but a trigger
+        that is no name is treated the same."""
         path = upgraded.node.store.journal.path
         lines = _lines(upgraded)
         lines[2] = lines[2].replace(b"begin_upgrade", b"begin_upgradX")  # checksum now wrong
         fourth = journal.decode(lines[3])
-        lines[3] = journal.encode({**fourth, "trigger": "explode"})[:-1]
+        lines[3] = journal.encode({**fourth, "trigger": "Explode!"})[:-1]
         path.write_bytes(b"\n".join(lines) + b"\n")
         assert _triggers(upgraded) == [t for i, t in enumerate(TRAIL) if i not in (2, 3)]
         found = [f for f in doctor(upgraded.node, check_systemd=False) if f.check == "history"]
         assert len(found) == 1 and found[0].level == "warn"
         assert str(path) in found[0].detail and "2 damaged line(s)" in found[0].detail
         assert "line 3 has a wrong checksum" in found[0].detail
-        assert "line 4 entry.trigger names unknown trigger 'explode'" in found[0].detail
+        assert "line 4 entry.trigger is 'Explode!'" in found[0].detail
         upgraded.node.controller.fire("settle")
         assert _triggers(upgraded)[-1] == "settle"
 
@@ -205,8 +262,6 @@ class TestRotation:
         world.installed("1.0.0")
         path = world.node.store.journal.path
         controller = world.node.controller
-        while len(path.read_bytes().splitlines()) < journal.SYNC_EVERY + 2:  # the first durable
-            controller.fire("settle")
         lines = path.read_bytes().splitlines()
         lines[0] = lines[0].replace(b"install", b"instalX")  # its checksum now wrong
         path.write_bytes(b"\n".join(lines) + b"\n")
@@ -269,3 +324,76 @@ class TestMigration:
         world.node.controller.fire("judge_ok")
         assert _triggers(world) == [*before, "judge_ok"]
 
+
+class TestPreviousLayout:
+    @pytest.mark.parametrize("damage", DAMAGE)
+    def test_its_unsynced_entries_are_read_and_land_in_the_history_once(
+            self, upgraded: World, damage: str) -> None:
+        """A state file the previous release wrote with entries whose lines it had not fsynced
+        (the lines intact, lost, torn or zeroed by a power loss) reads the whole history and
+        writes nothing; the next transition puts each of those entries in the journal exactly
+        once, and the state file carries them no more."""
+        entries = [journal.decode(line) for line in _lines(upgraded)]
+        raw = to_previous_layout(upgraded, 4, damage)
+        kept = upgraded.node.store.journal.path.read_bytes()
+        assert _triggers(upgraded) == TRAIL
+        assert upgraded.node.store.read_journal().damaged == ()
+        assert status(upgraded.node).state == "converged"
+        assert upgraded.paths.state_file.read_bytes() == raw
+        assert upgraded.node.store.journal.path.read_bytes() == kept
+        upgraded.node.controller.fire("settle")
+        assert _triggers(upgraded) == [*TRAIL, "settle"]
+        on_disk = [journal.decode(line) for line in _lines(upgraded)]
+        assert on_disk[:-1] == entries and on_disk[-1]["seq"] == 12
+        assert "unsynced" not in json.loads(upgraded.paths.state_file.read_bytes())
+
+    def test_a_crash_after_the_move_moves_them_again_to_the_same_journal(
+            self, upgraded: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Killed once the journal holds the previous release's copies but before the state
+        file dropped them: the history shows each entry once, and the transition done again
+        moves them again, to the same journal."""
+        to_previous_layout(upgraded, 4, "torn")
+        real = journal.Journal.absorb
+
+        def absorbed_then_killed(self: journal.Journal, upto: int, carried: journal.Entries) -> None:
+            real(self, upto, carried)
+            raise KeyboardInterrupt  # stands for the kill
+
+        monkeypatch.setattr(journal.Journal, "absorb", absorbed_then_killed)
+        with pytest.raises(KeyboardInterrupt):
+            upgraded.node.controller.fire("settle")
+        monkeypatch.undo()
+        assert "unsynced" in json.loads(upgraded.paths.state_file.read_bytes())
+        moved_lines = _lines(upgraded)
+        assert [journal.decode(line)["seq"] for line in moved_lines] == list(range(1, 12))
+        back = upgraded.reopen()
+        assert _triggers(back) == TRAIL
+        back.node.controller.fire("settle")
+        assert _lines(back)[:-1] == moved_lines and _triggers(back) == [*TRAIL, "settle"]
+
+    def test_a_crash_after_the_write_ahead_loses_none(self, upgraded: World) -> None:
+        """Killed before the first effect of the first transition after the upgrade from the
+        previous release (its write-ahead written, lines it had not fsynced lost): the history
+        still shows every entry once, and the resumed transition is recorded after them."""
+        to_previous_layout(upgraded, 4, "lost")
+        upgraded.node.controller.failpoint = crash_at("settle", 0)
+        with pytest.raises(Crash):
+            upgraded.node.controller.fire("settle")
+        back = upgraded.reopen()
+        assert back.node.store.read().pending is not None and _triggers(back) == TRAIL
+        back.node.controller.resume()
+        assert _triggers(back) == [*TRAIL, "settle"]
+        assert [journal.decode(line)["seq"] for line in _lines(back)] == list(range(1, 13))
+
+    def test_a_disk_error_while_moving_them_stops_the_transition_and_keeps_the_file(
+            self, upgraded: World) -> None:
+        """When the journal cannot be read to take the previous release's copies, the transition
+        fails with one DiskError naming the journal, and the state file keeps its bytes (and
+        the copies) for the next start."""
+        raw = to_previous_layout(upgraded, 4, "lost")
+        path = upgraded.node.store.journal.path
+        path.unlink()
+        path.mkdir()  # reading it fails
+        with pytest.raises(DiskError, match=f"could not move the history into {path}: "):
+            upgraded.node.controller.fire("settle")
+        assert upgraded.paths.state_file.read_bytes() == raw

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pytest_mock import MockerFixture
 
-from agent_fsm.errors import Refused, UnsafePath
+from agent_fsm.errors import DiskError, Refused, UnsafePath
 from agent_fsm.node.state import lock
 from tests.helpers import World
 
@@ -130,10 +130,13 @@ class TestTheFile:
 
     def test_without_flock_it_fails_rather_than_lock_softly(self, tmp_path: Path,
                                                             mocker: MockerFixture) -> None:
-        """Where flock(2) is not implemented, taking the lock fails with that error: it never
-        falls back to a marker file that another release's flock would not see."""
+        """Where flock(2) is not implemented, taking the lock fails with that error, named with
+        the lock's path: it never falls back to a marker file that another release's flock would
+        not see."""
         mocker.patch("fcntl.flock", side_effect=OSError(errno.ENOSYS, "Function not implemented"))
-        with pytest.raises(OSError) as caught, lock.held(tmp_path / "state.lock", 1):
+        with pytest.raises(DiskError, match=r"state\.lock: Function not implemented.*flock") as caught, \
+                lock.held(tmp_path / "state.lock", 1):
             pass
-        assert caught.value.errno == errno.ENOSYS
+        assert isinstance(caught.value.__cause__, OSError)
+        assert caught.value.__cause__.errno == errno.ENOSYS
         assert (tmp_path / "state.lock").read_bytes() == b""

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.node.state import journal
 from tests.helpers import copy_tree, make_world
 from tests.machine.test_machine import _args, _to
 from tests.reliability import test_crash, test_crash_points, test_power_loss
@@ -39,10 +38,8 @@ def _single_transition_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def _cycle_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
-    """test_power_loss_across_an_upgrade_cycle_with_unsynced_lines: its set-up and counting run
-    (the journal synced every third append, the first CUT transitions of the cycle), plus one
-    point after the last operation."""
-    monkeypatch.setattr(journal, "SYNC_EVERY", 3)
+    """test_power_loss_across_an_upgrade_cycle: its set-up and counting run (the first CUT
+    transitions of the cycle), plus one point after the last operation."""
     prepared = make_world(tmp_path / "prepared")
     _to("converged")(prepared)
     args = {t: _args(t, prepared) for t in test_power_loss.CYCLE}

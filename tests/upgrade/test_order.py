@@ -16,7 +16,7 @@ ALLOWED = {
     "idle": {"install", "orphaned_signal"},
     "converged": {"install", "activate", "begin_upgrade", "orphaned_signal", "settle"},
     "candidate_running": {"candidate_started", "judge_ok", "judge_failed", "recover"},
-    "judged_ok": {"complete"},
+    "judged_ok": {"complete", "complete_queued"},
     "judged_failed": {"recover"},
     "recovering": {"recover", "recovered"},
 }

@@ -56,15 +56,15 @@ class TestJudgedFailed:
         ({"attempt": 3}, "crashed"),
         ({"stopping": lambda: True}, "stopped"),
         ({"alive": lambda: False}, "crashed"),
-        ({"check": lambda argv: (False, "probe exited 1: down")}, "check_failed"),
+        ({"check": lambda argv, timeout: (False, "probe exited 1: down")}, "check_failed"),
     ])
     def test_each_way_a_judgment_fails_has_its_class(self, kwargs: dict[str, object],
                                                      cls: str) -> None:
         """Restarted past max_attempts or the workload gone: crashed; a stop: stopped; a
         failing check: check_failed."""
         clock = FakeClock()
-        args: dict[str, object] = {"attempt": 1, "deadline": clock.now() + 5, "clock": clock,
-                                   "check": lambda argv: (True, "ok")}
+        args: dict[str, object] = {"attempt": 1, "clock": clock,
+                                   "check": lambda argv, timeout: (True, "ok")}
         args.update(kwargs)
         verdict = judge_mod.judge(Judgment(deadline_seconds=5, soak_seconds=1, max_attempts=2,
                                            checks=(("probe",),)), **args)  # type: ignore[arg-type]

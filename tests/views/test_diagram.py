@@ -16,7 +16,8 @@ from tests.helpers import make_world
 HAND = diagram.Diagram(
     name="m", initial="a",
     nodes=(diagram.Node("a", "the start"), diagram.Node("b", "the end")),
-    edges=(diagram.Edge("go", "a", "b", ("gate_open",), ("write_assets?", "open_gate")),),
+    edges=(diagram.Edge("go", "a", "b", ("gate_open",), ("write_assets?", "restart_unit*"),
+                        by=("operator", "recovery")),),
 )
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,7 @@ class TestRenderers:
     def test_dot_marks_the_current_state(self) -> None:
         """Dot output has one edge per transition and fills only the highlighted node."""
         text = diagram.dot(HAND, highlight="a")
-        assert 'a -> b [label="go", tooltip="if gate_open; write_assets? -> open_gate"];' in text
+        assert 'a -> b [label="go", tooltip="if gate_open; write_assets? -> restart_unit*"];' in text
         assert [line for line in text.splitlines() if "filled" in line] == [
             '    a [label="a", tooltip="the start", style="rounded,filled,bold", '
             'fillcolor="#ffd54f"];']
@@ -42,9 +43,11 @@ class TestRenderers:
         assert '    a [label="a", tooltip="say \\"hi\\" \\\\ bye"];' in diagram.dot(odd)
 
     def test_markdown_table_lists_effects_in_order(self) -> None:
-        """The table row shows conditions and the effects in order, tolerant ones marked."""
+        """The table row shows the roles that may fire it, conditions and the effects in order,
+        tolerant ones and those done at the unit's own start marked."""
         text = diagram.markdown(HAND)
-        assert "| `go` | `a` | `b` | `gate_open` | `write_assets?` → `open_gate` |" in text
+        assert ("| `go` | `operator`, `recovery` | `a` | `b` | `gate_open` | `write_assets?` → "
+                "`restart_unit*` |") in text
         assert "| `a` | the start |" in text
 
     def test_markdown_states_show_what_a_start_and_recover_do(self) -> None:

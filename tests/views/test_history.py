@@ -13,7 +13,7 @@ from tests.cli.test_cli import run
 from tests.helpers import World, make_world
 
 ENTRY_KEYS = {"time", "trigger", "from", "to", "release", "upgrade", "lasted_seconds", "current",
-              "reason", "reason_class", "restarts", "first"}
+              "reason", "reason_class", "superseded_by", "unknown", "restarts", "first"}
 
 
 @pytest.fixture

@@ -24,12 +24,14 @@ STATUS_KEYS = {
     "name", "time", "state", "meaning", "situation", "state_since", "state_seconds",
     "selected", "last_good", "candidate", "releases", "signal", "gate", "held_assets",
     "assets", "assets_compared_with", "assets_error", "last_result", "owed", "skipped", "allowed",
-    "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error", "crash_loop",
+    "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error", "config_fallback",
+    "units", "unit_situation", "outbox", "crash_loop",
 }
 SIGNAL_KEYS = {"from", "to", "attempt", "max_attempts", "started", "deadline", "age_seconds",
                "deadline_in_seconds"}
 ASSET_KEYS = {"role", "path", "host_path", "on_disk", "held", "compared", "diff"}
-RESULT_KEYS = {"from", "to", "outcome", "started", "time", "reason", "reason_class"}
+RESULT_KEYS = {"from", "to", "outcome", "started", "time", "reason", "reason_class",
+               "publisher_unreachable_since"}
 BROKEN_UNIT = "[Unit]\nDescription=broken ${name}\n"
 ANSI = "\x1b["
 

@@ -19,7 +19,8 @@ kept by prune's rule (`packing.protected` and what prune was asked).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -158,9 +159,11 @@ def plan(node: Node, keep: Mapping[str, list[str]]) -> Plan:
     return Plan(tuple(remove), tuple(kept), tuple(forget))
 
 
-def apply(node: Node, todo: Plan, *, dry_run: bool,
-          podman: Podman | None = None) -> ImagesPruned:
-    """Remove the planned images (the caller holds the writers' lock). An image podman refuses
+def apply(node: Node, todo: Plan, *, dry_run: bool, podman: Podman | None = None,
+          locked: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+          ) -> ImagesPruned:
+    """Remove the planned images: podman runs without the writers' lock, and the records are
+    written under it (`locked()` takes it; None: the caller holds it). An image podman refuses
     to remove stays recorded, so the next prune tries again; one already gone counts as
     removed. podman is not run at all when there is nothing to remove."""
     if dry_run or not todo.remove:
@@ -174,6 +177,11 @@ def apply(node: Node, todo: Plan, *, dry_run: bool,
             removed.append((version, image))
         except ReleaseError as exc:
             failed.append((version, image, str(exc)))
-    for version in todo.forget:
-        write(node, version, tuple(i for v, i, _ in failed if v == version))
+    planned = {(v, i.id) for v, i in todo.remove} | {(v, i.id) for v, i, _ in todo.kept}
+    still = {(v, i.id) for v, i, _ in failed}
+    with contextlib.nullcontext() if locked is None else locked():
+        for version in todo.forget:  # as recorded now: an add meanwhile may have recorded more
+            write(node, version, tuple(i for i in read(node, version)
+                                       if (version, i.id) in still
+                                       or (version, i.id) not in planned))
     return ImagesPruned(tuple(removed), todo.kept, tuple(failed))

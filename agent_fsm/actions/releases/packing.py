@@ -98,34 +98,35 @@ def validate(directory: Path, node: Node) -> str:
 
 def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
     """Store a normalized copy of a release directory as `<state_dir>/releases/<version>/`, with
-    its digest (`node.release_store`): under the writers' lock, copied into a hidden directory
-    inside `releases/`, checked there (what is checked is what is stored), renamed into place.
+    its digest (`node.release_store`): copied into a hidden directory inside `releases/` and
+    checked there (what is checked is what is stored) without the writers' lock, then renamed
+    into place under it: the lock is held for the commit alone, never through the copy, the
+    signature check or the ABI probe, so the way back never waits behind an add.
 
     The same version with the same digest is `already` stored; with another, Refused, naming
     both. A symlink, device, FIFO or socket in it, or a release over the limits, is refused
     (ReleaseError) naming the path, with nothing stored. Messages name it `shown_as` if given
     (an image's reference, not where it is mounted).
     """
-    staging = re.compile(re.escape(str(node.paths.releases_dir)) + r"/\.adding\.[0-9a-f]+")
+    staging = re.compile(re.escape(str(node.paths.releases_dir)) + r"/\.adding\.[0-9a-f]+(?:/release)?")
     shown = shown_as or str(directory)
 
     def named(exc: Exception) -> str:  # by where the operator has it, not the staging copy
         return staging.sub(lambda _: shown, str(exc)).replace(str(directory), shown)
 
-    with node.store.locked():
-        try:
-            done = release_store.store(directory, node.paths.releases_dir,
-                                       lambda staged: validate(staged, node))
-        except BadTree as exc:
-            raise ReleaseError(
-                f"refusing release {shown}: {named(exc)}; a release holds regular files and "
-                "directories only, within the store's limits (docs/operations.md, Releases); "
-                "nothing was stored") from None
-        except OSError as exc:
-            raise ReleaseError(f"could not store release {shown}: {named(exc)}; nothing "
-                               "was stored") from None
-        except (ReleaseError, AssetError, Refused) as exc:
-            raise type(exc)(named(exc)) from None
+    try:
+        done = release_store.store(directory, node.paths.releases_dir,
+                                   lambda staged: validate(staged, node), node.store.locked)
+    except BadTree as exc:
+        raise ReleaseError(
+            f"refusing release {shown}: {named(exc)}; a release holds regular files and "
+            "directories only, within the store's limits (docs/operations.md, Releases); "
+            "nothing was stored") from None
+    except OSError as exc:
+        raise ReleaseError(f"could not store release {shown}: {named(exc)}; nothing "
+                           "was stored") from None
+    except (ReleaseError, AssetError, Refused) as exc:
+        raise type(exc)(named(exc)) from None
     return Added(done.version, done.path, done.already, done.digest, done.replaced)
 
 
@@ -199,8 +200,10 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
     - `keep=N`: the N newest of the others are kept, the rest removed (staged ones too);
     - `names`: exactly those are removed; if any is protected or not stored, the whole prune is
       refused (Refused, ReleaseError) and nothing is removed.
-    The state file is read under the store's lock, so no transition runs meanwhile; a damaged
-    one refuses the prune (StateFileError) before anything is removed.
+    The state file is read, and the releases taken out of the store (one rename each), under the
+    store's lock, so no transition runs meanwhile; deleting them and removing their images
+    (`podman rmi`) run without it. A damaged state file refuses the prune (StateFileError)
+    before anything is removed.
     """
     if names and keep is not None:
         raise ReleaseError("name the releases to remove or give --keep N, not both")
@@ -241,21 +244,23 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
             remove = {v for v in stored if v not in why}
         removed = tuple(v for v in stored if v in remove)
         image_plan = origins.plan(node, why)  # a damaged image record refuses before any removal
-        if not dry_run:
-            for stale in node.paths.releases_dir.glob(".*.pruning"):  # a crash in _remove's
-                shutil.rmtree(stale, ignore_errors=True)
-            for version in removed:
-                _remove(releases.path(version))
-        pruned_images = origins.apply(node, image_plan, dry_run=dry_run)
+        gone = [] if dry_run else [_take_out(releases.path(v)) for v in removed]
+    # The slow part without the lock: deleting the trees, and `podman rmi` (up to 300 s each).
+    # What is deleted here is out of the store already; the images' records are written under
+    # the lock again.
+    for stale in [*gone, *([] if dry_run else node.paths.releases_dir.glob(".*.pruning"))]:
+        shutil.rmtree(stale, ignore_errors=True)  # a crash leaves it for the next prune
+    pruned_images = origins.apply(node, image_plan, dry_run=dry_run, locked=node.store.locked)
     kept = tuple((v, tuple(why[v])) for v in stored if v not in remove)
     return Pruned(removed, kept, dry_run, pruned_images)
 
 
-def _remove(path: Path) -> None:
-    """Take a release out of the store in one rename, then delete it: a crash midway leaves a
-    hidden `.<version>.pruning` (swept by the next prune), never a half release."""
+def _take_out(path: Path) -> Path:
+    """Take a release out of the store in one rename (the caller holds the lock; the caller
+    deletes what it returns, without): a crash midway leaves a hidden `.<version>.pruning`
+    (swept by the next prune), never a half release."""
     gone = path.with_name(f".{path.name}.pruning")
     os.replace(path, gone)
     files.fsync_dir(path.parent)
     release_store.forget(path.parent, path.name)
-    shutil.rmtree(gone)
+    return gone

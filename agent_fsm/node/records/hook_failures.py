@@ -52,8 +52,7 @@ def read(state_dir: Path) -> dict[str, dict[str, Any]]:
 
 def note(state_dir: Path, key: str, time: float, failure: str | None) -> None:
     """Record a hook's end: its failure (kept until it succeeds), or its success (clearing it).
-    Raises DiskError, LockTimeout or UnsafePath when the file cannot be written (OSError when
-    its lock cannot be opened)."""
+    Raises DiskError, LockTimeout or UnsafePath when the file or its lock cannot be written."""
     if failure is None and key not in read(state_dir):
         return  # nothing to clear: a succeeding hook writes nothing
     files.ensure_private_dir(state_dir)

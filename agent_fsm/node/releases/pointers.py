@@ -186,6 +186,22 @@ class Releases:
     def selected(self) -> str | None:
         return self._pointer(self.paths.selected)
 
+    def running(self) -> str | None:
+        """The stored release whose code this process runs: the one whose `lib/` holds the
+        agent_fsm package imported here (a release's `bin/agent-fsm` resolves the pointer it
+        was started through, so this is the release, not `selected`); None when this process
+        runs from anywhere else (a checkout, a wheel)."""
+        package = Path(__file__).resolve().parents[2]
+        release = package.parent.parent
+        if package.parent.name != "lib" or not VERSION_RE.fullmatch(release.name):
+            return None
+        try:
+            if not release.parent.samefile(self.paths.releases_dir):
+                return None
+        except OSError:
+            return None
+        return release.name
+
     def last_good(self) -> str | None:
         return self._pointer(self.paths.last_good)
 

@@ -24,9 +24,10 @@ everything. A missing or unreadable record only means every file is hashed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -161,48 +162,115 @@ class Stored(NamedTuple):
     replaced: str | None = None  # why a stored copy of the same content was replaced
 
 
-def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str]) -> Stored:
-    """Store a normalized copy of the release `directory` in `releases_dir`, with its digest.
-    The caller holds the writers' lock.
+class Staged(NamedTuple):
+    """A normalized, checked copy of a release, `.adding.*/release` in the store, not yet
+    stored: `commit` moves it into place."""
 
-    The copy is made in a hidden directory inside `releases_dir` and `validate`d there (it
-    returns the version), so what is checked is what is stored; it is renamed into place whole.
-    A version stored with the same digest is `already` (a damaged copy, or one stored before
-    digests were kept, is replaced by the new one); with another digest, Refused, naming both.
-    Raises BadTree for an entry the store refuses.
-    """
+    directory: Path  # where it came from (for messages)
+    staging: Path
+    version: str
+    manifest: bytes
+    hashed: Hashed
+
+
+@contextlib.contextmanager
+def staged(directory: Path, releases_dir: Path,
+           validate: Callable[[Path], str]) -> Iterator[Staged]:
+    """Copy the release `directory` into a hidden directory inside `releases_dir`, normalized,
+    and `validate` it there (it returns the version), so that what is checked is what is
+    stored; the copy is removed when the block ends (`commit` it before). Needs no lock: the
+    slow part of an add (the copy, the digest, a signature check, the ABI probe) runs while
+    transitions go on. The staging directory is flock(2)ed for the block, so no `_sweep` of
+    another add removes it. Raises BadTree for an entry the store refuses."""
     import shutil  # here: the daemon checks releases, never stores one (shutil brings bz2, lzma)
 
     files.ensure_dir(releases_dir)
-    _sweep(releases_dir)
-    staging = releases_dir / f".adding.{os.urandom(6).hex()}"
+    holder = releases_dir / f".adding.{os.urandom(6).hex()}"
+    staging = holder / "release"
     prefer_openssl()  # an add hashes the whole tree, once: OpenSSL's is the fast one
     try:
-        copy(directory, staging)
-        version = validate(staging)
-        hashed: Hashed = {}
-        new = manifest(scan(staging, hashed=hashed, fresh=True))
-        target = releases_dir / version
-        replaced = None
-        if os.path.lexists(target):
-            replaced = _replaces(releases_dir, version, new, directory)
-            if replaced is None:
-                return Stored(version, target, digest(new), already=True)
-        os.chmod(staging, DIR_MODE)
-        record(releases_dir, version, new)
-        record_hashed(releases_dir, version, hashed)  # renaming keeps each file's stat
-        if replaced is not None:  # a crash between the renames: the next add puts it back
-            old = releases_dir / f".{version}.replaced.{os.urandom(6).hex()}"
-            os.rename(target, old)
-            os.rename(staging, target)
-            files.fsync_dir(releases_dir)
-            shutil.rmtree(old)
-        else:
-            os.rename(staging, target)
-            files.fsync_dir(releases_dir)
-        return Stored(version, target, digest(new), replaced is not None, replaced)
+        os.mkdir(holder, 0o700)
+        with _in_use(holder):
+            copy(directory, staging)
+            version = validate(staging)
+            hashed: Hashed = {}
+            new = manifest(scan(staging, hashed=hashed, fresh=True))
+            yield Staged(directory, staging, version, new, hashed)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(holder, ignore_errors=True)
+
+
+def commit(releases_dir: Path, staged: Staged) -> Stored:
+    """Store a staged release, with its digest: renamed into place whole. The caller holds the
+    writers' lock, only for this (a few renames and two small records).
+
+    A version stored with the same digest is `already` (a damaged copy, or one stored before
+    digests were kept, is replaced by the new one); with another digest, Refused, naming both.
+    """
+    import shutil
+
+    _sweep(releases_dir)
+    version, new, staging = staged.version, staged.manifest, staged.staging
+    target = releases_dir / version
+    replaced = None
+    if os.path.lexists(target):
+        replaced = _replaces(releases_dir, version, new, staged.directory)
+        if replaced is None:
+            return Stored(version, target, digest(new), already=True)
+    os.chmod(staging, DIR_MODE)
+    record(releases_dir, version, new)
+    record_hashed(releases_dir, version, staged.hashed)  # renaming keeps each file's stat
+    if replaced is not None:  # a crash between the renames: the next add puts it back
+        old = releases_dir / f".{version}.replaced.{os.urandom(6).hex()}"
+        os.rename(target, old)
+        os.rename(staging, target)
+        files.fsync_dir(releases_dir)
+        shutil.rmtree(old)
+    else:
+        os.rename(staging, target)
+        files.fsync_dir(releases_dir)
+    return Stored(version, target, digest(new), replaced is not None, replaced)
+
+
+def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
+          locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Stored:
+    """Store a normalized copy of the release `directory` in `releases_dir`, with its digest:
+    staged and checked without the writers' lock, committed under it (`locked()` takes it)."""
+    with staged(directory, releases_dir, validate) as ready, locked():
+        return commit(releases_dir, ready)
+
+
+@contextlib.contextmanager
+def _in_use(staging: Path) -> Iterator[None]:
+    """Mark a staging directory as in use (a shared flock on it) for the block; BadTree if a
+    sweep removed it before it was marked."""
+    import fcntl
+
+    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        if os.fstat(fd).st_nlink == 0:
+            raise BadTree(staging, "was removed by another add's sweep; run the add again")
+        yield
+    finally:
+        os.close(fd)
+
+
+def _abandoned(staging: Path) -> bool:
+    """Whether no add is working in this staging directory (nothing holds its flock)."""
+    import fcntl
+
+    try:
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return True  # not a directory we can open: not an add's
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> str | None:
@@ -235,7 +303,8 @@ def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> 
 
 
 def _sweep(releases_dir: Path) -> None:
-    """Clear what an interrupted add left, putting back a release it was replacing."""
+    """Clear what an interrupted add left, putting back a release it was replacing (the caller
+    holds the writers' lock)."""
     import shutil
     for stale in releases_dir.glob(".*.replaced.*"):
         back = releases_dir / stale.name[1:].split(".replaced.")[0]
@@ -244,4 +313,5 @@ def _sweep(releases_dir: Path) -> None:
         else:
             os.rename(stale, back)
     for stale in [*releases_dir.glob(".adding.*"), *releases_dir.glob(".*.adding")]:
-        shutil.rmtree(stale, ignore_errors=True)
+        if _abandoned(stale):  # another add may be staging there, without the lock
+            shutil.rmtree(stale, ignore_errors=True)

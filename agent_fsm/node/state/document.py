@@ -8,6 +8,8 @@ engine assigns their fields); each compares and prints by its fields, as a datac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 
@@ -15,6 +17,7 @@ class Upgrade(NamedTuple):
     from_version: str
     to_version: str
     started: float
+    extra: Mapping[str, Any] = MappingProxyType({})  # keys a later agent-fsm wrote, kept
 
 
 class _Fields:
@@ -37,10 +40,12 @@ class _Fields:
 class Pending(_Fields):
     """A transition recorded before its effects run; `done` of them have completed."""
 
-    __slots__ = ("trigger", "source", "dest", "effects", "done", "args", "started")  # noqa: RUF023
+    __slots__ = ("trigger", "source", "dest", "effects", "done", "args", "started",  # noqa: RUF023
+                 "extra")
 
     def __init__(self, trigger: str, source: str, dest: str, effects: list[str], done: int,
-                 args: dict[str, Any], started: float) -> None:
+                 args: dict[str, Any], started: float,
+                 extra: dict[str, Any] | None = None) -> None:
         self.trigger = trigger
         self.source = source
         self.dest = dest
@@ -48,13 +53,15 @@ class Pending(_Fields):
         self.done = done
         self.args = args
         self.started = started
+        self.extra: dict[str, Any] = {} if extra is None else extra  # a later agent-fsm's keys
 
 
 class StateDoc(_Fields):
     """The state file's contents; a missing file is `StateDoc(state=<initial>)`."""
 
     __slots__ = ("state", "upgrade", "pending", "last_result", "counters", "seq",  # noqa: RUF023
-                 "since", "last_transition", "skipped", "unsynced", "legacy", "crash_loop")
+                 "since", "last_transition", "skipped", "unsynced", "legacy", "crash_loop",
+                 "extra")
 
     def __init__(self, state: str, upgrade: Upgrade | None = None,
                  pending: Pending | None = None, last_result: dict[str, Any] | None = None,
@@ -63,7 +70,8 @@ class StateDoc(_Fields):
                  skipped: list[dict[str, Any]] | None = None,
                  unsynced: list[dict[str, Any]] | None = None,
                  legacy: list[dict[str, Any]] | None = None,
-                 crash_loop: dict[str, Any] | None = None) -> None:
+                 crash_loop: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         self.state = state
         self.upgrade = upgrade
         self.pending = pending
@@ -72,10 +80,14 @@ class StateDoc(_Fields):
         self.seq = seq  # the number of the last transition committed to the journal
         self.since = since  # when the stay in the current state began
         self.last_transition = last_transition  # when the last transition finished
-        # Let fail in this cycle; journal lines not yet fsynced (each a new list when not given).
+        # Let fail in this cycle; an earlier release's copies of the entries whose journal
+        # lines it had not fsynced, to move to the journal (each a new list when not given).
         self.skipped: list[dict[str, Any]] = [] if skipped is None else skipped
         self.unsynced: list[dict[str, Any]] = [] if unsynced is None else unsynced
         self.legacy = legacy  # an old file's history, to move to the journal
         # The crash loop the last entry stands for (`store.record`): {seq, trigger, restarts,
         # first, last}; None when the last entry is no start after a crash.
         self.crash_loop = crash_loop
+        # Keys a later agent-fsm wrote that this one does not know: kept as they are on every
+        # rewrite (`store`), never dropped (docs/state-files.md, the compatible core).
+        self.extra: dict[str, Any] = {} if extra is None else extra

@@ -11,11 +11,12 @@ A `Kind` declares one file: its name, its schema, how a message names it, the mo
 written with, how many bytes a reader takes, and `check`, which checks every field of a body
 (`validate`'s checkers: types, ranges, known names; one line naming the field and its value).
 `Kind.read` and `Kind.decode` take a file in this order: JSON, an object; a schema this
-agent-fsm reads (a newer file is refused as newer before its checksum is looked at: a later
-release may sum it otherwise); the checksum; the kind; then every field. What fails is refused
-with one line naming the file, what is wrong and what to do (`DocumentError`), and is left
-untouched: nothing here writes a file it could not read. Whether a reader then stops (the state
-file), still holds (a hold file) or goes on without it (the hook failures) is the reader's.
+agent-fsm reads, directly or through the file's compatible core (below; a newer file without one
+is refused as newer before its checksum is looked at: a later release may sum it otherwise); the
+checksum; the kind; then every field. What fails is refused with one line naming the file, what
+is wrong and what to do (`DocumentError`), and is left untouched: nothing here writes a file it
+could not read. Whether a reader then stops (the state file), still holds (a hold file) or goes
+on without it (the hook failures) is the reader's.
 
 The one migration, for every kind: a file without `kind` was written before this format, in
 the layout its file had then (schema 0 when it had no schema). No body changed with the format,
@@ -24,6 +25,21 @@ and the kept assets, which always had one), and its next write is a document. A 
 to a body is a new schema, which the kind's `check` is given. Releases from before the format
 read documents too: they ignore keys they do not know, and the checksum is the one the state
 file and the kept assets always carried.
+
+Forward compatibility: the compatible core. A later agent-fsm that changes a body bumps its
+`schema` and may declare `core`: the oldest schema whose readers can still read the file (absent:
+its own schema, readable by no older reader). A reader of schema R reads a file of schema S > R
+whose core C <= R as if it were of schema R. What the writer of such a file promises, and every
+later agent-fsm must keep (docs/state-files.md has the state file's core in full):
+
+- the layout of this module: JSON object, `kind`, `schema`, `core`, and the checksum as above
+  (a file whose checksum is wrong is refused as damaged, and left untouched, whatever its core);
+- every field of every schema from C to S is there, with that schema's type, range and meaning:
+  what it adds are new keys, never a new meaning or type for an old one;
+- a reader keeps the keys it does not know when it rewrites the file (the state file does) and
+  writes its own schema then: a later reader of a file of an older schema takes the older
+  schema's fields as the truth and its own later keys in it as possibly stale, migrating them as
+  it migrates any file of that schema.
 
 | file in the state dir                    | kind            | schema | before the format    |
 | ---------------------------------------- | --------------- | ------ | -------------------- |
@@ -48,7 +64,7 @@ import json
 import reprlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from ... import files
 from ...errors import DocumentError
@@ -82,6 +98,10 @@ def parse(raw: bytes) -> Any:
         return json.loads(raw)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         raise Problem("is empty" if not raw.strip() else "is not valid JSON") from None
+
+
+def _integer(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _canonical(data: dict[str, Any]) -> bytes:
@@ -132,22 +152,31 @@ class Kind(NamedTuple):
             raise Problem(f"is not a JSON object ({self.noun} is {_shown(data)})")
         tagged = "kind" in data  # else written before the format (see above)
         schema = data.get("schema", None if tagged or self.oldest else 0)
-        if not isinstance(schema, int) or isinstance(schema, bool) or schema < self.oldest:
+        if not _integer(schema) or schema < self.oldest:
             raise Problem(f"has schema {_shown(schema)}, expected {self.schema}")
-        if schema > self.schema:
-            raise Problem(f"has schema {schema}, newer than this agent-fsm understands "
-                          f"({self.schema})", newer=True)
+        read_as = schema
+        if schema > self.schema:  # readable here only through a core this reader knows
+            core = data.get("core", schema)
+            if not _integer(core) or not self.oldest <= core <= self.schema:
+                told = f", and core {_shown(core)} is not one it reads" if "core" in data else ""
+                raise Problem(f"has schema {schema}, newer than this agent-fsm understands "
+                              f"({self.schema}){told}", newer=True)
+            read_as = self.schema
+        elif "core" in data and (not _integer(data["core"]) or data["core"] > schema):
+            raise Problem(f"has core {_shown(data['core'])}, expected a schema up to its own "
+                          f"({schema})")
         stored = data.pop("checksum", None)
         if (stored is not None or tagged or self.always_signed) and not _verify_canonical(raw):
             expected = checksum(data)
             if stored != expected:
                 raise Problem(f"has checksum {_shown(stored)}, expected {expected!r}")
         data.pop("schema", None)
+        data.pop("core", None)
         found = data.pop("kind", self.name)
         if found != self.name:
             raise Problem(f"kind is {_shown(found)}, expected {self.name!r}", field=True)
         try:
-            (check or self.check)(data, schema)
+            (check or self.check)(data, read_as)
         except ValueError as exc:  # errors.Invalid among them
             raise Problem(str(exc), field=True) from None
         return data

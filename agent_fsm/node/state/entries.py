@@ -1,5 +1,9 @@
 """A history entry: what a recorded transition may hold, checked field by field.
 
+Its trigger, states and effects may be names only a later agent-fsm knows (a candidate's
+transitions, read back on the way back through this one): they are let pass as names and shown
+as they are; nothing here acts on the history.
+
 The journal's lines, an old state file's list of entries and what the state file keeps of its
 journal (`journal_fields`) are checked here, with `validate`'s checkers and messages. To let
 entries hold a new key, add its checker to `OPTIONAL_ENTRY_KEYS`.
@@ -37,13 +41,14 @@ class Names(NamedTuple):
 
 
 def _superseded_by(value: Any, field: str, names: Names) -> None:
-    name(value, field, names.triggers, "trigger")
+    name(value, field, names.triggers, "trigger", foreign=True)
 
 
 def _skipped(value: Any, field: str, names: Names) -> None:
     for i, skip in enumerate(array(value, field)):
         s = obj(skip, f"{field}[{i}]")
-        name(s.get("effect", MISSING), f"{field}[{i}].effect", names.effects, "effect")
+        name(s.get("effect", MISSING), f"{field}[{i}].effect", names.effects, "effect",
+             foreign=True)
         if not isinstance(s.get("error", MISSING), str):
             raise invalid(f"{field}[{i}].error", s.get("error", MISSING), "a string")
 
@@ -65,11 +70,18 @@ def _first(value: Any, field: str, names: Names) -> None:
     time(value, field)
 
 
+def _unknown(value: Any, field: str, names: Names) -> None:
+    if not all(isinstance(n, str) for n in array(value, field)):
+        raise invalid(field, value, "a list of strings")
+
+
 # Keys kept by some entries only, each with its checker: the trigger that superseded this owed
-# transition, the tolerant effects that failed and were let pass, why the result it reported
-# came out so (`reasons.entry_keys`). A new one is one line here.
+# transition (and the names of it unknown here), the tolerant effects that failed and were let
+# pass, why the result it reported came out so (`reasons.entry_keys`). A new one is one line
+# here.
 OPTIONAL_ENTRY_KEYS: dict[str, Callable[[Any, str, Names], None]] = {
     "superseded_by": _superseded_by,
+    "unknown": _unknown,  # what a superseded transition named that this agent-fsm did not know
     "skipped": _skipped,
     "reason": _reason,
     "reason_class": _reason_class,
@@ -78,17 +90,16 @@ OPTIONAL_ENTRY_KEYS: dict[str, Callable[[Any, str, Names], None]] = {
     "first": _first,
 }
 _COMMON_KEYS = frozenset({"time", "trigger", "from", "to", "release", "upgrade"})
-# The most entries a state file may carry unsynced: the writer carries `journal.SYNC_EVERY`;
-# room above it lets a later agent-fsm carry more and still be read by this one.
+# The most entries an earlier release's state file may carry unsynced: it carried at most 8.
 MAX_UNSYNCED = 64
 
 
 def _entry(value: Any, field: str, names: Names) -> None:
     e = obj(value, field)
     time(e.get("time", MISSING), f"{field}.time")
-    name(e.get("trigger", MISSING), f"{field}.trigger", names.triggers, "trigger")
-    name(e.get("from", MISSING), f"{field}.from", names.states, "state")
-    name(e.get("to", MISSING), f"{field}.to", names.states, "state")
+    name(e.get("trigger", MISSING), f"{field}.trigger", names.triggers, "trigger", foreign=True)
+    name(e.get("from", MISSING), f"{field}.from", names.states, "state", foreign=True)
+    name(e.get("to", MISSING), f"{field}.to", names.states, "state", foreign=True)
     version(e.get("release", MISSING), f"{field}.release", optional=True)
     pair(e.get("upgrade", MISSING), f"{field}.upgrade")
     for key, check in OPTIONAL_ENTRY_KEYS.items():
@@ -139,7 +150,8 @@ def _cycle_skipped(value: Any, names: Names) -> None:
     for i, skip in enumerate(array(value, "skipped")):
         s = obj(skip, f"skipped[{i}]")
         time(s.get("time", MISSING), f"skipped[{i}].time")
-        name(s.get("trigger", MISSING), f"skipped[{i}].trigger", names.triggers, "trigger")
+        name(s.get("trigger", MISSING), f"skipped[{i}].trigger", names.triggers, "trigger",
+             foreign=True)
     _skipped([{k: v for k, v in s.items() if k in ("effect", "error")} for s in value],
              "skipped", names)
 
@@ -147,8 +159,8 @@ def _cycle_skipped(value: Any, names: Names) -> None:
 def journal_fields(data: Mapping[str, Any], names: Names) -> None:
     """What the state file keeps of its journal (schema 2): the last `seq` committed, when the
     stay in the current state began, when the last transition finished, and the effects let
-    fail in this cycle, so that `status` and `metrics` never read the journal; and a copy of
-    the entries whose lines are not yet fsynced (`unsynced`, optional)."""
+    fail in this cycle, so that `status` and `metrics` never read the journal; and, from an
+    earlier release only, a copy of the entries whose lines it had not fsynced (`unsynced`)."""
     count(data.get("seq", MISSING), "seq")
     for key in ("since", "last_transition"):
         value = nullable(data, key)
@@ -159,8 +171,8 @@ def journal_fields(data: Mapping[str, Any], names: Names) -> None:
 
 
 def _unsynced(value: Any, seq: int, names: Names) -> None:
-    """The entries whose journal lines are not yet known durable (absent: none): each a
-    history entry as the journal's lines are, numbered consecutively up to the state's `seq`."""
+    """An earlier release's entries whose journal lines it had not fsynced (absent: none):
+    each a history entry as the journal's lines are, numbered consecutively up to `seq`."""
     carried = array(value, "unsynced")
     most = min(MAX_UNSYNCED, seq)
     if len(carried) > most:

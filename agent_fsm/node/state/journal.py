@@ -8,20 +8,18 @@ drops what lies beyond: a line appended by a transition that crashed before its 
 the journal's length, because a length changes with every rotation and every repair, which
 cannot be made atomic with the state write; a number carried by the entry does not.
 
-A line is appended without fsync: the state file, fsynced anyway, carries a copy of each entry
-whose line is not yet known durable (`unsynced`, see `store`), and readers take those copies in
-place of the journal's lines from the first of them on, so a power loss that tears, drops or
-garbles those lines loses nothing. Once the state carries `SYNC_EVERY` of them, the next append
-fsyncs the journal (an fsync covers every earlier write to the file), after checking that the
-file ends with exactly those lines; the state then carries none. A transition thus pays one
-fsync, the state file's, and the journal's every `SYNC_EVERY + 1` transitions.
+Each line is fsynced with its transition: `append` returns once the line is durable, and only
+then does the store write the state file that commits it, so a committed transition's line
+survives a power loss. (Releases before this one fsynced the journal once in nine transitions
+and carried the entries not yet fsynced in the state file, `unsynced`; a state file of theirs
+that still carries some is read with those copies standing for the journal's lines from the
+first of them on, and its next write puts them in the journal, once: `absorb`.)
 
 A line whose checksum or fields are wrong in the middle of the journal is skipped and reported
 (`Read.damaged`, shown by `doctor`), never fatal: the history informs people, and a damaged
-line of it must not stop an upgrade or a rollback. The writer repairs the tail (lines lost:
-appended again from the state's copies; a torn, garbled or uncommitted tail: the journal
-rewritten atomically), and bounds it by rewriting it to the last `limit` entries (and the new
-one) once it holds `2 * limit` lines, so appends stay O(1).
+line of it must not stop an upgrade or a rollback. The writer repairs the tail (a torn, garbled
+or uncommitted tail: the journal rewritten atomically), and bounds it by rewriting it to the
+last `limit` entries (and the new one) once it holds `2 * limit` lines, so appends stay O(1).
 """
 
 from __future__ import annotations
@@ -36,16 +34,9 @@ from typing import Any, NamedTuple
 
 from ... import files
 from ...errors import StateFileError
-from .journal_tail import ends_with, first_line, last_line
 
 FILE_NAME = "history.jsonl"
 FILE_MODE = 0o644
-# Entries the state file carries before an append fsyncs the journal. Each costs its copy in
-# every state read and write (~100-300 bytes, checked field by field); the journal's fsync is
-# paid once in SYNC_EVERY + 1 transitions. Measured with bench.run's `durable_run` (ext4,
-# loaded host), a transition's median: 0.78 ms at 0 (fsync each time), 0.69-0.71 at 4-8, 0.77
-# at 16 and 0.88 at 32 (the copies' CPU); 8 also keeps a slow disk's fsync at 1/9 a transition.
-SYNC_EVERY = 8
 _PREFIX = b'{"crc32":"'
 _HEAD = len(_PREFIX) + 8 + 2  # the prefix, eight hex digits, '",'
 
@@ -98,8 +89,9 @@ class Journal:
 
     # Reading ------------------------------------------------------------------------------
     def read(self, upto: int, carried: Entries = ()) -> Read:
-        """The entries committed up to `upto` (the state file's `seq`), the state's copies
-        (`carried`) standing for the journal's lines from the first of them on. No lock."""
+        """The entries committed up to `upto` (the state file's `seq`), an older release's
+        copies (`carried`, see above) standing for the journal's lines from the first of them
+        on. No lock."""
         try:
             raw = files.read_bytes(self.path)
         except OSError as exc:
@@ -127,7 +119,7 @@ class Journal:
                 bad.append(Damaged(number, str(exc)))
                 continue
             if covered is not None and entry["seq"] >= covered:
-                continue  # the state's copy stands for it, and for any damage around it
+                continue  # the older release's copy stands for it, and for damage around it
             last_good = number
             kept.append(entry)
         if upto is not None:
@@ -138,15 +130,10 @@ class Journal:
         return Read([*kept, *carried], damaged)
 
     # Writing (the caller holds the store's lock) ------------------------------------------
-    def append(self, entry: dict[str, Any], limit: int, carried: Entries = ()) -> list[dict[str, Any]]:
-        """Append `entry` (with its `seq`, one past the `carried` entries'), and return the
-        entries whose lines are not yet known durable, for the state file to carry: `carried`
-        and `entry`, or none when this append made the journal durable (a new file, a
-        rewrite, or the fsync due once `SYNC_EVERY` are carried). Lines of `carried` the file
-        lacks are appended again first; a torn, garbled or uncommitted tail, or a journal of
-        `2 * limit` lines, is rewritten atomically instead, to the last `limit` committed
-        entries and `entry`."""
-        seq = _seq(entry)
+    def append(self, entry: dict[str, Any], limit: int) -> None:
+        """Append `entry` (with its `seq`) and fsync it: durable when this returns. A torn,
+        garbled or uncommitted tail, or a journal of `2 * limit` lines, is rewritten atomically
+        instead, to the last `limit` committed entries and `entry`."""
         flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         created = False
         try:
@@ -161,76 +148,98 @@ class Journal:
                                      "written; remove it and run the command again") from None
             raise
         try:
-            missing = list(carried) if created else self._missing(fd, seq, carried, limit)
-            if missing is None:
+            if not created and not self._appendable(fd, _seq(entry), limit):
                 os.close(fd)
                 fd = -1
-                self._rewrite_with(entry, limit, carried)
-                return []
+                self._rewrite_with(entry, limit)
+                return
             if created:
                 os.fchmod(fd, FILE_MODE)  # exact, whatever the umask
-            view = memoryview(b"".join(encode(e) for e in [*missing, entry]))
+            view = memoryview(encode(entry))
             while view:
                 view = view[os.write(fd, view):]
-            if not created and len(carried) < SYNC_EVERY:
-                return [*carried, entry]  # the state file carries them: no fsync here
-            if not ends_with(fd, b"".join(encode(e) for e in [*carried, entry])):
-                # A power loss left a hole or garbage among the unsynced lines.
-                os.close(fd)
-                fd = -1
-                self._rewrite_with(entry, limit, carried)
-                return []
-            os.fsync(fd)  # every line written to the file so far, the carried ones included
+            os.fsync(fd)
         finally:
             if fd >= 0:
                 os.close(fd)
         if created:
             files.fsync_dir(self.path.parent)  # the new file's entry survives a power loss
-        return []
 
-    def _missing(self, fd: int, seq: int, carried: Entries,
-                 limit: int) -> list[dict[str, Any]] | None:
-        """The carried entries to append again before `seq` (the ones numbered past the file's
-        last good line: lost with a power loss), or None when the file must be rewritten: it
-        does not end in a good line numbered below `seq`, or is due for rotation. Read off
-        its first and last lines only."""
+    def absorb(self, upto: int, carried: Entries) -> None:
+        """Rewrite the journal, atomically and durably, with the entries committed up to `upto`,
+        an older release's copies (`carried`) in place of the lines it had not fsynced: once
+        done, no state file need carry them. Done again, it gives the same journal."""
+        self.rewrite(self._committed(upto, carried))
+
+    def _appendable(self, fd: int, seq: int, limit: int) -> bool:
+        """Whether `seq` may be appended as it is: the file is empty, or ends in a good line
+        numbered below `seq` and is not due for rotation. Read off its first and last lines
+        only, so an append costs the same whatever the journal's length."""
         size = os.fstat(fd).st_size
         if size == 0:
-            return list(carried)
-        last = last_line(fd, size)
-        first = first_line(fd, size)
+            return True
+        last = _last_line(fd, size)
+        first = _first_line(fd, size)
         try:
             if last is None or first is None or seq - _seq(decode(first)) + 1 >= 2 * limit:
-                return None
-            at = _seq(decode(last))
+                return False
+            return _seq(decode(last)) < seq
         except (ValueError, KeyError, TypeError):
-            return None
-        return None if at >= seq else [e for e in carried if _seq(e) > at]
+            return False
 
-    def replace_last(self, entry: dict[str, Any], limit: int,
-                     carried: Entries = ()) -> list[dict[str, Any]]:
+    def replace_last(self, entry: dict[str, Any], limit: int) -> None:
         """Replace the last committed entry with `entry`, numbered as it (one more restart of a
-        crash loop: `store.Store.repeat`): the journal rewritten atomically and durably, so it
-        does not grow. Returns the entries the state file carries then: none."""
-        self._rewrite_with(entry, limit, [e for e in carried if _seq(e) < _seq(entry)])
-        return []
+        crash loop: `store.Store.repeat`): the journal rewritten atomically and durably, as a
+        rotation is, so it does not grow with the loop."""
+        self._rewrite_with(entry, limit)
 
-    def _rewrite_with(self, entry: dict[str, Any], limit: int, carried: Entries) -> None:
-        raw = files.read_bytes(self.path) or b""
-        old = self.parse(raw, _seq(entry) - 1, carried)
+    def _committed(self, upto: int, carried: Entries = ()) -> list[dict[str, Any]]:
+        """The entries committed up to `upto`, read for a rewrite: its damaged lines, which the
+        rewrite drops, logged."""
+        old = self.parse(files.read_bytes(self.path) or b"", upto, carried)
         if old.damaged:
             import logging  # here: only a writer repairing damage logs; `status` need not import it
 
             logging.getLogger("agent_fsm").warning(
                 "history journal %s: dropped %d damaged line(s) (%s) while rewriting it",
                 self.path, len(old.damaged), ", ".join(f"line {d.line}: {d.why}" for d in old.damaged))
+        return old.entries
+
+    def _rewrite_with(self, entry: dict[str, Any], limit: int) -> None:
         # The last `limit` committed and the new one: should the state write that commits it
         # not happen, `history` still has its `limit` entries.
-        self.rewrite([*old.entries[-limit:], entry])
+        self.rewrite([*self._committed(_seq(entry) - 1)[-limit:], entry])
 
     def rewrite(self, entries: Iterable[dict[str, Any]]) -> None:
         """Replace the journal with `entries` atomically and durably."""
         files.atomic_write(self.path, b"".join(encode(e) for e in entries), FILE_MODE)
+
+
+def _last_line(fd: int, size: int) -> bytes | None:
+    """The file's last line without its newline; None if the file does not end with one."""
+    chunk = 4096
+    while True:
+        start = max(size - chunk, 0)
+        data = os.pread(fd, size - start, start)
+        if not data.endswith(b"\n"):
+            return None
+        cut = data.rfind(b"\n", 0, len(data) - 1)
+        if cut >= 0 or start == 0:
+            return data[cut + 1:-1]
+        chunk *= 4
+
+
+def _first_line(fd: int, size: int) -> bytes | None:
+    """The file's first line without its newline; None if it has no newline."""
+    chunk = 4096
+    while True:
+        data = os.pread(fd, min(chunk, size), 0)
+        cut = data.find(b"\n")
+        if cut >= 0:
+            return data[:cut]
+        if len(data) >= size:
+            return None
+        chunk *= 4
 
 
 def stay_since(history: list[dict[str, Any]]) -> float | None:

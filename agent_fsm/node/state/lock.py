@@ -28,11 +28,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ... import files
-from ...errors import LockTimeout
+from ...errors import DiskError, LockTimeout
 
 # First re-try soon (a transition holds the lock for about a millisecond), then every 50 ms.
 _FIRST_WAIT = 0.001
 _MAX_WAIT = 0.05
+_NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 
 
 def _checked(path: Path, mode: int, fd: int) -> None:
@@ -47,7 +48,8 @@ def _checked(path: Path, mode: int, fd: int) -> None:
 
 @contextlib.contextmanager
 def held(path: Path, timeout: float, mode: int = 0o600) -> Iterator[None]:
-    """Hold the lock on `path` for the block; LockTimeout after `timeout` seconds of waiting."""
+    """Hold the lock on `path` for the block; LockTimeout after `timeout` seconds of waiting,
+    DiskError (the path, the errno's words, the fix) when the file cannot be opened or fixed."""
     import filelock  # writers only
 
     lock = filelock.UnixFileLock(
@@ -69,7 +71,12 @@ def held(path: Path, timeout: float, mode: int = 0o600) -> Iterator[None]:
                 raise files.unsafe(path, "a symlink is planted there") from None
             if exc.errno == errno.EISDIR:
                 raise files.unsafe(path, "it is not a regular file") from None
-            raise
+            if exc.errno in _NO_FLOCK:
+                raise DiskError(f"could not lock {path}: {exc.strerror}; its file system does "
+                                "not support flock(2): put the state directory on a local file "
+                                "system (`findmnt -T` names it)") from exc
+            # A read-only, full or failing file system: opening (O_CREAT) or fixing its mode.
+            raise files.disk_error(exc, f"open the writers' lock {path}", path.parent) from exc
     try:
         yield
     finally:

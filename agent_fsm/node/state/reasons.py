@@ -15,7 +15,8 @@ CLASSES: dict[str, str] = {
     "check_failed": "a check failed (the reason names it, with its last output line)",
     "crashed": "the candidate or its workload exited, or kept restarting, while being judged",
     "deadline": "the judgment was not over by its deadline (systemd's start timeout)",
-    "stopped": "the agent was stopped while the candidate was being judged",
+    "stopped": "the agent was stopped while the candidate was being judged (recorded only "
+               "before a stop was no verdict: now the next start judges it again)",
     "manual": "an operator ran `agent-fsm recover`",
     "orphaned": "a signal without an upgrade in the state file: the candidate was never judged",
     "unknown": "no reason was recorded (a result from before reasons were kept)",
@@ -59,6 +60,15 @@ def entry_keys(result: Mapping[str, Any] | None, reported: object) -> dict[str, 
     if not reported or result is None or "reason_class" not in result:
         return {}
     return {"reason": result.get("reason"), "reason_class": result["reason_class"]}
+
+
+def publish_given_up(error: str, seconds: float, since: float) -> dict[str, Any]:
+    """The arguments of `complete_queued`: the candidate passed, and its result is queued
+    because publishing it failed for `seconds` (`publish_give_up_seconds`) since `since`."""
+    return {"reason_class": "passed",
+            "reason": one_line(f"judged ok; the result was queued in the outbox after "
+                               f"publishing it failed for {seconds:g}s: {one_line(error)}"),
+            "publisher_unreachable_since": since}
 
 
 def orphaned(state: str) -> dict[str, str]:

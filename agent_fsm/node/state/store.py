@@ -1,18 +1,22 @@
 """The state file: the machine's state, the pending upgrade, the effects still owed, counters.
 
 `<state_dir>/state.json` is a document of kind `state` (`document_file`: schema, checksum,
-the canonical layout). Writers hold an exclusive flock(2) (`lock.held`) on the sibling
-`state.lock` for a whole transition; readers need no lock, because every write is atomic (see
-`files`). A file that is damaged, of a newer schema, or with a field that is not what the
-machine writes (`check_body`: types, ranges, the machine's names, release versions) is refused
-with one line naming the file, the field and its value, and is never overwritten.
+the canonical layout; a later schema is read through its compatible core, and the keys a later
+agent-fsm wrote are kept on every rewrite: docs/state-files.md). Writers hold an exclusive
+flock(2) (`lock.held`) on the sibling `state.lock` for a whole transition; readers need no
+lock, because every write is atomic (see `files`). A file that is damaged, of a newer schema
+without a core this one reads, or with a field that is not what the machine writes
+(`check_body`: types, ranges, the machine's names, release versions) is refused with one line
+naming the file, the field and its value, and is never overwritten.
 
 The history lives beside it in `history.jsonl` (see `journal`): `record` appends a finished
-transition's entry there, numbered `seq`, then commits it by writing the state file with that
-`seq`, a copy of the entries not yet fsynced there (`unsynced`) and what `status` shows of the
-history (the stay's start, the last transition's time, the effects let fail in this cycle), so
-`status` never reads the journal. An old file (schema 1, with its history inside) is read as it
-is and moved to the journal by the next write.
+transition's entry there, numbered `seq` and fsynced, then commits it by writing the state file
+with that `seq` and what `status` shows of the history (the stay's start, the last transition's
+time, the effects let fail in this cycle), so `status` never reads the journal. Older files are
+read as they are and their history moved to the journal by the next write, once: a schema 1
+file's (the history inside it), and the entries an earlier schema 2 writer carried because it
+had not fsynced their lines (`unsynced`, which this one never writes: an earlier release reads
+the file without it, as it read its own after each of its journal fsyncs).
 """
 
 from __future__ import annotations
@@ -56,16 +60,29 @@ KIND = Kind("state", "state file", "the state", SCHEMA, check_body, MAX_BYTES, F
             oldest=1, always_signed=True)
 
 
+# The keys of the body, of its `upgrade` and of its `pending` that this agent-fsm writes (and
+# schema 1's history): any other is a later agent-fsm's, kept as it is (`StateDoc.extra`).
+KNOWN_KEYS = frozenset({"state", "upgrade", "pending", "last_result", "counters", "seq", "since",
+                        "last_transition", "skipped", "unsynced", "crash_loop", "history"})
+UPGRADE_KEYS = frozenset({"from", "to", "started"})
+PENDING_KEYS = frozenset({"trigger", "source", "dest", "effects", "done", "args", "started"})
+
+
+def _others(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in known}
+
+
 def _body(doc: StateDoc) -> dict[str, Any]:
     up = doc.upgrade
     pend = doc.pending
     return {
+        **doc.extra,  # a later agent-fsm's keys first: what this one writes wins
         "state": doc.state,
         "upgrade": None if up is None else {
-            "from": up.from_version, "to": up.to_version, "started": up.started,
+            **up.extra, "from": up.from_version, "to": up.to_version, "started": up.started,
         },
         "pending": None if pend is None else {
-            "trigger": pend.trigger, "source": pend.source, "dest": pend.dest,
+            **pend.extra, "trigger": pend.trigger, "source": pend.source, "dest": pend.dest,
             "effects": pend.effects, "done": pend.done, "args": pend.args,
             "started": pend.started,
         },
@@ -75,7 +92,8 @@ def _body(doc: StateDoc) -> dict[str, Any]:
         "last_transition": doc.last_transition,
         "skipped": doc.skipped,
         **({} if doc.counters is None else {"counters": doc.counters}),
-        **({"unsynced": doc.unsynced} if doc.unsynced else {}),  # absent when none: as before
+        # No `unsynced`: the previous release reads its absence as none (it left the key out
+        # itself after each fsync of the journal), and this one fsyncs every line.
         **({"crash_loop": doc.crash_loop} if doc.crash_loop else {}),  # absent when none
     }
 
@@ -121,8 +139,9 @@ class Store:
 
     def _upgraded(self, doc: StateDoc) -> StateDoc:
         """The one place an older file is brought up to date, in memory (the next write makes
-        it so): an old file's history is numbered for the journal, and what `status` shows of
-        it kept; a file from before counters were kept gets them from its history."""
+        it so, `_move_history`): an old file's history is numbered for the journal, and what
+        `status` shows of it kept; a file from before counters were kept gets them from its
+        history. (An earlier writer's `unsynced` copies are kept as they are, `doc.unsynced`.)"""
         if doc.legacy is not None:
             doc.seq = len(doc.legacy)
             doc.since = stay_since(doc.legacy)
@@ -140,14 +159,16 @@ class Store:
         pend = data["pending"]
         doc = StateDoc(
             state=data["state"],
-            upgrade=None if up is None else Upgrade(up["from"], up["to"], float(up["started"])),
+            upgrade=None if up is None else Upgrade(up["from"], up["to"], float(up["started"]),
+                                                    _others(up, UPGRADE_KEYS)),
             pending=None if pend is None else Pending(
                 trigger=pend["trigger"], source=pend["source"], dest=pend["dest"],
                 effects=list(pend["effects"]), done=pend["done"], args=pend["args"],
-                started=float(pend["started"]),
+                started=float(pend["started"]), extra=_others(pend, PENDING_KEYS),
             ),
             last_result=data["last_result"],
             counters=None if data.get("counters") is None else dict(data["counters"]),
+            extra=_others(data, KNOWN_KEYS),
         )
         if "history" in data:  # schema 1
             doc.legacy = [{**e, "seq": i} for i, e in enumerate(data["history"], 1)]
@@ -158,23 +179,33 @@ class Store:
             doc.crash_loop = data.get("crash_loop")
         return doc
 
+    def _move_history(self, doc: StateDoc) -> None:
+        """Put the history an older file holds into the journal, durably, before the state file
+        that no longer holds it is written: a crash between the two leaves the old file, which
+        moves it again, to the same journal. DiskError when the disk fails it."""
+        try:
+            if doc.legacy is not None:  # schema 1: its history, numbered 1 to len
+                self.journal.rewrite(doc.legacy)
+                doc.legacy = None
+            if doc.unsynced:  # an earlier writer's copies, in place of lines it had not fsynced
+                self.journal.absorb(doc.seq, doc.unsynced)
+                doc.unsynced = []
+        except OSError as exc:  # reading the journal to rewrite it
+            raise files.disk_error(exc, f"move the history into {self.journal.path}",
+                                   self.journal.path.parent) from exc
+
     def write(self, doc: StateDoc) -> None:
-        """Replace the state file atomically and durably (an old file's history moved to the
+        """Replace the state file atomically and durably (an older file's history moved to the
         journal first). The caller holds the lock; DiskError (`files`) when the disk fails it:
         the transition stops there and the next start resumes it."""
-        if doc.legacy is not None:
-            # Before the state file that no longer holds it: a crash between the two leaves
-            # the old file, which moves it again.
-            self.journal.rewrite(doc.legacy)
-            doc.legacy = None
+        self._move_history(doc)
         KIND.write(self.path, _body(doc))
 
     def record(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
-        """Commit a finished transition: its entry appended to the journal (not fsynced), then
-        the state file written with its `seq` and a copy of the entries not yet fsynced (the
-        journal's answer). A crash between the two leaves the entry beyond the state's `seq`:
-        readers drop it, the resumed transition replaces it. `limit`: the history_limit. The
-        caller holds the lock.
+        """Commit a finished transition: its entry appended to the journal and fsynced, then the
+        state file written with its `seq`. A crash between the two leaves the entry beyond the
+        state's `seq`: readers drop it, the resumed transition replaces it. `limit`: the
+        history_limit. The caller holds the lock.
 
         A start after a crash (an entry with `restarts`: systemd restarted the unit) that
         follows one of the same trigger within CRASH_LOOP_WINDOW is the same crash loop: it
@@ -192,11 +223,9 @@ class Store:
         else:
             doc.crash_loop = None
         seq = doc.seq + 1
+        self._move_history(doc)  # before the entry that follows it
         try:
-            if doc.legacy is not None:  # the old history first, numbered 1 to len
-                self.journal.rewrite(doc.legacy)
-                doc.legacy = None
-            doc.unsynced = self.journal.append({**entry, "seq": seq}, limit, doc.unsynced)
+            self.journal.append({**entry, "seq": seq}, limit)
         except OSError as exc:  # the journal's own append; the next start resumes the transition
             raise files.disk_error(exc, f"append to the history journal {self.journal.path}",
                                    self.journal.path.parent) from exc
@@ -216,8 +245,9 @@ class Store:
         assert loop is not None
         loop = {**loop, "restarts": loop["restarts"] + 1, "last": entry["time"]}
         merged = {**entry, "seq": doc.seq, "restarts": loop["restarts"], "first": loop["first"]}
+        self._move_history(doc)  # an older writer's copies into the journal first
         try:
-            doc.unsynced = self.journal.replace_last(merged, limit, doc.unsynced)
+            self.journal.replace_last(merged, limit)
         except OSError as exc:
             raise files.disk_error(exc, f"rewrite the history journal {self.journal.path}",
                                    self.journal.path.parent) from exc
@@ -250,10 +280,7 @@ class Store:
             except LockTimeout:
                 raise Refused(
                     f"another agent-fsm operation has held {self.lock_path} for over "
-                    f"{self.lock_timeout:.0f}s; try again when it finishes"
+                    f"{self.lock_timeout:g}s; try again when it finishes"
                 ) from None
-            except OSError as exc:  # opening it: a read-only or failing disk
-                raise files.disk_error(exc, f"open the writers' lock {self.lock_path}",
-                                       self.lock_path.parent) from exc
             yield
 

@@ -15,6 +15,7 @@ is allowed here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -90,10 +91,23 @@ def version(value: Any, field: str, *, optional: bool = False) -> str | None:
     raise invalid(field, value, VERSION + (" or null" if optional else ""))
 
 
-def name(value: Any, field: str, known: Collection[str] | None, kind: str) -> str:
-    """A name of the machine's: any string when the reader was not given the known ones."""
+# A name another agent-fsm's machine may use (a later one's effect, trigger or state): what the
+# definition allows (`definition`'s names), checked where this reader does not know it.
+NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def name(value: Any, field: str, known: Collection[str] | None, kind: str, *,
+         foreign: bool = False) -> str:
+    """A name of the machine's: any string when the reader was not given the known ones.
+    `foreign`: one it does not know is let pass if it is a name at all (a later agent-fsm's,
+    never acted on here: see `state_body`)."""
     if not isinstance(value, str):
         raise invalid(field, value, f"the name of a {kind}")
+    if foreign and known is not None and value not in known:
+        if NAME_RE.fullmatch(value) is None:
+            raise invalid(field, value, f"the name of a {kind} (lower-case letters, digits and "
+                          "'_', at most 64)")
+        return value
     if known is not None and value not in known:
         listed = ", ".join(sorted(known))
         raise invalid(field, value,
@@ -137,6 +151,8 @@ def result_body(data: Any, where: str = "") -> None:
         raise invalid(f"{at}reason", r["reason"], f"a string of at most {MAX_REASON} characters")
     if "reason_class" in r:  # both absent in a result recorded before reasons were kept
         one_of(r["reason_class"], f"{at}reason_class", CLASSES)
+    if "publisher_unreachable_since" in r:  # a result queued by complete_queued
+        time(r["publisher_unreachable_since"], f"{at}publisher_unreachable_since")
 
 
 # `results/<started>-<to>.json` and its copy queued in `outbox/` (schema 0: no schema). Their
@@ -190,12 +206,12 @@ def _is_version(v: str) -> bool:
 def _pending(value: Any, states: Collection[str] | None, triggers: Collection[str] | None,
              effects: Collection[str] | None) -> None:
     p = obj(value, "pending")
-    name(p.get("trigger", MISSING), "pending.trigger", triggers, "trigger")
-    name(p.get("source", MISSING), "pending.source", states, "state")
-    name(p.get("dest", MISSING), "pending.dest", states, "state")
+    name(p.get("trigger", MISSING), "pending.trigger", triggers, "trigger", foreign=True)
+    name(p.get("source", MISSING), "pending.source", states, "state", foreign=True)
+    name(p.get("dest", MISSING), "pending.dest", states, "state", foreign=True)
     owed = array(p.get("effects", MISSING), "pending.effects")
     for i, effect in enumerate(owed):
-        name(effect, f"pending.effects[{i}]", effects, "effect")
+        name(effect, f"pending.effects[{i}]", effects, "effect", foreign=True)
     count(p.get("done", MISSING), "pending.done", len(owed), "the number of effects")
     _args(p.get("args", MISSING), "pending.args")
     time(p.get("started", MISSING), "pending.started")
@@ -203,10 +219,10 @@ def _pending(value: Any, states: Collection[str] | None, triggers: Collection[st
 
 def _counters(value: Any) -> None:
     c = obj(value, "counters")
-    for key in c:
+    for key in c:  # a later agent-fsm's counter is kept as it is: a count all the same
         if key not in COUNTERS:
-            raise invalid("counters", key, problem=f"counters has unknown counter {key!r} "
-                          f"(known: {', '.join(COUNTERS)})")
+            name(key, "counters", (), "counter", foreign=True)
+            count(c[key], f"counters.{key}")
     for key in COUNTERS:
         count(c.get(key, MISSING), f"counters.{key}")
 
@@ -216,7 +232,13 @@ def state_body(data: Mapping[str, Any], states: Collection[str] | None = None,
                effects: Collection[str] | None = None) -> None:
     """The state file's body (schema and checksum already checked), but for what it keeps of
     the history (`entries.journal_fields`, or an old file's list: `entries.history_list`).
-    A file from before counters were kept has none: `Store._upgraded` seeds them."""
+    A file from before counters were kept has none: `Store._upgraded` seeds them.
+
+    Of the machine's names, `state` must be one this reader knows (a later agent-fsm writes
+    a state of the compatible core there: docs/state-files.md). A pending transition and the
+    counters may name what only a later agent-fsm knows: such a transition is never run here
+    (the engine refuses to resume it, and the way back supersedes it) and such a counter is
+    kept as it is; either still has the shape and types the core gives it."""
     name(data.get("state", MISSING), "state", states, "state")
     up = nullable(data, "upgrade")
     if up is not None:

@@ -9,17 +9,23 @@ docs/operations.md and pinned by tests/views/test_status.py.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...machine.definition import situation
+from ...machine.vocabulary import Trigger
 from ...node.records import hold, hook_failures, known_bad
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
 from ...node.runtime.signal import UpgradeSignal
+from ...node.state.document import Pending
 from ...node.state.store import CRASH_LOOP_WINDOW, StateDoc
 from .advice import NextAction, crash_looping, next_action
 from .advice import span as span  # render.py's durations
 from .assets import AssetView, compare
+from .units import Units
+from .units import advise as advise_units
+from .units import read as read_units
 
 if TYPE_CHECKING:
     from ...wiring import Node, Reader
@@ -55,6 +61,12 @@ class Status(NamedTuple):
     inhibitors: tuple[dict[str, Any], ...]  # the workloads' inhibitor files, stale ones marked
     hooks: tuple[dict[str, Any], ...]  # configured: {when, trigger, argv, failed}
     known_bad: tuple[tuple[dict[str, Any], ...], str | None] = ((), None)  # marks, damage
+    units: Units | None = None  # what systemd says of the units, the state dir's writes
+    unit_situation: str | None = None  # the units' situation (units.Advice.kind), if any
+    outbox: dict[str, Any] | None = None  # {queued, publisher_unreachable_since}
+    # The live config is wrong and the way back runs with the last-good's kept settings:
+    # null, or {error, version, kept} (`config.Fallback`); read through those settings.
+    config_fallback: dict[str, str] | None = None
     crash_loop: dict[str, Any] | None = None  # null, or {restarts, since, last}
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +97,10 @@ class Status(NamedTuple):
             "inhibitors": list(self.inhibitors),
             "hooks": list(self.hooks),
             "known_bad": list(self.known_bad[0]), "known_bad_error": self.known_bad[1],
+            "units": None if self.units is None else self.units.to_json(),
+            "unit_situation": self.unit_situation,
+            "outbox": self.outbox,
+            "config_fallback": self.config_fallback,
             "crash_loop": self.crash_loop,
         }
 
@@ -104,6 +120,16 @@ def crash_loop(doc: StateDoc, now: float) -> dict[str, Any] | None:
     return {"restarts": loop["restarts"], "since": loop["first"], "last": loop["last"]}
 
 
+def _unknown(node: Node | Reader, p: Pending) -> list[str]:
+    """What an owed transition names that this agent-fsm does not know (the engine's rule,
+    `Controller.unknown`, read off the definition: `status` has no engine)."""
+    d = node.definition
+    effects = {e.name for t in d.transitions for e in t.effects}
+    names = [] if p.trigger in {t.trigger for t in d.transitions} else [f"trigger {p.trigger}"]
+    names += [f"state {s}" for s in dict.fromkeys((p.source, p.dest)) if s not in d.state_names]
+    return names + [f"effect {e}" for e in dict.fromkeys(p.effects) if e not in effects]
+
+
 def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") -> Status:
     """The node as it is now. `diff` adds a unified diff for each asset that differs; `prog`
     prefixes the suggested commands (say, with the --config and --root this run was given)."""
@@ -119,12 +145,28 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
     if doc.pending is not None:
         p = doc.pending
         owed = {"trigger": p.trigger, "from": p.source, "to": p.dest,
-                "effects": p.effects[p.done:]}
+                "effects": p.effects[p.done:], "unknown": _unknown(node, p)}
     action = next_action(node, doc, sig, gate_open, now, known_bad.without(node.paths, releases), prog)
+    units = read_units(node)
+    advice = advise_units(units, node, doc, prog)  # the units can say more than the state file
+    now_line = situation(node.definition, doc) if advice is None else advice.situation
+    if advice is not None:
+        action = advice.next
     loop = crash_loop(doc, now)
-    if loop is not None:
+    if loop is not None and advice is None:  # a failed unit's advice says more: it is not restarted
         action = crash_looping(action, loop, now, node.paths.agent_unit_name)
-    if owed is not None:
+    outbox = _outbox(node, doc.last_result)
+    if outbox["publisher_unreachable_since"] is not None and advice is None:
+        now_line += (f"; the result is queued, publisher unreachable since "
+                     f"{_utc(outbox['publisher_unreachable_since'])}")
+    if owed is not None and owed["unknown"]:  # a later agent-fsm's: never run here
+        back = doc.state in node.definition.transition(Trigger.recover).sources
+        action = NextAction(
+            f"a later agent-fsm left {owed['trigger']} owed ({', '.join(owed['unknown'])} "
+            "unknown here): this one never runs it; " + (
+                "the way back (`recover`) supersedes it" if back else
+                "run the agent-fsm that wrote it"), (f"{prog} recover",) if back else ())
+    elif owed is not None:
         action = NextAction(
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}, resumed "
             f"by the next agent-fsm operation or daemon start; then: {action.summary}",
@@ -135,7 +177,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         time=now,
         state=doc.state,
         meaning=node.definition.state(doc.state).description,
-        situation=situation(node.definition, doc),
+        situation=now_line,
         tone=node.groups.tone(doc.state, node.definition.initial),
         state_since=doc.since,
         state_seconds=None if doc.since is None else max(now - doc.since, 0.0),
@@ -149,7 +191,8 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         assets=assets,
         assets_compared_with=selected,
         assets_error=assets_error,
-        last_result=doc.last_result and {"reason": None, "reason_class": None, **doc.last_result},
+        last_result=doc.last_result and {"reason": None, "reason_class": None,
+                                         "publisher_unreachable_since": None, **doc.last_result},
         owed=owed,
         skipped=tuple(doc.skipped),
         allowed=node.definition.triggers_from(doc.state),
@@ -158,5 +201,24 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         inhibitors=inhibitors.view(node.paths),
         hooks=hook_failures.view(node.config.hooks, node.paths.state_dir),
         known_bad=known_bad.view(node.paths),
+        units=units,
+        unit_situation=None if advice is None else advice.kind,
+        outbox=outbox,
+        config_fallback=None if node.config.fallback is None else node.config.fallback.to_json(),
         crash_loop=loop,
     )
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def _outbox(node: Node | Reader, last: dict[str, Any] | None) -> dict[str, Any]:
+    """How many results wait for delivery, and since when the publisher was unreachable when
+    the last one was queued instead of published (`complete_queued`) and is still waiting."""
+    try:
+        queued = sum(1 for p in node.paths.outbox_dir.iterdir() if p.suffix == ".json")
+    except OSError:
+        queued = 0
+    since = (last or {}).get("publisher_unreachable_since")
+    return {"queued": queued, "publisher_unreachable_since": since if queued else None}

@@ -1,0 +1,76 @@
+"""Which role a process plays (`by` in states/agent-upgrade.toml): its command and its release.
+
+The daemon's role comes from the release it was started from, fixed when it starts (`running`:
+the stored release whose `lib/` holds the agent_fsm package this process imported; a process run
+from elsewhere, a checkout or a wheel, counts as the release selected when it started, which is
+what the agent unit's `ExecStart=${selected}/bin/agent-fsm` runs): the last-good's release is the
+`last_good`, the pending upgrade's candidate the `candidate`, any other release no role at all.
+`agent-fsm recover` is the `recovery` unless it runs from the candidate's release (an operator's
+`agent-fsm` on PATH is the selected release's: the CLI hands over to the last-good's, see
+`cli.fast_path.run_recover`); every other command is the `operator`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from ..errors import SignalError
+from ..machine.definition import Role
+from ..machine.vocabulary import Trigger
+from ..node.state.store import StateDoc
+from .effectors import Effectors
+
+
+class Command(enum.StrEnum):
+    """The command a process runs, as far as its role goes."""
+
+    daemon = "daemon"
+    recover = Trigger.recover.value  # the command is named for the trigger it fires
+    operator = "operator"  # any other command that writes
+
+
+class Process:
+    """This process, as the engine asks it (`machine.engine.Process`)."""
+
+    def __init__(self, command: Command, release: str | None, effectors: Effectors) -> None:
+        self.command = command
+        self.release = release  # the release whose code runs here; None: not known
+        self.effectors = effectors
+
+    @classmethod
+    def started(cls, command: Command, effectors: Effectors) -> Process:
+        """The process now starting: its release resolved once, before anything changes it."""
+        releases = effectors.releases
+        release = releases.running()
+        if release is None and command == Command.daemon:
+            release = releases.selected()  # what the unit's ExecStart runs
+        return cls(command, release, effectors)
+
+    def _candidate(self, doc: StateDoc) -> str | None:
+        if doc.upgrade is not None:
+            return doc.upgrade.to_version
+        try:
+            sig = self.effectors.signal()
+        except SignalError:  # the way back must not need it
+            return None
+        return None if sig is None else sig.to_version
+
+    def role(self, doc: StateDoc) -> Role | None:
+        if self.command == Command.operator:
+            return Role.operator
+        if self.release is None:  # `recover` run from elsewhere: not a release's code here
+            return Role.recovery if self.command == Command.recover else None
+        if self.release == self.effectors.releases.last_good():
+            return Role.last_good if self.command == Command.daemon else Role.recovery
+        if self.release == self._candidate(doc):
+            return Role.candidate
+        return None
+
+    def own_start(self) -> bool:
+        return (self.command == Command.daemon and self.release is not None
+                and self.release == self.effectors.releases.selected())
+
+    def __str__(self) -> str:
+        what = {Command.daemon: "the daemon", Command.recover: "`agent-fsm recover`",
+                Command.operator: "this command"}[self.command]
+        return what + (f" of release {self.release}" if self.release else "")

@@ -1,0 +1,215 @@
+"""The judgment and the way back as systemd runs them (issue 23, items 4 to 7), end to end in a
+private systemd 252: only the last-good's code runs the way back, a start is the restart it owed,
+judgment on a monotonic clock (libfaketime on the agent unit only, never the host's clock), and
+a stop or a reboot during judgment is no verdict. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Lab, wait_until
+from agent_fsm_lab.sandbox import SystemdSandbox
+
+pytestmark = [pytest.mark.e2e]
+if importlib.util.find_spec("pytest_timeout") is not None:
+    pytestmark.append(pytest.mark.timeout(120))  # a safety net only: every wait is bounded
+
+
+def _installed(sandbox: SystemdSandbox, **options: Any) -> Lab:
+    options.setdefault("deadline", 3)
+    options.setdefault("soak", 1)
+    lab = Lab(sandbox, **options)
+    lab.pack("1.0.0")
+    lab.install("1.0.0")
+    return lab
+
+
+def _why(lab: Lab) -> str:
+    try:
+        status = lab.cli("status", check=False, timeout=20)
+        head = f"\n--- agent-fsm status\n{status.stdout}{status.stderr}"
+    except subprocess.SubprocessError as exc:
+        head = f"\n--- agent-fsm status failed: {exc}"
+    return head + "\n" + lab.sb.diagnostics(UNIT, RECOVERY_UNIT)
+
+
+def _out(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}"
+
+
+def _since(lab: Lab, t0: float) -> list[dict[str, Any]]:
+    return [h for h in lab.history() if h["time"] >= t0]
+
+
+def _attempt(lab: Lab) -> int:
+    return int((lab.status()["signal"] or {}).get("attempt") or 0)
+
+
+def _recovery_ran(lab: Lab) -> bool:
+    return lab.sb.show(RECOVERY_UNIT, "ExecMainStartTimestampMonotonic") not in ("", "0")
+
+
+# Item 4 -------------------------------------------------------------------------------------
+def test_a_candidate_started_while_rolling_back_never_fires_recovered(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """With systemctl slow to answer, the failed candidate's `Restart=` start resolves
+    `selected` before `recover` moves it and reads the state once it is `recovering`: its
+    process (whose own code would render the units broken) leaves the state alone and hands
+    over, and the last-good's start fires `recovered`: converged on the last-good with its
+    assets byte for byte, the agent active."""
+    lab = _installed(systemd_sandbox, faults=True)
+    last_good = lab.assets()
+    lab.pack("3.0.0", "racing")
+    t0 = time.time()
+    proc = lab.cli("upgrade", "--to", "3.0.0", timeout=30)
+    assert wait_until(lambda: _attempt(lab) >= 1, 15), _out(proc) + _why(lab)
+    # Before its judgment ends (3 s): systemctl turns slow, and the next start of the candidate
+    # resolves `selected`, then waits until `recover` moved it.
+    lab.slow("show", 2)  # recover asks systemd why the unit failed: it moves `selected` late
+    lab.slow("restart", 3)  # and holds the writers' lock while its restart is queued
+    lab.fault("hold-start")
+    end = lab.settled(timeout=45)
+    assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
+    assert end["last_result"]["outcome"] == "rolled_back"
+    assert lab.assets() == last_good, "the candidate's code ran the way back" + _why(lab)
+    journal = lab.sb.journal(UNIT)
+    assert "the daemon of release 3.0.0 (the candidate) may not fire recovered" in journal, (
+        "the candidate's start never met the rollback: the race did not happen" + _why(lab))
+    assert [h["trigger"] for h in _since(lab, t0)].count("recovered") == 1
+
+
+# Item 5 -------------------------------------------------------------------------------------
+def test_an_upgrade_killed_before_its_restart_is_judged_by_the_next_start(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """`agent-fsm upgrade` killed between its write-ahead and its restart, then `systemctl
+    restart`: that start is the owed restart; the candidate is judged once, converges, and is
+    neither rolled back nor marked known bad."""
+    lab = _installed(systemd_sandbox)
+    lab.pack("2.0.0")
+    t0 = time.time()
+    crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
+                    env={"AGENT_FSM_FAILPOINT": "begin_upgrade:4"})  # before restart_unit
+    owed = lab.status()["owed"]
+    assert crash.returncode != 0 and owed and owed["trigger"] == "begin_upgrade", _out(crash)
+    lab.sb.systemctl("restart", UNIT)
+    end = lab.settled(timeout=30)
+    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), _why(lab)
+    assert end["last_result"]["outcome"] == "ok" and end["known_bad"] == []
+    triggers = [h["trigger"] for h in _since(lab, t0)]
+    assert triggers.count("candidate_started") == 1, triggers
+    assert not {"judge_failed", "recover", "recovered"} & set(triggers)
+    assert not _recovery_ran(lab)
+
+
+# Item 6 -------------------------------------------------------------------------------------
+def _libfaketime() -> Path:
+    try:
+        listed = subprocess.run(["dpkg", "-L", "libfaketime"], capture_output=True, text=True,
+                                check=False, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        listed = []
+    found = [Path(p) for p in listed if p.endswith("/libfaketime.so.1")]
+    if not found:
+        pytest.skip("libfaketime is not installed (Debian's faketime; `make test` installs it)")
+    return found[0]
+
+
+def test_a_clock_step_during_the_soak_does_not_judge_early(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """The wall clock of the agent unit (only: libfaketime, a drop-in) steps +1 h two seconds
+    into a 20 s soak; the candidate's workload dies 6 s after it started. The soak is not over
+    at the step: the candidate is judged failed and the node rolls back."""
+    lab = _installed(systemd_sandbox, soak=20)
+    stamp = lab.dir / "faketime"
+    stamp.write_text("+0\n")
+    lab.dropin(UNIT, "lab-faketime", "[Service]\n"
+               f"Environment=LD_PRELOAD={_libfaketime()} FAKETIME_TIMESTAMP_FILE={stamp} "
+               "FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1\n")
+    health = lab.state_dir / "health"
+    lab.pack("2.0.0", workload=("/bin/sh", "-c",
+                                f'echo "$AGENT_FSM_VERSION" > {health}; sleep 6; exit 1'))
+    upgrade = lab.cli("upgrade", "--to", "2.0.0", timeout=30)
+    assert wait_until(lambda: health.exists() and health.read_text().strip() == "2.0.0", 15), \
+        _out(upgrade) + _why(lab)
+    time.sleep(2)  # into the soak
+    stamp.write_text("+3600\n")  # the agent unit's clock; this process's is untouched
+    end = lab.settled(timeout=40)
+    assert (end["selected"], end["last_good"]) == ("1.0.0", "1.0.0"), _why(lab)
+    assert end["last_result"]["outcome"] == "rolled_back"
+    failed = [h for h in lab.history() if h["trigger"] == "judge_failed"]
+    assert failed and "during the soak" in str(failed[-1].get("reason")), failed
+    assert failed[-1]["time"] > time.time() + 3000, "the agent unit's clock never stepped"
+    assert not any(h["trigger"] == "judge_ok" for h in lab.history())
+
+
+def test_a_clock_step_back_during_the_soak_does_not_stretch_it(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """The agent unit's wall clock steps back 1 h one second into a 5 s soak of a good
+    candidate: the soak still ends after 5 s, well inside the unit's start timeout, and the
+    candidate converges, neither rolled back nor restarted."""
+    lab = _installed(systemd_sandbox, soak=5)
+    stamp = lab.dir / "faketime"
+    stamp.write_text("+0\n")
+    lab.dropin(UNIT, "lab-faketime", "[Service]\n"
+               f"Environment=LD_PRELOAD={_libfaketime()} FAKETIME_TIMESTAMP_FILE={stamp} "
+               "FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1\n")
+    health = lab.state_dir / "health"
+    lab.pack("2.0.0")
+    t0 = time.time()
+    upgrade = lab.cli("upgrade", "--to", "2.0.0", timeout=30)
+    assert wait_until(lambda: health.exists() and health.read_text().strip() == "2.0.0", 15), \
+        _out(upgrade) + _why(lab)
+    time.sleep(1)  # into the soak
+    stamp.write_text("-3600\n")
+    end = lab.settled(timeout=30)
+    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), _why(lab)
+    assert end["last_result"]["outcome"] == "ok"
+    starts = [h for h in lab.history() if h["trigger"] == "candidate_started"
+              and h["time"] >= t0 - 7200]
+    assert len(starts) == 1, starts
+    assert not _recovery_ran(lab)
+
+
+# Item 7 -------------------------------------------------------------------------------------
+def test_a_stop_or_a_reboot_during_judgment_is_no_verdict(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """`systemctl stop` during the judgment, then a start, then a reboot of the private systemd
+    over the same disk during the next judgment: neither is a verdict (the signal stays,
+    nothing recorded, nothing marked bad, no recovery); after the boot the candidate is judged
+    a third time and converges."""
+    lab = _installed(systemd_sandbox, soak=8, max_attempts=3)
+    before = lab.status()["last_result"]
+    lab.pack("2.0.0")
+    lab.cli("upgrade", "--to", "2.0.0", timeout=30)
+
+    def stopped_while_judging(attempt: int, stop: Any) -> None:
+        assert wait_until(lambda: _attempt(lab) >= attempt, 15), _why(lab)
+        time.sleep(1)  # into the soak
+        stop()
+        status = lab.status()
+        assert status["state"] == "candidate_running", status
+        assert status["signal"] and status["signal"]["attempt"] == attempt, status
+        assert status["known_bad"] == [] and status["last_result"] == before, status
+        assert not _recovery_ran(lab), _why(lab)
+
+    def stop_unit() -> None:
+        lab.sb.systemctl("stop", UNIT)
+        assert lab.sb.show(UNIT, "Result") == "success", _why(lab)
+
+    stopped_while_judging(1, stop_unit)
+    lab.sb.systemctl("start", "--no-block", UNIT)
+    stopped_while_judging(2, lab.sb.reboot)
+    assert (lab.state_dir / "state.json").exists()  # the same disk
+    lab.sb.systemctl("start", "--no-block", UNIT)  # as the boot would: the target is the lab's
+    end = lab.settled(timeout=40)
+    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), _why(lab)
+    assert end["last_result"]["outcome"] == "ok" and end["known_bad"] == []
+    starts = [h for h in lab.history() if h["trigger"] == "candidate_started"]
+    assert len(starts) == 3, starts
