@@ -1,7 +1,7 @@
 """The judgment and the way back as systemd runs them (issue 23, items 4 to 7), end to end in a
 private systemd 252: only the last-good's code runs the way back, a start is the restart it owed,
-judgment on a monotonic clock (libfaketime on the agent unit only, never the host's clock), and
-a stop or a reboot during judgment is no verdict. Every wait is bounded.
+judgment on a monotonic clock (a wall-clock step preloaded into the agent unit only, never the
+host's clock), and a stop or a reboot during judgment is no verdict. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from agent_fsm_lab import clockshift
 from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Lab, wait_until
 from agent_fsm_lab.sandbox import SystemdSandbox
+from tests.e2e.conftest import require_sandbox
 
 pytestmark = [pytest.mark.e2e]
 if importlib.util.find_spec("pytest_timeout") is not None:
@@ -109,29 +111,26 @@ def test_an_upgrade_killed_before_its_restart_is_judged_by_the_next_start(
 
 
 # Item 6 -------------------------------------------------------------------------------------
-def _libfaketime() -> Path:
-    try:
-        listed = subprocess.run(["dpkg", "-L", "libfaketime"], capture_output=True, text=True,
-                                check=False, timeout=30).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        listed = []
-    found = [Path(p) for p in listed if p.endswith("/libfaketime.so.1")]
-    if not found:
-        pytest.skip("libfaketime is not installed (Debian's faketime; `make test` installs it)")
-    return found[0]
+def _clock_step(lab: Lab) -> Path:
+    """Preload the lab's wall-clock step into the agent unit (a drop-in); returns the file whose
+    whole seconds ("+3600") shift the unit's wall clock, read at every call: its monotonic clock
+    and sleeps stay real, as across an NTP step (agent_fsm_lab/clockshift.c)."""
+    missing = clockshift.missing()
+    if missing is not None:
+        require_sandbox(missing, what="the clock-step tests need")
+    shift = lab.dir / "clock-shift"
+    shift.write_text("+0\n")
+    lab.dropin(UNIT, "lab-clock-step", clockshift.dropin(clockshift.build(lab.dir), shift))
+    return shift
 
 
 def test_a_clock_step_during_the_soak_does_not_judge_early(
         systemd_sandbox: SystemdSandbox) -> None:
-    """The wall clock of the agent unit (only: libfaketime, a drop-in) steps +1 h two seconds
+    """The wall clock of the agent unit (only: a preloaded clock step, a drop-in) steps +1 h two seconds
     into a 20 s soak; the candidate's workload dies 6 s after it started. The soak is not over
     at the step: the candidate is judged failed and the node rolls back."""
     lab = _installed(systemd_sandbox, soak=20)
-    stamp = lab.dir / "faketime"
-    stamp.write_text("+0\n")
-    lab.dropin(UNIT, "lab-faketime", "[Service]\n"
-               f"Environment=LD_PRELOAD={_libfaketime()} FAKETIME_TIMESTAMP_FILE={stamp} "
-               "FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1\n")
+    stamp = _clock_step(lab)
     health = lab.state_dir / "health"
     lab.pack("2.0.0", workload=("/bin/sh", "-c",
                                 f'echo "$AGENT_FSM_VERSION" > {health}; sleep 6; exit 1'))
@@ -155,11 +154,7 @@ def test_a_clock_step_back_during_the_soak_does_not_stretch_it(
     candidate: the soak still ends after 5 s, well inside the unit's start timeout, and the
     candidate converges, neither rolled back nor restarted."""
     lab = _installed(systemd_sandbox, soak=5)
-    stamp = lab.dir / "faketime"
-    stamp.write_text("+0\n")
-    lab.dropin(UNIT, "lab-faketime", "[Service]\n"
-               f"Environment=LD_PRELOAD={_libfaketime()} FAKETIME_TIMESTAMP_FILE={stamp} "
-               "FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1\n")
+    stamp = _clock_step(lab)
     health = lab.state_dir / "health"
     lab.pack("2.0.0")
     t0 = time.time()

@@ -20,6 +20,8 @@ from agent_fsm.node.config import Config, Judgment
 from agent_fsm.node.state.validate import RESULT
 from agent_fsm.system.publish import RecordPublisher
 from agent_fsm.testing import FakeClock, FakeSystemd
+from agent_fsm.views.doctor.checks import doctor
+from agent_fsm.views.doctor.finding import Finding
 from agent_fsm.views.status.report import Status, status
 from agent_fsm.wiring import open_node
 from tests.helpers import World, make_world
@@ -268,3 +270,49 @@ class TestQueuedResult:
         assert "the result is queued, publisher unreachable since" in st.situation
         assert st.last_result is not None and st.last_result["publisher_unreachable_since"] == since
         assert "publisher unreachable since" in _rendered(st)
+
+
+class TestDoctor:
+    """`doctor` says what the units say, from the same reading as `status` (issue 22: while
+    the way back cannot finish, status and doctor say what fails and what to do)."""
+
+    def _units_now(self, w: World) -> Finding:
+        found = [f for f in doctor(w.node) if f.check == "units now"]
+        assert len(found) == 1, found
+        return found[0]
+
+    def test_both_units_failed_is_a_failure_with_the_way_out(self, tmp_path: Path) -> None:
+        """Both units failed on a pending upgrade: doctor fails with the situation and names
+        `agent-fsm recover` as the fix (and exits 1 for it, as any failed check)."""
+        w = _world(tmp_path, fake_systemctl(tmp_path, FAILED, FAILED))
+        _candidate_past_deadline(w)
+        finding = self._units_now(w)
+        assert finding.level == "fail"
+        assert "nothing retries" in finding.detail and LAST_ERROR in finding.detail
+        assert "agent-fsm recover" in finding.fix
+
+    def test_a_retry_pending_is_a_warning_saying_when(self, tmp_path: Path) -> None:
+        """A rollback systemd is about to retry is a warning, not a failure: it is the way
+        back working; the fix says to wait for it."""
+        retrying = {**FAILED, "ActiveState": "activating", "SubState": "auto-restart",
+                    "RestartUSec": "2s", "StateChangeTimestampMonotonic": "1"}
+        w = _world(tmp_path, fake_systemctl(tmp_path, FAILED, retrying))
+        _candidate_past_deadline(w)
+        finding = self._units_now(w)
+        assert finding.level == "warn" and "retries" in finding.detail
+        assert "wait for the retry" in finding.fix
+
+    def test_healthy_units_are_ok(self, tmp_path: Path) -> None:
+        """Units running as they should: one ok line naming both."""
+        w = _world(tmp_path, fake_systemctl(tmp_path, ACTIVE, INACTIVE))
+        w.installed("1.0.0")
+        finding = self._units_now(w)
+        assert finding.level == "ok"
+        assert AGENT in finding.detail and RECOVERY in finding.detail
+
+    def test_units_unknown_is_a_warning(self, tmp_path: Path) -> None:
+        """A systemctl that cannot answer leaves doctor going, with a warning that says so."""
+        w = _world(tmp_path, fake_systemctl(tmp_path, script="exit 1\n"))
+        w.installed("1.0.0")
+        finding = self._units_now(w)
+        assert finding.level == "warn" and "unit state unknown" in finding.detail

@@ -16,13 +16,16 @@ def doctor(
 ) -> None:
     """Check the host and say what to do about each finding: systemd's version, the rendered
     units, directory ownership and modes, the lock's filesystem, the state file, the signal and
-    the gate against the state, the assets. Exits 1 when any check fails.
+    the gate against the state, the assets, and what the units say now (a failed agent or
+    recovery unit, a rollback systemd retries, a state dir that cannot be written). Exits 1 when
+    any check fails.
 
     Example: agent-fsm doctor --json
     """
     from ...views.doctor.checks import doctor as run_doctor
 
-    findings = run_doctor(options.of(ctx).node())
+    opts = options.of(ctx)
+    findings = run_doctor(opts.node(), prog=opts.prog())
     failed = any(f.level == "fail" for f in findings)
     if as_json:
         render.print_json([f.to_json() for f in findings])

@@ -14,6 +14,7 @@ from ...node.records import hook_failures
 from ...node.state import validate
 from ...system import proc
 from ...wiring import Node
+from ..status import units as unit_view
 from . import config_modes, modes
 from .finding import Finding, Level
 from .signatures import signatures
@@ -233,10 +234,30 @@ def _journal(node: Node) -> list[Finding]:
                     "the file aside if you want to inspect it: the next rotation drops them")]
 
 
-def doctor(node: Node, *, check_systemd: bool = True) -> list[Finding]:
+def _units_now(node: Node, prog: str) -> list[Finding]:
+    """What the units and the state dir's file system say now, as `status` reads them: a
+    failed unit, a rollback systemd retries, a write that fails, each with what to do."""
+    units = unit_view.read(node)
+    if units.error is not None:
+        return [Finding("units now", "warn", f"unit state unknown: {units.error}")]
+    try:
+        doc = node.store.read()
+    except AgentFsmError:
+        return []  # the state file's own finding says why
+    advice = unit_view.advise(units, node, doc, prog)
+    if advice is None:
+        return [Finding("units now", "ok", "; ".join(
+            f"{u.unit} {u.words()}" for u in (units.agent, units.recovery) if u is not None))]
+    level: Level = "warn" if advice.kind == "recovery_retrying" else "fail"
+    fix = advice.next.summary + "".join(f"; {c}" for c in advice.next.commands)
+    return [Finding("units now", level, advice.situation, fix)]
+
+
+def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -> list[Finding]:
     findings: list[Finding] = []
     if check_systemd:
         findings.append(_systemd_version(node.config.systemctl))
+        findings += _units_now(node, prog)
     findings += _root_config(node)
     findings += _directories(node)
     findings += _consistency(node)
