@@ -2,8 +2,9 @@
 restarted for ever and never rolled back, and a candidate that crashes at start reaches recovery
 after max_attempts starts however often something else reloads systemd.
 
-Written for any systemd the sandbox boots (252 today, 257 on the Debian 13 node): the unit is
-rendered for the systemd that runs it, and nothing here depends on a reload's side effect.
+Each runs on both systemds (`node_sandbox`: the host's 252 and the Debian 13 node's 257): the
+unit is rendered for the systemd that runs it, and nothing here depends on a reload's side
+effect, which is what changed between them.
 """
 
 from __future__ import annotations
@@ -31,24 +32,24 @@ def _systemd_version(sb: SystemdSandbox) -> int:
 
 
 @pytest.fixture
-def reload_storm(systemd_sandbox: SystemdSandbox) -> Iterator[None]:
+def reload_storm(node_sandbox: SystemdSandbox) -> Iterator[None]:
     """Another tenant of the host reloading systemd every 0.5 s (config management, another
     agent crash-looping), as a unit of the sandbox: started here, stopped after the test."""
-    systemd_sandbox.write_unit(STORM_UNIT, "[Unit]\nDescription=daemon-reload every 0.5 s\n"
+    node_sandbox.write_unit(STORM_UNIT, "[Unit]\nDescription=daemon-reload every 0.5 s\n"
                                "DefaultDependencies=no\n\n[Service]\nExecStart=/bin/sh -c "
                                "'while :; do systemctl daemon-reload; echo reloaded; "
                                "sleep 0.5; done'\n")
-    systemd_sandbox.systemctl("start", STORM_UNIT)
+    node_sandbox.systemctl("start", STORM_UNIT)
     yield
-    systemd_sandbox.systemctl("stop", STORM_UNIT, check=False)
+    node_sandbox.systemctl("stop", STORM_UNIT, check=False)
 
 
 def test_a_converged_agent_killed_again_and_again_is_restarted_and_never_rolled_back(
-        systemd_sandbox: SystemdSandbox) -> None:
+        node_sandbox: SystemdSandbox) -> None:
     """A converged agent killed with SIGKILL five times in a row is restarted by systemd each
     time (never left failed, recovery never started, still on its release), its history has
     one crash-loop entry counting the five restarts, and status says it is crash-looping."""
-    lab = Lab(systemd_sandbox, restart=0.2, max_attempts=2)
+    lab = Lab(node_sandbox, restart=0.2, max_attempts=2)
     lab.pack("1.0.0")
     lab.install("1.0.0")
     before = lab.history()
@@ -72,14 +73,15 @@ def test_a_converged_agent_killed_again_and_again_is_restarted_and_never_rolled_
     assert "Unknown key" not in lab.sb.journal(), _why(lab)
     if _systemd_version(lab.sb) >= 254:
         assert lab.sb.show(UNIT, "RestartSteps") == "6"
+        assert lab.sb.show(UNIT, "RestartMode") == "direct"  # so OnFailure= waits for good
 
 
 def test_a_crashing_candidate_reaches_recovery_after_max_attempts_during_a_reload_storm(
-        systemd_sandbox: SystemdSandbox, reload_storm: None) -> None:
+        node_sandbox: SystemdSandbox, reload_storm: None) -> None:
     """While systemd is reloaded every 0.5 s, a candidate that crashes at start (before its own
     daemon counts anything) runs exactly max_attempts times, then the last-good's start check
     starts recovery and the node rolls back to the last-good."""
-    lab = Lab(systemd_sandbox, restart=0.2, max_attempts=3)
+    lab = Lab(node_sandbox, restart=0.2, max_attempts=3)
     lab.pack("1.0.0")
     lab.install("1.0.0")
     lab.pack("3.0.0", "crash")

@@ -126,10 +126,6 @@ class TestRollback:
 
 
 class TestResilience:
-    @pytest.mark.xfail_systemd257(reason=(
-        "issue 23, start limits as a declared policy (and item 4): systemd >= 255 starts "
-        "OnFailure= on every automatic restart, so the first SIGKILL starts recovery and rolls "
-        "back a good candidate instead of judging it again (wt-startlimits: RestartMode=direct)"))
     def test_sigkill_mid_judgment_converges(self, node_sandbox: SystemdSandbox) -> None:
         """The candidate's daemon killed with SIGKILL in the middle of its judgment is restarted
         by systemd, judges again (attempt 2) and the node converges on the candidate."""

@@ -297,13 +297,13 @@ def test_daemon_reload_refused_after_good_judgment_still_opens_gate(
 
 # 7. A publisher that never answers ---------------------------------------------------------
 def test_hanging_publisher_never_rolls_back_a_good_upgrade(
-        systemd_sandbox: SystemdSandbox) -> None:
+        node_sandbox: SystemdSandbox) -> None:
     """A publisher that does not answer for longer than the unit's start timeout (twice over)
     never turns a good upgrade into a rollback: once it answers again the node converges on the
     candidate, `upgrade --wait` exits 0 and the ok result is delivered."""
     # TimeoutStartSec = deadline + soak + 10 = 12 s; a short stop timeout (a lab drop-in) lets
-    # systemd's kill of a timed-out start, and the start limit after it, happen within the test.
-    lab = _installed(systemd_sandbox, faults=True, deadline=2, soak=0)
+    # systemd's kill of a timed-out start, and the restart after it, happen within the test.
+    lab = _installed(node_sandbox, faults=True, deadline=2, soak=0)
     lab.dropin(UNIT, "lab-short-stop", "[Service]\nTimeoutStopSec=2\n")
     lab.pack("2.0.0")
     lab.fault("publish-hangs")
