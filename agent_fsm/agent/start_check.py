@@ -13,6 +13,10 @@ host reloads systemd (252), and a converged agent that crashes twice is left fai
   refused (exit 1): the candidate's code does not run again. systemd restarts the unit as it
   does after any failure, each refused start asks for recovery again (so a recovery unit that
   could not start is retried), and once `recover` has selected the last-good the start goes on;
+- when the state dir cannot be written (full, read-only: `DiskError`), the start cannot be
+  counted and the candidate could not record a verdict either: the check starts the recovery
+  unit and refuses the start, as at the bound, so the way back is tried (and retried by the
+  recovery unit's own `Restart=`) while the fault lasts, not the candidate uncounted;
 - otherwise (no upgrade pending, or the last-good selected: the way back) it does nothing.
 
 Whatever fails here unexpectedly lets the start go on: a start check that cannot count must
@@ -24,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..errors import AgentFsmError
+from ..errors import AgentFsmError, DiskError
 from ..node.runtime import signal
 from ..system.systemd import Systemctl, Systemd
 from ..wiring import Node, Reader
@@ -46,12 +50,18 @@ def start_check(node: Node | Reader, systemd: Systemd | None = None) -> int:
     selected = node.releases.selected()
     if selected is None or selected == node.releases.last_good() or selected != sig.to_version:
         return ALLOW  # the way back (the last-good starts), or nothing to count yet
-    with node.store.locked():
-        sig = node.signal()  # again, under the writers' lock: `recover` may have moved on
-        if sig is None or node.releases.selected() != sig.to_version:
-            return ALLOW
-        sig = sig._replace(starts=sig.starts + 1)
-        signal.write(node.paths.signal_file, sig)
+    candidate = sig.to_version
+    try:
+        with node.store.locked():
+            sig = node.signal()  # again, under the writers' lock: `recover` may have moved on
+            if sig is None or node.releases.selected() != sig.to_version:
+                return ALLOW
+            sig = sig._replace(starts=sig.starts + 1)
+            signal.write(node.paths.signal_file, sig)
+    except DiskError as exc:
+        log.error("could not count this start of candidate %s (%s): starting %s and refusing "
+                  "this start", candidate, exc, node.paths.recovery_unit_name)
+        return _refuse(node, systemd)
     most = node.config.judgment.max_attempts
     if sig.starts <= most:
         log.info("start %d of candidate %s (of %d allowed)", sig.starts, sig.to_version, most)
@@ -59,6 +69,11 @@ def start_check(node: Node | Reader, systemd: Systemd | None = None) -> int:
     log.error("candidate %s started %d times, more than max_attempts (%d): starting %s and "
               "refusing this start", sig.to_version, sig.starts, most,
               node.paths.recovery_unit_name)
+    return _refuse(node, systemd)
+
+
+def _refuse(node: Node | Reader, systemd: Systemd | None) -> int:
+    """Start the recovery unit (the way back) and REFUSE this start."""
     try:
         (systemd or Systemctl(node.config.systemctl)).start(node.paths.recovery_unit_name)
     except AgentFsmError as exc:  # refused all the same: the next restart asks again

@@ -180,6 +180,26 @@ class TestStartCheck:
         assert start_check(world.node, world.systemd) == REFUSE
 
 
+    def test_a_start_that_cannot_be_counted_asks_for_recovery_and_is_refused(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A full state dir at a candidate's start (the signal cannot be written) starts the
+        recovery unit and refuses the start, so the way back is tried while the disk is full;
+        the signal is left as it was."""
+        import errno
+
+        from tests.reliability.test_hostile import FailingDisk
+
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        before = world.paths.signal_file.read_bytes()
+        calls = len(world.systemd.calls)
+        FailingDisk(monkeypatch, "write", 1, errno.ENOSPC)
+        assert start_check(world.node, world.systemd) == REFUSE
+        monkeypatch.undo()
+        assert world.systemd.calls[calls:] == [("start", "agent-recovery.service")]
+        assert world.paths.signal_file.read_bytes() == before
+
     def test_the_rollback_says_the_starts_were_used_up(self, world: World,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
         """The recovery unit's rollback after the start check refused a start records why:
