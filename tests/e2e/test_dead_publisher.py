@@ -103,6 +103,10 @@ def test_status_names_both_failed_units(systemd_sandbox: SystemdSandbox) -> None
     lab.pack("1.0.0")
     lab.install("1.0.0")
     lab.pack("2.0.0", "crash")
+    # Both can be failed only with a start limit on the agent unit, as a held unit of a release
+    # from before the start check has (this one's restarts the agent for ever).
+    lab.dropin(UNIT, "older-start-limit", "[Unit]\nStartLimitIntervalSec=300\n"
+               "StartLimitBurst=2\n")
     lab.dropin(RECOVERY_UNIT, "test-broken", "[Service]\nExecStart=\nExecStart=/bin/sh -c "
                "'echo recovery broken by the test >&2; exit 1'\nRestart=no\n")
     lab.cli("upgrade", "--to", "2.0.0")
