@@ -34,6 +34,10 @@ def release_pack(
         "--image", metavar="REF", show_default=False,
         help="Build a release image with podman: NAME or containers-storage:NAME (tagged in "
              "podman's store), or oci-archive:FILE / docker-archive:FILE (written there).")] = None,
+    target: Annotated[list[str] | None, typer.Option(
+        "--target", metavar="cpXY-MACHINE", show_default=False,
+        help="A node interpreter the release must run on (repeatable), e.g. cp313-aarch64; "
+             "default: CPython 3.11 to 3.14 on x86_64 and aarch64 (docs/releases.md).")] = None,
 ) -> None:
     """Make a release directory from this agent-fsm: release.toml, python.toml (what it needs
     of the node's python), bin/agent-fsm, lib/, assets/, and with --sign-key, release.sig.
@@ -56,9 +60,13 @@ def release_pack(
         return
     if output is None:
         raise typer.BadParameter("give --output DIR, --image REF, or both", param_hint="--output")
-    path = pack(version, output, argv, sign_key)
+    from ...actions.releases import abi
+
+    path = pack(version, output, argv, sign_key, tuple(target) if target else abi.FLEET)
     signed = f", signed with {sign_key}" if sign_key is not None else ""
-    out.print(f"packed release {version} in {path}{signed}", markup=False)
+    need = abi.read(path) or abi.Needs()
+    out.print(f"packed release {version} in {path}{signed}; it covers "
+              f"{abi.covers(need.targets, need.requires_python)}", markup=False)
 
 
 @app.command("add", epilog=EXIT_CODES)
