@@ -4,6 +4,7 @@ line (no traceback); a broken `python` in the live config falls back to the last
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -182,3 +183,37 @@ class TestKeptPython:
         proc = run(release, Path("/nonexistent/python3"), tmp_path)
         assert proc.returncode == 1 and proc.stderr.count("\n") == 1
         assert "/nonexistent/python3 (the config's `python`) is not executable" in proc.stderr
+
+
+class TestCli:
+    def test_pack_says_what_it_covers_and_list_shows_it(self, tmp_path: Path) -> None:
+        """`release pack --target …` prints what the release covers; once added, `release list`
+        shows it under the release and as `covers` in --json."""
+        root, cfg = tmp_path / "root", tmp_path / "config.toml"
+        (root / "usr" / "bin").mkdir(parents=True)
+        (root / "usr" / "bin" / "python3").symlink_to(HOST_PYTHON)  # the node's python
+        cfg.write_text('name = "agent"\n[judgment]\ndeadline_seconds = 60\n')
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
+                                   "--root", str(root), *args], capture_output=True, text=True,
+                                  check=False, timeout=120, env={**os.environ, "COLUMNS": "300"})
+
+        packed = cli("release", "pack", "--version", "6.1.0", "--output", str(tmp_path / "rel"),
+                     "--target", "cp313-aarch64", "--target", "cp314-x86_64")
+        assert packed.returncode == 0, packed.stderr
+        assert packed.stdout.strip().endswith(
+            "it covers CPython 3.11+ on any platform (pure Python)")
+        added = cli("release", "add", str(tmp_path / "rel"))
+        assert added.returncode == 0, added.stderr
+        listed = cli("release", "list").stdout.splitlines()
+        assert listed[1] == "  covers CPython 3.11+ on any platform (pure Python)", listed
+        assert json.loads(cli("release", "list", "--json").stdout)[0]["covers"] == ["any"]
+
+    def test_pack_for_a_target_that_is_none_is_one_line(self, tmp_path: Path) -> None:
+        """`release pack --target 3.13`: exit 1, one line naming the value and the form."""
+        proc = subprocess.run([sys.executable, "-m", "agent_fsm", "release", "pack", "--version",
+                               "6.1.0", "--output", str(tmp_path / "rel"), "--target", "3.13"],
+                              capture_output=True, text=True, check=False, timeout=120)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "'3.13' is not a target" in proc.stderr and not (tmp_path / "rel").exists()
