@@ -53,26 +53,22 @@ class TestRecorded:
     def test_compiled_extensions_record_the_packing_interpreters_abi(self,
                                                                      tmp_path: Path) -> None:
         """A release that vendors a compiled extension records Python 3.11, the packing
-        interpreter's ABI, that extension, and the one target it covers."""
+        interpreter's ABI and that extension."""
         need = tomllib.loads((with_extension(tmp_path) / "python.toml").read_text())
         assert need["requires_python"] == "3.11"
         assert need["cache_tag"] == TAG and need["platform"] == sysconfig.get_platform()
         assert need["extension_suffixes"] == [EXT_SUFFIX]
         assert need["extensions"] == [f"fast/_speedups{EXT_SUFFIX}"]
-        assert need["targets"] == [f"cp{TAG.removeprefix('cpython-')}-"
-                                   f"{sysconfig.get_platform().rpartition('-')[2]}"]
 
     def test_no_compiled_extension_records_only_the_python_version(self, tmp_path: Path) -> None:
-        """A release of pure Python records only the oldest Python it runs on and that it covers
-        any platform; a shared library that is no extension module of this Python (libfoo.so.1)
-        is not counted."""
+        """A release of pure Python records only the oldest Python it runs on; a shared library
+        that is no extension module of this Python (libfoo.so.1) is not counted."""
         release = make_release(tmp_path)
         (release / "lib" / "pure").mkdir(parents=True)
         (release / "lib" / "pure" / "__init__.py").write_text("")
         (release / "lib" / "pure" / "libfoo.so.1").write_bytes(b"\x7fELF")
         abi.record(release)
-        assert tomllib.loads((release / "python.toml").read_text()) == {
-            "requires_python": "3.11", "targets": ["any"]}
+        assert tomllib.loads((release / "python.toml").read_text()) == {"requires_python": "3.11"}
 
 
 class TestAdd:

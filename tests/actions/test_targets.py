@@ -69,11 +69,20 @@ def run(release: Path, python: Path, tmp_path: Path, *args: str) -> subprocess.C
 class TestPack:
     def test_a_pure_release_covers_every_cpython_of_the_fleet(self, packed: Path) -> None:
         """With agent-fsm's own dependencies, a release holds no compiled code and covers any
-        CPython 3.11+ on any platform: python.toml says so, with no extension listed."""
-        need = tomllib.loads((packed / "python.toml").read_text())
-        assert need == {"requires_python": "3.11", "targets": ["any"]}
+        CPython 3.11+ on any platform: its python.toml lists no extension."""
+        assert tomllib.loads((packed / "python.toml").read_text()) == {"requires_python": "3.11"}
+        need = abi.read(packed)
+        assert need is not None and need.targets == (abi.ANY,)
         assert not list((packed / "lib").rglob("*.so"))
         assert not (packed / "lib" / "pydantic_core").exists()
+
+    def test_python_toml_holds_only_keys_an_older_agent_fsm_reads(self, packed: Path,
+                                                                   tmp_path: Path) -> None:
+        """An agent-fsm from before targets (which refuses unknown keys) can add what this one
+        packs, pure or compiled: python.toml holds only the keys it knew."""
+        known = {"requires_python", "cache_tag", "platform", "extension_suffixes", "extensions"}
+        for release in (packed, with_extension(tmp_path)):
+            assert set(tomllib.loads((release / "python.toml").read_text())) <= known
 
     def test_compiled_extensions_cannot_be_packed_for_the_fleet(self, tmp_path: Path) -> None:
         """A lib/ with an extension built for this interpreter cannot cover the fleet: one

@@ -18,10 +18,13 @@ interpreter is older, cannot load one of those suffixes (`importlib.machinery.EX
 or is built for another platform. A release without `python.toml` (made by hand, or packed
 before it existed) is not checked.
 
-The *targets* a release covers (`targets` in `python.toml`, shown by `release pack`): `["any"]`
-for a release of pure Python (agent-fsm pins typer below 0.29, the first that needs pydantic,
-whose pydantic_core is compiled), which runs on every CPython from `requires_python` on every
-platform; else the one target it was packed on, `cp<major><minor>-<machine>` (`cp311-x86_64`).
+The *targets* a release covers (`Needs.targets`, shown by `release pack` and `release list`)
+follow from those keys: `("any",)` for a release of pure Python (no `extensions`; agent-fsm pins
+typer below 0.29, the first that needs pydantic, whose pydantic_core is compiled), which runs
+on every CPython from `requires_python` on every platform; else the one target it was packed
+on, `cp<major><minor>-<machine>` (`cp311-x86_64`). They are not written as a key of their own:
+an older agent-fsm refuses a `python.toml` with a key it does not know (a `targets` key written
+by a later one is accepted and ignored).
 `release pack` is asked for the fleet's targets (`FLEET`, or `--target`) and fails when the
 release does not cover them; the launcher refuses, in one line, an interpreter outside them.
 """
@@ -138,8 +141,9 @@ def record(release: Path, asked: tuple[str, ...] = ()) -> Needs:
     does not cover every target `asked`."""
     need = needs(release / "lib")
     uncovered(need, asked)
-    lines = [f'requires_python = "{".".join(map(str, need.requires_python))}"',
-             f"targets = {json.dumps(list(need.targets))}"]
+    # No `targets` key: they follow from the keys below, and an agent-fsm older than them
+    # refuses a python.toml with a key it does not know (it may be the one adding this release).
+    lines = [f'requires_python = "{".".join(map(str, need.requires_python))}"']
     if need.extensions:
         lines += [f"cache_tag = {json.dumps(need.cache_tag)}",
                   f"platform = {json.dumps(need.platform)}",
