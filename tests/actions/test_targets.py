@@ -193,6 +193,19 @@ class TestKeptPython:
         assert proc.returncode == 1 and proc.stderr.count("\n") == 1
         assert "/nonexistent/python3 (the config's `python`) is not executable" in proc.stderr
 
+    @pytest.mark.parametrize("mode", [0o664, 0o646])
+    def test_a_kept_file_others_can_write_is_not_trusted(self, packed: Path, tmp_path: Path,
+                                                         mode: int) -> None:
+        """Kept settings writable by group or others never choose the interpreter."""
+        release = self._stored(packed, tmp_path)
+        kept = tmp_path / "state" / "last-good-assets.json"
+        KIND.write(kept, {"version": "5.0.0", "rendered_for": {},
+                          "settings": {"name": "agent", "python": str(HOST_PYTHON)},
+                          "assets": {}})
+        kept.chmod(mode)
+        proc = run(release, Path("/nonexistent/python3"), tmp_path)
+        assert proc.returncode == 1 and "is not executable" in proc.stderr, proc.stderr
+
 
 class TestCli:
     def test_pack_says_what_it_covers_and_list_shows_it(self, tmp_path: Path) -> None:

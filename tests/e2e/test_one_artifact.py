@@ -72,3 +72,30 @@ def test_a_release_packed_here_runs_its_whole_life_on_a_debian13_node(
     assert status["selected"] == "2.0.0" and status["state"] == "converged"
     history = debian13.run(str(launcher), "--config", str(lab.config), "history").stdout
     assert "begin_upgrade" in history and "3.0.0" in history
+
+
+def test_a_wrong_python_in_the_config_does_not_stop_the_way_back(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """The config's `python` made wrong (not there) while a candidate is judged: the last-good's
+    launcher runs the python kept with its settings, so recovery and its daemon bring the node
+    back on the last-good, and the journal says which python ran."""
+    lab = Lab(systemd_sandbox, deadline=1, soak=0, max_attempts=1)
+    lab.pack("1.0.0")
+    lab.install("1.0.0")
+    lab.pack("2.0.0", "silent")
+    lab.cli("upgrade", "--to", "2.0.0", timeout=30)
+    good = lab.config.read_text()
+    assert f'python = "{NODE_PYTHON}"\n' in good
+    lab.config.write_text(good.replace(f'python = "{NODE_PYTHON}"\n',
+                                       'python = "/nonexistent/python3"\n'))
+    end = lab.settled(timeout=60)
+    assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None), \
+        _why(lab)
+    assert end["last_result"]["outcome"] == "rolled_back"
+    kept = f"running {NODE_PYTHON}, the `python` kept with the last-good's settings"
+    assert kept in lab.sb.journal(RECOVERY_UNIT), _why(lab)
+    lab.config.write_text(good)
+
+
+def _why(lab: Lab) -> str:
+    return lab.sb.diagnostics(UNIT, RECOVERY_UNIT)

@@ -136,9 +136,15 @@ python=$({read_python} "$config" 2>/dev/null)
 python=${{python:-{default}}}
 if [ ! -x "$python" ]; then
     # A wrong `python` in the live config must not stop the way back: the one kept with the
-    # last-good's settings, when this release is in a store.
-    kept=$(dirname "$(dirname "$(dirname "$here")")")/last-good-assets.json
-    good=$({kept_python} "$kept" 2>/dev/null)
+    # last-good's settings, when this release is in a store and the file is the caller's own,
+    # writable by no one else.
+    releases=$(dirname "$(dirname "$here")")
+    kept=$(dirname "$releases")/last-good-assets.json
+    good=
+    if [ "${{releases##*/}}" = releases ] && [ -n "$(find "$kept" -prune -type f -user "$(id -u)" \
+            ! -perm -020 ! -perm -002 2>/dev/null)" ]; then
+        good=$({kept_python} "$kept" 2>/dev/null)
+    fi
     if [ -z "$good" ] || [ ! -x "$good" ]; then
         echo "agent-fsm: the interpreter $python (the config's \\`python\\`) is not executable" >&2
         exit 1
