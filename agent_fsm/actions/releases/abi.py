@@ -49,7 +49,7 @@ _KEYS = {"requires_python", "cache_tag", "platform", "extension_suffixes", "exte
          "targets"}
 ANY = "any"
 # The fleet a release is packed for unless told otherwise: CPython 3.11 to 3.14 on glibc Linux
-# (docs/releases.md, the support matrix).
+# (docs/operations.md, the support matrix).
 FLEET = tuple(f"cp3{minor}-{machine}" for minor in (11, 12, 13, 14)
               for machine in ("x86_64", "aarch64"))
 _TARGET = re.compile(r"cp3[0-9]{1,2}-[a-z0-9_]+")
@@ -88,7 +88,7 @@ def serves(targets: tuple[str, ...], target: str) -> bool:
 
 
 def covers(targets: tuple[str, ...], requires: tuple[int, ...] = REQUIRES_PYTHON) -> str:
-    """`targets` for a person: what `release pack`, `list` and `status` show."""
+    """`targets` for a person, as `release pack` and `release list` show them."""
     if ANY in targets:
         return f"CPython {'.'.join(map(str, requires))}+ on any platform (pure Python)"
     return ", ".join(targets) + " only"

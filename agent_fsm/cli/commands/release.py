@@ -37,7 +37,7 @@ def release_pack(
     target: Annotated[list[str] | None, typer.Option(
         "--target", metavar="cpXY-MACHINE", show_default=False,
         help="A node interpreter the release must run on (repeatable), e.g. cp313-aarch64; "
-             "default: CPython 3.11 to 3.14 on x86_64 and aarch64 (docs/releases.md).")] = None,
+             "default: CPython 3.11 to 3.14 on x86_64 and aarch64 (docs/operations.md).")] = None,
 ) -> None:
     """Make a release directory from this agent-fsm: release.toml, python.toml (what it needs
     of the node's python), bin/agent-fsm, lib/, assets/, and with --sign-key, release.sig.
