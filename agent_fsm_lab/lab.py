@@ -40,9 +40,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import agent_fsm
-from agent_fsm.actions.releases import packing
+from agent_fsm.actions.releases import packing, vendoring
 
-from . import rootfs
 from .sandbox import SystemdSandbox, python_paths, under_private_tmp
 
 Kind = Literal["good", "unhealthy", "crash", "silent", "racing"]
@@ -60,15 +59,9 @@ BROKEN_ASSETS = {
 
 
 # The interpreter the units run releases with (the config's `python`): the node's own, never
-# this harness's venv; Debian's python3 (3.11 on the host, the ABI the packing venv vendors;
-# 3.13 on a Debian 13 node, whose releases the lab packs with that interpreter).
+# this harness's venv; Debian's python3 (3.11 on the host; 3.13 on a Debian 13 node, which runs
+# the releases packed here as any node of the fleet does: they are pure Python).
 NODE_PYTHON = "/usr/bin/python3"
-
-# Packs a release inside a node booted from a root file system of its own, with its python3:
-# argv is VERSION OUTPUT WORKLOAD...
-_PACK_INSIDE = ("import sys\nfrom pathlib import Path\n"
-                "from agent_fsm.actions.releases import packing\n"
-                "packing.pack(sys.argv[1], Path(sys.argv[2]), tuple(sys.argv[3:]))\n")
 
 # The PATH systemd gives services (and `SystemdSandbox.run` gives commands).
 SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -145,14 +138,15 @@ class Lab:
         # Every `cli` call gets these; the CLI inside runs the agent_fsm this harness packs from
         # (the same one as the .venv's editable install, unless run from another checkout),
         # with `self.python`: this harness's interpreter on the host's systemd; on a node booted
-        # from its own tree (`rootfs`), the node's python3, which finds agent-fsm's dependencies
-        # for its ABI in the node's packing site (`rootfs.node_site`, bound read-only inside).
+        # from its own tree (`rootfs`), the node's python3, with agent-fsm's dependencies as a
+        # release vendors them (`vendoring.vendor`, from this harness's environment) in `deps`.
         package_root = Path(agent_fsm.__file__).resolve().parents[1]
         pythonpath = [str(package_root)]
         self.python = sys.executable
         if sandbox.rootfs is not None:
             self.python = NODE_PYTHON
-            pythonpath.append(str(rootfs.site_dir(sandbox.rootfs)))
+            vendoring.vendor(self.dir / "deps")
+            pythonpath.append(str(self.dir / "deps"))
         self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": ":".join(pythonpath)}
         extra = dict(config_extra or {})
         python = str(extra.pop("python", NODE_PYTHON))
@@ -251,12 +245,7 @@ class Lab:
             if kind in ("unhealthy", "racing"):
                 workload = ("/bin/sh", "-c", "exec sleep infinity")
         path = self.packs / version
-        if self.sb.rootfs is None:
-            packing.pack(version, path, workload)
-        else:  # packed by the node's own python3, for its ABI (issue 25: one artifact for all)
-            self.packs.mkdir(exist_ok=True)
-            self.sb.run(self.python, "-c", _PACK_INSIDE, version, str(path), *workload,
-                        env=self.env, timeout=120)
+        packing.pack(version, path, workload)  # here, for every node: one artifact for all
         if kind != "good":
             for name, text in BROKEN_ASSETS.items():
                 (path / "assets" / name).write_text(text)

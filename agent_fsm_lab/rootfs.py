@@ -13,13 +13,8 @@ and renamed into place, under a lock, so parallel test workers and two checkouts
 A missing tree, or a changed recipe (a new name), is built again; older trees are left for the
 operator (``rm -r /var/cache/agent-fsm-tests`` frees them all).
 
-Releases packed by the harness run on the node's own Python (`node_site`): agent-fsm's runtime
-dependencies vendored from the harness's environment include one compiled extension
-(pydantic_core, built for the harness's CPython).  Until a release carries them for every ABI
-(issue 25), the lab packs the node's releases with the node's interpreter from `node_site`: the
-same distributions at the same versions as the harness's environment, installed for the node's
-CPython from the package registry by pip, into the cache too.
-
+Releases packed by the harness, on this machine's Python, run on the node's own Python 3.13 as
+on any node of the fleet: they are pure Python (docs/operations.md, the support matrix).
 Nothing is installed in the node but Debian's own packages; the node's releases vendor their
 dependencies as every release does.
 """
@@ -31,7 +26,6 @@ import fcntl
 import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import socket
@@ -135,15 +129,14 @@ def missing_requirements(cache: Path = CACHE_DIR) -> list[str]:
     """What this machine lacks to build (or use the cached) node, one item each; empty: none.
 
     A cached tree needs nothing more; building one needs `debootstrap`, a mirror and the
-    network; the node's packing site (`node_site`) needs the network once too.
+    network.
     """
     missing: list[str] = []
     built = (rootfs_dir(cache) / STAMP).is_file()
-    site_built = built and (site_dir(rootfs_dir(cache), cache) / STAMP).is_file()
     if not built and shutil.which("debootstrap", path=_PATH) is None:
         missing.append("the `debootstrap` program (apt-get install debootstrap; "
                        "`make system-packages` does it)")
-    if not site_built:
+    if not built:
         try:
             why = _reachable(mirror())
         except RootfsError as exc:
@@ -178,10 +171,9 @@ def _locked(path: Path, wait: float = LOCK_WAIT) -> Iterator[None]:
         os.close(fd)
 
 
-def _run(argv: list[str], timeout: float, what: str, inherit_env: bool = False) -> str:
-    """Run `argv`, its output captured (a small fixed environment unless `inherit_env`: pip
-    keeps the machine's own settings, its index and certificates)."""
-    env = dict(os.environ) if inherit_env else {"PATH": _PATH, "LANG": "C.UTF-8"}
+def _run(argv: list[str], timeout: float, what: str) -> str:
+    """Run `argv`, its output captured, in a small fixed environment."""
+    env = {"PATH": _PATH, "LANG": "C.UTF-8"}
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
                               check=False)
@@ -272,49 +264,6 @@ def _read(final: Path) -> Node:
                           "the tests again to rebuild it") from None
 
 
-# The node's packing site -------------------------------------------------------------------
-def _pins() -> list[str]:
-    """The distributions a release vendors, as the harness's environment has them."""
-    from agent_fsm.actions.releases.vendoring import distributions
-
-    return sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions())
-
-
-def site_dir(rootfs: Path, cache: Path = CACHE_DIR) -> Path:
-    """Where `node_site` puts the node's packing site for the tree `rootfs`."""
-    python = ".".join(str(v) for v in PYTHON_VERSION)
-    key = json.dumps({"pins": _pins(), "python": python, "machine": platform.machine(),
-                      "rootfs": rootfs.name})
-    return cache / f"site-cp{python.replace('.', '')}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-
-
-def node_site(node: Node, cache: Path = CACHE_DIR) -> Path:
-    """A directory of agent-fsm's runtime dependencies for the node's CPython (the versions
-    of the harness's environment), for the lab to pack the node's releases from; built once."""
-    final = site_dir(node.rootfs, cache)
-    if (final / STAMP).is_file():
-        return final
-    with _locked(cache / f"{final.name}.lock"):
-        if (final / STAMP).is_file():
-            return final
-        _sweep(final)
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.building")
-        python = ".".join(node.python.split(".")[:2])
-        pins = _pins()
-        try:
-            _run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                  "--no-compile", "--no-deps", "--only-binary", ":all:", "--python-version",
-                  python, "--target", str(tmp), *pins],
-                 600, f"installing agent-fsm's dependencies for the node's Python {python}",
-                 inherit_env=True)
-            (tmp / STAMP).write_text(json.dumps({"python": python, "pins": pins}) + "\n")
-            os.replace(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    return final
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m agent_fsm_lab.rootfs [--if-possible]`: build (or find) the node and say where
     it is; with `--if-possible`, a machine that cannot build it (no debootstrap, no network, not
@@ -334,12 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         node = ensure_rootfs()
-        site = node_site(node)
     except RootfsError as exc:
         print(f"agent_fsm_lab.rootfs: {exc}", file=sys.stderr)
         return 1
     print(f"{node.rootfs}: {node.systemd}, Python {node.python} (built in {node.seconds:.0f}s)")
-    print(f"{site}: agent-fsm's dependencies for the node's Python")
     print(f"ready in {time.monotonic() - started:.1f}s")
     return 0
 
@@ -349,11 +296,11 @@ if __name__ == "__main__":
 
 
 def sandbox(node: Node, base_dir: Path | None = None) -> SystemdSandbox:
-    """A sandbox (not booted) of the node: its tree, with the agent_fsm checkout the lab packs
-    from and the node's packing site visible (read-only) at the same paths inside."""
+    """A sandbox (not booted) of the node: its tree, with the agent_fsm checkout the lab runs
+    the CLI from visible (read-only) at the same path inside."""
     import agent_fsm
 
-    keep = [Path(agent_fsm.__file__).resolve().parents[1], site_dir(node.rootfs)]
+    keep = [Path(agent_fsm.__file__).resolve().parents[1]]
     if base_dir is None:
         return SystemdSandbox(keep=keep, rootfs=node.rootfs)
     return SystemdSandbox(base_dir, keep=keep, rootfs=node.rootfs)

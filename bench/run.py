@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_fsm import files
-from agent_fsm.actions.releases import packing
+from agent_fsm.actions.releases import abi, packing
 from agent_fsm.machine.engine import Controller
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.config import Config
@@ -116,7 +116,7 @@ UPGRADE_CYCLE = (
     ("complete", "judged_ok", "converged"),
 )
 
-GROUPS = ("durable", "status", "upgrades", "idle")  # upgrades includes daemon_start_to_ready
+GROUPS = ("durable", "status", "releases", "upgrades", "idle")  # upgrades: daemon_start_to_ready
 RESTART = "`systemctl restart agent.service` of a good release until READY=1"
 # name: (group, what the value is, what the floor is, unit, target ratio)
 SPECS: dict[str, tuple[str, str, str, str, float]] = {
@@ -130,6 +130,9 @@ SPECS: dict[str, tuple[str, str, str, str, float]] = {
     "status_json_long_history": (
         "status", "`status --json` with 10,000 entries of history (history_limit = 10000)",
         "`status --json` with 10 entries, same config", "ms", 1.2),
+    "release_pack": (
+        "releases", "`release pack` of this agent-fsm (copy, vendor, byte-compile the fast path, "
+        "python.toml)", "`cp -a` of the packed release's tree", "s", 3.0),
     "good_upgrade": (
         "upgrades", "`upgrade --wait` to a good candidate until READY=1, minus the soak",
         RESTART, "s", 1.8),
@@ -488,6 +491,29 @@ def status_figures(workdir: Path, repeat: int) -> list[Figure]:
     return [status, long]
 
 
+# Release figures ---------------------------------------------------------------------------------
+def release_figures(workdir: Path, repeat: int) -> list[Figure]:
+    """`release pack` against a plain copy of the tree it makes."""
+    packs, copies = [], []
+    base = workdir / "packs"
+    base.mkdir(parents=True, exist_ok=True)
+    for i in range(repeat):
+        out = base / f"pack-{i}"
+        t0 = time.perf_counter()
+        packing.pack("1.0.0", out)
+        packs.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        subprocess.run(["cp", "-a", str(out), str(base / f"copy-{i}")], check=True)
+        copies.append(time.perf_counter() - t0)
+    tree = base / "pack-0"
+    found = [f for f in tree.rglob("*") if f.is_file()]
+    need = abi.read(tree)
+    return [figure("release_pack", packs, copies, {
+        "bytes": sum(f.stat().st_size for f in found), "files": len(found),
+        "covers": abi.covers(need.targets) if need else "unchecked",
+        "python": sys.version.split()[0]})]
+
+
 # Systemd figures ---------------------------------------------------------------------------------
 @contextlib.contextmanager
 def lab_node(settings: dict[str, float]) -> Iterator[Lab]:
@@ -665,6 +691,7 @@ def run(groups: list[str], repeat: int, workdir: Path) -> list[Figure]:
     steps: dict[str, Callable[[], list[Figure]]] = {
         "durable": lambda: [durable_transition(workdir, repeat)],
         "status": lambda: status_figures(workdir, repeat),
+        "releases": lambda: release_figures(workdir, repeat),
         "upgrades": lambda: upgrade_figures(repeat),
         "idle": idle_figures,
     }

@@ -59,12 +59,11 @@ def can_boot_sandbox() -> None:
 
 @pytest.fixture(scope="session")
 def debian13_node() -> rootfs.Node:
-    """The Debian 13 node's tree and packing site, built into the cache if missing (~70 s)."""
+    """The Debian 13 node's tree, built into the cache if missing (~70 s)."""
     require_sandbox(*rootfs.missing_requirements(),
                     what="the Debian 13 node (systemd 257, Python 3.13) needs")
     try:
         node = rootfs.ensure_rootfs()
-        rootfs.node_site(node)
     except rootfs.RootfsError as exc:  # a build that fails is a failure, never a skip
         pytest.fail(f"could not build the Debian 13 node: {exc}", pytrace=False)
     return node

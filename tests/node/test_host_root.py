@@ -120,8 +120,9 @@ class TestSystemctlKey:
         world = make_world(tmp_path / "root", Config(name="agent", systemctl=(str(stub), "-q")))
         found = {f.check: f for f in doctor(world.node)}
         assert (found["systemd"].level, found["systemd"].detail) == ("ok", "systemd 252")
-        calls = log.read_text().splitlines()  # the version, then the units (`units now`)
-        assert "-q --version" in calls and all(c.startswith("-q ") for c in calls), calls
+        calls = log.read_text().splitlines()
+        assert calls[0] == "-q --version"  # then the units' state, through the same prefix
+        assert all(c.startswith("-q ") for c in calls), calls
         missing = make_world(tmp_path / "other", Config(name="agent", systemctl=("no-such-ctl",)))
         found = {f.check: f for f in doctor(missing.node)}
         assert found["systemd"].level == "fail" and "no-such-ctl" in found["systemd"].detail

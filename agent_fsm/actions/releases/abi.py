@@ -17,11 +17,22 @@ those extensions:
 interpreter is older, cannot load one of those suffixes (`importlib.machinery.EXTENSION_SUFFIXES`),
 or is built for another platform. A release without `python.toml` (made by hand, or packed
 before it existed) is not checked.
+
+The *targets* a release covers (`Needs.targets`, shown by `release pack` and `release list`)
+follow from those keys: `("any",)` for a release of pure Python (no `extensions`; agent-fsm pins
+typer below 0.29, the first that needs pydantic, whose pydantic_core is compiled), which runs
+on every CPython from `requires_python` on every platform; else the one target it was packed
+on, `cp<major><minor>-<machine>` (`cp311-x86_64`). They are not written as a key of their own:
+an older agent-fsm refuses a `python.toml` with a key it does not know (a `targets` key written
+by a later one is accepted and ignored).
+`release pack` is asked for the fleet's targets (`FLEET`, or `--target`) and fails when the
+release does not cover them; the launcher refuses, in one line, an interpreter outside them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +45,14 @@ FILE = "python.toml"
 REQUIRES_PYTHON = (3, 11)  # as the launcher's own check (`vendoring._BOOT`)
 MAX_BYTES = 64 << 10
 MAX_LISTED = 3  # extensions named in a refusal
-_KEYS = {"requires_python", "cache_tag", "platform", "extension_suffixes", "extensions"}
+_KEYS = {"requires_python", "cache_tag", "platform", "extension_suffixes", "extensions",
+         "targets"}
+ANY = "any"
+# The fleet a release is packed for unless told otherwise: CPython 3.11 to 3.14 on glibc Linux
+# (docs/operations.md, the support matrix).
+FLEET = tuple(f"cp3{minor}-{machine}" for minor in (11, 12, 13, 14)
+              for machine in ("x86_64", "aarch64"))
+_TARGET = re.compile(r"cp3[0-9]{1,2}-[a-z0-9_]+")
 _AFTER = "nothing was stored"
 
 
@@ -48,6 +66,41 @@ class Needs:
 
     def describe(self) -> str:
         return f"{self.cache_tag} on {self.platform}"
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """What the release covers: ("any",) when it holds no compiled code, else the one
+        target of the interpreter that packed it."""
+        if not self.extensions:
+            return (ANY,)
+        return (tag(self.cache_tag, self.platform),)
+
+
+def tag(cache_tag: str, platform: str) -> str:
+    """An interpreter's target: `cp313-aarch64` for cpython-313 on linux-aarch64."""
+    return f"cp{cache_tag.removeprefix('cpython-')}-{platform.rpartition('-')[2]}"
+
+
+def serves(targets: tuple[str, ...], target: str) -> bool:
+    """Whether a release covering `targets` runs on an interpreter of `target` (as the
+    launcher decides, `vendoring._BOOT`)."""
+    return ANY in targets or target in targets
+
+
+def covers(targets: tuple[str, ...], requires: tuple[int, ...] = REQUIRES_PYTHON) -> str:
+    """`targets` for a person, as `release pack` and `release list` show them."""
+    if ANY in targets:
+        return f"CPython {'.'.join(map(str, requires))}+ on any platform (pure Python)"
+    return ", ".join(targets) + " only"
+
+
+def parse_targets(asked: tuple[str, ...]) -> tuple[str, ...]:
+    """The targets `release pack --target` names (`cp313-aarch64`); ReleaseError otherwise."""
+    for target in asked:
+        if target != ANY and not _TARGET.fullmatch(target):
+            raise ReleaseError(f"cannot pack: {target!r} is not a target; name one as "
+                               f"cp<major><minor>-<machine>, e.g. {FLEET[0]} or {FLEET[-1]}")
+    return tuple(dict.fromkeys(asked))
 
 
 def needs(lib: Path) -> Needs:
@@ -67,9 +120,29 @@ def needs(lib: Path) -> Needs:
                  tuple(sorted(set(found.values()))), tuple(found))
 
 
-def record(release: Path) -> Needs:
-    """Write a packed release's `python.toml` from what its `lib/` holds."""
+def uncovered(need: Needs, asked: tuple[str, ...]) -> None:
+    """ReleaseError (one line) when a release that needs `need` does not cover every target
+    `asked`."""
+    missing = [t for t in asked if not serves(need.targets, t)]
+    if not missing:
+        return
+    listed = ", ".join(need.extensions[:MAX_LISTED]) + (
+        f" and {len(need.extensions) - MAX_LISTED} more"
+        if len(need.extensions) > MAX_LISTED else "")
+    raise ReleaseError(
+        f"cannot pack a release for {', '.join(missing)}: the environment that packs vendors "
+        f"compiled extensions ({listed}) built for {need.targets[0]} only (pydantic_core comes "
+        "with typer 0.29 or later); install agent-fsm's own dependencies (pip install "
+        f"'typer<0.29'), or pack for this interpreter alone with --target {need.targets[0]}")
+
+
+def record(release: Path, asked: tuple[str, ...] = ()) -> Needs:
+    """Write a packed release's `python.toml` from what its `lib/` holds; ReleaseError when it
+    does not cover every target `asked`."""
     need = needs(release / "lib")
+    uncovered(need, asked)
+    # No `targets` key: they follow from the keys below, and an agent-fsm older than them
+    # refuses a python.toml with a key it does not know (it may be the one adding this release).
     lines = [f'requires_python = "{".".join(map(str, need.requires_python))}"']
     if need.extensions:
         lines += [f"cache_tag = {json.dumps(need.cache_tag)}",
@@ -93,7 +166,7 @@ def read(release: Path) -> Needs | None:
     except (OSError, ValueError) as exc:
         raise ReleaseError(f"{path} is invalid: {exc}; " + _AFTER) from None
     unknown = sorted(set(data) - _KEYS)
-    strings = ("extension_suffixes", "extensions")
+    strings = ("extension_suffixes", "extensions", "targets")
     if unknown or not all(isinstance(data.get(k, ""), str) for k in _KEYS - set(strings)) \
             or not all(isinstance(data.get(k, []), list)
                        and all(isinstance(s, str) for s in data.get(k, [])) for k in strings):

@@ -34,10 +34,12 @@ def _ignore(_dir: str, names: list[str]) -> list[str]:
 
 
 def pack(version: str, output: Path, workload: tuple[str, ...] = (),
-         sign_key: Path | None = None) -> Path:
+         sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET) -> Path:
     """Write a release directory for `version` at `output` (which must not exist yet), with
-    what it needs of the node's `python` (`abi`), signed with `sign_key` if given (`trust`)."""
+    what it needs of the node's `python` (`abi`), signed with `sign_key` if given (`trust`);
+    ReleaseError when it would not cover every one of `targets` (`abi.FLEET`: the fleet's)."""
     check_version(version)
+    targets = abi.parse_targets(targets)
     if output.exists():
         raise ReleaseError(f"{output} already exists; pack into a new directory")
     tmp = output.with_name(f".{output.name}.packing")
@@ -46,16 +48,22 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
     # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
     shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
     vendor(tmp / "lib")
+    need = abi.needs(tmp / "lib")
+    try:
+        abi.uncovered(need, targets)
+    except ReleaseError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     compile_lean(tmp)
     shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
     launcher = tmp / "bin" / "agent-fsm"
-    launcher.write_text(launcher_text(version))
+    launcher.write_text(launcher_text(version, need.targets))
     launcher.chmod(0o755)
     manifest = f'version = "{version}"\n'
     if workload:
         manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
     (tmp / "release.toml").write_text(manifest)
-    abi.record(tmp)
+    abi.record(tmp, targets)
     if sign_key is not None:  # last: the signature covers everything else
         try:
             trust.sign(tmp, sign_key)

@@ -12,6 +12,7 @@ release copies them again from its own `lib/`, which carries the same RECORDs.
 from __future__ import annotations
 
 import compileall
+import json
 import py_compile
 import re
 import shutil
@@ -19,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ...errors import ReleaseError
+from .abi import covers
 
 # agent-fsm's own `dependencies` (pyproject.toml; a test keeps the two equal).
 RUNTIME_REQUIREMENTS = ("filelock", "rich", "transitions", "typer")
@@ -97,14 +99,24 @@ _READ_PYTHON = (r"""sed -n -e '/^[[:space:]]*\[/q' -e 's/^[[:space:]]*python[[:s
 
 # The interpreter runs isolated (-I: no PYTHON* variables, no user site, no script directory;
 # -S: no site-packages of the node; -B: nothing written into the stored release) with the
-# release's lib/ first on sys.path.
-_BOOT = ("import runpy, sys\n"
+# release's lib/ first on sys.path. It first checks, in code any Python 2.7 or 3 still parses,
+# that it is one the release covers (`abi`: its target, cp313-aarch64, is in TARGETS, or
+# TARGETS holds "any"): else one line, before anything vendored is imported.
+_BOOT = ("import os, runpy, sys\n"
          "if sys.version_info < (3, 11):\n"
          "    sys.exit(\"agent-fsm: \" + sys.executable + \" is Python \" + sys.version.split()[0]"
          " + \"; a release needs 3.11 or later: set `python` in the config\")\n"
+         "target = \"cp%d%d-%s\" % (sys.version_info[0], sys.version_info[1], os.uname()[4])\n"
+         "if \"any\" not in {targets} and target not in {targets}:\n"
+         "    sys.exit(\"agent-fsm: \" + sys.executable + \" is \" + target + \"; release {version}"
+         " covers {covers}: set `python` in the config to one of those\")\n"
          "sys.path.insert(0, sys.argv.pop(1))\n"
          "runpy.run_module(\"agent_fsm\", run_name=\"__main__\", alter_sys=True)\n")
-assert "'" not in _BOOT, "the launcher quotes it in single quotes"
+
+# The python kept with the last-good's settings (`node.assets.kept`, one line of sorted JSON in
+# `<state_dir>/last-good-assets.json`, next to the store `<state_dir>/releases/`): the last
+# "python" key is the settings' one.
+_KEPT_PYTHON = r"""sed -n 's/.*"python":"\([^"]*\)".*/\1/p'"""
 
 LAUNCHER = """#!/bin/sh
 # agent-fsm release {version}: runs this release's own agent-fsm and the libraries in its lib/
@@ -123,8 +135,23 @@ done
 python=$({read_python} "$config" 2>/dev/null)
 python=${{python:-{default}}}
 if [ ! -x "$python" ]; then
-    echo "agent-fsm: the interpreter $python (the config's \\`python\\`) is not executable" >&2
-    exit 1
+    # A wrong `python` in the live config must not stop the way back: the one kept with the
+    # last-good's settings, when this release is in a store and the file is the caller's own,
+    # writable by no one else.
+    releases=$(dirname "$(dirname "$here")")
+    kept=$(dirname "$releases")/last-good-assets.json
+    good=
+    if [ "${{releases##*/}}" = releases ] && [ -n "$(find "$kept" -prune -type f -user "$(id -u)" \
+            ! -perm -020 ! -perm -002 2>/dev/null)" ]; then
+        good=$({kept_python} "$kept" 2>/dev/null)
+    fi
+    if [ -z "$good" ] || [ ! -x "$good" ]; then
+        echo "agent-fsm: the interpreter $python (the config's \\`python\\`) is not executable" >&2
+        exit 1
+    fi
+    echo "agent-fsm: the interpreter $python (the config's \\`python\\`) is not executable;" \
+        "running $good, the \\`python\\` kept with the last-good's settings in $kept" >&2
+    python=$good
 fi
 # Only the release's lib/, never the caller's; no __pycache__ written into the store (a stored
 # release never changes: its digest is checked).
@@ -133,10 +160,14 @@ exec "$python" -I -S -B -c '{boot}' "$lib" "$@"
 """
 
 
-def launcher(version: str) -> str:
-    """The text of a release's `bin/agent-fsm`: no path of the packing machine in it."""
+def launcher(version: str, targets: tuple[str, ...] = ("any",)) -> str:
+    """The text of a release's `bin/agent-fsm` for a release covering `targets` (`abi`): no
+    path of the packing machine in it."""
+    boot = _BOOT.format(targets=json.dumps(list(targets)), version=version,
+                        covers=covers(targets))
+    assert "'" not in boot, "the launcher quotes it in single quotes"
     return LAUNCHER.format(version=version, default=DEFAULT_PYTHON, read_python=_READ_PYTHON,
-                           boot=_BOOT)
+                           kept_python=_KEPT_PYTHON, boot=boot)
 
 
 # What `daemon`, `recover` and `upgrade` import (the fast path): compiled at pack, so that a start

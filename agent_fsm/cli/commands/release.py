@@ -34,6 +34,10 @@ def release_pack(
         "--image", metavar="REF", show_default=False,
         help="Build a release image with podman: NAME or containers-storage:NAME (tagged in "
              "podman's store), or oci-archive:FILE / docker-archive:FILE (written there).")] = None,
+    target: Annotated[list[str] | None, typer.Option(
+        "--target", metavar="cpXY-MACHINE", show_default=False,
+        help="A node interpreter the release must run on (repeatable), e.g. cp313-aarch64; "
+             "default: CPython 3.11 to 3.14 on x86_64 and aarch64 (docs/operations.md).")] = None,
 ) -> None:
     """Make a release directory from this agent-fsm: release.toml, python.toml (what it needs
     of the node's python), bin/agent-fsm, lib/, assets/, and with --sign-key, release.sig.
@@ -56,9 +60,13 @@ def release_pack(
         return
     if output is None:
         raise typer.BadParameter("give --output DIR, --image REF, or both", param_hint="--output")
-    path = pack(version, output, argv, sign_key)
+    from ...actions.releases import abi
+
+    path = pack(version, output, argv, sign_key, tuple(target) if target else abi.FLEET)
     signed = f", signed with {sign_key}" if sign_key is not None else ""
-    out.print(f"packed release {version} in {path}{signed}", markup=False)
+    need = abi.read(path) or abi.Needs()
+    out.print(f"packed release {version} in {path}{signed}; it covers "
+              f"{abi.covers(need.targets, need.requires_python)}", markup=False)
 
 
 @app.command("add", epilog=EXIT_CODES)
@@ -107,25 +115,38 @@ def release_list(
     matches is marked DAMAGED with what differs (it is refused when selected or rendered).
     A version that rolled back on this node is marked KNOWN BAD (`upgrade` refuses it unless
     --force). --json: a list of {version, selected, last_good, digest, digest_recorded, intact,
-    problem, images, known_bad}; images: the images it was added from, each {reference, id,
-    digest, added}; known_bad: null or {version, time, reason, reason_class}.
+    problem, images, known_bad, covers}; images: the images it was added from, each {reference, id,
+    digest, added}; known_bad: null or {version, time, reason, reason_class}; covers: the
+    targets of its python.toml (["any"]: every CPython 3.11+), null without one.
 
     Example: agent-fsm release list --json
     """
+    from ...actions.releases import abi
     from ...actions.releases.origins import read
+    from ...errors import ReleaseError
     from ...node.records import known_bad
+
+    def needs(version: str) -> abi.Needs | None:
+        try:
+            return abi.read(releases.path(version))
+        except ReleaseError:  # shown by `doctor`; a listing goes on
+            return None
 
     node = options.of(ctx).node()
     releases = node.effectors.releases
     selected, last_good = releases.selected(), releases.last_good()
     bad = {k["version"]: k for k in known_bad.view(node.paths)[0]}
     rows = []
+    covered: dict[str, str] = {}
     for v in releases.versions():
         check = releases.integrity(v)
         rows.append({"version": v, "selected": v == selected, "last_good": v == last_good,
                      "digest": check.digest, "digest_recorded": check.recorded,
                      "intact": check.problem is None, "problem": check.problem,
-                     "images": [i.to_json() for i in read(node, v)], "known_bad": bad.get(v)})
+                     "images": [i.to_json() for i in read(node, v)], "known_bad": bad.get(v),
+                     "covers": None if (need := needs(v)) is None else list(need.targets)})
+        if need is not None:
+            covered[v] = abi.covers(need.targets, need.requires_python)
     if as_json:
         render.print_json(rows)
         return
@@ -144,6 +165,8 @@ def release_list(
             line += f"  KNOWN BAD: rolled back {render.when(k['time'])} ({k['reason_class']}: " \
                     f"{k['reason']}; upgrade refuses it unless --force)"
         out.print(line, markup=False)
+        if str(r["version"]) in covered:
+            out.print(f"  covers {covered[str(r['version'])]}", markup=False)
         for i in read(node, str(r["version"])):
             out.print(f"  image {i.id} ({i.reference}, manifest {i.digest or 'unknown'})",
                       markup=False, soft_wrap=True)
