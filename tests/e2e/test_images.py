@@ -129,7 +129,7 @@ def test_releases_from_images_upgrade_roll_back_and_prune_their_images(
         line.startswith(f"kept image {foreign} of 3.0.0 (not added by agent-fsm") for line in out)
     assert images.ids() == {image2, foreign}
     assert [line.split()[0] for line in lab.cli("release", "list").stdout.splitlines()] == [
-        "2.0.0", "image"]
+        "2.0.0", "covers", "image"]
 
     for source, says in (("containers-storage:localhost/none:1", "is not in podman's store"),
                          (f"oci-archive:{lab.dir}/none.tar", "does not exist")):
