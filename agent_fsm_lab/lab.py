@@ -291,6 +291,16 @@ class Lab:
     def assets(self) -> dict[str, bytes]:
         return {n: self.asset(n) for n in (UNIT, RECOVERY_UNIT, f"{NAME}-recovery.sh")}
 
+    def why(self) -> str:
+        """What an operator would read when a check fails: `agent-fsm status`, then both units'
+        status and journals and the console's tail."""
+        try:
+            status = self.cli("status", check=False, timeout=20)
+            head = f"\n--- agent-fsm status\n{status.stdout}{status.stderr}"
+        except subprocess.SubprocessError as exc:
+            head = f"\n--- agent-fsm status failed: {exc}"
+        return head + "\n" + self.sb.diagnostics(UNIT, RECOVERY_UNIT)
+
     def settled(self, timeout: float = 60) -> dict[str, Any]:
         """Wait until the agent is active with the gate open and nothing pending."""
         last: dict[str, Any] = {}
@@ -321,3 +331,18 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.1) -> bool:
             return True
         time.sleep(interval)
     return False
+
+
+def installed(sandbox: SystemdSandbox, **options: Any) -> Lab:
+    """A node converged on a good 1.0.0 (judgment: 3 s deadline, 1 s soak unless given)."""
+    options.setdefault("deadline", 3)
+    options.setdefault("soak", 1)
+    lab = Lab(sandbox, **options)
+    lab.pack("1.0.0")
+    lab.install("1.0.0")
+    return lab
+
+
+def output(proc: subprocess.CompletedProcess[str]) -> str:
+    """A finished command's exit, stdout and stderr, for an assertion's message."""
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}"

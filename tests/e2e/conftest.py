@@ -69,6 +69,18 @@ def debian13_node() -> rootfs.Node:
     return node
 
 
+@pytest.fixture
+def debian13(debian13_node: rootfs.Node) -> Iterator[SystemdSandbox]:
+    """A booted Debian 13 node (systemd 257, Python 3.13) alone; shut down after the test."""
+    require_sandbox(*missing_requirements(debian13_node.rootfs), what="the Debian 13 node needs")
+    sandbox = rootfs.sandbox(debian13_node)
+    try:
+        sandbox.boot()
+        yield sandbox
+    finally:
+        sandbox.shutdown()
+
+
 @pytest.fixture(params=NODES)
 def unbooted_node_sandbox(request: pytest.FixtureRequest) -> Iterator[SystemdSandbox]:
     """A sandbox not yet booted, of each node kind (ids `systemd252`, `systemd257`)."""

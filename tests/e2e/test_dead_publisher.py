@@ -10,12 +10,11 @@ crashes at every start, a recovery unit that fails) and reads `status`. Every wa
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 from typing import Any
 
 import pytest
 
-from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Lab, wait_until
+from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Lab, output, wait_until
 from agent_fsm_lab.sandbox import SystemdSandbox
 
 pytestmark = [pytest.mark.e2e]
@@ -24,19 +23,6 @@ if importlib.util.find_spec("pytest_timeout") is not None:
 
 GIVE_UP = 4.0  # publish_give_up_seconds in these tests
 PUBLISH_TIMEOUT = 30.0  # one try of the publish command (RecordPublisher's timeout)
-
-
-def _why(lab: Lab) -> str:
-    try:
-        status = lab.cli("status", check=False, timeout=20)
-        head = f"\n--- agent-fsm status\n{status.stdout}{status.stderr}"
-    except subprocess.SubprocessError as exc:
-        head = f"\n--- agent-fsm status failed: {exc}"
-    return head + "\n" + lab.sb.diagnostics(UNIT, RECOVERY_UNIT)
-
-
-def _out(proc: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}"
 
 
 def _entry(history: list[dict[str, Any]], trigger: str, since: float) -> dict[str, Any]:
@@ -59,7 +45,7 @@ def test_dead_publisher_opens_the_gate_within_the_bound_and_delivers_later(
     lab.fault("publish-fails")
     up = lab.cli("upgrade", "--to", "2.0.0", "--wait", "--timeout", "60", check=False,
                  timeout=75)
-    assert up.returncode == 0, _out(up) + _why(lab)
+    assert up.returncode == 0, output(up) + lab.why()
     end = lab.settled(timeout=15)
     assert (end["selected"], end["last_good"], end["signal"], end["gate"]) == (
         "2.0.0", "2.0.0", None, "open")
@@ -90,7 +76,7 @@ def test_dead_publisher_opens_the_gate_within_the_bound_and_delivers_later(
         return any(r["to"] == "2.0.0" and r["outcome"] == "ok"
                    and r.get("publisher_unreachable_since") for r in lab.published())
 
-    assert wait_until(delivered, 45, interval=0.5), f"published: {lab.published()}" + _why(lab)
+    assert wait_until(delivered, 45, interval=0.5), f"published: {lab.published()}" + lab.why()
     assert wait_until(lambda: lab.status()["outbox"]["queued"] == 0, 10)
     assert lab.status()["selected"] == "2.0.0"
 
@@ -116,8 +102,8 @@ def test_status_names_both_failed_units(systemd_sandbox: SystemdSandbox) -> None
 
     lab.sb.wait_for(both_failed, 40, "both units to fail", units=(UNIT, RECOVERY_UNIT))
     st = lab.status()
-    assert st["state"] == "candidate_running", _why(lab)
-    assert st["unit_situation"] == "both_failed", _why(lab)
+    assert st["state"] == "candidate_running", lab.why()
+    assert st["unit_situation"] == "both_failed", lab.why()
     assert st["units"]["agent"]["active"] == st["units"]["recovery"]["active"] == "failed"
     assert f"{UNIT} is failed" in st["situation"] and f"{RECOVERY_UNIT} is failed" in st["situation"]
     assert "nothing retries" in st["situation"]

@@ -7,7 +7,6 @@ host's clock), and a stop or a reboot during judgment is no verdict. Every wait 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -15,35 +14,13 @@ from typing import Any
 import pytest
 
 from agent_fsm_lab import clockshift
-from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Lab, wait_until
+from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Lab, installed, output, wait_until
 from agent_fsm_lab.sandbox import SystemdSandbox
 from tests.e2e.conftest import require_sandbox
 
 pytestmark = [pytest.mark.e2e]
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark.append(pytest.mark.timeout(120))  # a safety net only: every wait is bounded
-
-
-def _installed(sandbox: SystemdSandbox, **options: Any) -> Lab:
-    options.setdefault("deadline", 3)
-    options.setdefault("soak", 1)
-    lab = Lab(sandbox, **options)
-    lab.pack("1.0.0")
-    lab.install("1.0.0")
-    return lab
-
-
-def _why(lab: Lab) -> str:
-    try:
-        status = lab.cli("status", check=False, timeout=20)
-        head = f"\n--- agent-fsm status\n{status.stdout}{status.stderr}"
-    except subprocess.SubprocessError as exc:
-        head = f"\n--- agent-fsm status failed: {exc}"
-    return head + "\n" + lab.sb.diagnostics(UNIT, RECOVERY_UNIT)
-
-
-def _out(proc: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}"
 
 
 def _since(lab: Lab, t0: float) -> list[dict[str, Any]]:
@@ -66,12 +43,12 @@ def test_a_candidate_started_while_rolling_back_never_fires_recovered(
     process (whose own code would render the units broken) leaves the state alone and hands
     over, and the last-good's start fires `recovered`: converged on the last-good with its
     assets byte for byte, the agent active."""
-    lab = _installed(systemd_sandbox, faults=True)
+    lab = installed(systemd_sandbox, faults=True)
     last_good = lab.assets()
     lab.pack("3.0.0", "racing")
     t0 = time.time()
     proc = lab.cli("upgrade", "--to", "3.0.0", timeout=30)
-    assert wait_until(lambda: _attempt(lab) >= 1, 15), _out(proc) + _why(lab)
+    assert wait_until(lambda: _attempt(lab) >= 1, 15), output(proc) + lab.why()
     # Before its judgment ends (3 s): systemctl turns slow, and the next start of the candidate
     # resolves `selected`, then waits until `recover` moved it.
     lab.slow("show", 2)  # recover asks systemd why the unit failed: it moves `selected` late
@@ -80,10 +57,10 @@ def test_a_candidate_started_while_rolling_back_never_fires_recovered(
     end = lab.settled(timeout=45)
     assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
     assert end["last_result"]["outcome"] == "rolled_back"
-    assert lab.assets() == last_good, "the candidate's code ran the way back" + _why(lab)
+    assert lab.assets() == last_good, "the candidate's code ran the way back" + lab.why()
     journal = lab.sb.journal(UNIT)
     assert "the daemon of release 3.0.0 (the candidate) may not fire recovered" in journal, (
-        "the candidate's start never met the rollback: the race did not happen" + _why(lab))
+        "the candidate's start never met the rollback: the race did not happen" + lab.why())
     assert [h["trigger"] for h in _since(lab, t0)].count("recovered") == 1
 
 
@@ -93,16 +70,16 @@ def test_an_upgrade_killed_before_its_restart_is_judged_by_the_next_start(
     """`agent-fsm upgrade` killed between its write-ahead and its restart, then `systemctl
     restart`: that start is the owed restart; the candidate is judged once, converges, and is
     neither rolled back nor marked known bad."""
-    lab = _installed(systemd_sandbox)
+    lab = installed(systemd_sandbox)
     lab.pack("2.0.0")
     t0 = time.time()
     crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
                     env={"AGENT_FSM_FAILPOINT": "begin_upgrade:4"})  # before restart_unit
     owed = lab.status()["owed"]
-    assert crash.returncode != 0 and owed and owed["trigger"] == "begin_upgrade", _out(crash)
+    assert crash.returncode != 0 and owed and owed["trigger"] == "begin_upgrade", output(crash)
     lab.sb.systemctl("restart", UNIT)
     end = lab.settled(timeout=30)
-    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), _why(lab)
+    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), lab.why()
     assert end["last_result"]["outcome"] == "ok" and end["known_bad"] == []
     triggers = [h["trigger"] for h in _since(lab, t0)]
     assert triggers.count("candidate_started") == 1, triggers
@@ -129,18 +106,18 @@ def test_a_clock_step_during_the_soak_does_not_judge_early(
     """The wall clock of the agent unit (only: a preloaded clock step, a drop-in) steps +1 h two seconds
     into a 20 s soak; the candidate's workload dies 6 s after it started. The soak is not over
     at the step: the candidate is judged failed and the node rolls back."""
-    lab = _installed(systemd_sandbox, soak=20)
+    lab = installed(systemd_sandbox, soak=20)
     stamp = _clock_step(lab)
     health = lab.state_dir / "health"
     lab.pack("2.0.0", workload=("/bin/sh", "-c",
                                 f'echo "$AGENT_FSM_VERSION" > {health}; sleep 6; exit 1'))
     upgrade = lab.cli("upgrade", "--to", "2.0.0", timeout=30)
     assert wait_until(lambda: health.exists() and health.read_text().strip() == "2.0.0", 15), \
-        _out(upgrade) + _why(lab)
+        output(upgrade) + lab.why()
     time.sleep(2)  # into the soak
     stamp.write_text("+3600\n")  # the agent unit's clock; this process's is untouched
     end = lab.settled(timeout=40)
-    assert (end["selected"], end["last_good"]) == ("1.0.0", "1.0.0"), _why(lab)
+    assert (end["selected"], end["last_good"]) == ("1.0.0", "1.0.0"), lab.why()
     assert end["last_result"]["outcome"] == "rolled_back"
     failed = [h for h in lab.history() if h["trigger"] == "judge_failed"]
     assert failed and "during the soak" in str(failed[-1].get("reason")), failed
@@ -153,18 +130,18 @@ def test_a_clock_step_back_during_the_soak_does_not_stretch_it(
     """The agent unit's wall clock steps back 1 h one second into a 5 s soak of a good
     candidate: the soak still ends after 5 s, well inside the unit's start timeout, and the
     candidate converges, neither rolled back nor restarted."""
-    lab = _installed(systemd_sandbox, soak=5)
+    lab = installed(systemd_sandbox, soak=5)
     stamp = _clock_step(lab)
     health = lab.state_dir / "health"
     lab.pack("2.0.0")
     t0 = time.time()
     upgrade = lab.cli("upgrade", "--to", "2.0.0", timeout=30)
     assert wait_until(lambda: health.exists() and health.read_text().strip() == "2.0.0", 15), \
-        _out(upgrade) + _why(lab)
+        output(upgrade) + lab.why()
     time.sleep(1)  # into the soak
     stamp.write_text("-3600\n")
     end = lab.settled(timeout=30)
-    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), _why(lab)
+    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), lab.why()
     assert end["last_result"]["outcome"] == "ok"
     starts = [h for h in lab.history() if h["trigger"] == "candidate_started"
               and h["time"] >= t0 - 7200]
@@ -179,24 +156,24 @@ def test_a_stop_or_a_reboot_during_judgment_is_no_verdict(
     over the same disk during the next judgment: neither is a verdict (the signal stays,
     nothing recorded, nothing marked bad, no recovery); after the boot the candidate is judged
     a third time and converges."""
-    lab = _installed(systemd_sandbox, soak=8, max_attempts=3)
+    lab = installed(systemd_sandbox, soak=8, max_attempts=3)
     before = lab.status()["last_result"]
     lab.pack("2.0.0")
     lab.cli("upgrade", "--to", "2.0.0", timeout=30)
 
     def stopped_while_judging(attempt: int, stop: Any) -> None:
-        assert wait_until(lambda: _attempt(lab) >= attempt, 15), _why(lab)
+        assert wait_until(lambda: _attempt(lab) >= attempt, 15), lab.why()
         time.sleep(1)  # into the soak
         stop()
         status = lab.status()
         assert status["state"] == "candidate_running", status
         assert status["signal"] and status["signal"]["attempt"] == attempt, status
         assert status["known_bad"] == [] and status["last_result"] == before, status
-        assert not _recovery_ran(lab), _why(lab)
+        assert not _recovery_ran(lab), lab.why()
 
     def stop_unit() -> None:
         lab.sb.systemctl("stop", UNIT)
-        assert lab.sb.show(UNIT, "Result") == "success", _why(lab)
+        assert lab.sb.show(UNIT, "Result") == "success", lab.why()
 
     stopped_while_judging(1, stop_unit)
     lab.sb.systemctl("start", "--no-block", UNIT)
@@ -204,7 +181,7 @@ def test_a_stop_or_a_reboot_during_judgment_is_no_verdict(
     assert (lab.state_dir / "state.json").exists()  # the same disk
     lab.sb.systemctl("start", "--no-block", UNIT)  # as the boot would: the target is the lab's
     end = lab.settled(timeout=40)
-    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), _why(lab)
+    assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), lab.why()
     assert end["last_result"]["outcome"] == "ok" and end["known_bad"] == []
     starts = [h for h in lab.history() if h["trigger"] == "candidate_started"]
     assert len(starts) == 3, starts

@@ -6,29 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from agent_fsm.actions.releases import abi
-from agent_fsm_lab import rootfs
 from agent_fsm_lab.lab import NODE_PYTHON, RECOVERY_UNIT, UNIT, Lab
-from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements
-from tests.e2e.conftest import require_sandbox
+from agent_fsm_lab.sandbox import SystemdSandbox
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def debian13(debian13_node: rootfs.Node) -> Iterator[SystemdSandbox]:
-    """A booted Debian 13 node (systemd 257, Python 3.13)."""
-    require_sandbox(*missing_requirements(debian13_node.rootfs), what="the Debian 13 node needs")
-    sandbox = rootfs.sandbox(debian13_node)
-    try:
-        sandbox.boot()
-        yield sandbox
-    finally:
-        sandbox.shutdown()
 
 
 def test_a_release_packed_here_runs_its_whole_life_on_a_debian13_node(

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from agent_fsm_lab.lab import NAME, RECOVERY_UNIT, UNIT, Lab, wait_until
+from agent_fsm_lab.lab import NAME, RECOVERY_UNIT, UNIT, Lab, installed, output, wait_until
 from agent_fsm_lab.sandbox import SystemdSandbox
 
 pytestmark = [pytest.mark.e2e]
@@ -36,29 +36,6 @@ ROLLBACK_TRIGGERS = {"judge_failed", "recover", "recovered"}
 
 
 # Helpers ------------------------------------------------------------------------------------
-def _installed(sandbox: SystemdSandbox, **options: Any) -> Lab:
-    """A node converged on a good 1.0.0 (judgment: 3 s deadline, 1 s soak unless given)."""
-    options.setdefault("deadline", 3)
-    options.setdefault("soak", 1)
-    lab = Lab(sandbox, **options)
-    lab.pack("1.0.0")
-    lab.install("1.0.0")
-    return lab
-
-
-def _why(lab: Lab) -> str:
-    try:
-        status = lab.cli("status", check=False, timeout=20)
-        head = f"\n--- agent-fsm status\n{status.stdout}{status.stderr}"
-    except subprocess.SubprocessError as exc:
-        head = f"\n--- agent-fsm status failed: {exc}"
-    return head + "\n" + lab.sb.diagnostics(UNIT, RECOVERY_UNIT)
-
-
-def _out(proc: subprocess.CompletedProcess[str]) -> str:
-    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}"
-
-
 def _triggers(lab: Lab, since: float) -> list[str]:
     return [h["trigger"] for h in lab.history() if h["time"] >= since]
 
@@ -101,20 +78,20 @@ def test_publisher_down_failed_candidate_still_rolls_back(
     """With the publisher down, a candidate that fails its check still rolls back to the
     last-good (gate open, `upgrade --wait` exits 4), and the rolled-back result is delivered
     once the publisher works again, at latest on the last-good's next start."""
-    lab = _installed(node_sandbox, faults=True)
+    lab = installed(node_sandbox, faults=True)
     last_good = lab.assets()
     lab.pack("3.0.0", "unhealthy")
     lab.fault("publish-fails")
     t0 = time.time()
     proc = lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "30", check=False,
                    timeout=45)
-    assert proc.returncode == 4, _out(proc) + _why(lab)
+    assert proc.returncode == 4, output(proc) + lab.why()
     end = lab.settled(timeout=15)
     assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
     assert end["last_result"]["to"] == "3.0.0"
     assert end["last_result"]["outcome"] == "rolled_back"
     assert lab.assets() == last_good
-    assert lab.sb.show(RECOVERY_UNIT, "Result") == "success", _why(lab)
+    assert lab.sb.show(RECOVERY_UNIT, "Result") == "success", lab.why()
     triggers = _triggers(lab, t0)
     assert {"judge_failed", "recovered"} <= set(triggers) and "judge_ok" not in triggers
 
@@ -125,7 +102,7 @@ def test_publisher_down_failed_candidate_still_rolls_back(
         return any(r["to"] == "3.0.0" and r["outcome"] == "rolled_back"
                    for r in lab.published())
 
-    assert wait_until(delivered, 20), f"published: {lab.published()}" + _why(lab)
+    assert wait_until(delivered, 20), f"published: {lab.published()}" + lab.why()
     assert lab.settled(timeout=15)["selected"] == "1.0.0"
 
 
@@ -135,7 +112,7 @@ def test_reset_failed_refused_never_leaves_an_upgrade_half_done(
     """With `systemctl reset-failed` refused for every caller, an upgrade to a failing
     candidate either rolls back by itself or is undone by `agent-fsm recover`: the node ends
     converged on the last-good, gate open, no signal, never on the unjudged candidate."""
-    lab = _installed(systemd_sandbox, faults=True, max_attempts=3)
+    lab = installed(systemd_sandbox, faults=True, max_attempts=3)
     last_good = lab.assets()
     lab.pack("3.0.0", "unhealthy")
     lab.fault("refuse-reset-failed")
@@ -143,7 +120,7 @@ def test_reset_failed_refused_never_leaves_an_upgrade_half_done(
                  timeout=45)
     if up.returncode != 4:  # aborted (or refused): the operator's way back is `recover`
         rec = lab.cli("recover", check=False, timeout=30)
-        assert rec.returncode == 0, f"upgrade: {_out(up)}\nrecover: {_out(rec)}" + _why(lab)
+        assert rec.returncode == 0, f"upgrade: {output(up)}\nrecover: {output(rec)}" + lab.why()
     end = lab.settled(timeout=30)
     assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
     assert lab.assets() == last_good
@@ -155,14 +132,14 @@ def test_reset_failed_refused_on_the_way_back_still_rolls_back(
     """With `systemctl reset-failed` refused once the candidate runs (the recovery path meets
     the refusal, the upgrade's own reset worked), a failing candidate still rolls back to the
     last-good: `upgrade --wait` exits 4 and the node converges with the gate open."""
-    lab = _installed(node_sandbox, faults=True, max_attempts=3)
+    lab = installed(node_sandbox, faults=True, max_attempts=3)
     last_good = lab.assets()
     lab.pack("3.0.0", "unhealthy")
     upgrade = Upgrade(lab, "3.0.0", timeout=35)
-    assert wait_until(lambda: _signal_attempt(lab) >= 1, 15), _why(lab)
+    assert wait_until(lambda: _signal_attempt(lab) >= 1, 15), lab.why()
     lab.fault("refuse-reset-failed")  # before the judgment ends (3 s deadline)
     proc = upgrade.result(55)
-    assert proc.returncode == 4, _out(proc) + _why(lab)
+    assert proc.returncode == 4, output(proc) + lab.why()
     end = lab.settled(timeout=15)
     assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
     assert end["last_result"]["outcome"] == "rolled_back"
@@ -175,23 +152,23 @@ def test_missing_recovery_script_is_restored_from_the_last_good(
     """A recovery script deleted before an upgrade comes back as the last-good's, byte for
     byte, never as the candidate's: a candidate with broken assets that fails its check rolls
     back through a working script and the node converges on the last-good."""
-    lab = _installed(node_sandbox)
+    lab = installed(node_sandbox)
     last_good = lab.assets()
     (lab.dir / "lib" / SCRIPT).unlink()
     lab.pack("3.0.0", "unhealthy")
     upgrade = Upgrade(lab, "3.0.0", timeout=35)
-    assert wait_until(lambda: _signal_attempt(lab) >= 1, 15), _why(lab)
+    assert wait_until(lambda: _signal_attempt(lab) >= 1, 15), lab.why()
     mid = (lab.dir / "lib" / SCRIPT).read_bytes() if (lab.dir / "lib" / SCRIPT).exists() \
         else None
     proc = upgrade.result(55)
     assert mid in (None, last_good[SCRIPT]), (
         f"while the candidate was judged, the recovery script on disk was not the "
-        f"last-good's:\n{mid!r}\n" + _out(proc) + _why(lab))
-    assert proc.returncode == 4, _out(proc) + _why(lab)
+        f"last-good's:\n{mid!r}\n" + output(proc) + lab.why())
+    assert proc.returncode == 4, output(proc) + lab.why()
     end = lab.settled(timeout=15)
     assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
     assert lab.assets() == last_good
-    assert lab.sb.show(RECOVERY_UNIT, "Result") == "success", _why(lab)
+    assert lab.sb.show(RECOVERY_UNIT, "Result") == "success", lab.why()
     assert "broken recovery script" not in lab.sb.journal(RECOVERY_UNIT)
 
 
@@ -201,14 +178,14 @@ def test_state_restored_from_backup_mid_judgment_comes_back_to_last_good(
     """state.json restored from a backup taken while converged, in the middle of a
     candidate's judgment (the signal exists, the state knows no upgrade): the node comes back
     to the last-good with the gate open and never accepts the unjudged candidate."""
-    lab = _installed(systemd_sandbox, soak=5)
+    lab = installed(systemd_sandbox, soak=5)
     last_good = lab.assets()
     state_file = lab.state_dir / "state.json"
     backup = lab.dir / "state.json.backup"
     shutil.copy2(state_file, backup)
     lab.pack("2.0.0")  # a good candidate: only its judgment, which is lost, could accept it
     lab.cli("upgrade", "--to", "2.0.0", timeout=30)
-    assert wait_until(lambda: _signal_attempt(lab) >= 1, 15), _why(lab)
+    assert wait_until(lambda: _signal_attempt(lab) >= 1, 15), lab.why()
     restoring = lab.state_dir / ".state.json.restoring"
     shutil.copy2(backup, restoring)
     os.replace(restoring, state_file)  # as an operator's restore would, atomically
@@ -225,7 +202,7 @@ def test_state_restored_from_backup_mid_judgment_comes_back_to_last_good(
 
     settled = wait_until(back, 40, interval=0.5)
     assert "2.0.0" not in seen_last_good, f"the unjudged candidate was accepted: {end}"
-    assert settled, f"never settled; last status: {end}" + _why(lab)
+    assert settled, f"never settled; last status: {end}" + lab.why()
     assert (end["selected"], end["last_good"]) == ("1.0.0", "1.0.0")
     assert lab.assets() == last_good
 
@@ -236,20 +213,20 @@ def test_prune_after_interrupted_upgrade_keeps_what_is_owed(
     """`release prune` after an upgrade interrupted in begin_upgrade (before the signal) keeps
     the release the owed transition needs, so `recover` and the daemon's next start work and
     the node converges on the last-good."""
-    lab = _installed(node_sandbox)
+    lab = installed(node_sandbox)
     lab.pack("2.0.0")
     crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
                     env={"AGENT_FSM_FAILPOINT": "begin_upgrade:1"})
-    assert crash.returncode != 0, _out(crash)
+    assert crash.returncode != 0, output(crash)
     owed = lab.status()["owed"]
     assert owed is not None and owed["trigger"] == "begin_upgrade", owed  # the crash happened
     prune = lab.cli("release", "prune", check=False, timeout=30)
     rec = lab.cli("recover", check=False, timeout=30)
-    assert rec.returncode == 0, f"prune: {_out(prune)}\nrecover: {_out(rec)}" + _why(lab)
+    assert rec.returncode == 0, f"prune: {output(prune)}\nrecover: {output(rec)}" + lab.why()
     end = lab.settled(timeout=30)
     assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
     stored = lab.cli("release", "list", timeout=30).stdout
-    assert "2.0.0" in stored, f"prune removed the owed release: {_out(prune)}"
+    assert "2.0.0" in stored, f"prune removed the owed release: {output(prune)}"
     lab.sb.systemctl("restart", UNIT)  # and the daemon's next start works too
     assert lab.settled(timeout=20)["selected"] == "1.0.0"
 
@@ -260,14 +237,14 @@ def test_recovery_script_not_writable_after_rollback_still_opens_gate(
     """When the last-good's daemon cannot rewrite its assets in `recovered` (the recovery
     script is read-only to the agent unit, by a host drop-in), the rollback still ends:
     converged on the last-good with the gate open and its held assets intact."""
-    lab = _installed(systemd_sandbox)
+    lab = installed(systemd_sandbox)
     last_good = lab.assets()
     script = lab.dir / "lib" / SCRIPT
     lab.dropin(UNIT, "host-script-read-only", f"[Service]\nReadOnlyPaths=-{script}\n")
     lab.pack("3.0.0", "unhealthy")
     proc = lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "30", check=False,
                    timeout=45)
-    assert proc.returncode == 4, _out(proc) + _why(lab)
+    assert proc.returncode == 4, output(proc) + lab.why()
     end = lab.settled(timeout=15)
     assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
     assert lab.assets() == last_good
@@ -278,13 +255,13 @@ def test_daemon_reload_refused_after_good_judgment_still_opens_gate(
     """When `systemctl daemon-reload` is refused as a good candidate completes, the upgrade
     still converges on it with the gate open (`upgrade --wait` exits 0), and the next start
     with a working reload settles too."""
-    lab = _installed(systemd_sandbox, faults=True)
+    lab = installed(systemd_sandbox, faults=True)
     lab.pack("2.0.0")
     lab.fault("refuse-daemon-reload")
     t0 = time.time()
     proc = lab.cli("upgrade", "--to", "2.0.0", "--wait", "--timeout", "30", check=False,
                    timeout=45)
-    assert proc.returncode == 0, _out(proc) + _why(lab)
+    assert proc.returncode == 0, output(proc) + lab.why()
     end = lab.settled(timeout=15)
     assert (end["selected"], end["last_good"], end["signal"]) == ("2.0.0", "2.0.0", None)
     assert end["last_result"]["outcome"] == "ok"
@@ -303,7 +280,7 @@ def test_hanging_publisher_never_rolls_back_a_good_upgrade(
     candidate, `upgrade --wait` exits 0 and the ok result is delivered."""
     # TimeoutStartSec = deadline + soak + 10 = 12 s; a short stop timeout (a lab drop-in) lets
     # systemd's kill of a timed-out start, and the restart after it, happen within the test.
-    lab = _installed(node_sandbox, faults=True, deadline=2, soak=0)
+    lab = installed(node_sandbox, faults=True, deadline=2, soak=0)
     lab.dropin(UNIT, "lab-short-stop", "[Service]\nTimeoutStopSec=2\n")
     lab.pack("2.0.0")
     lab.fault("publish-hangs")
@@ -323,8 +300,8 @@ def test_hanging_publisher_never_rolls_back_a_good_upgrade(
         and not ROLLBACK_TRIGGERS & set(triggers), (
             f"the publisher's outage sent a good upgrade down the recovery path: selected "
             f"went {sorted(set(selected_seen))}, recovery unit started: {recovery_started}, "
-            f"triggers {triggers}\n" + _out(proc) + _why(lab))
-    assert proc.returncode == 0, _out(proc) + _why(lab)
+            f"triggers {triggers}\n" + output(proc) + lab.why())
+    assert proc.returncode == 0, output(proc) + lab.why()
     end = lab.settled(timeout=15)
     assert (end["selected"], end["last_good"], end["signal"]) == ("2.0.0", "2.0.0", None)
     assert end["last_result"]["outcome"] == "ok"

@@ -17,7 +17,6 @@ import importlib.util
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -60,16 +59,7 @@ def _judging(lab: Lab) -> None:
     """Start the upgrade to the failing 3.0.0 and wait until its candidate is being judged."""
     lab.cli("upgrade", "--to", "3.0.0", timeout=30)
     assert wait_until(lambda: int((lab.status()["signal"] or {}).get("attempt") or 0) >= 1,
-                      15, interval=0.2), _why(lab)
-
-
-def _why(lab: Lab) -> str:
-    try:
-        status = lab.cli("status", check=False, timeout=20)
-        head = f"\n--- agent-fsm status\n{status.stdout}{status.stderr}"
-    except subprocess.SubprocessError as exc:
-        head = f"\n--- agent-fsm status failed: {exc}"
-    return head + "\n" + lab.sb.diagnostics(UNIT, RECOVERY_UNIT)
+                      15, interval=0.2), lab.why()
 
 
 def _back_on_last_good(lab: Lab) -> bool:
@@ -84,7 +74,7 @@ def _converges_after(lab: Lab, removed: float, what: str,
     """Wait until the node is back on the last-good; log and record how long after `removed`."""
     assert wait_until(lambda: _back_on_last_good(lab), CONVERGE_WITHIN, interval=0.5), (
         f"not back on the last-good {CONVERGE_WITHIN}s after {what} was removed, with no "
-        "command run by hand" + _why(lab))
+        "command run by hand" + lab.why())
     took = time.monotonic() - removed
     log.warning("converged on the last-good %.1fs after %s was removed", took, what)
     record_property("converged_after_fault_seconds", round(took, 1))
@@ -97,7 +87,7 @@ def _converges_after(lab: Lab, removed: float, what: str,
 def _rollback_failed_meanwhile(lab: Lab) -> None:
     """While the fault lasts the way back fails: the agent unit has given up (failed) and the
     recovery unit is trying again, or the node is still on the candidate."""
-    assert lab.status()["selected"] == "3.0.0", _why(lab)
+    assert lab.status()["selected"] == "3.0.0", lab.why()
 
 
 class Inside:
@@ -169,11 +159,11 @@ def test_full_state_dir_while_judged_converges_once_space_is_freed(
     assert "No space left" in fill.stderr, fill.stderr
     assert wait_until(lambda: lab.sb.show(RECOVERY_UNIT, "NRestarts") not in ("", "0"),
                       FAULT_SECONDS + 20, interval=0.5), (
-        "the recovery unit did not try again while the disk was full" + _why(lab))
+        "the recovery unit did not try again while the disk was full" + lab.why())
     _rollback_failed_meanwhile(lab)
     failed = lab.sb.journal(RECOVERY_UNIT)
     assert "No space left on device" in failed and "free space on the file system" in failed, failed
-    assert "Traceback" not in failed + lab.sb.journal(UNIT), _why(lab)
+    assert "Traceback" not in failed + lab.sb.journal(UNIT), lab.why()
     lab.sb.run("rm", "-f", str(filler))
     removed = time.monotonic()
     _converges_after(lab, removed, "the full disk", record_property)
@@ -193,12 +183,12 @@ def test_read_only_state_dir_while_judged_converges_once_writable(
     lab.sb.run("mount", "-o", "remount,ro", str(lab.state_dir))
     assert wait_until(lambda: lab.sb.show(RECOVERY_UNIT, "NRestarts") not in ("", "0"),
                       FAULT_SECONDS + 20, interval=0.5), (
-        "the recovery unit did not try again while the disk was read-only" + _why(lab))
+        "the recovery unit did not try again while the disk was read-only" + lab.why())
     _rollback_failed_meanwhile(lab)
     failed = lab.sb.journal(RECOVERY_UNIT)
     assert "Read-only file system" in failed and "remount the file system of" in failed, failed
     assert "[Errno 30]" not in failed and "Traceback" not in failed + lab.sb.journal(UNIT), \
-        _why(lab)
+        lab.why()
     lab.sb.run("mount", "-o", "remount,rw", str(lab.state_dir))
     removed = time.monotonic()
     _converges_after(lab, removed, "the read-only mount", record_property)
@@ -233,7 +223,7 @@ def test_release_add_stopped_mid_copy_never_blocks_the_way_back(
     os.kill(add.child, signal.SIGSTOP)
     stopped = time.monotonic()
     assert wait_until(lambda: _back_on_last_good(lab), CONVERGE_WITHIN, interval=0.5), (
-        "the rollback waited behind a `release add` stopped mid-copy" + _why(lab))
+        "the rollback waited behind a `release add` stopped mid-copy" + lab.why())
     log.warning("converged on the last-good %.1fs after the add was stopped",
                 time.monotonic() - stopped)
     record_property("converged_while_add_stopped_seconds", round(time.monotonic() - stopped, 1))
@@ -284,10 +274,10 @@ def test_last_good_that_cannot_write_is_started_again_until_it_can(
                 and lab.sb.journal(UNIT).count("could not open the writers' lock") >= 2)
 
     assert wait_until(last_good_retried, 60, interval=1), (
-        "the last-good's daemon was not started again when it could not write" + _why(lab))
+        "the last-good's daemon was not started again when it could not write" + lab.why())
     st = lab.status()
-    assert (st["selected"], st["state"]) == ("1.0.0", "recovering"), _why(lab)
-    assert "could not open the writers' lock" in lab.sb.journal(UNIT), _why(lab)
+    assert (st["selected"], st["state"]) == ("1.0.0", "recovering"), lab.why()
+    assert "could not open the writers' lock" in lab.sb.journal(UNIT), lab.why()
     (lab.sb.host_path(f"/etc/systemd/system/{UNIT}.d") / "host-lock-read-only.conf").unlink()
     lab.sb.systemctl("daemon-reload")
     removed = time.monotonic()
