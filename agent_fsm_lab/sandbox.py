@@ -402,21 +402,28 @@ class SystemdSandbox:
         shutil.copytree(self.host_path(self.UNIT_DIR), kept, symlinks=True)  # masks included
         shutil.rmtree(staged)
         kept.rename(staged)
+        self._power_off(timeout)
+        self._stop_console()
+        self.boot(timeout)
+
+    def _power_off(self, timeout: float) -> None:
+        """End systemd and every process of the namespace: a clean poweroff when it is booted
+        (it may not listen before), then, if it has not exited after `timeout` seconds, kill
+        them all (all were started by it); remove its cgroup."""
         proc = self._unshare
-        assert proc is not None
-        with contextlib.suppress(subprocess.SubprocessError, OSError):
-            self.systemctl("poweroff", "--no-block", check=False)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout)
-        if proc.poll() is None:
-            self._kill_all(proc)
-            proc.wait(timeout)
+        if proc is not None and proc.poll() is None:
+            if self._booted:
+                with contextlib.suppress(subprocess.SubprocessError, OSError):
+                    self.systemctl("poweroff", "--no-block", check=False)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout)
+            if proc.poll() is None:
+                self._kill_all(proc)
+                proc.wait(timeout)
         self._unshare, self._pid, self._booted = None, None, False
         if self._cgroup is not None:
             self._remove_cgroup(self._cgroup, timeout)
             self._cgroup = None
-        self._stop_console()
-        self.boot(timeout)
 
     def _start(self) -> None:
         staged = self.test_dir / ".boot-units"
@@ -527,23 +534,8 @@ class SystemdSandbox:
         process of the sandbox is killed instead: all of them were started by it.  Safe to call
         more than once, and on a sandbox whose boot failed or never happened.
         """
-        proc = self._unshare
         try:
-            if proc is not None and proc.poll() is None:
-                if self._booted:  # else it may not listen yet: no clean poweroff to wait for
-                    with contextlib.suppress(subprocess.SubprocessError, OSError):
-                        self.systemctl("poweroff", "--no-block", check=False)
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout)
-                if proc.poll() is None:
-                    self._kill_all(proc)
-                    proc.wait(timeout)
-            self._unshare = None
-            self._pid = None
-            self._booted = False
-            if self._cgroup is not None:
-                self._remove_cgroup(self._cgroup, timeout)
-                self._cgroup = None
+            self._power_off(timeout)
         finally:
             self._stop_console()
             shutil.rmtree(self.test_dir, ignore_errors=True)
