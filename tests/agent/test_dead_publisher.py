@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.agent.daemon import Daemon, Waker, open_gate_after_judgment
+from agent_fsm.agent.daemon import Daemon, Waker
+from agent_fsm.agent.publishing import open_gate_after_judgment
 from agent_fsm.errors import ConfigError, PublishError
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.state.validate import RESULT

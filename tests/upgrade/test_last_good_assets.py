@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from agent_fsm.agent.daemon import open_gate_after_judgment
+from agent_fsm.agent.publishing import open_gate_after_judgment
 from agent_fsm.errors import AssetError
 from agent_fsm.node.assets import kept as kept_assets
 from agent_fsm.node.assets.render import Asset

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.agent.daemon import Daemon, Waker, open_gate_after_judgment
+from agent_fsm.agent.daemon import Daemon, Waker
+from agent_fsm.agent.publishing import open_gate_after_judgment
 from agent_fsm.errors import PublishError
 from agent_fsm.node.state.validate import RESULT
 from agent_fsm.system.notify import Notifier

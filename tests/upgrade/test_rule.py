@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from agent_fsm.agent.daemon import open_gate_after_judgment
+from agent_fsm.agent.publishing import open_gate_after_judgment
 from agent_fsm.errors import PublishError
 from agent_fsm.system.publish import Result
 from tests.helpers import World

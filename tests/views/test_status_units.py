@@ -246,7 +246,7 @@ class TestQueuedResult:
     def test_status_says_the_result_is_queued_and_since_when(self, tmp_path: Path) -> None:
         """After the dead publisher's way out, status says the result is queued and since when
         the publisher was unreachable, and `outbox` counts it."""
-        from agent_fsm.agent.daemon import open_gate_after_judgment
+        from agent_fsm.agent.publishing import open_gate_after_judgment
 
         clock = FakeClock()
         config = Config(name="agent", systemctl=(str(fake_systemctl(tmp_path)),),
