@@ -79,9 +79,16 @@ def unpack(archive: Path, into: Path) -> None:
     checked before it is written (see the module docstring); ReleaseError naming the first one
     refused. Files are written 0755 when the member has an x bit, else 0644 (the store gives
     the modes again); owners, times and other bits in the archive are not kept."""
+    try:  # the compression told by the content
+        opened = tarfile.open(archive, "r")  # noqa: SIM115 (closed by the `with` below)
+    except _UNREADABLE:  # its words list each method tried, on several lines
+        _refuse(archive, "it is not a tar archive (plain, or compressed with gzip, bzip2 or xz)")
+    except OSError as exc:
+        raise ReleaseError(f"cannot read release archive {archive}: {exc.strerror or exc}; "
+                           + _NOTHING) from None
     entries = total = 0
     try:
-        with tarfile.open(archive, "r") as tar:  # compression told by the content
+        with opened as tar:
             os.mkdir(into, 0o700)
             for member in tar:
                 rel = _checked(archive, member)
@@ -109,7 +116,8 @@ def unpack(archive: Path, into: Path) -> None:
                     _refuse(archive, f"member {member.name!r} is in the archive twice, or "
                                      "below a file of the same name")
     except _UNREADABLE as exc:
-        _refuse(archive, f"it cannot be read as a tar archive (plain, gzip, bzip2 or xz): {exc}")
+        _refuse(archive, f"it cannot be read to its end as a tar archive (damaged or "
+                         f"truncated?): {' '.join(str(exc).split())}")
     except OSError as exc:
         raise ReleaseError(f"cannot unpack release archive {archive} into the store: {exc}; "
                            + _NOTHING) from None
