@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .. import options, render
 from ..exits import EXIT_CODES
 from ..render import out
+
+if TYPE_CHECKING:
+    from ...actions.releases.packing import Added
+    from ...wiring import Node
 
 app = typer.Typer(
     help="Make, sign, add, list and prune releases.\n\nExample: agent-fsm release pack "
@@ -165,16 +169,24 @@ def release_add(
     Example: agent-fsm release add ./agent-fsm-2.0.0, ./agent-fsm-2.0.0.tar.gz, or
     oci-archive:./agent-fsm-2.0.0.tar
     """
+    add_from(options.of(ctx).node(), source)
+
+
+def add_from(node: Node, source: str) -> Added:
+    """Store the release `source` names (a directory, an archive or an image:
+    `sources.add_source`), saying so in one line: what `release add` and `install --from`
+    run."""
     from ...actions.releases.sources import add_source
     from .release_images import show_image
 
-    added = add_source(source, options.of(ctx).node())
+    added = add_source(source, node)
     if added.image is not None:
         show_image(added.image)
     verb = "already stored at" if added.already and not added.replaced else "stored at"
     note = f"; it replaced the stored copy: {added.replaced}" if added.replaced else ""
     out.print(f"release {added.version} {verb} {added.path} ({added.digest}{note})",
               markup=False)
+    return added
 
 
 @app.command("list", epilog=EXIT_CODES)
