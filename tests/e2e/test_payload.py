@@ -23,7 +23,8 @@ if importlib.util.find_spec("pytest_timeout") is not None:
 
 NAMESPACE = "agent-fsm-release"
 AGENT = """#!/bin/sh
-# The user's agent: it needs its data file, then says it is healthy as the lab's check reads it.
+# The user's agent {version}: it needs its data file, then says it is healthy as the lab's check
+# reads it.
 test "$(cat "$AGENT_FSM_RELEASE_DIR/payload/data/greeting")" = hello || exit 1
 echo "$AGENT_FSM_VERSION" > {health}
 exec sleep infinity
@@ -58,12 +59,15 @@ def test_payload_signed_stored_damaged_and_refused(systemd_sandbox: SystemdSandb
     src = work / "myagent"
     (src / "bin").mkdir(parents=True)
     (src / "data").mkdir()
-    (src / "bin" / "agent.sh").write_text(AGENT.format(health=lab.state_dir / "health"))
-    (src / "bin" / "agent.sh").chmod(0o750)
     (src / "data" / "greeting").write_text("hello\n")
     workload = '/bin/sh -c \'exec "$AGENT_FSM_RELEASE_DIR/payload/bin/agent.sh"\''
 
     def pack(version: str, *signed: str) -> Path:
+        """Pack `version` with the payload SRC, its script naming its version (so that no two
+        releases hold the same bytes there)."""
+        agent = src / "bin" / "agent.sh"
+        agent.write_text(AGENT.format(version=version, health=lab.state_dir / "health"))
+        agent.chmod(0o750)
         out = lab.packs / version
         proc = lab.cli("release", "pack", "--version", version, "--output", str(out),
                        "--payload", str(src), "--workload", workload, *signed, check=False)
