@@ -199,3 +199,23 @@ class TestSources:
         refused = run("release", "add", str(bad))
         assert refused.returncode == 1
         assert "member 'myagent-1.0.0/payload/etc' is a symlink" in one_line(refused)
+
+
+class TestInterrupted:
+    def test_an_unpack_killed_midway_is_swept_by_the_next_add(self, world: World,
+                                                              tmp_path: Path) -> None:
+        """An add killed while it unpacks an archive (no clean-up ran) leaves its private
+        directory in the store; the next add removes it, and stores its own release."""
+        releases = world.paths.releases_dir
+        code = ("import os, sys\nfrom pathlib import Path\n"
+                "from agent_fsm.node.releases import store\n"
+                "with store.scratch(Path(sys.argv[1])) as holder:\n"
+                "    (holder / 'release').mkdir()\n"
+                "    (holder / 'release' / 'half').write_bytes(b'x' * 4096)\n"
+                "    os._exit(9)\n")
+        killed = subprocess.run([sys.executable, "-c", code, str(releases)], cwd=ROOT,
+                                timeout=60, check=False)
+        assert killed.returncode == 9 and leftovers(world) != []
+        release = with_payload(tmp_path)
+        add_source(str(archive_of(release, tmp_path / "r.tgz", mode="w:gz")), world.node)
+        assert leftovers(world) == [] and world.node.releases.versions() == ["1.0.0"]

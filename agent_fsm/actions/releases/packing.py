@@ -113,12 +113,12 @@ def copy_payload(src: Path, dst: Path) -> None:
             path = Path(top) / name
             st = path.lstat()
             if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                bit = "setuid" if st.st_mode & stat.S_ISUID else "setgid"
                 raise ReleaseError(
-                    f"cannot pack --payload {src}: {path} is set{'u' if st.st_mode & stat.S_ISUID else 'g'}"
-                    f"id (mode {stat.S_IMODE(st.st_mode):04o}); a release never holds setuid or "
-                    "setgid files (the store would not keep the bit): clear it (`chmod ug-s`) "
-                    "and have the service's unit or the host grant what it needs; nothing was "
-                    "packed")
+                    f"cannot pack --payload {src}: {path} is {bit} (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}); a release never holds setuid or setgid "
+                    "files (the store would not keep the bit): clear it (`chmod ug-s`) and have "
+                    "the service's unit or the host grant what it needs; nothing was packed")
     try:
         tree.copy(src, dst)
     except BadTree as exc:
@@ -126,6 +126,8 @@ def copy_payload(src: Path, dst: Path) -> None:
             f"cannot pack --payload {src}: {exc}; a release holds regular files and "
             "directories only, within the store's limits (docs/operations.md, Releases); "
             "nothing was packed") from None
+    except OSError as exc:  # unreadable: a file or directory of SRC this user may not read
+        raise ReleaseError(f"cannot pack --payload {src}: {exc}; nothing was packed") from None
     os.chmod(dst, tree.DIR_MODE)  # `copy` leaves its top 0700
 
 
