@@ -51,10 +51,12 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
         raise ReleaseError(f"{output} already exists; pack into a new directory")
     tmp = output.with_name(f".{output.name}.packing")
     if payload is not None:
-        check_payload(payload, output, tmp)  # before the slow part
+        check_payload(payload, output, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         (tmp / "bin").mkdir(parents=True)
+        if payload is not None:  # first: what is wrong with it is said before the slow part
+            copy_payload(payload, tmp / PAYLOAD)
         # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
         shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
         vendor(tmp / "lib")
@@ -70,8 +72,6 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
             manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
         (tmp / "release.toml").write_text(manifest)
         abi.record(tmp, targets)
-        if payload is not None:
-            copy_payload(payload, tmp / PAYLOAD)
         if sign_key is not None:  # last: the signature covers everything else, payload included
             trust.sign(tmp, sign_key)
         else:  # what `release add` would refuse (over the limits), refused here
