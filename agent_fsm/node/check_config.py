@@ -9,9 +9,8 @@ passes when a GET of URL answers `status` within its timeout (run in-process by
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import ConfigError
 from .hook_config import absolute_argv
@@ -24,9 +23,9 @@ MAX_URL = 2048
 _HTTP_KEYS = ("http", "status", "timeout_seconds")
 
 
-@dataclass(frozen=True)
-class HttpCheck:
-    """A GET of `url` that passes when it answers `status` within `timeout_seconds`."""
+class HttpCheck(NamedTuple):
+    """A GET of `url` that passes when it answers `status` within `timeout_seconds`. (A
+    NamedTuple, as the rest of the config: `status` never imports dataclasses.)"""
 
     url: str
     status: int = DEFAULT_STATUS
