@@ -33,9 +33,18 @@ def _damage(world: World, version: str) -> None:
     manifest.write_text(manifest.read_text() + "# edited by hand\n")
 
 
-def _cli(world: World, cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(world: World, cfg: Path, *args: str,
+         agent: str = "activating auto-restart") -> subprocess.CompletedProcess[str]:
+    """Run the CLI with a systemctl stub whose `show` says the agent unit is `agent`
+    (ActiveState and SubState: by default restarting, as a node whose release fails)."""
+    env = env_with_stub_systemctl(cfg.parent)
+    active, sub = agent.split()
+    shown = f"ActiveState={active}\\nSubState={sub}\\n\\nActiveState=inactive\\nSubState=dead\\n"
+    (cfg.parent / "bin" / "systemctl").write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && echo "systemd 252 (252)"\n'
+        f'[ "$1" = show ] && printf "{shown}"\nexit 0\n')
     return subprocess.run([sys.executable, "-m", "agent_fsm", "--config", str(cfg), "--root",
-                           str(world.root), *args], env=env_with_stub_systemctl(cfg.parent),
+                           str(world.root), *args], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -79,8 +88,10 @@ class TestDoctor:
 
 class TestStatus:
     def test_intact_is_null(self, node: tuple[World, Path]) -> None:
-        """An intact selected release: `selected_damaged` is null."""
-        assert status(node[0].node).selected_damaged is None
+        """An intact selected release: `selected_damaged` is null, even with the agent down."""
+        world, cfg = node
+        assert json.loads(_cli(world, cfg, "status", "--json").stdout)["selected_damaged"] is None
+        assert status(world.node).selected_damaged is None
 
     def test_json_says_it_and_next_is_the_fix(self, node: tuple[World, Path]) -> None:
         """`status --json` has `selected_damaged` {version, problem}, and `next` says to add
@@ -97,6 +108,14 @@ class TestStatus:
         assert st["next"]["commands"][:2] == [
             f"agent-fsm --config {cfg} --root {world.root} release add DIR",
             "systemctl restart agent.service"]
+
+    def test_a_running_agent_is_not_walked(self, node: tuple[World, Path]) -> None:
+        """While the agent unit runs (its release checked when it started), `status` does not
+        walk the release again: `selected_damaged` is null and `doctor` is the one to ask."""
+        world, cfg = node
+        _damage(world, "1.0.0")
+        st = json.loads(_cli(world, cfg, "status", "--json", agent="active running").stdout)
+        assert st["selected_damaged"] is None
 
     def test_human_status_has_a_line_with_the_fix(self, node: tuple[World, Path]) -> None:
         """`status` shows a `damaged` line saying what changed and how to fix it."""
