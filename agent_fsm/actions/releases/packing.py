@@ -18,6 +18,7 @@ from typing import Any
 from ... import files
 from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError
 from ...node.assets import render as assets
+from ...node.releases import objects as release_objects
 from ...node.releases import store as release_store
 from ...node.releases.pointers import check_version, natural_key, read_manifest
 from ...node.state.store import StateDoc
@@ -146,11 +147,13 @@ class Pruned:
     kept: tuple[tuple[str, tuple[str, ...]], ...]  # (version, reasons), in version order
     dry_run: bool = False
     images: origins.ImagesPruned = field(default_factory=origins.ImagesPruned)  # their images
+    freed: release_objects.Collected = field(default_factory=release_objects.Collected)  # unlinked files
 
     def to_json(self) -> dict[str, Any]:
         return {"removed": list(self.removed), "dry_run": self.dry_run,
                 "kept": [{"version": v, "why": list(why)} for v, why in self.kept],
-                **({"images": self.images.to_json()} if self.images else {})}
+                **({"images": self.images.to_json()} if self.images else {}),
+                **({"freed": self.freed._asdict()} if self.freed.files else {})}
 
 
 def protected(node: Node, doc: StateDoc) -> dict[str, list[str]]:
@@ -258,9 +261,12 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
     # the lock again.
     for stale in [*gone, *([] if dry_run else node.paths.releases_dir.glob(".*.pruning"))]:
         shutil.rmtree(stale, ignore_errors=True)  # a crash leaves it for the next prune
+    # The stored files no release links any more, these and any an interrupted add left.
+    freed = release_objects.Collected() if dry_run else \
+        release_objects.collect(node.paths.releases_dir)
     pruned_images = origins.apply(node, image_plan, dry_run=dry_run, locked=node.store.locked)
     kept = tuple((v, tuple(why[v])) for v in stored if v not in remove)
-    return Pruned(removed, kept, dry_run, pruned_images)
+    return Pruned(removed, kept, dry_run, pruned_images, freed)
 
 
 def _take_out(path: Path) -> Path:

@@ -34,6 +34,7 @@ from typing import NamedTuple
 from ... import files
 from ...errors import BadTree, Refused
 from ..sha256 import hexdigest, prefer_openssl
+from .objects import Objects, collect, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
@@ -150,8 +151,24 @@ def check(releases_dir: Path, version: str, hashed: Hashed | None = None) -> Che
     was = recorded(releases_dir, version)
     if was is not None and was != now:
         raise BadTree(release, f"does not match its digest {digest(was)} recorded when it was added "
-                  f"({differences(was, now)})")
+                  f"({differences(was, now)}){_shared_note(release, was, now)}")
     return Checked(now, was)
+
+
+def _shared_note(release: Path, was: bytes, now: bytes) -> str:
+    """Why other releases may be damaged too: a changed file still linked from elsewhere in
+    the store was written in place, and every release linking it changed with it."""
+    old = set(was[len(HEADER):].splitlines())
+    changed = [line.split(b" ", 4)[4].decode(errors="replace")
+               for line in now[len(HEADER):].splitlines()
+               if line not in old and line.startswith(b"f ") and line.count(b" ") >= 4]
+    linked = [(p, n) for p in changed if (n := shared(release / p)) > 1]
+    if not linked:
+        return ""
+    path, n = linked[0]
+    return (f"; {path} is one file with {n} names in the store, which keeps identical files "
+            "once: written in place, it changed in every release that shares it, so add each "
+            "damaged release again")
 
 
 class Stored(NamedTuple):
@@ -191,9 +208,9 @@ def staged(directory: Path, releases_dir: Path,
     try:
         os.mkdir(holder, 0o700)
         with _in_use(holder):
-            copy(directory, staging)
-            version = validate(staging)
             hashed: Hashed = {}
+            copy(directory, staging, Objects(releases_dir), hashed)
+            version = validate(staging)
             new = manifest(scan(staging, hashed=hashed, fresh=True))
             yield Staged(directory, staging, version, new, hashed)
     finally:
@@ -236,8 +253,11 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
           locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Stored:
     """Store a normalized copy of the release `directory` in `releases_dir`, with its digest:
     staged and checked without the writers' lock, committed under it (`locked()` takes it)."""
-    with staged(directory, releases_dir, validate) as ready, locked():
-        return commit(releases_dir, ready)
+    try:
+        with staged(directory, releases_dir, validate) as ready, locked():
+            return commit(releases_dir, ready)
+    finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
+        collect(releases_dir)
 
 
 @contextlib.contextmanager

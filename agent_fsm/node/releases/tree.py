@@ -15,11 +15,14 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from ... import files
 from ...errors import BadTree
 from ..sha256 import sha256
+
+if TYPE_CHECKING:
+    from .objects import Objects
 
 MAX_FILE_BYTES = 64 << 20  # one file
 MAX_RELEASE_BYTES = 256 << 20  # all files of a release
@@ -145,12 +148,17 @@ def _open_root(root: Path, *, follow: bool) -> int:
         raise
 
 
-def copy(src: Path, dst: Path) -> None:
+def copy(src: Path, dst: Path, objects: Objects | None = None,
+         hashed: Hashed | None = None) -> None:
     """Store a normalized copy of the release directory `src` as the new directory `dst`.
 
     `src` itself may be reached through a symlink (it is what the operator named); nothing in
     it is followed. `dst` is left 0700 (the caller renames it into place, then opens it up).
-    Raises BadTree for an entry the store refuses; OSError as it comes (DiskError from `files`).
+    With `objects`, each file is hashed as it is copied and then becomes a link to the store's
+    intact object of the same bytes and mode, or the object itself (`objects.Objects`); its
+    hash goes into `hashed` (keyed as `scan` keys them), so the scan that makes the manifest
+    reads no file again. Raises BadTree for an entry the store refuses; OSError as it comes
+    (DiskError from `files`).
     """
     src_fd = _open_root(src, follow=True)
     try:
@@ -164,17 +172,32 @@ def copy(src: Path, dst: Path) -> None:
                 os.chmod(target, DIR_MODE)  # exact, whatever the umask or a setgid parent
                 made.append(target)
                 continue
+            mode = normal_mode(st)
+            h, size = sha256(), 0
             out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                           | os.O_CLOEXEC, 0o600)
             try:
                 for chunk in reader.chunks(dir_fd, name, st, rel):
+                    if objects is not None:
+                        h.update(chunk)
+                        size += len(chunk)
                     view = memoryview(chunk)
                     while view:
                         view = view[os.write(out, view):]
-                os.fchmod(out, normal_mode(st))
-                os.fsync(out)
+                os.fchmod(out, mode)
+                if objects is None:
+                    os.fsync(out)
+                elif not objects.share(target, h.hexdigest(), mode, size):
+                    os.fsync(out)  # the object's bytes are durable before its name
+                    objects.keep(target, h.hexdigest(), mode)
             finally:
                 os.close(out)
+            if objects is not None and hashed is not None:
+                now = os.lstat(target)
+                hashed[(rel, now.st_dev, now.st_ino, now.st_size, now.st_mode, now.st_mtime_ns,
+                        now.st_ctime_ns)] = Entry(rel, mode, size, h.hexdigest())
+        if objects is not None:
+            objects.sync()
         for directory in reversed(made):
             files.fsync_dir(directory)
     finally:
