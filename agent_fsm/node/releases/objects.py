@@ -44,27 +44,27 @@ def name(sha: str, mode: int) -> str:
 
 
 class Objects:
-    """The objects of one store, for one add: `share` links a staged file to its object when
-    one is intact, `keep` makes a staged file the object of its bytes."""
+    """The objects of one store, for one add: `link` gives a staged file its object when one
+    is intact, `keep` makes a staged file the object of its bytes."""
 
     def __init__(self, releases_dir: Path) -> None:
         self.dir = releases_dir / OBJECTS
         files.ensure_dir(self.dir, 0o700)
         self.kept = 0  # objects this add made (their names are made durable by `sync`)
 
-    def share(self, target: Path, sha: str, mode: int, size: int) -> bool:
-        """Replace the staged file `target` (its bytes hash to `sha`) by a link to its object,
-        if one is intact; False (nothing changed) if there is none, or it was freed meanwhile."""
-        obj = self.dir / name(sha, mode)
-        if not _intact(obj, sha, mode, size):
-            return False
-        tmp = target.with_name(f".{target.name}.{os.urandom(4).hex()}")
+    def link(self, target: Path, sha: str, mode: int, size: int) -> bool:
+        """Make `target` (a new name in a staging copy) a link to the object of these bytes
+        and mode, if one is intact (checked through the new link, so what is checked is what
+        is linked); False, and no `target`, if there is none, it is damaged, or it was freed
+        meanwhile."""
         try:
-            os.link(obj, tmp)
-        except FileNotFoundError:  # freed by a `collect` since it was checked
+            os.link(self.dir / name(sha, mode), target)
+        except FileNotFoundError:
             return False
-        os.replace(tmp, target)
-        return True
+        if intact(target, sha, mode, size) is not None:
+            return True
+        os.unlink(target)
+        return False
 
     def keep(self, target: Path, sha: str, mode: int) -> None:
         """Make the staged, fsynced file `target` the object of its bytes: a damaged object of
@@ -79,24 +79,26 @@ class Objects:
             files.fsync_dir(self.dir)
 
 
-def _intact(obj: Path, sha: str, mode: int, size: int) -> bool:
-    """Whether `obj` is a regular file of ours with this mode and size whose bytes hash to
-    `sha` (it is read whole: an add never links a damaged object)."""
+def intact(path: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
+    """The stat of `path` if it is a regular file of ours with this mode and size whose bytes
+    hash to `sha`, unchanged while it was read (it is read whole); else None."""
     try:
-        fd = os.open(obj, _READ)
+        fd = os.open(path, _READ)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO):
-            return False
+            return None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
                 or stat.S_IMODE(st.st_mode) != mode or st.st_size != size:
-            return False
+            return None
         h = sha256()
         while chunk := os.read(fd, _CHUNK):
             h.update(chunk)
-        return h.hexdigest() == sha
+        after = os.fstat(fd)
+        same = (after.st_ctime_ns, after.st_mtime_ns) == (st.st_ctime_ns, st.st_mtime_ns)
+        return st if same and h.hexdigest() == sha else None
     finally:
         os.close(fd)
 
@@ -135,3 +137,16 @@ def shared(path: Path) -> int:
         return os.lstat(path).st_nlink
     except OSError:
         return 0
+
+
+def usage(directory: Path) -> int:
+    """The bytes `directory` takes on disk, each file counted once however many names it has
+    (as `du` counts them): what the store costs."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for path in [directory, *directory.rglob("*")]:
+        st = path.lstat()
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+    return total

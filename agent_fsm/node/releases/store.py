@@ -34,7 +34,7 @@ from typing import NamedTuple
 from ... import files
 from ...errors import BadTree, Refused
 from ..sha256 import hexdigest, prefer_openssl
-from .objects import Objects, collect, shared
+from .objects import Objects, collect, intact, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
@@ -107,6 +107,44 @@ def recorded_hashed(releases_dir: Path, version: str) -> Hashed:
     except (OSError, ValueError):  # missing, unreadable, or not a record: hash every file
         return {}
     return out
+
+
+def refresh_hashed(releases_dir: Path) -> int:
+    """Record again the hashes of stored files whose stat changed in its ctime alone, each
+    hashed once more: a file linked from several releases changes ctime whenever an add links
+    it or a prune unlinks one of its names, and a check of a release re-hashes every file
+    whose stat differs from its record. Run after each add and prune, without the lock: a
+    record is only a cache of true facts (this file, with this stat, had this hash), and an
+    entry is written only for a file hashed with that stat. Returns the files hashed again."""
+    versions = [e.name for e in os.scandir(releases_dir)
+                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
+    again: dict[tuple[int, int], tuple[os.stat_result, str] | None] = {}
+    for version in versions:
+        old = recorded_hashed(releases_dir, version)
+        new: Hashed = {}
+        base = f"{releases_dir}/{version}/"  # strings: ~10,000 files for ten releases
+        for key, entry in old.items():
+            rel, dev, ino, size, mode, mtime, ctime = key
+            if rel.startswith("/") or ".." in rel.split("/"):
+                continue  # not a record this store wrote
+            try:
+                st = os.lstat(base + rel)
+            except OSError:
+                continue  # gone: the check says so
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns) != \
+                    (dev, ino, size, mode, mtime):
+                continue  # changed: the check hashes it, and says so if it differs
+            if st.st_ctime_ns != ctime and (dev, ino) not in again:
+                now = intact(base + rel, entry.sha256, stat.S_IMODE(mode), size)
+                again[(dev, ino)] = None if now is None else (now, entry.sha256)
+            found = again.get((dev, ino)) if st.st_ctime_ns != ctime else (st, entry.sha256)
+            if found is not None and found[1] == entry.sha256 and found[0].st_ino == ino:
+                now = found[0]
+                new[(rel, dev, ino, now.st_size, now.st_mode, now.st_mtime_ns,
+                     now.st_ctime_ns)] = entry
+        if new != old and new:
+            record_hashed(releases_dir, version, new)
+    return len(again)
 
 
 def differences(was: bytes, now: bytes, limit: int = 3) -> str:
@@ -258,6 +296,7 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
             return commit(releases_dir, ready)
     finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
         collect(releases_dir)
+        refresh_hashed(releases_dir)
 
 
 @contextlib.contextmanager

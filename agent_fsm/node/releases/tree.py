@@ -115,8 +115,10 @@ class _Reader:
         self.root = root
         self.total = 0
 
-    def chunks(self, dir_fd: int, name: str, st: os.stat_result, rel: str) -> Iterator[bytes]:
-        """The bytes of the file `rel` (`name` in `dir_fd`), lstat `st` when walked."""
+    def chunks(self, dir_fd: int, name: str, st: os.stat_result, rel: str, *,
+               again: bool = False) -> Iterator[bytes]:
+        """The bytes of the file `rel` (`name` in `dir_fd`), lstat `st` when walked; `again`:
+        read a second time, not counted twice against the release's limit."""
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)  # a link swapped in: ELOOP
         try:
             now = os.fstat(fd)
@@ -127,7 +129,7 @@ class _Reader:
             size = 0
             while chunk := os.read(fd, _CHUNK):
                 size += len(chunk)
-                self.total += len(chunk)
+                self.total += 0 if again else len(chunk)
                 if size > MAX_FILE_BYTES:
                     raise BadTree(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
                 if self.total > MAX_RELEASE_BYTES:
@@ -135,6 +137,36 @@ class _Reader:
                 yield chunk
         finally:
             os.close(fd)
+
+
+def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
+    h, size = sha256(), 0
+    for chunk in chunks:
+        h.update(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size
+
+
+def _write(target: Path, chunks: Iterator[bytes], mode: int, sha: str | None = None, *,
+           root: Path | None = None) -> None:
+    """Write a new file `target` with these bytes and mode, fsynced; BadTree (naming `root`)
+    if `sha` is given and the bytes no longer hash to it (the source changed meanwhile)."""
+    h = sha256()
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                  0o600)
+    try:
+        for chunk in chunks:
+            if sha is not None:
+                h.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view):]
+        if sha is not None and h.hexdigest() != sha:
+            raise BadTree(root or target, "changed while it was read")
+        os.fchmod(out, mode)
+        os.fsync(out)  # the bytes are durable before any name (an object's) is given to them
+    finally:
+        os.close(out)
 
 
 def _open_root(root: Path, *, follow: bool) -> int:
@@ -154,11 +186,11 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
 
     `src` itself may be reached through a symlink (it is what the operator named); nothing in
     it is followed. `dst` is left 0700 (the caller renames it into place, then opens it up).
-    With `objects`, each file is hashed as it is copied and then becomes a link to the store's
-    intact object of the same bytes and mode, or the object itself (`objects.Objects`); its
-    hash goes into `hashed` (keyed as `scan` keys them), so the scan that makes the manifest
-    reads no file again. Raises BadTree for an entry the store refuses; OSError as it comes
-    (DiskError from `files`).
+    With `objects`, each file is hashed first: where the store holds an intact object of the
+    same bytes and mode the staged file is a link to it, else it is copied and becomes that
+    object (`objects.Objects`); its hash goes into `hashed` (keyed as `scan` keys them), so the
+    scan that makes the manifest reads no file again. Raises BadTree for an entry the store
+    refuses; OSError as it comes (DiskError from `files`).
     """
     src_fd = _open_root(src, follow=True)
     try:
@@ -173,29 +205,19 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
                 made.append(target)
                 continue
             mode = normal_mode(st)
-            h, size = sha256(), 0
-            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600)
-            try:
-                for chunk in reader.chunks(dir_fd, name, st, rel):
-                    if objects is not None:
-                        h.update(chunk)
-                        size += len(chunk)
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(out, view):]
-                os.fchmod(out, mode)
-                if objects is None:
-                    os.fsync(out)
-                elif not objects.share(target, h.hexdigest(), mode, size):
-                    os.fsync(out)  # the object's bytes are durable before its name
-                    objects.keep(target, h.hexdigest(), mode)
-            finally:
-                os.close(out)
-            if objects is not None and hashed is not None:
-                now = os.lstat(target)
-                hashed[(rel, now.st_dev, now.st_ino, now.st_size, now.st_mode, now.st_mtime_ns,
-                        now.st_ctime_ns)] = Entry(rel, mode, size, h.hexdigest())
+            sha = None
+            if objects is not None:  # hashed first: a file the store holds already is not copied
+                sha, size = _hash(reader.chunks(dir_fd, name, st, rel))
+                if not objects.link(target, sha, mode, size):
+                    _write(target, reader.chunks(dir_fd, name, st, rel, again=True), mode, sha,
+                           root=src / rel)
+                    objects.keep(target, sha, mode)
+                if hashed is not None:
+                    now = os.lstat(target)
+                    hashed[(rel, now.st_dev, now.st_ino, now.st_size, now.st_mode,
+                            now.st_mtime_ns, now.st_ctime_ns)] = Entry(rel, mode, size, sha)
+            else:
+                _write(target, reader.chunks(dir_fd, name, st, rel), mode)
         if objects is not None:
             objects.sync()
         for directory in reversed(made):
