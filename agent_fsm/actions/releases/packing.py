@@ -256,6 +256,8 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
         removed = tuple(v for v in stored if v in remove)
         image_plan = origins.plan(node, why)  # a damaged image record refuses before any removal
         gone = [] if dry_run else [_take_out(releases.path(v)) for v in removed]
+        if not dry_run:  # and what an interrupted add or prune left
+            release_store.sweep(node.paths.releases_dir)
     # The slow part without the lock: deleting the trees, and `podman rmi` (up to 300 s each).
     # What is deleted here is out of the store already; the images' records are written under
     # the lock again.
@@ -265,7 +267,7 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
     freed = release_objects.Collected()
     if not dry_run:
         freed = release_objects.collect(node.paths.releases_dir)
-        release_store.refresh_hashed(node.paths.releases_dir)  # the kept files' fast check
+        release_store.refresh_hashed(node.paths.releases_dir, node.store.locked)  # fast checks
     pruned_images = origins.apply(node, image_plan, dry_run=dry_run, locked=node.store.locked)
     kept = tuple((v, tuple(why[v])) for v in stored if v not in remove)
     return Pruned(removed, kept, dry_run, pruned_images, freed)

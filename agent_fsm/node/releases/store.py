@@ -109,16 +109,19 @@ def recorded_hashed(releases_dir: Path, version: str) -> Hashed:
     return out
 
 
-def refresh_hashed(releases_dir: Path) -> int:
+def refresh_hashed(releases_dir: Path,
+                   locked: Callable[[], contextlib.AbstractContextManager[object]]) -> int:
     """Record again the hashes of stored files whose stat changed in its ctime alone, each
     hashed once more: a file linked from several releases changes ctime whenever an add links
     it or a prune unlinks one of its names, and a check of a release re-hashes every file
-    whose stat differs from its record. Run after each add and prune, without the lock: a
-    record is only a cache of true facts (this file, with this stat, had this hash), and an
-    entry is written only for a file hashed with that stat. Returns the files hashed again."""
+    whose stat differs from its record. Run after each add and prune: the files are hashed
+    without the lock, the records written under it (`locked()`). A record is a cache of true
+    facts (this file, with this stat, had this hash), and an entry is written only for a file
+    hashed with that stat. Returns the files hashed again."""
     versions = [e.name for e in os.scandir(releases_dir)
                 if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
     again: dict[tuple[int, int], tuple[os.stat_result, str] | None] = {}
+    changed: dict[str, Hashed] = {}
     for version in versions:
         old = recorded_hashed(releases_dir, version)
         new: Hashed = {}
@@ -143,7 +146,12 @@ def refresh_hashed(releases_dir: Path) -> int:
                 new[(rel, dev, ino, now.st_size, now.st_mode, now.st_mtime_ns,
                      now.st_ctime_ns)] = entry
         if new != old and new:
-            record_hashed(releases_dir, version, new)
+            changed[version] = new
+    if changed:
+        with locked():
+            for version, new in changed.items():
+                if os.path.isdir(releases_dir / version):  # not pruned meanwhile
+                    record_hashed(releases_dir, version, new)
     return len(again)
 
 
@@ -235,7 +243,7 @@ def staged(directory: Path, releases_dir: Path,
     and `validate` it there (it returns the version), so that what is checked is what is
     stored; the copy is removed when the block ends (`commit` it before). Needs no lock: the
     slow part of an add (the copy, the digest, a signature check, the ABI probe) runs while
-    transitions go on. The staging directory is flock(2)ed for the block, so no `_sweep` of
+    transitions go on. The staging directory is flock(2)ed for the block, so no `sweep` of
     another add removes it. Raises BadTree for an entry the store refuses."""
     import shutil  # here: the daemon checks releases, never stores one (shutil brings bz2, lzma)
 
@@ -264,7 +272,7 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
     """
     import shutil
 
-    _sweep(releases_dir)
+    sweep(releases_dir)
     version, new, staging = staged.version, staged.manifest, staged.staging
     target = releases_dir / version
     replaced = None
@@ -296,7 +304,7 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
             return commit(releases_dir, ready)
     finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
         collect(releases_dir)
-        refresh_hashed(releases_dir)
+        refresh_hashed(releases_dir, locked)
 
 
 @contextlib.contextmanager
@@ -361,9 +369,11 @@ def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> 
         "nothing was stored")
 
 
-def _sweep(releases_dir: Path) -> None:
-    """Clear what an interrupted add left, putting back a release it was replacing (the caller
-    holds the writers' lock)."""
+def sweep(releases_dir: Path) -> None:
+    """Clear what an interrupted add or prune left, putting back a release an add was
+    replacing: staging copies no add works in, and records (and their temporary files) of
+    releases not stored (the caller holds the writers' lock, under which every record is
+    written)."""
     import shutil
     for stale in releases_dir.glob(".*.replaced.*"):
         back = releases_dir / stale.name[1:].split(".replaced.")[0]
@@ -374,3 +384,8 @@ def _sweep(releases_dir: Path) -> None:
     for stale in [*releases_dir.glob(".adding.*"), *releases_dir.glob(".*.adding")]:
         if _abandoned(stale):  # another add may be staging there, without the lock
             shutil.rmtree(stale, ignore_errors=True)
+    for kind in (DIGESTS, HASHED):
+        for path in (releases_dir / kind).glob("*"):
+            hidden = path.name.startswith(".")
+            if path.name.endswith(".tmp") if hidden else not (releases_dir / path.name).is_dir():
+                files.remove(path)
