@@ -15,7 +15,8 @@ points, not as lost renames.
 
 `ops` are the operations counted as crash points (the store's runs add links, renames and
 directories); with `dies`, every operation after the crash raises too, as in a dead process
-(no `finally` block gets to clean up).
+(no `finally` block gets to clean up). `files.sync_filesystem` (syncfs(2)) makes everything
+below root durable.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import pytest
 from agent_fsm import files
 
 OPS = ("write", "fchmod", "fsync", "replace", "unlink", "symlink")
-STORE_OPS = (*OPS, "link", "rename", "mkdir", "rmdir")
+STORE_OPS = (*OPS, "link", "rename", "mkdir", "rmdir", "syncfs")
 
 
 class Crash(BaseException):
@@ -76,7 +77,10 @@ class PowerLoss:
     modes: dict[int, int] = field(default_factory=dict)  # a file's mode, as it was made durable
 
     def __post_init__(self) -> None:
-        # What is on disk before the run is durable.
+        self._snapshot()  # what is on disk before the run is durable
+
+    def _snapshot(self) -> None:
+        """Take everything below root as durable now."""
         for d in [self.root, *[p for p in self.root.rglob("*") if p.is_dir() and not p.is_symlink()]]:
             listing = self.dirs[d.lstat().st_ino] = _listing(d)
             for name, (ino, kind, _) in listing.items():
@@ -85,22 +89,35 @@ class PowerLoss:
                     self.modes[ino] = stat.S_IMODE((d / name).lstat().st_mode)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        real = {name: getattr(os, name) for name in self.ops_counted}
+        wrapped = [name for name in self.ops_counted if name != "syncfs"]
+        real = {name: getattr(os, name) for name in wrapped}
+
+        def tick(name: str) -> None:
+            self.ops += 1
+            if self.crash_at is not None and (
+                    self.ops == self.crash_at or (self.dies and self.ops > self.crash_at)):
+                raise Crash(name)
 
         def wrap(name: str) -> Any:
             def op(*args: Any, **kwargs: Any) -> Any:
-                self.ops += 1
-                if self.crash_at is not None and (
-                        self.ops == self.crash_at or (self.dies and self.ops > self.crash_at)):
-                    raise Crash(name)
+                tick(name)
                 result = real[name](*args, **kwargs)
                 if name == "fsync":
                     self._made_durable(args[0])
                 return result
             return op
 
-        for name in self.ops_counted:
+        for name in wrapped:
             monkeypatch.setattr(files.os, name, wrap(name))
+        real_sync = files.sync_filesystem
+
+        def sync_filesystem(directory: Path) -> None:  # syncfs(2): all of it durable at once
+            if "syncfs" in self.ops_counted:
+                tick("syncfs")
+            real_sync(directory)
+            self._snapshot()
+
+        monkeypatch.setattr(files, "sync_filesystem", sync_filesystem)
 
     def _made_durable(self, fd: int) -> None:
         path = Path(os.readlink(f"/proc/self/fd/{fd}"))

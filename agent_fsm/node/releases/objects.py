@@ -50,7 +50,7 @@ class Objects:
     def __init__(self, releases_dir: Path) -> None:
         self.dir = releases_dir / OBJECTS
         files.ensure_dir(self.dir, 0o700)
-        self.kept = 0  # objects this add made (their names are made durable by `sync`)
+        self.kept = 0  # objects this add made
 
     def link(self, target: Path, sha: str, mode: int, size: int) -> bool:
         """Make `target` (a new name in a staging copy) a link to the object of these bytes
@@ -67,16 +67,12 @@ class Objects:
         return False
 
     def keep(self, target: Path, sha: str, mode: int) -> None:
-        """Make the staged, fsynced file `target` the object of its bytes: a damaged object of
-        the same name is replaced (the releases linking it keep their damaged inode)."""
+        """Make the staged file `target` the object of its bytes: a damaged object of the same
+        name is replaced (the releases linking it keep their damaged inode)."""
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         os.link(target, tmp)
         os.replace(tmp, self.dir / name(sha, mode))
         self.kept += 1
-
-    def sync(self) -> None:
-        if self.kept:
-            files.fsync_dir(self.dir)
 
 
 def intact(path: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:

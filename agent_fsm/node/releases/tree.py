@@ -147,24 +147,21 @@ def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-def _write(target: Path, chunks: Iterator[bytes], mode: int, sha: str | None = None, *,
-           root: Path | None = None) -> None:
-    """Write a new file `target` with these bytes and mode, fsynced; BadTree (naming `root`)
-    if `sha` is given and the bytes no longer hash to it (the source changed meanwhile)."""
+def _write(target: Path, chunks: Iterator[bytes], mode: int, sha: str, *, root: Path) -> None:
+    """Write a new file `target` with these bytes and mode; BadTree (naming `root`) if they no
+    longer hash to `sha` (the source changed since it was hashed)."""
     h = sha256()
     out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                   0o600)
     try:
         for chunk in chunks:
-            if sha is not None:
-                h.update(chunk)
+            h.update(chunk)
             view = memoryview(chunk)
             while view:
                 view = view[os.write(out, view):]
-        if sha is not None and h.hexdigest() != sha:
-            raise BadTree(root or target, "changed while it was read")
+        if h.hexdigest() != sha:
+            raise BadTree(root, "changed while it was read")
         os.fchmod(out, mode)
-        os.fsync(out)  # the bytes are durable before any name (an object's) is given to them
     finally:
         os.close(out)
 
@@ -180,48 +177,42 @@ def _open_root(root: Path, *, follow: bool) -> int:
         raise
 
 
-def copy(src: Path, dst: Path, objects: Objects | None = None,
-         hashed: Hashed | None = None) -> None:
+def copy(src: Path, dst: Path, objects: Objects, hashed: Hashed) -> None:
     """Store a normalized copy of the release directory `src` as the new directory `dst`.
 
     `src` itself may be reached through a symlink (it is what the operator named); nothing in
     it is followed. `dst` is left 0700 (the caller renames it into place, then opens it up).
-    With `objects`, each file is hashed first: where the store holds an intact object of the
-    same bytes and mode the staged file is a link to it, else it is copied and becomes that
-    object (`objects.Objects`); its hash goes into `hashed` (keyed as `scan` keys them), so the
-    scan that makes the manifest reads no file again. Raises BadTree for an entry the store
-    refuses; OSError as it comes (DiskError from `files`).
+    Each file is hashed first: where the store holds an intact object of the same bytes and
+    mode the staged file is a link to it, else it is copied and becomes that object
+    (`objects.Objects`); its hash goes into `hashed` (keyed as `scan` keys them), so the scan
+    that makes the manifest reads no file again. The copy is made durable at the end, whole,
+    by one sync of its file system. Raises BadTree for an entry the store refuses; OSError as
+    it comes (DiskError from `files`).
     """
     src_fd = _open_root(src, follow=True)
     try:
         os.mkdir(dst, 0o700)
-        made = [dst]
         reader = _Reader(src)
         for rel, dir_fd, name, st in _walk(src_fd, src, stored=False):
             target = dst / rel
             if stat.S_ISDIR(st.st_mode):
                 os.mkdir(target, 0o700)
                 os.chmod(target, DIR_MODE)  # exact, whatever the umask or a setgid parent
-                made.append(target)
                 continue
             mode = normal_mode(st)
-            sha = None
-            if objects is not None:  # hashed first: a file the store holds already is not copied
-                sha, size = _hash(reader.chunks(dir_fd, name, st, rel))
-                if not objects.link(target, sha, mode, size):
-                    _write(target, reader.chunks(dir_fd, name, st, rel, again=True), mode, sha,
-                           root=src / rel)
-                    objects.keep(target, sha, mode)
-                if hashed is not None:
-                    now = os.lstat(target)
-                    hashed[(rel, now.st_dev, now.st_ino, now.st_size, now.st_mode,
-                            now.st_mtime_ns, now.st_ctime_ns)] = Entry(rel, mode, size, sha)
-            else:
-                _write(target, reader.chunks(dir_fd, name, st, rel), mode)
-        if objects is not None:
-            objects.sync()
-        for directory in reversed(made):
-            files.fsync_dir(directory)
+            # Hashed first: a file the store holds already is linked, not copied.
+            sha, size = _hash(reader.chunks(dir_fd, name, st, rel))
+            if not objects.link(target, sha, mode, size):
+                _write(target, reader.chunks(dir_fd, name, st, rel, again=True), mode, sha,
+                       root=src / rel)
+                objects.keep(target, sha, mode)
+            now = os.lstat(target)
+            hashed[(rel, now.st_dev, now.st_ino, now.st_size, now.st_mode, now.st_mtime_ns,
+                    now.st_ctime_ns)] = Entry(rel, mode, size, sha)
+        # Durable before the commit renames it into place. An object named before its bytes
+        # were (a power cut before this) comes back short, and no add links it (`Objects.link`
+        # checks through the link), so it is only replaced.
+        files.sync_filesystem(dst)
     finally:
         os.close(src_fd)
 
