@@ -20,6 +20,10 @@ check re-hashes only a file whose stat differs, so a start of the agent walks it
 (~8 ms) instead of reading all of it (~40 ms with OpenSSL, ~100 ms without). Damage that keeps
 a file's stat (a disk's bit rot) is then found by `doctor` and `release list`, which hash
 everything. A missing or unreadable record only means every file is hashed.
+
+The files themselves are kept once across releases (`objects`): each file of a release is a
+hard link to `releases/.objects/<sha256>-<mode>`. Linking or unlinking a name moves a shared
+file's ctime, so after each add and prune `refresh_hashed` records such files again.
 """
 
 from __future__ import annotations
