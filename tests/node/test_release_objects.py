@@ -18,6 +18,7 @@ from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.releases import tree as release_tree
 from agent_fsm.node.releases.tree import scan
+from agent_fsm.views.doctor.checks import doctor
 from tests.helpers import World
 from tests.node.test_release_store import _flip_a_byte_keeping_times, leftovers, make_release
 
@@ -134,6 +135,19 @@ class TestDamage:
         found = problems(three)
         assert found["2.0.0"] is None and found["1.0.0"] and found["3.0.0"]
         assert leftovers(three) == []
+
+    def test_doctor_fails_each_release_a_shared_write_damaged_and_says_why(
+            self, three: World) -> None:
+        """`doctor` hashes every stored release and fails each one a write in place into a
+        shared file damaged, saying the file is shared and how to mend it."""
+        with (three.paths.releases_dir / "3.0.0" / SHARED).open("ab") as f:
+            f.write(b"# edited in place\n")
+        findings = doctor(three.node, check_systemd=False)
+        failed = [f for f in findings if f.check == "release"]
+        assert len(failed) == 3 and all(f.level == "fail" for f in failed)
+        assert all("names in the store" in f.detail and "release add" in f.fix for f in failed)
+        summary = next(f for f in findings if f.check == "releases")
+        assert summary.level == "warn" and "3 stored, 3 damaged" in summary.detail
 
     def test_an_add_never_links_an_object_whose_bytes_changed(self, three: World,
                                                                tmp_path: Path) -> None:

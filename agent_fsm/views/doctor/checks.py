@@ -253,6 +253,30 @@ def _units_now(node: Node, prog: str) -> list[Finding]:
     return [Finding("units now", level, advice.situation, fix)]
 
 
+def _releases(node: Node) -> list[Finding]:
+    """Every stored release hashed whole against its digest (bit rot included), each file once
+    however many releases share it; what the store takes on disk."""
+    from ...node.releases import objects
+
+    releases = node.releases
+    versions = releases.versions()
+    if not versions:
+        return []
+    out = []
+    for version in versions:
+        problem = releases.integrity(version).problem
+        if problem is not None:
+            out.append(Finding("release", "fail", f"release {version} is DAMAGED: {problem}",
+                               f"add it again (`agent-fsm release add DIR`, DIR: release "
+                               f"{version}'s directory), or `agent-fsm release prune {version}` "
+                               "if nothing needs it"))
+    size = objects.usage(node.paths.releases_dir) / 1e6
+    damaged = f", {len(out)} damaged" if out else ""
+    return [Finding("releases", "warn" if out else "ok",
+                    f"{len(versions)} stored{damaged}; {size:.1f} MB on disk, each file kept "
+                    "once however many releases hold it"), *out]
+
+
 def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -> list[Finding]:
     findings: list[Finding] = []
     if check_systemd:
@@ -266,6 +290,7 @@ def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -
     findings += _journal(node)
     findings += _outbox(node)
     findings += signatures(node)
+    findings += _releases(node)
     if node.releases.selected() is not None:
         findings.append(_units_verify(node))
     if os.geteuid() != 0:
