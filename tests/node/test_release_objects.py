@@ -149,6 +149,23 @@ class TestDamage:
         summary = next(f for f in findings if f.check == "releases")
         assert summary.level == "warn" and "3 stored, 3 damaged" in summary.detail
 
+    def test_doctor_reads_a_file_three_releases_share_once(
+            self, three: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`doctor` hashes every release whole, but a file three releases share (one inode,
+        unchanged) is read once, not three times."""
+        monkeypatch.setattr(release_tree, "_SETTLED_NS", 0)  # as if stored long ago
+        read: list[str] = []
+        real = release_tree._Reader.chunks
+
+        def counted(self: release_tree._Reader, *args: object, **kwargs: bool) -> Iterator[bytes]:
+            read.append(str(args[-1]))
+            return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+        findings = doctor(three.node, check_systemd=False)
+        assert next(f for f in findings if f.check == "releases").level == "ok"
+        assert read.count(SHARED) == 1 and read.count("bin/agent-fsm") == 3
+
     def test_an_add_never_links_an_object_whose_bytes_changed(self, three: World,
                                                                tmp_path: Path) -> None:
         """With the stored copy of a file damaged in place, a new release holding that file is

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .. import options, render
 from ..exits import EXIT_CODES
 from ..render import out
+
+if TYPE_CHECKING:
+    from ...node.releases.tree import Hashed
 
 app = typer.Typer(
     help="Make, add, list and prune releases.\n\nExample: agent-fsm release list --json",
@@ -138,8 +141,9 @@ def release_list(
     bad = {k["version"]: k for k in known_bad.view(node.paths)[0]}
     rows = []
     covered: dict[str, str] = {}
+    seen: Hashed = {}  # a file several releases share is read once
     for v in releases.versions():
-        check = releases.integrity(v)
+        check = releases.integrity(v, seen)
         rows.append({"version": v, "selected": v == selected, "last_good": v == last_good,
                      "digest": check.digest, "digest_recorded": check.recorded,
                      "intact": check.problem is None, "problem": check.problem,

@@ -257,14 +257,16 @@ def _releases(node: Node) -> list[Finding]:
     """Every stored release hashed whole against its digest (bit rot included), each file once
     however many releases share it; what the store takes on disk."""
     from ...node.releases import objects
+    from ...node.releases.tree import Hashed
 
     releases = node.releases
     versions = releases.versions()
     if not versions:
         return []
     out = []
+    seen: Hashed = {}  # a file several releases share is read once
     for version in versions:
-        problem = releases.integrity(version).problem
+        problem = releases.integrity(version, seen).problem
         if problem is not None:
             out.append(Finding("release", "fail", f"release {version} is DAMAGED: {problem}",
                                f"add it again (`agent-fsm release add DIR`, DIR: release "
