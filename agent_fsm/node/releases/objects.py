@@ -50,7 +50,6 @@ class Objects:
     def __init__(self, releases_dir: Path) -> None:
         self.dir = releases_dir / OBJECTS
         files.ensure_dir(self.dir, 0o700)
-        self.kept = 0  # objects this add made
 
     def link(self, target: Path, sha: str, mode: int, size: int) -> bool:
         """Make `target` (a new name in a staging copy) a link to the object of these bytes
@@ -59,8 +58,10 @@ class Objects:
         meanwhile."""
         try:
             os.link(self.dir / name(sha, mode), target)
-        except FileNotFoundError:
-            return False
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EMLINK):  # none, or linked the most it can be
+                return False  # (`keep` then gives the name to a new copy)
+            raise
         if intact(target, sha, mode, size) is not None:
             return True
         os.unlink(target)
@@ -72,7 +73,6 @@ class Objects:
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         os.link(target, tmp)
         os.replace(tmp, self.dir / name(sha, mode))
-        self.kept += 1
 
 
 def intact(path: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
