@@ -51,21 +51,21 @@ class Objects:
         self.dir = releases_dir / OBJECTS
         files.ensure_dir(self.dir, 0o700)
 
-    def link(self, target: Path, sha: str, mode: int, size: int) -> bool:
+    def link(self, target: Path, sha: str, mode: int, size: int) -> os.stat_result | None:
         """Make `target` (a new name in a staging copy) a link to the object of these bytes
         and mode, if one is intact (checked through the new link, so what is checked is what
-        is linked); False, and no `target`, if there is none, it is damaged, or it was freed
-        meanwhile."""
+        is linked), and return its stat as checked; None, and no `target`, if there is none,
+        it is damaged, or it was freed meanwhile."""
         try:
             os.link(self.dir / name(sha, mode), target)
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.EMLINK):  # none, or linked the most it can be
-                return False  # (`keep` then gives the name to a new copy)
+                return None  # (`keep` then gives the name to a new copy)
             raise
-        if intact(target, sha, mode, size) is not None:
-            return True
-        os.unlink(target)
-        return False
+        checked = intact(target, sha, mode, size)
+        if checked is None:
+            os.unlink(target)
+        return checked
 
     def keep(self, target: Path, sha: str, mode: int) -> None:
         """Make the staged file `target` the object of its bytes: a damaged object of the same

@@ -202,11 +202,12 @@ def copy(src: Path, dst: Path, objects: Objects, hashed: Hashed) -> None:
             mode = normal_mode(st)
             # Hashed first: a file the store holds already is linked, not copied.
             sha, size = _hash(reader.chunks(dir_fd, name, st, rel))
-            if not objects.link(target, sha, mode, size):
+            now = objects.link(target, sha, mode, size)  # its stat as it was checked
+            if now is None:
                 _write(target, reader.chunks(dir_fd, name, st, rel, again=True), mode, sha,
                        root=src / rel)
                 objects.keep(target, sha, mode)
-            now = os.lstat(target)
+                now = os.lstat(target)
             hashed[(rel, now.st_dev, now.st_ino, now.st_size, now.st_mode, now.st_mtime_ns,
                     now.st_ctime_ns)] = Entry(rel, mode, size, sha)
         # Durable before the commit renames it into place. An object named before its bytes
