@@ -264,10 +264,8 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
     for stale in [*gone, *([] if dry_run else node.paths.releases_dir.glob(".*.pruning"))]:
         shutil.rmtree(stale, ignore_errors=True)  # a crash leaves it for the next prune
     # The stored files no release links any more, these and any an interrupted add left.
-    freed = release_objects.Collected()
-    if not dry_run:
-        freed = release_objects.collect(node.paths.releases_dir)
-        release_store.refresh_hashed(node.paths.releases_dir, node.store.locked)  # fast checks
+    freed = release_objects.Collected() if dry_run else \
+        release_store.tidy(node.paths.releases_dir, node.store.locked)
     pruned_images = origins.apply(node, image_plan, dry_run=dry_run, locked=node.store.locked)
     kept = tuple((v, tuple(why[v])) for v in stored if v not in remove)
     return Pruned(removed, kept, dry_run, pruned_images, freed)

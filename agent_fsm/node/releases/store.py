@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ... import files
-from ...errors import BadTree, Refused
+from ...errors import AgentFsmError, BadTree, Refused
 from ..sha256 import hexdigest, prefer_openssl
-from .objects import Objects, collect, intact, shared
+from .objects import Collected, Objects, collect, intact, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
@@ -307,8 +307,20 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
         with staged(directory, releases_dir, validate) as ready, locked():
             return commit(releases_dir, ready)
     finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
-        collect(releases_dir)
+        tidy(releases_dir, locked)
+
+
+def tidy(releases_dir: Path,
+         locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Collected:
+    """After an add or a prune: free the objects no release links (`objects.collect`) and
+    record again the files whose ctime the links moved (`refresh_hashed`). Housekeeping: if it
+    cannot be done now (a full disk, the lock held), the next add or prune does it, so it never
+    turns a done add or prune into a failure."""
+    freed = Collected()
+    with contextlib.suppress(AgentFsmError, OSError):
+        freed = collect(releases_dir)
         refresh_hashed(releases_dir, locked)
+    return freed
 
 
 @contextlib.contextmanager
