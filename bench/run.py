@@ -45,7 +45,7 @@ from agent_fsm.system.clock import SystemClock
 from agent_fsm.testing import FakePublisher, FakeSystemd
 from agent_fsm.upgrade.effectors import Effectors
 from agent_fsm.upgrade.registry import CONDITIONS, EFFECTS, load_definition
-from agent_fsm.wiring import open_node
+from agent_fsm.wiring import Node, open_node
 from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Kind, Lab
 from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
 
@@ -133,6 +133,17 @@ SPECS: dict[str, tuple[str, str, str, str, float]] = {
     "release_pack": (
         "releases", "`release pack` of this agent-fsm (copy, vendor, byte-compile the fast path, "
         "python.toml)", "`cp -a` of the packed release's tree", "s", 3.0),
+    "release_add": (
+        "releases", "`release add` of a packed release into a store that holds none of its files "
+        "(copied, every file fsynced, digested, checked)", "`cp -a` of the same tree", "s", 5.0),
+    "release_add_next": (
+        "releases", "`release add` of the next version (its own launcher and payload) into a "
+        "store holding the previous one: the shared files hashed and linked, not copied",
+        "`cp -a` of the same tree", "s", 2.0),
+    "store_ten_releases": (
+        "releases", "disk used by a store of ten releases (ten versions, each its own small "
+        "payload), each file counted once as `du` counts", "the same store holding one of them",
+        "MB", 2.0),
     "good_upgrade": (
         "upgrades", "`upgrade --wait` to a good candidate until READY=1, minus the soak",
         RESTART, "s", 1.8),
@@ -493,7 +504,8 @@ def status_figures(workdir: Path, repeat: int) -> list[Figure]:
 
 # Release figures ---------------------------------------------------------------------------------
 def release_figures(workdir: Path, repeat: int) -> list[Figure]:
-    """`release pack` against a plain copy of the tree it makes."""
+    """`release pack` and `release add` against a plain copy of the tree they make or store,
+    and the disk ten stored releases take against one."""
     packs, copies = [], []
     base = workdir / "packs"
     base.mkdir(parents=True, exist_ok=True)
@@ -511,7 +523,59 @@ def release_figures(workdir: Path, repeat: int) -> list[Figure]:
     return [figure("release_pack", packs, copies, {
         "bytes": sum(f.stat().st_size for f in found), "files": len(found),
         "covers": abi.covers(need.targets) if need else "unchecked",
-        "python": sys.version.split()[0]})]
+        "python": sys.version.split()[0]}), *store_figures(workdir, repeat)]
+
+
+def _with_payload(release: Path, version: str) -> Path:
+    """A packed release with a small payload of its own (what a user's agent adds)."""
+    (release / "payload").mkdir()
+    (release / "payload" / "agent.sh").write_text(f"#!/bin/sh\necho agent {version}\n")
+    (release / "payload" / "agent.sh").chmod(0o755)
+    (release / "payload" / "agent.toml").write_text(f'version = "{version}"\nlevel = "info"\n')
+    return release
+
+
+def _store_node(root: Path) -> Node:
+    """A fresh node below `root` whose interpreter (below --root) is this one."""
+    root.mkdir(parents=True)
+    node = open_node(Config(name="agent"), root, systemd=FakeSystemd(), publisher=FakePublisher())
+    python = node.paths.real(node.config.python)
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.symlink_to(sys.executable)
+    return node
+
+
+def store_figures(workdir: Path, repeat: int) -> list[Figure]:
+    """`release add` of a first and of a next release against `cp -a` of each, and the store's
+    size with ten releases against one (one run: a size does not vary)."""
+    from agent_fsm.node.releases import objects
+
+    base = workdir / "store"
+    packs = [_with_payload(packing.pack(f"1.{i}.0", base / "packs" / f"1.{i}.0"), f"1.{i}.0")
+             for i in range(10)]
+    first, first_cp, next_, next_cp = [], [], [], []
+    for i in range(repeat):
+        node = _store_node(base / f"node-{i}")
+        for release, times, floor in ((packs[0], first, first_cp), (packs[1], next_, next_cp)):
+            t0 = time.perf_counter()
+            packing.add(release, node)
+            times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            subprocess.run(["cp", "-a", str(release), str(base / f"cp-{i}-{release.name}")],
+                           check=True)
+            floor.append(time.perf_counter() - t0)
+    node = _store_node(base / "ten")
+    sizes = []
+    for release in packs:
+        packing.add(release, node)
+        sizes.append(objects.usage(node.paths.releases_dir) / 1e6)
+    kept = sum(1 for _ in (node.paths.releases_dir / objects.OBJECTS).iterdir())
+    files_ = sum(1 for f in packs[0].rglob("*") if f.is_file())
+    return [figure("release_add", first, first_cp, {"files": files_}),
+            figure("release_add_next", next_, next_cp, {"files": files_}),
+            figure("store_ten_releases", [sizes[-1]], [sizes[0]], {
+                "mb_after_each_add": [round(x, 2) for x in sizes], "objects": kept,
+                "files_per_release": files_, "filesystem": filesystem_of(base)})]
 
 
 # Systemd figures ---------------------------------------------------------------------------------

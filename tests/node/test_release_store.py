@@ -18,6 +18,7 @@ import pytest
 from agent_fsm.actions.releases.packing import add
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.assets.render import TEMPLATES
+from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.releases import tree as release_tree
 from tests.helpers import World, make_world
@@ -56,9 +57,15 @@ def _flip_a_byte_keeping_times(path: Path) -> None:
 
 
 def leftovers(world: World) -> list[str]:
+    """What the store holds besides its releases and their records: hidden entries, and objects
+    no release links (garbage)."""
+    objects = world.paths.releases_dir / release_objects.OBJECTS
+    garbage = [f"{objects.name}/{p.name}" for p in objects.glob("*")
+               if p.stat().st_nlink == 1] if objects.is_dir() else []
     return sorted(p.name for p in world.paths.releases_dir.iterdir()
                   if p.name.startswith(".") and p.name not in (release_store.DIGESTS,
-                                                               release_store.HASHED))
+                                                               release_store.HASHED,
+                                                               release_objects.OBJECTS)) + garbage
 
 
 def cli(root: Path, cfg: Path, *args: str) -> subprocess.Popen[str]:

@@ -21,6 +21,7 @@ from typing import Any
 from ... import files
 from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError
 from ...node.assets import render as assets
+from ...node.releases import objects as release_objects
 from ...node.releases import store as release_store
 from ...node.releases import tree
 from ...node.releases.pointers import check_version, natural_key, read_manifest
@@ -204,11 +205,13 @@ class Pruned:
     kept: tuple[tuple[str, tuple[str, ...]], ...]  # (version, reasons), in version order
     dry_run: bool = False
     images: origins.ImagesPruned = field(default_factory=origins.ImagesPruned)  # their images
+    freed: release_objects.Collected = field(default_factory=release_objects.Collected)  # unlinked files
 
     def to_json(self) -> dict[str, Any]:
         return {"removed": list(self.removed), "dry_run": self.dry_run,
                 "kept": [{"version": v, "why": list(why)} for v, why in self.kept],
-                **({"images": self.images.to_json()} if self.images else {})}
+                **({"images": self.images.to_json()} if self.images else {}),
+                **({"freed": self.freed._asdict()} if self.freed.files else {})}
 
 
 def protected(node: Node, doc: StateDoc) -> dict[str, list[str]]:
@@ -311,14 +314,19 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
         removed = tuple(v for v in stored if v in remove)
         image_plan = origins.plan(node, why)  # a damaged image record refuses before any removal
         gone = [] if dry_run else [_take_out(releases.path(v)) for v in removed]
+        if not dry_run:  # and what an interrupted add or prune left
+            release_store.sweep(node.paths.releases_dir)
     # The slow part without the lock: deleting the trees, and `podman rmi` (up to 300 s each).
     # What is deleted here is out of the store already; the images' records are written under
     # the lock again.
     for stale in [*gone, *([] if dry_run else node.paths.releases_dir.glob(".*.pruning"))]:
         shutil.rmtree(stale, ignore_errors=True)  # a crash leaves it for the next prune
+    # The stored files no release links any more, these and any an interrupted add left.
+    freed = release_objects.Collected() if dry_run else \
+        release_store.tidy(node.paths.releases_dir, node.store.locked)
     pruned_images = origins.apply(node, image_plan, dry_run=dry_run, locked=node.store.locked)
     kept = tuple((v, tuple(why[v])) for v in stored if v not in remove)
-    return Pruned(removed, kept, dry_run, pruned_images)
+    return Pruned(removed, kept, dry_run, pruned_images, freed)
 
 
 def _take_out(path: Path) -> Path:

@@ -15,6 +15,7 @@ from ..render import out
 
 if TYPE_CHECKING:
     from ...actions.releases.packing import Added
+    from ...node.releases.tree import Hashed
     from ...wiring import Node
 
 app = typer.Typer(
@@ -227,8 +228,9 @@ def release_list(
     bad = {k["version"]: k for k in known_bad.view(node.paths)[0]}
     rows = []
     covered: dict[str, str] = {}
+    seen: Hashed = {}  # a file several releases share is read once
     for v in releases.versions():
-        check = releases.integrity(v)
+        check = releases.integrity(v, seen)
         rows.append({"version": v, "selected": v == selected, "last_good": v == last_good,
                      "digest": check.digest, "digest_recorded": check.recorded,
                      "intact": check.problem is None, "problem": check.problem,
@@ -274,7 +276,7 @@ def release_prune(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Say what would be removed and kept; remove nothing.")] = False,
     as_json: Annotated[bool, typer.Option(
-        "--json", help="One JSON object: removed, kept (version, why), dry_run, images.")] = False,
+        "--json", help="One JSON object: removed, kept (version, why), dry_run, images, freed.")] = False,
 ) -> None:
     """Remove stored releases that neither the way back nor an owed transition needs.
 
@@ -287,7 +289,8 @@ def release_prune(
     damaged state file refuses the prune (exit 1). One line per release: `removed V` or
     `kept V (why)`. The images releases were added from go with them, except those agent-fsm
     did not put into podman's store (docs/containers.md); one podman will not remove stays
-    recorded, is named, and makes the exit 1.
+    recorded, is named, and makes the exit 1. The store keeps identical files of its releases
+    once; the files no stored release uses any more are freed (`freed`: files and bytes).
 
     Example: agent-fsm release prune --dry-run, then agent-fsm release prune --keep 2
     """
@@ -310,6 +313,9 @@ def release_prune(
             f"kept {version} ({', '.join(kept[version])})")
         out.print(line, markup=False)
     release_images.show_images(result.images, dry_run)
+    if result.freed.files:
+        out.print(f"freed {result.freed.bytes / 1e6:.1f} MB in {result.freed.files} files no "
+                  "stored release uses", markup=False)
     if not result.removed and not result.images.removed:
         out.print("nothing to prune" if kept else "no releases stored", markup=False)
     release_images.images_failed(result.images)

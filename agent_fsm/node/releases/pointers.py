@@ -161,9 +161,12 @@ class Releases:
                 f"replaces a damaged copy, or remove it with `agent-fsm release prune {version}`"
             ) from None
 
-    def integrity(self, version: str) -> Integrity:
+    def integrity(self, version: str, seen: release_tree.Hashed | None = None) -> Integrity:
+        """Hash the whole release against its digest (what `release list` and `doctor` show);
+        `seen`: files hashed by this run's earlier calls, which a file shared with an earlier
+        release (the same inode, unchanged) is not read again for."""
         try:
-            checked = release_store.check(self.paths.releases_dir, check_version(version))
+            checked = release_store.check(self.paths.releases_dir, check_version(version), seen)
         except (BadTree, OSError) as exc:
             try:
                 was = release_store.recorded(self.paths.releases_dir, version)

@@ -20,6 +20,10 @@ check re-hashes only a file whose stat differs, so a start of the agent walks it
 (~8 ms) instead of reading all of it (~40 ms with OpenSSL, ~100 ms without). Damage that keeps
 a file's stat (a disk's bit rot) is then found by `doctor` and `release list`, which hash
 everything. A missing or unreadable record only means every file is hashed.
+
+The files themselves are kept once across releases (`objects`): each file of a release is a
+hard link to `releases/.objects/<sha256>-<mode>`. Linking or unlinking a name moves a shared
+file's ctime, so after each add and prune `refresh_hashed` records such files again.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ... import files
-from ...errors import BadTree, Refused
+from ...errors import AgentFsmError, BadTree, Refused
 from ..sha256 import hexdigest, prefer_openssl
+from .objects import Collected, Objects, collect, intact, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
@@ -108,6 +113,52 @@ def recorded_hashed(releases_dir: Path, version: str) -> Hashed:
     return out
 
 
+def refresh_hashed(releases_dir: Path,
+                   locked: Callable[[], contextlib.AbstractContextManager[object]]) -> int:
+    """Record again the hashes of stored files whose stat changed in its ctime alone, each
+    hashed once more: a file linked from several releases changes ctime whenever an add links
+    it or a prune unlinks one of its names, and a check of a release re-hashes every file
+    whose stat differs from its record. Run after each add and prune: the files are hashed
+    without the lock, the records written under it (`locked()`). A record is a cache of true
+    facts (this file, with this stat, had this hash), and an entry is written only for a file
+    hashed with that stat. Returns the files hashed again."""
+    versions = [e.name for e in os.scandir(releases_dir)
+                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
+    again: dict[tuple[int, int], tuple[os.stat_result, str] | None] = {}
+    changed: dict[str, Hashed] = {}
+    for version in versions:
+        old = recorded_hashed(releases_dir, version)
+        new: Hashed = {}
+        base = f"{releases_dir}/{version}/"  # strings: ~10,000 files for ten releases
+        for key, entry in old.items():
+            rel, dev, ino, size, mode, mtime, ctime = key
+            if rel.startswith("/") or ".." in rel.split("/"):
+                continue  # not a record this store wrote
+            try:
+                st = os.lstat(base + rel)
+            except OSError:
+                continue  # gone: the check says so
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns) != \
+                    (dev, ino, size, mode, mtime):
+                continue  # changed: the check hashes it, and says so if it differs
+            if st.st_ctime_ns != ctime and (dev, ino) not in again:
+                now = intact(base + rel, entry.sha256, stat.S_IMODE(mode), size)
+                again[(dev, ino)] = None if now is None else (now, entry.sha256)
+            found = again.get((dev, ino)) if st.st_ctime_ns != ctime else (st, entry.sha256)
+            if found is not None and found[1] == entry.sha256 and found[0].st_ino == ino:
+                now = found[0]
+                new[(rel, dev, ino, now.st_size, now.st_mode, now.st_mtime_ns,
+                     now.st_ctime_ns)] = entry
+        if new != old and new:
+            changed[version] = new
+    if changed:
+        with locked():
+            for version, new in changed.items():
+                if os.path.isdir(releases_dir / version):  # not pruned meanwhile
+                    record_hashed(releases_dir, version, new)
+    return len(again)
+
+
 def differences(was: bytes, now: bytes, limit: int = 3) -> str:
     """What differs between two manifests, in a few words: changed, added and removed paths."""
     def parse(m: bytes) -> dict[str, tuple[str, ...]]:
@@ -150,8 +201,24 @@ def check(releases_dir: Path, version: str, hashed: Hashed | None = None) -> Che
     was = recorded(releases_dir, version)
     if was is not None and was != now:
         raise BadTree(release, f"does not match its digest {digest(was)} recorded when it was added "
-                  f"({differences(was, now)})")
+                  f"({differences(was, now)}){_shared_note(release, was, now)}")
     return Checked(now, was)
+
+
+def _shared_note(release: Path, was: bytes, now: bytes) -> str:
+    """Why other releases may be damaged too: a changed file still linked from elsewhere in
+    the store was written in place, and every release linking it changed with it."""
+    old = set(was[len(HEADER):].splitlines())
+    changed = [line.split(b" ", 4)[4].decode(errors="replace")
+               for line in now[len(HEADER):].splitlines()
+               if line not in old and line.startswith(b"f ") and line.count(b" ") >= 4]
+    linked = [(p, n) for p in changed if (n := shared(release / p)) > 1]
+    if not linked:
+        return ""
+    path, n = linked[0]
+    return (f"; {path} is one file with {n} names in the store, which keeps identical files "
+            "once: written in place, it changed in every release that shares it, so add each "
+            "damaged release again")
 
 
 class Stored(NamedTuple):
@@ -180,7 +247,7 @@ def staged(directory: Path, releases_dir: Path,
     and `validate` it there (it returns the version), so that what is checked is what is
     stored; the copy is removed when the block ends (`commit` it before). Needs no lock: the
     slow part of an add (the copy, the digest, a signature check, the ABI probe) runs while
-    transitions go on. The staging directory is flock(2)ed for the block, so no `_sweep` of
+    transitions go on. The staging directory is flock(2)ed for the block, so no `sweep` of
     another add removes it. Raises BadTree for an entry the store refuses."""
     import shutil  # here: the daemon checks releases, never stores one (shutil brings bz2, lzma)
 
@@ -191,9 +258,9 @@ def staged(directory: Path, releases_dir: Path,
     try:
         os.mkdir(holder, 0o700)
         with _in_use(holder):
-            copy(directory, staging)
-            version = validate(staging)
             hashed: Hashed = {}
+            copy(directory, staging, Objects(releases_dir), hashed)
+            version = validate(staging)
             new = manifest(scan(staging, hashed=hashed, fresh=True))
             yield Staged(directory, staging, version, new, hashed)
     finally:
@@ -209,7 +276,7 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
     """
     import shutil
 
-    _sweep(releases_dir)
+    sweep(releases_dir)
     version, new, staging = staged.version, staged.manifest, staged.staging
     target = releases_dir / version
     replaced = None
@@ -236,8 +303,24 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
           locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Stored:
     """Store a normalized copy of the release `directory` in `releases_dir`, with its digest:
     staged and checked without the writers' lock, committed under it (`locked()` takes it)."""
-    with staged(directory, releases_dir, validate) as ready, locked():
-        return commit(releases_dir, ready)
+    try:
+        with staged(directory, releases_dir, validate) as ready, locked():
+            return commit(releases_dir, ready)
+    finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
+        tidy(releases_dir, locked)
+
+
+def tidy(releases_dir: Path,
+         locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Collected:
+    """After an add or a prune: free the objects no release links (`objects.collect`) and
+    record again the files whose ctime the links moved (`refresh_hashed`). Housekeeping: if it
+    cannot be done now (a full disk, the lock held), the next add or prune does it, so it never
+    turns a done add or prune into a failure."""
+    freed = Collected()
+    with contextlib.suppress(AgentFsmError, OSError):
+        freed = collect(releases_dir)
+        refresh_hashed(releases_dir, locked)
+    return freed
 
 
 @contextlib.contextmanager
@@ -302,9 +385,11 @@ def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> 
         "nothing was stored")
 
 
-def _sweep(releases_dir: Path) -> None:
-    """Clear what an interrupted add left, putting back a release it was replacing (the caller
-    holds the writers' lock)."""
+def sweep(releases_dir: Path) -> None:
+    """Clear what an interrupted add or prune left, putting back a release an add was
+    replacing: staging copies no add works in, and records (and their temporary files) of
+    releases not stored (the caller holds the writers' lock, under which every record is
+    written)."""
     import shutil
     for stale in releases_dir.glob(".*.replaced.*"):
         back = releases_dir / stale.name[1:].split(".replaced.")[0]
@@ -321,7 +406,7 @@ def _sweep(releases_dir: Path) -> None:
 def scratch(releases_dir: Path) -> Iterator[Path]:
     """A private directory (0700) inside `releases_dir` for a release on its way in before it
     is staged (an archive unpacked): named and flock(2)ed as a staging directory, so that an
-    interrupted add's leftovers are swept by the next commit (`_sweep`), never while in use, and
+    interrupted add's leftovers are swept by the next commit (`sweep`), never while in use, and
     messages name it as the staging copy; removed when the block ends."""
     import shutil
 
@@ -333,3 +418,8 @@ def scratch(releases_dir: Path) -> Iterator[Path]:
             yield holder
     finally:
         shutil.rmtree(holder, ignore_errors=True)
+    for kind in (DIGESTS, HASHED):
+        for path in (releases_dir / kind).glob("*"):
+            hidden = path.name.startswith(".")
+            if path.name.endswith(".tmp") if hidden else not (releases_dir / path.name).is_dir():
+                files.remove(path)

@@ -15,11 +15,14 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from ... import files
 from ...errors import BadTree
 from ..sha256 import sha256
+
+if TYPE_CHECKING:
+    from .objects import Objects
 
 MAX_FILE_BYTES = 64 << 20  # one file
 MAX_RELEASE_BYTES = 256 << 20  # all files of a release
@@ -112,8 +115,10 @@ class _Reader:
         self.root = root
         self.total = 0
 
-    def chunks(self, dir_fd: int, name: str, st: os.stat_result, rel: str) -> Iterator[bytes]:
-        """The bytes of the file `rel` (`name` in `dir_fd`), lstat `st` when walked."""
+    def chunks(self, dir_fd: int, name: str, st: os.stat_result, rel: str, *,
+               again: bool = False) -> Iterator[bytes]:
+        """The bytes of the file `rel` (`name` in `dir_fd`), lstat `st` when walked; `again`:
+        read a second time, not counted twice against the release's limit."""
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)  # a link swapped in: ELOOP
         try:
             now = os.fstat(fd)
@@ -124,7 +129,7 @@ class _Reader:
             size = 0
             while chunk := os.read(fd, _CHUNK):
                 size += len(chunk)
-                self.total += len(chunk)
+                self.total += 0 if again else len(chunk)
                 if size > MAX_FILE_BYTES:
                     raise BadTree(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
                 if self.total > MAX_RELEASE_BYTES:
@@ -132,6 +137,33 @@ class _Reader:
                 yield chunk
         finally:
             os.close(fd)
+
+
+def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
+    h, size = sha256(), 0
+    for chunk in chunks:
+        h.update(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size
+
+
+def _write(target: Path, chunks: Iterator[bytes], mode: int, sha: str, *, root: Path) -> None:
+    """Write a new file `target` with these bytes and mode; BadTree (naming `root`) if they no
+    longer hash to `sha` (the source changed since it was hashed)."""
+    h = sha256()
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                  0o600)
+    try:
+        for chunk in chunks:
+            h.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view):]
+        if h.hexdigest() != sha:
+            raise BadTree(root, "changed while it was read")
+        os.fchmod(out, mode)
+    finally:
+        os.close(out)
 
 
 def _open_root(root: Path, *, follow: bool) -> int:
@@ -145,38 +177,49 @@ def _open_root(root: Path, *, follow: bool) -> int:
         raise
 
 
-def copy(src: Path, dst: Path) -> None:
+def copy(src: Path, dst: Path, objects: Objects | None = None,
+         hashed: Hashed | None = None) -> None:
     """Store a normalized copy of the release directory `src` as the new directory `dst`.
 
     `src` itself may be reached through a symlink (it is what the operator named); nothing in
     it is followed. `dst` is left 0700 (the caller renames it into place, then opens it up).
-    Raises BadTree for an entry the store refuses; OSError as it comes (DiskError from `files`).
+    Each file is hashed first: where the store holds an intact object of the same bytes and
+    mode the staged file is a link to it, else it is copied and becomes that object
+    (`objects.Objects`); its hash goes into `hashed` (keyed as `scan` keys them), so the scan
+    that makes the manifest reads no file again. The copy is made durable at the end, whole,
+    by one sync of its file system. Without `objects` (a payload copied into a release being
+    packed, outside any store) each file is a plain copy and nothing is synced. Raises
+    BadTree for an entry the store refuses; OSError as it comes (DiskError from `files`).
     """
     src_fd = _open_root(src, follow=True)
     try:
         os.mkdir(dst, 0o700)
-        made = [dst]
         reader = _Reader(src)
         for rel, dir_fd, name, st in _walk(src_fd, src, stored=False):
             target = dst / rel
             if stat.S_ISDIR(st.st_mode):
                 os.mkdir(target, 0o700)
                 os.chmod(target, DIR_MODE)  # exact, whatever the umask or a setgid parent
-                made.append(target)
                 continue
-            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600)
-            try:
-                for chunk in reader.chunks(dir_fd, name, st, rel):
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(out, view):]
-                os.fchmod(out, normal_mode(st))
-                os.fsync(out)
-            finally:
-                os.close(out)
-        for directory in reversed(made):
-            files.fsync_dir(directory)
+            mode = normal_mode(st)
+            # Hashed first: a file the store holds already is linked, not copied.
+            sha, size = _hash(reader.chunks(dir_fd, name, st, rel))
+            now = None if objects is None else objects.link(target, sha, mode, size)
+            if now is None:  # (when linked: its stat as it was checked)
+                _write(target, reader.chunks(dir_fd, name, st, rel, again=True), mode, sha,
+                       root=src / rel)
+                if objects is not None:
+                    objects.keep(target, sha, mode)
+                now = os.lstat(target)
+            if hashed is not None:
+                hashed[(rel, now.st_dev, now.st_ino, now.st_size, now.st_mode, now.st_mtime_ns,
+                        now.st_ctime_ns)] = Entry(rel, mode, size, sha)
+        if objects is None:
+            return
+        # Durable before the commit renames it into place. An object named before its bytes
+        # were (a power cut before this) comes back short, and no add links it (`Objects.link`
+        # checks through the link), so it is only replaced.
+        files.sync_filesystem(dst)
     finally:
         os.close(src_fd)
 

@@ -1,0 +1,148 @@
+"""The store's objects: each distinct file of the stored releases kept once, hard-linked into
+every release that holds it.
+
+`releases/.objects/<sha256>-<mode>` (mode `644` or `755`) is a regular file, the store's own
+(its uid, never writable by others), whose bytes hash to its name. A release directory is still
+a plain tree of regular files and directories (what `tree.scan` walks and the digest covers,
+unchanged): each of its files is one more hard link to an object. A release stored before the
+objects, or by an older agent-fsm, holds files of its own; both read the same.
+
+An object nothing links any more (link count 1: only its name here) is garbage: `collect`
+removes it, after each add and each prune, outside the writers' lock. A crash anywhere leaves
+at worst such garbage (an object made for a staging copy that was then swept, or whose release
+was pruned) and the next add or prune frees it. An add that loses a race with `collect` (the
+object it meant to link was freed a moment before) stores its own copy instead, and one that
+links an object just as `collect` frees its name keeps the bytes under no name: the file is
+then kept twice, never lost, and freed with its release.
+
+Hard links share one inode: a file *replaced* in one stored release (a new file at its path)
+changes that release only, but bytes written *in place* into a shared file change every release
+that links it, and each of them is then reported damaged (`store.check` says the file is shared).
+An add never links an object whose bytes, mode or owner are not what its name says: it stores
+the file anew and puts the object's name on the new copy, so re-adding a damaged release mends
+it, and the releases still linking the damaged inode stay reported until they are added again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import NamedTuple
+
+from ... import files
+from ..sha256 import sha256
+
+OBJECTS = ".objects"
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_CHUNK = 1 << 16
+
+
+def name(sha: str, mode: int) -> str:
+    return f"{sha}-{mode:o}"
+
+
+class Objects:
+    """The objects of one store, for one add: `link` gives a staged file its object when one
+    is intact, `keep` makes a staged file the object of its bytes."""
+
+    def __init__(self, releases_dir: Path) -> None:
+        self.dir = releases_dir / OBJECTS
+        files.ensure_dir(self.dir, 0o700)
+
+    def link(self, target: Path, sha: str, mode: int, size: int) -> os.stat_result | None:
+        """Make `target` (a new name in a staging copy) a link to the object of these bytes
+        and mode, if one is intact (checked through the new link, so what is checked is what
+        is linked), and return its stat as checked; None, and no `target`, if there is none,
+        it is damaged, or it was freed meanwhile."""
+        try:
+            os.link(self.dir / name(sha, mode), target)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EMLINK):  # none, or linked the most it can be
+                return None  # (`keep` then gives the name to a new copy)
+            raise
+        checked = intact(target, sha, mode, size)
+        if checked is None:
+            os.unlink(target)
+        return checked
+
+    def keep(self, target: Path, sha: str, mode: int) -> None:
+        """Make the staged file `target` the object of its bytes: a damaged object of the same
+        name is replaced (the releases linking it keep their damaged inode)."""
+        tmp = self.dir / f".new-{os.urandom(6).hex()}"
+        os.link(target, tmp)
+        os.replace(tmp, self.dir / name(sha, mode))
+
+
+def intact(path: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
+    """The stat of `path` if it is a regular file of ours with this mode and size whose bytes
+    hash to `sha`, unchanged while it was read (it is read whole); else None."""
+    try:
+        fd = os.open(path, _READ)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO):
+            return None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
+                or stat.S_IMODE(st.st_mode) != mode or st.st_size != size:
+            return None
+        h = sha256()
+        while chunk := os.read(fd, _CHUNK):
+            h.update(chunk)
+        after = os.fstat(fd)
+        same = (after.st_ctime_ns, after.st_mtime_ns) == (st.st_ctime_ns, st.st_mtime_ns)
+        return st if same and h.hexdigest() == sha else None
+    finally:
+        os.close(fd)
+
+
+class Collected(NamedTuple):
+    files: int = 0
+    bytes: int = 0
+
+
+def collect(releases_dir: Path) -> Collected:
+    """Remove every object no release links any more (link count 1), and what an interrupted
+    `keep` left; needs no lock (see the module's docstring for a race with an add)."""
+    where = releases_dir / OBJECTS
+    freed, size = 0, 0
+    try:
+        entries = list(os.scandir(where))
+    except FileNotFoundError:
+        return Collected()
+    for e in entries:
+        try:
+            st = e.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                continue
+            os.unlink(e.path)
+        except FileNotFoundError:  # another prune's collect freed it first
+            continue
+        freed, size = freed + 1, size + st.st_size
+    if freed:
+        files.fsync_dir(where)
+    return Collected(freed, size)
+
+
+def shared(path: Path) -> int:
+    """How many names the file at `path` has in the store (1: its own; 0: cannot be read)."""
+    try:
+        return os.lstat(path).st_nlink
+    except OSError:
+        return 0
+
+
+def usage(directory: Path) -> int:
+    """The bytes `directory` takes on disk, each file counted once however many names it has
+    (as `du` counts them): what the store costs."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for path in [directory, *directory.rglob("*")]:
+        st = path.lstat()
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+    return total

@@ -1,0 +1,240 @@
+"""The store keeps each byte once (issue 25): identical files of stored releases are one file,
+hard-linked; damage is reported where it is; prune frees what no release uses, nothing else."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_fsm.actions.releases import abi
+from agent_fsm.actions.releases.packing import add, pack, prune
+from agent_fsm.actions.releases.vendoring import launcher
+from agent_fsm.errors import ReleaseError
+from agent_fsm.node.releases import objects as release_objects
+from agent_fsm.node.releases import store as release_store
+from agent_fsm.node.releases import tree as release_tree
+from agent_fsm.node.releases.tree import scan
+from agent_fsm.views.doctor.checks import doctor
+from tests.helpers import World
+from tests.node.test_release_store import _flip_a_byte_keeping_times, leftovers, make_release
+
+SHARED = "assets/agent.service"  # a file every release made by `make_release` holds
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pack("1.0.0", tmp_path_factory.mktemp("packed") / "rel")
+
+
+def variant(packed: Path, where: Path, version: str) -> Path:
+    """`packed` as another version with a small payload of its own: its release.toml, launcher
+    and payload differ, the rest (agent-fsm and its libraries) is the same bytes."""
+    rel = where / f"rel-{version}"
+    shutil.copytree(packed, rel)
+    (rel / "release.toml").write_text(f'version = "{version}"\n')
+    need = abi.read(rel)
+    (rel / "bin" / "agent-fsm").write_text(launcher(version, need.targets if need else ("any",)))
+    (rel / "payload").mkdir()
+    (rel / "payload" / "agent.sh").write_text(f"#!/bin/sh\necho agent {version}\n")
+    (rel / "payload" / "agent.sh").chmod(0o755)
+    return rel
+
+
+def source_digest(directory: Path) -> str:
+    """The digest the store should record for `directory`: its normalized manifest's."""
+    entries = scan(directory, stored=False, normalize=True)
+    return release_store.digest(release_store.manifest(entries))
+
+
+def problems(world: World) -> dict[str, str | None]:
+    releases = world.node.releases
+    return {v: releases.integrity(v).problem for v in releases.versions()}
+
+
+def objects_of(world: World) -> list[Path]:
+    return sorted((world.paths.releases_dir / release_objects.OBJECTS).iterdir())
+
+
+class TestTenReleases:
+    def test_ten_releases_cost_well_under_twice_one(self, packed: Path, world: World,
+                                                    tmp_path: Path) -> None:
+        """Ten releases of agent-fsm, each with its own small payload, take under twice the
+        disk one of them takes (the ratio is printed), each intact with its source's digest."""
+        releases_dir = world.paths.releases_dir
+        digests = {}
+        for i in range(10):
+            rel = variant(packed, tmp_path, f"1.{i}.0")
+            digests[f"1.{i}.0"] = add(rel, world.node).digest
+            if i == 0:
+                one = release_objects.usage(releases_dir)
+                assert digests["1.0.0"] == source_digest(rel)
+        ten = release_objects.usage(releases_dir)
+        print(f"\nstore of ten releases: {ten / 1e6:.1f} MB, one: {one / 1e6:.1f} MB, "
+              f"ratio {ten / one:.2f}")
+        assert ten / one < 2
+        releases = world.reopen().node.releases
+        assert {v: releases.verify(v).digest for v in digests} == digests
+        assert leftovers(world) == []
+
+
+class TestDamage:
+    @pytest.fixture
+    def three(self, world: World, tmp_path: Path) -> World:
+        for v in ("1.0.0", "2.0.0", "3.0.0"):
+            add(make_release(tmp_path, v, marker=v), world.node)
+        return world
+
+    def test_files_the_same_in_releases_are_one_file(self, three: World) -> None:
+        """A file with the same bytes and mode in three releases is one file on disk, linked from
+        each release and the store's objects, mode 0644 and ours."""
+        paths = [three.paths.releases_dir / v / SHARED for v in ("1.0.0", "2.0.0", "3.0.0")]
+        inodes = {p.stat().st_ino for p in paths}
+        assert len(inodes) == 1 and paths[0].stat().st_nlink == 4
+        assert paths[0].stat().st_mode & 0o7777 == 0o644
+        assert paths[0].stat().st_uid == os.geteuid()
+
+    def test_a_file_replaced_in_one_release_damages_that_release_only(self, three: World) -> None:
+        """A shared file replaced by a new file in one stored release (an editor's save) is
+        DAMAGED in that release; the others stay intact."""
+        target = three.paths.releases_dir / "2.0.0" / SHARED
+        new = target.with_name("agent.service.new")
+        new.write_text(target.read_text() + "# edited\n")
+        new.chmod(0o644)
+        os.replace(new, target)
+        found = problems(three)
+        assert found["1.0.0"] is None and found["3.0.0"] is None
+        assert found["2.0.0"] is not None and f"{SHARED} changed content" in found["2.0.0"]
+
+    def test_a_file_unique_to_one_release_changed_damages_that_release_only(
+            self, three: World) -> None:
+        """A file only one release holds, written in place, is DAMAGED in that release only."""
+        launcher_file = three.paths.releases_dir / "3.0.0" / "bin" / "agent-fsm"
+        assert launcher_file.stat().st_nlink == 2  # its release and its object
+        with launcher_file.open("ab") as f:
+            f.write(b"# edited\n")
+        found = problems(three)
+        assert found["1.0.0"] is None and found["2.0.0"] is None
+        assert found["3.0.0"] is not None and "bin/agent-fsm changed content" in found["3.0.0"]
+
+    def test_a_shared_file_written_in_place_damages_every_sharer_and_says_why(
+            self, three: World, tmp_path: Path) -> None:
+        """Bytes written in place into a shared file damage every release that links it, each
+        report saying the file is shared; adding one again mends that one with a new object."""
+        with (three.paths.releases_dir / "1.0.0" / SHARED).open("ab") as f:
+            f.write(b"# edited in place\n")
+        found = problems(three)
+        assert all(found.values()), found
+        assert all("names in the store" in str(p) and "add each damaged release again" in str(p)
+                   for p in found.values())
+        again = add(make_release(tmp_path / "again", "2.0.0", marker="2.0.0"), three.node)
+        assert again.replaced is not None
+        found = problems(three)
+        assert found["2.0.0"] is None and found["1.0.0"] and found["3.0.0"]
+        assert leftovers(three) == []
+
+    def test_doctor_fails_each_release_a_shared_write_damaged_and_says_why(
+            self, three: World) -> None:
+        """`doctor` hashes every stored release and fails each one a write in place into a
+        shared file damaged, saying the file is shared and how to mend it."""
+        with (three.paths.releases_dir / "3.0.0" / SHARED).open("ab") as f:
+            f.write(b"# edited in place\n")
+        findings = doctor(three.node, check_systemd=False)
+        failed = [f for f in findings if f.check == "release"]
+        assert len(failed) == 3 and all(f.level == "fail" for f in failed)
+        assert all("names in the store" in f.detail and "release add" in f.fix for f in failed)
+        summary = next(f for f in findings if f.check == "releases")
+        assert summary.level == "warn" and "3 stored, 3 damaged" in summary.detail
+
+    def test_doctor_reads_a_file_three_releases_share_once(
+            self, three: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`doctor` hashes every release whole, but a file three releases share (one inode,
+        unchanged) is read once, not three times."""
+        monkeypatch.setattr(release_tree, "_SETTLED_NS", 0)  # as if stored long ago
+        read: list[str] = []
+        real = release_tree._Reader.chunks
+
+        def counted(self: release_tree._Reader, *args: object, **kwargs: bool) -> Iterator[bytes]:
+            read.append(str(args[-1]))
+            return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+        findings = doctor(three.node, check_systemd=False)
+        assert next(f for f in findings if f.check == "releases").level == "ok"
+        assert read.count(SHARED) == 1 and read.count("bin/agent-fsm") == 3
+
+    def test_an_add_never_links_an_object_whose_bytes_changed(self, three: World,
+                                                               tmp_path: Path) -> None:
+        """With the stored copy of a file damaged in place, a new release holding that file is
+        stored with the source's bytes and digest, not the damaged ones."""
+        with (three.paths.releases_dir / "1.0.0" / SHARED).open("ab") as f:
+            f.write(b"# bit rot\n")
+        rel = make_release(tmp_path / "new", "4.0.0", marker="4.0.0")
+        done = add(rel, three.node)
+        assert done.digest == source_digest(rel)
+        stored = three.paths.releases_dir / "4.0.0" / SHARED
+        assert stored.read_bytes() == (rel / SHARED).read_bytes()
+        assert problems(three)["4.0.0"] is None
+
+
+class TestFastCheck:
+    def test_releases_sharing_files_are_checked_without_reading_them_after_adds_and_prunes(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """After later adds link a release's files and a prune unlinks some of their names (each
+        moving the files' ctime), a new process still checks every kept release by its stat,
+        reading no file; a file then changed is still found."""
+        for v in ("1.0.0", "2.0.0", "3.0.0"):
+            add(make_release(tmp_path, v, marker=v), world.node)
+        world.node.controller.fire("install", release="3.0.0")
+        assert prune(world.node, ("1.0.0",)).freed.files == 2
+        read: list[str] = []
+        real = release_tree._Reader.chunks
+
+        def counted(self: release_tree._Reader, *args: object, **kwargs: bool) -> Iterator[bytes]:
+            read.append(str(args[-1]))
+            return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+        releases = world.reopen().node.releases
+        releases.verify("2.0.0")
+        releases.verify("3.0.0")
+        assert read == []
+        _flip_a_byte_keeping_times(world.paths.releases_dir / "2.0.0" / SHARED)
+        assert "changed content" in str(world.reopen().node.releases.integrity("3.0.0").problem)
+        with pytest.raises(ReleaseError, match="changed content"):
+            world.reopen().node.releases.verify("2.0.0")
+
+
+class TestPrune:
+    def test_prune_frees_what_no_release_uses_and_never_what_a_kept_one_does(
+            self, world: World, tmp_path: Path) -> None:
+        """Pruning a release frees the files only it held; the files a kept release holds stay
+        in the store, so a later release holding them shares them again."""
+        for v in ("1.0.0", "2.0.0"):
+            add(make_release(tmp_path, v, marker=v), world.node)
+        world.node.controller.fire("install", release="2.0.0")
+        before = len(objects_of(world))
+        pruned = prune(world.node)
+        assert pruned.removed == ("1.0.0",)
+        assert pruned.freed.files == 2  # 1.0.0's launcher and release.toml
+        assert len(objects_of(world)) == before - 2
+        assert leftovers(world) == [] and problems(world) == {"2.0.0": None}
+        add(make_release(tmp_path / "later", "3.0.0", marker="3.0.0"), world.node)
+        kept, later = (world.paths.releases_dir / v / SHARED for v in ("2.0.0", "3.0.0"))
+        assert kept.stat().st_ino == later.stat().st_ino
+
+    def test_prune_frees_what_an_older_prune_left(self, world: World, tmp_path: Path) -> None:
+        """A release removed without freeing its files (an older agent-fsm's prune deletes the
+        tree alone) costs nothing after the next prune."""
+        for v in ("1.0.0", "2.0.0"):
+            add(make_release(tmp_path, v, marker=v), world.node)
+        world.node.controller.fire("install", release="2.0.0")
+        shutil.rmtree(world.paths.releases_dir / "1.0.0")
+        release_store.forget(world.paths.releases_dir, "1.0.0")
+        assert len(leftovers(world)) == 2
+        assert prune(world.node).freed.files == 2
+        assert leftovers(world) == []
+
