@@ -19,6 +19,7 @@ from ... import files
 from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError
 from ...node.assets import render as assets
 from ...node.releases import store as release_store
+from ...node.releases import workload as workload_command
 from ...node.releases.pointers import check_version, natural_key, read_manifest
 from ...node.state.store import StateDoc
 from ...wiring import Node
@@ -39,6 +40,7 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
     what it needs of the node's `python` (`abi`), signed with `sign_key` if given (`trust`);
     ReleaseError when it would not cover every one of `targets` (`abi.FLEET`: the fleet's)."""
     check_version(version)
+    workload_command.check(workload, "release pack --workload")
     targets = abi.parse_targets(targets)
     if output.exists():
         raise ReleaseError(f"{output} already exists; pack into a new directory")
