@@ -8,6 +8,7 @@ the service assets.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -77,7 +78,9 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
 
 
 def _toml_str(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A TOML basic string: JSON's escapes are TOML's (a newline in a `sh -c` script is `\\n`),
+    DEL aside, which TOML wants escaped too."""
+    return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 @dataclass(frozen=True)

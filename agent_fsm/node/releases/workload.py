@@ -40,7 +40,8 @@ def _expand_word(word: str, values: Mapping[str, str] | None) -> str:
 
 def _refused(where: str, i: int, word: str, why: str) -> ReleaseError:
     known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
-    return ReleaseError(f"{where}: workload word {i} ({word!r}) has {why}; known placeholders: "
+    shown = repr(word) if len(word) <= 60 else repr(word[:57]) + "..."
+    return ReleaseError(f"{where}: workload word {i} ({shown}) has {why}; known placeholders: "
                         f"{known}; write a literal brace as {{{{ or }}}}")
 
 

@@ -111,10 +111,30 @@ def alive(pid: int | None) -> bool:
     return True
 
 
+def _writable(paths: Paths) -> dict[str, Any]:
+    """The configured `writable_paths` and whether the agent unit on disk grants them (unit
+    settings: they take effect once the unit is written and started again)."""
+    from ..assets.render import workload_lines  # here: only when a workload is declared
+
+    wanted = [str(p) for p in paths.config.workload.writable_paths]
+    try:
+        lines = workload_lines(paths).splitlines()
+    except ValueError:
+        lines = []
+    on_disk = (files.read_bytes(paths.agent_unit) or b"").decode("utf-8", "replace").splitlines()
+    grant = [line for line in lines if line.startswith("ReadWritePaths=")]
+    return {"configured": wanted, "in_unit": all(line in on_disk for line in grant)}
+
+
 def view(paths: Paths, selected: str | None, user: str) -> dict[str, Any] | None:
     """`status --json`'s `workload`: null when the selected release declares none; else what
     the record says, `running` only while its process and its daemon both live (`user`: who it
-    would run as, for a workload not running now)."""
+    would run as, for a workload not running now), and `writable_paths` (`_writable`)."""
+    found = _view(paths, selected, user)
+    return None if found is None else {**found, "writable_paths": _writable(paths)}
+
+
+def _view(paths: Paths, selected: str | None, user: str) -> dict[str, Any] | None:
     if selected is None:
         return None
     try:
