@@ -360,6 +360,9 @@ class Daemon:
         head = f"{self.node.paths.name} {version}: gate open"
         if self.workload is None:
             return f"{head}; no workload"
+        exit_ = self._workload_exited()
+        if exit_ is not None:
+            return f"{head}; workload {exit_.words()}"
         return f"{head}; workload running (pid {self.workload.pid})"
 
     def workload_died(self, version: str | None, code: int) -> int:
