@@ -95,6 +95,10 @@ class Daemon:
             # Another user cannot pass the 0700 state dir: it sees the releases below the run
             # dir (the unit's BindReadOnlyPaths=), the same files read-only.
             release_dir, payload, cwd = view, view / "payload", view / cwd.relative_to(release_dir)
+        elif who.change:
+            log.warning("the agent unit running now binds no view of the releases at %s (its "
+                        "assets were written by an agent-fsm before it): %s cannot reach %s",
+                        view.parent, who.words(), release_dir)
         command = workload_command.expand(argv, release_dir=str(release_dir),
                                           payload_dir=str(payload), version=version)
         env = workload_proc.environment(who, {
