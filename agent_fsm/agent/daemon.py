@@ -86,7 +86,8 @@ class Daemon:
         if not argv:
             return
         node, settings = self.node, self.node.config.workload
-        who = workload_proc.account(settings.user, settings.group, f"config {node.config.source}")
+        who = workload_proc.account(settings.user, settings.group,
+                                    f"config {node.config.source or '(defaults)'}")
         release_dir = node.releases.path(version)
         payload = release_dir / "payload"
         cwd = payload if payload.is_dir() else release_dir
