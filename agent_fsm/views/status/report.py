@@ -18,6 +18,7 @@ from ...machine.vocabulary import Trigger
 from ...node.records import hold, hook_failures, known_bad
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
+from ...node.runtime import workload as workload_state
 from ...node.runtime.signal import UpgradeSignal
 from ...node.state.document import Pending
 from ...node.state.store import CRASH_LOOP_WINDOW, StateDoc
@@ -73,6 +74,7 @@ class Status(NamedTuple):
     # null, or {error, version, kept} (`config.Fallback`); read through those settings.
     config_fallback: dict[str, str] | None = None
     crash_loop: dict[str, Any] | None = None  # null, or {restarts, since, last}
+    workload: dict[str, Any] | None = None  # null (none declared), or `runtime.workload.view`
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +110,7 @@ class Status(NamedTuple):
             "outbox": self.outbox,
             "config_fallback": self.config_fallback,
             "crash_loop": self.crash_loop,
+            "workload": self.workload,
         }
 
 
@@ -205,6 +208,11 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}, resumed "
             f"by the next agent-fsm operation or daemon start; then: {action.summary}",
             action.commands)
+    work = workload_state.view(node.paths, selected, str(node.config.workload.user or "root"))
+    if work is not None and not work["running"] and sig is None and advice is None:
+        ident = node.config.workload.identifier or node.paths.name
+        now_line += (f"; its workload is not running (its log: journalctl -t {ident}; systemd "
+                     "restarts the unit when it exits)")
     candidate = sig.to_version if sig else (doc.upgrade.to_version if doc.upgrade else None)
     # Only while the agent unit is known not to run: a running agent checked its release when
     # it started, and walking ~1,000 entries is a third of what `status --json` costs.
@@ -248,6 +256,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         outbox=outbox,
         config_fallback=None if node.config.fallback is None else node.config.fallback.to_json(),
         crash_loop=loop,
+        workload=work,
     )
 
 
