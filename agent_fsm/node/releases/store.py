@@ -400,6 +400,11 @@ def sweep(releases_dir: Path) -> None:
     for stale in [*releases_dir.glob(".adding.*"), *releases_dir.glob(".*.adding")]:
         if _abandoned(stale):  # another add may be staging there, without the lock
             shutil.rmtree(stale, ignore_errors=True)
+    for kind in (DIGESTS, HASHED):
+        for path in (releases_dir / kind).glob("*"):
+            hidden = path.name.startswith(".")
+            if path.name.endswith(".tmp") if hidden else not (releases_dir / path.name).is_dir():
+                files.remove(path)
 
 
 @contextlib.contextmanager
@@ -418,8 +423,3 @@ def scratch(releases_dir: Path) -> Iterator[Path]:
             yield holder
     finally:
         shutil.rmtree(holder, ignore_errors=True)
-    for kind in (DIGESTS, HASHED):
-        for path in (releases_dir / kind).glob("*"):
-            hidden = path.name.startswith(".")
-            if path.name.endswith(".tmp") if hidden else not (releases_dir / path.name).is_dir():
-                files.remove(path)
