@@ -21,6 +21,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -105,7 +106,7 @@ class SharedNode:
             kept = not item.stash.get(_FAILED, False) and _pid(sandbox) == pid
             try:
                 if kept:
-                    self.reset(sandbox)
+                    self.reset(sandbox, fresh)
             except Exception:  # whatever it was, the next test gets a systemd of its own
                 kept = False
             # Seconds of unlinking (releases in the store and the packs): done while the next
@@ -117,13 +118,18 @@ class SharedNode:
             if not kept:
                 self.close()
 
-    def reset(self, sandbox: SystemdSandbox) -> None:
-        """Stop every unit the test started, remove the unit files and drop-ins it wrote (the
-        boot's own stay), forget failed states and start counts, and start an empty journal:
-        the next test finds systemd as booted, and `journal()` shows only its own lines."""
+    def reset(self, sandbox: SystemdSandbox, test_dir: Path) -> None:
+        """Stop every unit the test started, unmount what it mounted in its `test_dir`, remove
+        the unit files and drop-ins it wrote (the boot's own stay), forget failed states and
+        start counts, and start an empty journal: the next test finds systemd as booted, and
+        `journal()` shows only its own lines."""
         started = sorted(_active_units(sandbox) - self.active)
         if started:
             sandbox.systemctl("stop", *started)
+        mountinfo = Path(f"/proc/{sandbox.pid}/mountinfo").read_text().splitlines()
+        mounted = {line.split()[4] for line in mountinfo}
+        for point in sorted((m for m in mounted if m.startswith(f"{test_dir}/")), reverse=True):
+            sandbox.run("umount", "--lazy", point)
         unit_dir = sandbox.host_path(sandbox.UNIT_DIR)
         for name in sorted(set(os.listdir(unit_dir)) - self.unit_files):
             path = unit_dir / name
