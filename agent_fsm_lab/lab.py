@@ -140,7 +140,7 @@ GOOD_WORKLOAD = ("/bin/sh", "-c",
                  "exec sleep infinity")
 
 
-def _cached(key: list[Any], output: Path, make: Callable[[Path], object]) -> None:
+def cached(key: list[Any], output: Path, make: Callable[[Path], object]) -> None:
     """`make(path)` writes a tree at `path` that depends on `key` only (for this tree of
     agent-fsm); with a cache (PACK_CACHE_ENV), it runs once a run for each key, and `output` is
     a copy of what it made."""
@@ -186,7 +186,7 @@ class Lab:
         self.python = sys.executable
         if sandbox.rootfs is not None:
             self.python = NODE_PYTHON
-            _cached(["deps"], self.dir / "deps", vendoring.vendor)
+            cached(["deps"], self.dir / "deps", vendoring.vendor)
             pythonpath.append(str(self.dir / "deps"))
         self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": ":".join(pythonpath)}
         extra = dict(config_extra or {})
@@ -307,7 +307,7 @@ class Lab:
             with (path / "lib" / "agent_fsm" / "node" / "assets" / "render.py").open("a") as f:
                 f.write(BROKEN_RENDER)
         else:
-            _cached(["release", version, kind, list(workload)], path, make)
+            cached(["release", version, kind, list(workload)], path, make)
         self.cli("release", "add", str(path))
         return path
 
