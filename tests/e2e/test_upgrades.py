@@ -113,7 +113,8 @@ class TestRollback:
     def test_candidate_that_never_sends_ready(self, systemd_sandbox: SystemdSandbox) -> None:
         """A candidate that never sends READY=1 is failed by systemd's start timeout and the
         node rolls back to the last-good."""
-        lab = Lab(systemd_sandbox, deadline=2, soak=0, max_attempts=2)
+        # One attempt: each is a whole start timeout (12 s); the start after it is refused.
+        lab = Lab(systemd_sandbox, deadline=2, soak=0, max_attempts=1)
         lab.pack("1.0.0")
         lab.install("1.0.0")
         last_good = lab.assets()
