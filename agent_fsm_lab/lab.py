@@ -31,7 +31,7 @@ files in `<test_dir>/faults/` (`Lab.fault(name)` sets one, `Lab.fault(name, Fals
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -150,13 +150,19 @@ def cached(key: list[Any], output: Path, make: Callable[[Path], object]) -> None
         return
     name = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
     entry = Path(cache) / name
-    if not entry.is_dir():
-        staging = Path(cache) / f".{name}.{uuid.uuid4().hex}"
-        staging.mkdir()
-        make(staging / "tree")
-        with contextlib.suppress(OSError):  # another process may have made it first
-            (staging / "tree").rename(entry)
-        shutil.rmtree(staging, ignore_errors=True)
+    # One process makes it while the others wait (the suite's workers start alike); it appears
+    # whole (made aside, then renamed), so a process that finds it never waits.
+    with (Path(cache) / f".{name}.lock").open("w") as lock:
+        if not entry.is_dir():
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if not entry.is_dir():
+            staging = Path(cache) / f".{name}.{uuid.uuid4().hex}"
+            staging.mkdir()
+            try:
+                make(staging / "tree")
+                (staging / "tree").rename(entry)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(entry, output, symlinks=True)
 
