@@ -40,6 +40,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop(PACK_CACHE_ENV, None)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The e2e tests first, in their order: each takes 10 s to a few minutes where a unit test
+    takes well under one, so in one `pytest -n 4` of the whole suite the workers start them
+    early and end on short unit tests, not on a long e2e test started last."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     """A fresh node below a temporary root: real files, fake systemctl, publisher and clock."""
