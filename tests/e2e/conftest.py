@@ -20,6 +20,7 @@ import contextlib
 import os
 import shutil
 import threading
+import uuid
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import pytest
 
 from agent_fsm_lab import rootfs
 from agent_fsm_lab.sandbox import (
+    DEFAULT_BASE_DIR,
     SandboxError,
     SystemdSandbox,
     missing_requirements,
@@ -83,7 +85,6 @@ class SharedNode:
         self.unit_files: set[str] = set()  # in the unit directory once booted
         self.active: set[str] = set()  # units active once booted
         self.leases = 0
-        self.removals: list[threading.Thread] = []
 
     @contextlib.contextmanager
     def lease(self, item: pytest.Item) -> Iterator[SystemdSandbox]:
@@ -109,14 +110,12 @@ class SharedNode:
                     self.reset(sandbox, fresh)
             except Exception:  # whatever it was, the next test gets a systemd of its own
                 kept = False
-            # Seconds of unlinking (releases in the store and the packs): done while the next
-            # test runs, which mostly waits on systemd.
-            removal = threading.Thread(target=shutil.rmtree, args=(fresh,),
-                                       kwargs={"ignore_errors": True}, name=f"rm {fresh.name}")
-            removal.start()
-            self.removals.append(removal)
-            if not kept:
-                self.close()
+            if kept:
+                # Seconds of unlinking (the releases in its store and packs): moved aside at
+                # once and removed while the next tests run, which mostly wait on systemd.
+                _remove_later(fresh, sandbox.base_dir)
+            else:
+                self.close()  # its whole test directory with it
 
     def reset(self, sandbox: SystemdSandbox, test_dir: Path) -> None:
         """Stop every unit the test started, unmount what it mounted in its `test_dir`, remove
@@ -147,12 +146,35 @@ class SharedNode:
             raise RuntimeError(f"units still active after the reset: {left}")
 
     def close(self) -> None:
-        for removal in self.removals:
-            removal.join()
-        self.removals.clear()
         if self.sandbox is not None:
             sandbox, self.sandbox = self.sandbox, None
             sandbox.shutdown()
+
+
+_REMOVALS: list[threading.Thread] = []
+
+
+def _remove_later(directory: Path, base_dir: Path) -> None:
+    """Rename `directory` aside (below `base_dir`, on the same file system) and remove it in a
+    thread; the session's end waits for every such thread."""
+    trash = base_dir / f".removed-{uuid.uuid4().hex[:12]}"
+    try:
+        directory.rename(trash)
+    except OSError:
+        trash = directory
+    removal = threading.Thread(target=shutil.rmtree, args=(trash,),
+                               kwargs={"ignore_errors": True}, name=f"rm {trash.name}")
+    removal.start()
+    _REMOVALS.append(removal)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Wait for the test directories still being removed, then remove the sandboxes' base
+    directory if nothing else uses it."""
+    for removal in _REMOVALS:
+        removal.join()
+    with contextlib.suppress(OSError):
+        DEFAULT_BASE_DIR.rmdir()
 
 
 _JOURNAL = ("systemd-journald.service", "systemd-journald.socket",
