@@ -282,9 +282,9 @@ class Lab:
 
     # Releases ---------------------------------------------------------------------------
     def pack(self, version: str, kind: Kind = "good",
-             workload: tuple[str, ...] | None = None) -> Path:
+             workload: tuple[str, ...] | None = None, add: bool = True) -> Path:
         """Pack a release of the given kind and add it to the node (`workload`: its own
-        instead of the kind's)."""
+        instead of the kind's; `add=False`: leave adding it to the caller)."""
         if workload is None:
             workload = GOOD_WORKLOAD
             if kind in ("unhealthy", "racing"):
@@ -314,7 +314,8 @@ class Lab:
                 f.write(BROKEN_RENDER)
         else:
             cached(["release", version, kind, list(workload)], path, make)
-        self.cli("release", "add", str(path))
+        if add:
+            self.cli("release", "add", str(path))
         return path
 
     # Driving ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -174,11 +175,18 @@ class TestResilience:
         still starts and ends where it should."""
         t0 = time.monotonic()
         expected = "1.0.0"
-        for i, kind in enumerate(["good", "good", "crash", "good", "good", "crash", "good"]):
-            version = f"5.{i}.0"
-            lab.pack(version, kind)  # type: ignore[arg-type]
-            proc = lab.cli("upgrade", "--to", version, "--wait", "--timeout", "120", check=False)
-            assert proc.returncode == (0 if kind == "good" else 4), proc.stderr + _why(lab)
-            expected = version if kind == "good" else expected
-            assert lab.settled()["selected"] == expected
+        kinds = ["good", "good", "crash", "good", "good", "crash", "good"]
+        # Packed meanwhile (seconds of CPU each, while the upgrades mostly wait on systemd);
+        # each is added just before its upgrade, as before.
+        with ThreadPoolExecutor(1) as packer:
+            packs = [packer.submit(lab.pack, f"5.{i}.0", kind, add=False)  # type: ignore[arg-type]
+                     for i, kind in enumerate(kinds)]
+            for i, kind in enumerate(kinds):
+                version = f"5.{i}.0"
+                lab.cli("release", "add", str(packs[i].result(timeout=120)))
+                proc = lab.cli("upgrade", "--to", version, "--wait", "--timeout", "120",
+                               check=False)
+                assert proc.returncode == (0 if kind == "good" else 4), proc.stderr + _why(lab)
+                expected = version if kind == "good" else expected
+                assert lab.settled()["selected"] == expected
         assert time.monotonic() - t0 < 300
