@@ -27,8 +27,8 @@ def lab(systemd_sandbox: SystemdSandbox) -> Iterator[Lab]:
 
 @pytest.fixture
 def node_lab(node_sandbox: SystemdSandbox) -> Iterator[Lab]:
-    """`lab` on each node kind (systemd252, systemd257)."""
-    lab = Lab(node_sandbox)
+    """`lab` on each node kind (systemd252, systemd257), judged within 3 s as `installed`'s."""
+    lab = Lab(node_sandbox, deadline=3)
     lab.pack("1.0.0")
     lab.install("1.0.0")
     yield lab
