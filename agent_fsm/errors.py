@@ -34,6 +34,9 @@
     └── RolledBack                 exit 4: `upgrade --wait` saw the candidate judged failed
 
 The CLI turns each into one line on stderr and its exit code; no traceback reaches a user.
+
+Not an error, and so not under the root: `StopRequested`, a stop (SIGTERM) heard while waiting
+for the writers' lock; it unwinds the daemon past every handler of failures to a clean exit.
 """
 
 from __future__ import annotations
@@ -126,6 +129,13 @@ class DiskError(AgentFsmError):
 class LockTimeout(AgentFsmError):
     """A lock was held by another process for longer than the caller would wait; the message is
     the lock's path (the store re-words it as Refused)."""
+
+
+class StopRequested(BaseException):
+    """A stop was asked for (SIGTERM) while waiting for the writers' lock: the transition did not
+    commit (one whose effects were owed resumes them at the next start, as after a crash).
+    A BaseException, as KeyboardInterrupt is, so that no `except AgentFsmError` (or Exception)
+    takes the stop for a failure, a failed judgment among them; the daemon exits 0 on it."""
 
 
 class CouldNotRun(AgentFsmError):

@@ -34,17 +34,13 @@ from typing import Any, TypeVar
 
 from agent_fsm.actions.releases import packing
 
-from .lab import Lab
+from .lab import GOOD_WORKLOAD, Lab, cached
 from .sandbox import DEFAULT_BASE_DIR, SystemdSandbox, python_paths
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]
 COLLECTIONS = REPO / "ansible"
 
-# The release's workload finds the node's state_dir from its own stored copy:
-# <state_dir>/releases/<version> is $AGENT_FSM_RELEASE_DIR.
-GOOD_WORKLOAD = ("/bin/sh", "-c",
-                 'echo "$AGENT_FSM_VERSION" > "$AGENT_FSM_RELEASE_DIR/../../health"; exec sleep infinity')
 
 _RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$", re.MULTILINE)
 
@@ -163,7 +159,10 @@ class Fleet:
     # Releases and Ansible ----------------------------------------------------------------
     def pack(self, version: str) -> Path:
         """A good release of `version`, packed once on the host (the controller) for every node."""
-        return packing.pack(version, self.dir / "packs" / version, GOOD_WORKLOAD)
+        path = self.dir / "packs" / version
+        cached(["release", version, "good", list(GOOD_WORKLOAD)], path,
+               lambda at: packing.pack(version, at, GOOD_WORKLOAD))  # as a Lab packs it
+        return path
 
     def playbook(self, playbook: str, *args: str, timeout: float = 240,
                  env: dict[str, str] | None = None, **extra_vars: Any) -> PlaybookRun:

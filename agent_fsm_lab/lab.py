@@ -31,11 +31,16 @@ files in `<test_dir>/faults/` (`Lab.fault(name)` sets one, `Lab.fault(name, Fals
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,6 +125,48 @@ mv "$tmp" "$outbox/$(date +%s%N)-$$.json"
 """
 
 
+# A directory where `Lab` keeps the releases it packed (and the dependencies it vendored for a
+# node of its own tree), for every process of a test run that is given it (the suite's conftest
+# sets it; unset: each is made afresh). Packing is a pure function of the version, the kind and
+# the workload (for this tree of agent-fsm) and costs seconds of CPU (vendoring, byte-compiling):
+# a run makes each once, and each lab gets a copy of its own.
+PACK_CACHE_ENV = "AGENT_FSM_LAB_PACK_CACHE"
+
+# The good kind's workload: the health file is `<state_dir>/health` (the store keeps a release
+# in `<state_dir>/releases/<version>`), named without any one node's path, so one packed release
+# serves every lab of a run.
+GOOD_WORKLOAD = ("/bin/sh", "-c",
+                 'echo "$AGENT_FSM_VERSION" > "$AGENT_FSM_RELEASE_DIR/../../health"; '
+                 "exec sleep infinity")
+
+
+def cached(key: list[Any], output: Path, make: Callable[[Path], object]) -> None:
+    """`make(path)` writes a tree at `path` that depends on `key` only (for this tree of
+    agent-fsm); with a cache (PACK_CACHE_ENV), it runs once a run for each key, and `output` is
+    a copy of what it made."""
+    cache = os.environ.get(PACK_CACHE_ENV)
+    if not cache:
+        make(output)
+        return
+    name = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+    entry = Path(cache) / name
+    # One process makes it while the others wait (the suite's workers start alike); it appears
+    # whole (made aside, then renamed), so a process that finds it never waits.
+    with (Path(cache) / f".{name}.lock").open("w") as lock:
+        if not entry.is_dir():
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if not entry.is_dir():
+            staging = Path(cache) / f".{name}.{uuid.uuid4().hex}"
+            staging.mkdir()
+            try:
+                make(staging / "tree")
+                (staging / "tree").rename(entry)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(entry, output, symlinks=True)
+
+
 class Lab:
     def __init__(self, sandbox: SystemdSandbox, *, deadline: float = 6, soak: float = 1,
                  max_attempts: int = 2, restart: float | None = None, faults: bool = False,
@@ -146,7 +193,7 @@ class Lab:
         self.python = sys.executable
         if sandbox.rootfs is not None:
             self.python = NODE_PYTHON
-            vendoring.vendor(self.dir / "deps")
+            cached(["deps"], self.dir / "deps", vendoring.vendor)
             pythonpath.append(str(self.dir / "deps"))
         self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": ":".join(pythonpath)}
         extra = dict(config_extra or {})
@@ -236,34 +283,40 @@ class Lab:
 
     # Releases ---------------------------------------------------------------------------
     def pack(self, version: str, kind: Kind = "good",
-             workload: tuple[str, ...] | None = None) -> Path:
+             workload: tuple[str, ...] | None = None, add: bool = True) -> Path:
         """Pack a release of the given kind and add it to the node (`workload`: its own
-        instead of the kind's)."""
-        health = self.state_dir / "health"
+        instead of the kind's; `add=False`: leave adding it to the caller)."""
         if workload is None:
-            workload = ("/bin/sh", "-c",
-                        f'echo "$AGENT_FSM_VERSION" > {health}; exec sleep infinity')
+            workload = GOOD_WORKLOAD
             if kind in ("unhealthy", "racing"):
                 workload = ("/bin/sh", "-c", "exec sleep infinity")
         path = self.packs / version
-        packing.pack(version, path, workload)  # here, for every node: one artifact for all
-        if kind != "good":
-            for name, text in BROKEN_ASSETS.items():
-                (path / "assets" / name).write_text(text)
-        launcher = path / "bin" / "agent-fsm"
-        if kind == "crash":
-            launcher.write_text("#!/bin/sh\necho 'candidate crashes at start' >&2\nexit 3\n")
-        elif kind == "silent":
-            launcher.write_text("#!/bin/sh\necho 'candidate never says READY=1' >&2\n"
-                                "exec sleep infinity\n")
-        elif kind == "racing":
+
+        def make(at: Path) -> None:
+            packing.pack(version, at, workload)  # here, for every node: one artifact for all
+            if kind != "good":
+                for name, text in BROKEN_ASSETS.items():
+                    (at / "assets" / name).write_text(text)
+            launcher = at / "bin" / "agent-fsm"
+            if kind == "crash":
+                launcher.write_text("#!/bin/sh\necho 'candidate crashes at start' >&2\nexit 3\n")
+            elif kind == "silent":
+                launcher.write_text("#!/bin/sh\necho 'candidate never says READY=1' >&2\n"
+                                    "exec sleep infinity\n")
+
+        if kind == "racing":  # its launcher names this lab's paths: packed for it alone
+            make(path)
+            launcher = path / "bin" / "agent-fsm"
             launcher.rename(launcher.with_name("agent-fsm.real"))
             launcher.write_text(HELD_LAUNCHER.format(faults=self.faults_dir,
                                                      selected=self.state_dir / "selected"))
             launcher.chmod(0o755)
             with (path / "lib" / "agent_fsm" / "node" / "assets" / "render.py").open("a") as f:
                 f.write(BROKEN_RENDER)
-        self.cli("release", "add", str(path))
+        else:
+            cached(["release", version, kind, list(workload)], path, make)
+        if add:
+            self.cli("release", "add", str(path))
         return path
 
     # Driving ----------------------------------------------------------------------------

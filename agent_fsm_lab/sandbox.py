@@ -353,6 +353,10 @@ class SystemdSandbox:
             self.keep = sorted({str(Path(p).resolve()) for p in keep})
         self.name = f"agent-fsm-e2e-{uuid.uuid4().hex[:12]}"
         self.test_dir = base_dir / self.name
+        # The sandbox's own files (its staged units, the node's overlay layers, the console
+        # log) stay here, and it is bound inside, even if a caller points `test_dir` at a
+        # directory below it (tests sharing one booted sandbox, each in its own).
+        self.own_dir = self.test_dir
         self.console_log = self.test_dir / "console.log"
         self._pid: int | None = None
         self._booted = False
@@ -397,7 +401,7 @@ class SystemdSandbox:
         is the sandbox's own, so no enabled unit starts by itself: start what the test needs."""
         if not self._booted:
             raise SandboxError("the sandbox is not booted")
-        staged, kept = self.test_dir / ".boot-units", self.test_dir / ".boot-units.kept"
+        staged, kept = self.own_dir / ".boot-units", self.own_dir / ".boot-units.kept"
         shutil.rmtree(kept, ignore_errors=True)
         shutil.copytree(self.host_path(self.UNIT_DIR), kept, symlinks=True)  # masks included
         shutil.rmtree(staged)
@@ -426,9 +430,9 @@ class SystemdSandbox:
             self._cgroup = None
 
     def _start(self) -> None:
-        staged = self.test_dir / ".boot-units"
+        staged = self.own_dir / ".boot-units"
         if not staged.is_dir():  # else a reboot: the staged units are those kept across it
-            self.test_dir.mkdir(parents=True, mode=0o755)
+            self.own_dir.mkdir(parents=True, mode=0o755)
             staged.mkdir()
             (staged / TARGET).write_text(_TARGET_UNIT)
             for unit in MASKED_UNITS:
@@ -448,7 +452,7 @@ class SystemdSandbox:
                     TARGET, *self.keep]
         else:
             init = [_ROOTFS_INIT_SCRIPT, "sh", os.ttyname(self._pty_slave), str(staged), TARGET,
-                    str(self.rootfs.resolve()), str(self.test_dir.resolve()), *self.keep]
+                    str(self.rootfs.resolve()), str(self.own_dir.resolve()), *self.keep]
         argv = [
             "sh", "-c", _JOIN_CGROUP, "sh", str(self._cgroup / "cgroup.procs"),
             "unshare", "--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc", "--cgroup",
@@ -538,7 +542,7 @@ class SystemdSandbox:
             self._power_off(timeout)
         finally:
             self._stop_console()
-            shutil.rmtree(self.test_dir, ignore_errors=True)
+            shutil.rmtree(self.own_dir, ignore_errors=True)
             with contextlib.suppress(OSError):
                 self.base_dir.rmdir()  # only once no other sandbox uses it
 

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +16,36 @@ from tests.helpers import World, make_world
 # every agent-fsm it starts: the tests that stop `status --watch` with Ctrl-C need it delivered.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_PACK_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One cache of the releases the e2e lab packs, for the whole run: made by the first process
+    (xdist's controller), whose workers inherit it; removed by that process at the end."""
+    from agent_fsm_lab.lab import PACK_CACHE_ENV
+
+    if PACK_CACHE_ENV not in os.environ:
+        os.environ[PACK_CACHE_ENV] = tempfile.mkdtemp(prefix="agent-fsm-e2e-packs-")
+        config.stash[_PACK_CACHE] = os.environ[PACK_CACHE_ENV]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from agent_fsm_lab.lab import PACK_CACHE_ENV
+
+    cache = config.stash.get(_PACK_CACHE, None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+        os.environ.pop(PACK_CACHE_ENV, None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The e2e tests first, in their order: each takes 10 s to a few minutes where a unit test
+    takes well under one, so in one `pytest -n 4` of the whole suite the workers start them
+    early and end on short unit tests, not on a long e2e test started last."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 
 @pytest.fixture

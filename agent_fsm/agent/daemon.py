@@ -32,7 +32,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 
-from ..errors import AgentFsmError, NotItsRole
+from ..errors import AgentFsmError, NotItsRole, StopRequested
 from ..machine.definition import OnStart, handlers
 from ..machine.vocabulary import Trigger
 from ..node.assets.render import RELEASES_VIEW
@@ -452,4 +452,12 @@ ON_START: Mapping[OnStart, Callable[[Daemon, StateDoc, str], bool]] = handlers(O
 def main(node: Node) -> int:
     setup_logging()
     waker = Waker()
-    return Daemon(node, Notifier(), waker).run()
+    node.store.stopping = lambda: waker.stop  # a wait for the writers' lock hears a stop
+    daemon = Daemon(node, Notifier(), waker)
+    try:
+        return daemon.run()
+    except StopRequested as stop:  # no transition left half-done (owed effects resume): exit 0
+        log.info("stopping on request: %s", stop)
+        daemon.notifier.stopping()
+        daemon.stop_workload()
+        return 0

@@ -186,6 +186,40 @@ class TestKeptPython:
         assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
         assert f"running {HOST_PYTHON}, the `python` kept with the last-good's" in proc.stderr
 
+    def test_a_kept_python_with_non_ascii_characters_is_run(self, packed: Path,
+                                                            tmp_path: Path) -> None:
+        """A kept python whose path has non-ASCII characters (`/opt/pythön`) is the one the
+        launcher runs when the live config's is broken."""
+        release = self._stored(packed, tmp_path)
+        python = tmp_path / "pythön" / "python3"
+        python.parent.mkdir()
+        python.symlink_to(HOST_PYTHON)
+        kept = tmp_path / "state" / "last-good-assets.json"
+        KIND.write(kept, {"version": "5.0.0", "rendered_for": {},
+                          "settings": {"name": "agent", "python": str(python)}, "assets": {}})
+        body = KIND.read(kept, check=lambda data, schema: None)  # its checksum holds
+        assert body is not None and body["settings"]["python"] == str(python)
+        proc = run(release, Path("/nonexistent/python3"), tmp_path)
+        assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
+        assert f"running {python}, the `python` kept with the last-good's" in proc.stderr
+
+    def test_a_kept_python_the_launcher_cannot_read_is_refused_in_one_line(
+            self, packed: Path, tmp_path: Path) -> None:
+        """A kept python written with a JSON escape (`\\u00f6`: releases before this one wrote
+        non-ASCII so) is never run half-read: one line says so and names the file."""
+        release = self._stored(packed, tmp_path)
+        python = tmp_path / "pythön" / "python3"
+        python.parent.mkdir()
+        python.symlink_to(HOST_PYTHON)
+        kept = tmp_path / "state" / "last-good-assets.json"
+        kept.write_text(json.dumps({"kind": "kept-assets", "schema": 1, "settings": {
+            "name": "agent", "python": str(python)}}, sort_keys=True, separators=(",", ":")))
+        assert "\\u00f6" in kept.read_text()
+        proc = run(release, Path("/nonexistent/python3"), tmp_path)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"the `python` kept with the last-good's settings in {kept} has a JSON escape " \
+            "(\\), which this launcher does not read" in proc.stderr, proc.stderr
+
     def test_without_a_kept_python_the_error_stays(self, packed: Path, tmp_path: Path) -> None:
         """No kept settings (or their python gone too): one line naming the config's python."""
         release = self._stored(packed, tmp_path)

@@ -164,6 +164,61 @@ class TestStopping:
         assert code == 0, daemon.stderr.read() if daemon.stderr else ""
 
 
+    def test_a_stop_while_waiting_for_the_writers_lock_is_heard(self, tmp_path: Path) -> None:
+        """A daemon that waits for the writers' lock another process holds stops on SIGTERM at
+        once (exit 0, nothing written), not after the lock's 30 s timeout, when systemd's stop
+        timeout would kill it."""
+        import fcntl
+        import os
+        import subprocess
+        import sys
+        import time
+
+        world = _world(tmp_path, ())
+        world.add_release("1.0.0")
+        world.node.controller.fire("install", release="1.0.0")
+        cfg = tmp_path / "config.toml"
+        cfg.write_text('name = "agent"\n')
+        state_before = world.paths.state_file.read_bytes()
+        fd = os.open(world.node.store.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held as another agent-fsm's transition holds it
+            daemon = subprocess.Popen([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
+                                       "--root", str(world.root), "daemon"],
+                                      env=env_with_stub_systemctl(tmp_path),
+                                      stderr=subprocess.PIPE, text=True)
+            try:
+                # Once it handles SIGTERM (a caught signal, /proc's SigCgt), it is the daemon's
+                # to hear, wherever the daemon is in its start: the lock comes first in it.
+                end = time.monotonic() + 60
+                while not _catches(daemon.pid, signal.SIGTERM) and time.monotonic() < end:
+                    assert daemon.poll() is None, daemon.stderr.read() if daemon.stderr else ""
+                    time.sleep(0.02)
+                daemon.send_signal(signal.SIGTERM)
+                try:
+                    code = daemon.wait(timeout=15)  # well under the lock's 30 s
+                except subprocess.TimeoutExpired:
+                    pytest.fail("the daemon did not stop on SIGTERM while it waited for the "
+                                "writers' lock")
+                err = daemon.stderr.read() if daemon.stderr else ""
+            finally:
+                daemon.kill()
+                daemon.wait()
+        finally:
+            os.close(fd)
+        assert code == 0, err
+        assert "stopping on request" in err and "Traceback" not in err, err
+        assert world.paths.state_file.read_bytes() == state_before
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (its SigCgt mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
 class TestProtocol:
     def test_notify_sequence_watchdog_and_journal_prefixes(self, tmp_path: Path) -> None:
         """A real daemon process tells systemd its STATUS at each step, READY=1 only once the

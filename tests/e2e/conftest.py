@@ -6,17 +6,34 @@ for each kind of node the suite proves agent-fsm on, with the ids `systemd252` (
 `agent_fsm_lab.rootfs` builds once into its cache): a test or module opts in to both by using it.
 A 257 parametrization that fails only for a known, not yet fixed difference of systemd 257 is
 marked `@pytest.mark.xfail_systemd257(reason=...)`: strict, so it must be removed with the fix.
+
+`systemd_sandbox` and `node_sandbox` are shared: one booted systemd per module (and node kind)
+serves its tests in turn, each in a fresh test directory of its own (`test_dir`), with the unit
+files, units, failed states and journal of the test before it gone (`SharedNode.reset`). A test
+that fails, reboots or shuts its systemd down leaves it to no one: the next test boots another.
+A test that needs a systemd nothing ran on before takes `unbooted_sandbox` and boots it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 
 import pytest
 
 from agent_fsm_lab import rootfs
-from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
+from agent_fsm_lab.sandbox import (
+    DEFAULT_BASE_DIR,
+    SandboxError,
+    SystemdSandbox,
+    missing_requirements,
+    python_paths,
+)
 
 NODES = ("systemd252", "systemd257")
 
@@ -44,11 +61,159 @@ def unbooted_sandbox() -> Iterator[SystemdSandbox]:
         sandbox.shutdown()
 
 
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None],
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Remember a test that failed (its setup or call), so its systemd is shared no further."""
+    report: pytest.TestReport = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+class SharedNode:
+    """One booted sandbox that the tests of a module use in turn (`lease`), each in a fresh test
+    directory, with what the test before it left in systemd taken away (`reset`)."""
+
+    def __init__(self, make: Callable[[], SystemdSandbox]) -> None:
+        self.make = make
+        self.sandbox: SystemdSandbox | None = None
+        self.unit_files: set[str] = set()  # in the unit directory once booted
+        self.active: set[str] = set()  # units active once booted
+        self.leases = 0
+
+    @contextlib.contextmanager
+    def lease(self, item: pytest.Item) -> Iterator[SystemdSandbox]:
+        if self.sandbox is None:
+            sandbox = self.make()
+            sandbox.boot()
+            self.sandbox = sandbox
+            self.unit_files = set(os.listdir(sandbox.host_path(sandbox.UNIT_DIR)))
+            self.active = _active_units(sandbox)
+        sandbox = self.sandbox
+        root, pid = sandbox.test_dir, sandbox.pid
+        self.leases += 1
+        fresh = root / f"test-{self.leases}"
+        fresh.mkdir(mode=0o755)
+        sandbox.test_dir = fresh  # a directory below the root's: the same path inside too
+        try:
+            yield sandbox
+        finally:
+            sandbox.test_dir = root
+            kept = not item.stash.get(_FAILED, False) and _pid(sandbox) == pid
+            try:
+                if kept:
+                    self.reset(sandbox, fresh)
+            except Exception:  # whatever it was, the next test gets a systemd of its own
+                kept = False
+            if kept:
+                # Seconds of unlinking (the releases in its store and packs): moved aside at
+                # once and removed while the next tests run, which mostly wait on systemd.
+                _remove_later(fresh, sandbox.base_dir)
+            else:
+                self.close()  # its whole test directory with it
+
+    def reset(self, sandbox: SystemdSandbox, test_dir: Path) -> None:
+        """Stop every unit the test started, unmount what it mounted in its `test_dir`, remove
+        the unit files and drop-ins it wrote (the boot's own stay), forget failed states and
+        start counts, and start an empty journal: the next test finds systemd as booted, and
+        `journal()` shows only its own lines."""
+        started = sorted(_active_units(sandbox) - self.active)
+        if started:
+            sandbox.systemctl("stop", *started)
+        mountinfo = Path(f"/proc/{sandbox.pid}/mountinfo").read_text().splitlines()
+        mounted = {line.split()[4] for line in mountinfo}
+        for point in sorted((m for m in mounted if m.startswith(f"{test_dir}/")), reverse=True):
+            sandbox.run("umount", "--lazy", point)
+        unit_dir = sandbox.host_path(sandbox.UNIT_DIR)
+        for name in sorted(set(os.listdir(unit_dir)) - self.unit_files):
+            path = unit_dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        sandbox.systemctl("daemon-reload")
+        sandbox.systemctl("reset-failed")
+        sandbox.systemctl("stop", *_JOURNAL)
+        sandbox.run("sh", "-c", "rm -rf /run/log/journal/* /var/log/journal/*")
+        sandbox.start_journal()
+        left = sorted(_active_units(sandbox) - self.active)
+        if left:
+            raise RuntimeError(f"units still active after the reset: {left}")
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            sandbox, self.sandbox = self.sandbox, None
+            sandbox.shutdown()
+
+
+_REMOVALS: list[threading.Thread] = []
+
+
+def _remove_later(directory: Path, base_dir: Path) -> None:
+    """Rename `directory` aside (below `base_dir`, on the same file system) and remove it in a
+    thread; the session's end waits for every such thread."""
+    trash = base_dir / f".removed-{uuid.uuid4().hex[:12]}"
+    try:
+        directory.rename(trash)
+    except OSError:
+        trash = directory
+    removal = threading.Thread(target=shutil.rmtree, args=(trash,),
+                               kwargs={"ignore_errors": True}, name=f"rm {trash.name}")
+    removal.start()
+    _REMOVALS.append(removal)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Wait for the test directories still being removed, then remove the sandboxes' base
+    directory if nothing else uses it."""
+    for removal in _REMOVALS:
+        removal.join()
+    with contextlib.suppress(OSError):
+        DEFAULT_BASE_DIR.rmdir()
+
+
+_JOURNAL = ("systemd-journald.service", "systemd-journald.socket",
+            "systemd-journald-dev-log.socket")
+
+
+def _active_units(sandbox: SystemdSandbox) -> set[str]:
+    """The units active (or activating, deactivating, failed-but-running) now, by name."""
+    lines = sandbox.systemctl("list-units", "--plain", "--no-legend", "--full", "--all",
+                              "--state=active,activating,deactivating,reloading",
+                              "--type=service,socket,timer,path").stdout.splitlines()
+    return {line.split()[0] for line in lines if line.strip()}
+
+
+def _pid(sandbox: SystemdSandbox) -> int | None:
+    """systemd's pid, None once the test shut it down."""
+    try:
+        return sandbox.pid
+    except SandboxError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def _shared_252() -> Iterator[SharedNode]:
+    require_sandbox()
+    shared = SharedNode(lambda: SystemdSandbox(keep=python_paths()))
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
 @pytest.fixture
-def systemd_sandbox(unbooted_sandbox: SystemdSandbox) -> SystemdSandbox:
-    """A booted private systemd (journald running); shut down after the test."""
-    unbooted_sandbox.boot()
-    return unbooted_sandbox
+def systemd_sandbox(_shared_252: SharedNode,
+                    request: pytest.FixtureRequest) -> Iterator[SystemdSandbox]:
+    """A booted private systemd (journald running), shared with the module's other tests (see
+    the module docstring): a fresh `test_dir`, no unit of another test."""
+    with _shared_252.lease(request.node) as sandbox:
+        yield sandbox
 
 
 @pytest.fixture
@@ -97,11 +262,28 @@ def unbooted_node_sandbox(request: pytest.FixtureRequest) -> Iterator[SystemdSan
         sandbox.shutdown()
 
 
+@pytest.fixture(scope="module", params=NODES)
+def _shared_node(request: pytest.FixtureRequest) -> Iterator[SharedNode]:
+    if request.param == "systemd252":
+        require_sandbox()
+        shared = SharedNode(lambda: SystemdSandbox(keep=python_paths()))
+    else:
+        node: rootfs.Node = request.getfixturevalue("debian13_node")
+        require_sandbox(*missing_requirements(node.rootfs), what="the Debian 13 node needs")
+        shared = SharedNode(lambda: rootfs.sandbox(node))
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
 @pytest.fixture
-def node_sandbox(unbooted_node_sandbox: SystemdSandbox) -> SystemdSandbox:
-    """A booted private systemd of each node kind (journald running); shut down after the test."""
-    unbooted_node_sandbox.boot()
-    return unbooted_node_sandbox
+def node_sandbox(_shared_node: SharedNode,
+                 request: pytest.FixtureRequest) -> Iterator[SystemdSandbox]:
+    """A booted private systemd of each node kind (journald running), shared with the module's
+    other tests of that kind as `systemd_sandbox` is."""
+    with _shared_node.lease(request.node) as sandbox:
+        yield sandbox
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -26,8 +27,8 @@ def lab(systemd_sandbox: SystemdSandbox) -> Iterator[Lab]:
 
 @pytest.fixture
 def node_lab(node_sandbox: SystemdSandbox) -> Iterator[Lab]:
-    """`lab` on each node kind (systemd252, systemd257)."""
-    lab = Lab(node_sandbox)
+    """`lab` on each node kind (systemd252, systemd257), judged within 3 s as `installed`'s."""
+    lab = Lab(node_sandbox, deadline=3)
     lab.pack("1.0.0")
     lab.install("1.0.0")
     yield lab
@@ -113,7 +114,8 @@ class TestRollback:
     def test_candidate_that_never_sends_ready(self, systemd_sandbox: SystemdSandbox) -> None:
         """A candidate that never sends READY=1 is failed by systemd's start timeout and the
         node rolls back to the last-good."""
-        lab = Lab(systemd_sandbox, deadline=2, soak=0, max_attempts=2)
+        # One attempt: each is a whole start timeout (12 s); the start after it is refused.
+        lab = Lab(systemd_sandbox, deadline=2, soak=0, max_attempts=1)
         lab.pack("1.0.0")
         lab.install("1.0.0")
         last_good = lab.assets()
@@ -173,11 +175,18 @@ class TestResilience:
         still starts and ends where it should."""
         t0 = time.monotonic()
         expected = "1.0.0"
-        for i, kind in enumerate(["good", "good", "crash", "good", "good", "crash", "good"]):
-            version = f"5.{i}.0"
-            lab.pack(version, kind)  # type: ignore[arg-type]
-            proc = lab.cli("upgrade", "--to", version, "--wait", "--timeout", "120", check=False)
-            assert proc.returncode == (0 if kind == "good" else 4), proc.stderr + _why(lab)
-            expected = version if kind == "good" else expected
-            assert lab.settled()["selected"] == expected
+        kinds = ["good", "good", "crash", "good", "good", "crash", "good"]
+        # Packed meanwhile (seconds of CPU each, while the upgrades mostly wait on systemd);
+        # each is added just before its upgrade, as before.
+        with ThreadPoolExecutor(1) as packer:
+            packs = [packer.submit(lab.pack, f"5.{i}.0", kind, add=False)  # type: ignore[arg-type]
+                     for i, kind in enumerate(kinds)]
+            for i, kind in enumerate(kinds):
+                version = f"5.{i}.0"
+                lab.cli("release", "add", str(packs[i].result(timeout=120)))
+                proc = lab.cli("upgrade", "--to", version, "--wait", "--timeout", "120",
+                               check=False)
+                assert proc.returncode == (0 if kind == "good" else 4), proc.stderr + _why(lab)
+                expected = version if kind == "good" else expected
+                assert lab.settled()["selected"] == expected
         assert time.monotonic() - t0 < 300

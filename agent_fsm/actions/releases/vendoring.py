@@ -115,7 +115,8 @@ _BOOT = ("import os, runpy, sys\n"
 
 # The python kept with the last-good's settings (`node.assets.kept`, one line of sorted JSON in
 # `<state_dir>/last-good-assets.json`, next to the store `<state_dir>/releases/`): the last
-# "python" key is the settings' one.
+# "python" key is the settings' one. Non-ASCII is written as UTF-8 (`KIND.utf8`); an escape still
+# there (a `"` or `\` in the path, or a file an older release wrote) is refused, never half-read.
 _KEPT_PYTHON = r"""sed -n 's/.*"python":"\([^"]*\)".*/\1/p'"""
 
 LAUNCHER = """#!/bin/sh
@@ -145,6 +146,12 @@ if [ ! -x "$python" ]; then
             ! -perm -020 ! -perm -002 2>/dev/null)" ]; then
         good=$({kept_python} "$kept" 2>/dev/null)
     fi
+    case $good in *\\\\*)  # a JSON escape: sed does not decode it, and half a path is no path
+        printf '%s %s %s\\n' "agent-fsm: the interpreter $python (the config's \\`python\\`) is" \\
+            "not executable, and the \\`python\\` kept with the last-good's settings in $kept has" \\
+            "a JSON escape (\\\\), which this launcher does not read: fix the config's \\`python\\`" >&2
+        exit 1 ;;
+    esac
     if [ -z "$good" ] || [ ! -x "$good" ]; then
         echo "agent-fsm: the interpreter $python (the config's \\`python\\`) is not executable" >&2
         exit 1

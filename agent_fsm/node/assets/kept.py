@@ -199,7 +199,8 @@ def _check(data: dict[str, Any], schema: int) -> None:
 
 
 KIND = Kind("kept-assets", "kept assets file", "the kept copy", SCHEMA, _check, MAX_BYTES,
-            FILE_MODE, oldest=1, always_signed=True)  # schema 1 had its checksum already
+            FILE_MODE, oldest=1, always_signed=True,  # schema 1 had its checksum already
+            utf8=True)  # the launcher reads `settings.python` with sed
 
 
 # The way back's config -------------------------------------------------------------------------

@@ -104,8 +104,8 @@ def _integer(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _canonical(data: dict[str, Any]) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+def _canonical(data: dict[str, Any], ascii: bool = True) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii).encode()
 
 
 def checksum(data: dict[str, Any]) -> str:
@@ -138,10 +138,14 @@ class Kind(NamedTuple):
     mode: int  # the mode written
     oldest: int = 0  # the oldest schema read; 0 is a file from before it had one
     always_signed: bool = False  # had a checksum before the format: none is refused
+    # Non-ASCII written as UTF-8, not as \u escapes: for a reader without JSON (the launcher
+    # reads the kept assets' `python` with sed). Every reader checks the bytes as they are.
+    utf8: bool = False
 
     def encode(self, body: dict[str, Any]) -> bytes:
         """The document of `body` (which holds none of `kind`, `schema`, `checksum`)."""
-        canonical = _canonical({**body, "kind": self.name, "schema": self.schema})
+        canonical = _canonical({**body, "kind": self.name, "schema": self.schema},
+                               ascii=not self.utf8)
         return _PREFIX + hexdigest(canonical).encode() + b'",' + canonical[1:] + b"\n"
 
     def body(self, raw: bytes, check: Check | None = None) -> dict[str, Any]:

@@ -24,11 +24,11 @@ import errno
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ... import files
-from ...errors import DiskError, LockTimeout
+from ...errors import DiskError, LockTimeout, StopRequested
 
 # First re-try soon (a transition holds the lock for about a millisecond), then every 50 ms.
 _FIRST_WAIT = 0.001
@@ -47,9 +47,12 @@ def _checked(path: Path, mode: int, fd: int) -> None:
 
 
 @contextlib.contextmanager
-def held(path: Path, timeout: float, mode: int = 0o600) -> Iterator[None]:
+def held(path: Path, timeout: float, mode: int = 0o600,
+         stopping: Callable[[], bool] | None = None) -> Iterator[None]:
     """Hold the lock on `path` for the block; LockTimeout after `timeout` seconds of waiting,
-    DiskError (the path, the errno's words, the fix) when the file cannot be opened or fixed."""
+    StopRequested as soon as `stopping()` says a stop came while waiting (the daemon's SIGTERM
+    flag: its handler only sets it), DiskError (the path, the errno's words, the fix) when the
+    file cannot be opened or fixed."""
     import filelock  # writers only
 
     lock = filelock.UnixFileLock(
@@ -61,6 +64,8 @@ def held(path: Path, timeout: float, mode: int = 0o600) -> Iterator[None]:
             lock.acquire(blocking=False)  # our own back-off: filelock polls every 50 ms
             break
         except filelock.Timeout:
+            if stopping is not None and stopping():
+                raise StopRequested(f"a stop came while waiting for {path}") from None
             left = deadline - time.monotonic()
             if left <= 0:
                 raise LockTimeout(str(path)) from None

@@ -22,7 +22,7 @@ the file without it, as it read its own after each of its journal fsyncs).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -120,6 +120,9 @@ class Store:
         self._check = partial(check_body, names=self.names)
         self.initial = initial
         self.lock_timeout = lock_timeout
+        # Whether a stop was asked for: a wait for the lock then ends (StopRequested). The
+        # daemon sets it to its SIGTERM flag; None: a wait ends only at `lock_timeout`.
+        self.stopping: Callable[[], bool] | None = None
         self._cycle_starts = frozenset() if count_rules is None else count_rules.cycle_starts
         versions: set[str] = set()  # found good, shared by the lines of a read
         self.journal = Journal(journal_path or path.with_name(FILE_NAME),
@@ -276,7 +279,8 @@ class Store:
         files.ensure_private_dir(self.lock_path.parent)
         with contextlib.ExitStack() as stack:
             try:
-                stack.enter_context(lock.held(self.lock_path, self.lock_timeout))
+                stack.enter_context(lock.held(self.lock_path, self.lock_timeout,
+                                              stopping=self.stopping))
             except LockTimeout:
                 raise Refused(
                     f"another agent-fsm operation has held {self.lock_path} for over "
