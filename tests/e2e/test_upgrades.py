@@ -5,7 +5,6 @@ mid-judgment) on a Debian 13 node's systemd 257 too (`node_sandbox`)."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -170,10 +169,9 @@ class TestResilience:
         lab.sb.systemctl("daemon-reload")
         assert needed() == "False"
 
-    def test_many_upgrades_and_rollbacks_in_five_minutes(self, lab: Lab) -> None:
+    def test_many_upgrades_and_rollbacks_back_to_back(self, lab: Lab) -> None:
         """Upgrades and rollbacks back to back (start limit reset each time): each next upgrade
         still starts and ends where it should."""
-        t0 = time.monotonic()
         expected = "1.0.0"
         kinds = ["good", "good", "crash", "good", "good", "crash", "good"]
         # Packed meanwhile (seconds of CPU each, while the upgrades mostly wait on systemd);
@@ -189,4 +187,3 @@ class TestResilience:
                 assert proc.returncode == (0 if kind == "good" else 4), proc.stderr + _why(lab)
                 expected = version if kind == "good" else expected
                 assert lab.settled()["selected"] == expected
-        assert time.monotonic() - t0 < 300
