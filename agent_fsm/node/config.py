@@ -64,6 +64,8 @@ class Config(NamedTuple):
     publish_give_up_seconds: float = 600.0
     systemctl: tuple[str, ...] = ("systemctl",)  # the argv prefix of every systemctl call
     podman: tuple[str, ...] = ("podman",)  # the argv prefix of every podman call (release images)
+    # The link on PATH that runs the selected release's bin/agent-fsm; None: no link.
+    bin_link: Path | None = Path("/usr/local/bin/agent-fsm")
     judgment: Judgment = Judgment()
     hooks: HookConfig = HookConfig()  # [hooks]: before/after transitions
     source: Path | None = None  # the file it was read from, if any
@@ -84,6 +86,7 @@ _TOP_KEYS = {
     "publish_give_up_seconds": float,
     "systemctl": list,
     "podman": list,
+    "bin_link": str,
     "judgment": dict,
     "hooks": dict,
 }
@@ -243,6 +246,9 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
         kwargs["systemctl"] = _command(source, "systemctl", data["systemctl"])
     if "podman" in data:
         kwargs["podman"] = _command(source, "podman", data["podman"])
+    if "bin_link" in data:  # a file's path, named like the directories; "" for none
+        link = data["bin_link"]
+        kwargs["bin_link"] = None if link == "" else _path(source, "bin_link", link)
     if "judgment" in data:
         table = data["judgment"]
         if not isinstance(table, dict):
@@ -291,6 +297,7 @@ def to_table(config: Config) -> dict[str, Any]:
     }
     if config.allowed_signers is not None:
         table["allowed_signers"] = str(config.allowed_signers)
+    table["bin_link"] = "" if config.bin_link is None else str(config.bin_link)
     return table
 
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .. import options, render
 from ..exits import EXIT_CODES
 from ..render import out
+
+if TYPE_CHECKING:
+    from ...actions.releases.packing import Added
+    from ...wiring import Node
 
 app = typer.Typer(
     help="Make, add, list and prune releases.\n\nExample: agent-fsm release list --json",
@@ -91,17 +95,23 @@ def release_add(
 
     Example: agent-fsm release add ./agent-fsm-2.0.0, or oci-archive:./agent-fsm-2.0.0.tar
     """
+    add_from(options.of(ctx).node(), source)
+
+
+def add_from(node: Node, source: str) -> Added:
+    """Store the release `source` names (a directory or an image), saying so in one line: what
+    `release add` and `install --from` run."""
     from ...actions.releases.packing import add
     from ...system.podman import parse_reference
     from .release_images import add_image
 
-    node = options.of(ctx).node()
     ref = parse_reference(source)
     added = add_image(ref, node) if ref is not None else add(Path(source), node)
     verb = "already stored at" if added.already and not added.replaced else "stored at"
     note = f"; it replaced the stored copy: {added.replaced}" if added.replaced else ""
     out.print(f"release {added.version} {verb} {added.path} ({added.digest}{note})",
               markup=False)
+    return added
 
 
 @app.command("list", epilog=EXIT_CODES)

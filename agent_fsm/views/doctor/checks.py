@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ...errors import AgentFsmError
 from ...machine.vocabulary import StateName
+from ...node.assets import bin_link
 from ...node.records import hook_failures
 from ...node.state import validate
 from ...system import proc
@@ -169,6 +170,16 @@ def _consistency(node: Node) -> list[Finding]:
     return out
 
 
+def _bin_link(node: Node) -> list[Finding]:
+    """`agent-fsm` on PATH (the config's `bin_link`): agent-fsm's link to the selected release's
+    launcher, missing, pointing elsewhere, or something else in its place."""
+    link = bin_link.look(node.paths)
+    if link.state == "missing" and node.releases.selected() is None:
+        return []  # nothing installed yet: `install` writes it
+    level: Level = "ok" if link.state in ("ok", "none") else "warn"
+    return [Finding("link on PATH", level, link.detail(), link.fix())]
+
+
 def _outbox(node: Node) -> list[Finding]:
     """Queued results that delivery refuses, checked as `system.publish` checks them."""
     try:
@@ -261,6 +272,7 @@ def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -
     findings += _root_config(node)
     findings += _directories(node)
     findings += _consistency(node)
+    findings += _bin_link(node)
     findings += _skipped(node)
     findings += _hooks(node)
     findings += _journal(node)
