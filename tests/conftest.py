@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,22 @@ from tests.helpers import World, make_world
 # every agent-fsm it starts: the tests that stop `status --watch` with Ctrl-C need it delivered.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+HOST_LINK = Path("/usr/local/bin/agent-fsm")  # the default `bin_link`: the host's, never a test's
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_link_untouched() -> Iterator[None]:
+    """Fail the run if a test wrote the default `bin_link` on the host (a node opened without
+    --root and with the default config writes it): remove that link, and name it."""
+    before = HOST_LINK.is_symlink() or HOST_LINK.exists()
+    yield
+    if not before and HOST_LINK.is_symlink():
+        target = os.readlink(HOST_LINK)
+        HOST_LINK.unlink()
+        pytest.fail(f"a test wrote {HOST_LINK} → {target} on the host (removed): give its "
+                    "config `bin_link` below its temporary directory, or None", pytrace=False)
 
 
 @pytest.fixture
