@@ -90,19 +90,21 @@ def _tree(mount: Path, ref: ImageRef) -> Path:
 
 
 def pack(version: str, target: ImageRef | str, workload: tuple[str, ...], podman: Podman,
-         output: Path | None = None, sign_key: Path | None = None) -> tuple[Path | None, str]:
+         output: Path | None = None, sign_key: Path | None = None,
+         payload: Path | None = None) -> tuple[Path | None, str]:
     """Build a release image for `version` (`release pack --image`): the release packed (into
     `output` if given, else a temporary directory) and copied to RELEASE_PATH of a `FROM scratch`
     image. `target` is an image name (the image is tagged with it in podman's store) or an
-    archive reference (the image is written there and not kept in the store); signed with
-    `sign_key` as `packing.pack` signs. Returns the
+    archive reference (the image is written there and not kept in the store), with `payload`'s
+    tree and signed with `sign_key` as `packing.pack` packs and signs. Returns the
     release directory kept (or None) and the image's id."""
     check_version(version)
     if isinstance(target, ImageRef) and target.archive and os.path.lexists(target.target):
         raise ReleaseError(f"{target.target} already exists; write the image to a new file")
     work = Path(tempfile.mkdtemp(prefix="agent-fsm-pack."))
     try:
-        release = packing.pack(version, output or work / "release", workload, sign_key)
+        release = packing.pack(version, output or work / "release", workload, sign_key,
+                               payload=payload)
         if output is not None:
             shutil.copytree(release, work / "release")
         (work / "Containerfile").write_text(CONTAINERFILE)

@@ -2,8 +2,10 @@
 
 A packed release runs on its own with the node's `python3`: `lib/` holds a copy of the
 agent_fsm package that packed it and its runtime dependencies (`vendoring`), `bin/agent-fsm`
-runs them with the interpreter the node's config names, and `assets/` holds its templates of
-the service assets.
+runs them with the interpreter the node's config names, `assets/` holds its templates of
+the service assets, and `payload/` (with `--payload SRC`) the user's own agent: SRC's tree
+copied as the store copies a release (`node.releases.tree`), so it is in the digest and in the
+signature made at pack like every other file.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from ... import files
 from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError
 from ...node.assets import render as assets
 from ...node.releases import store as release_store
+from ...node.releases import tree
 from ...node.releases.pointers import check_version, natural_key, read_manifest
 from ...node.state.store import StateDoc
 from ...wiring import Node
@@ -34,44 +38,95 @@ def _ignore(_dir: str, names: list[str]) -> list[str]:
 
 
 def pack(version: str, output: Path, workload: tuple[str, ...] = (),
-         sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET) -> Path:
+         sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET,
+         payload: Path | None = None) -> Path:
     """Write a release directory for `version` at `output` (which must not exist yet), with
-    what it needs of the node's `python` (`abi`), signed with `sign_key` if given (`trust`);
-    ReleaseError when it would not cover every one of `targets` (`abi.FLEET`: the fleet's)."""
+    what it needs of the node's `python` (`abi`), `payload`'s tree as its `payload/` if given
+    (`copy_payload`), signed with `sign_key` if given (`trust`); ReleaseError when it would not
+    cover every one of `targets` (`abi.FLEET`: the fleet's). Nothing is left at `output` (nor
+    beside it) when it fails."""
     check_version(version)
     targets = abi.parse_targets(targets)
     if output.exists():
         raise ReleaseError(f"{output} already exists; pack into a new directory")
     tmp = output.with_name(f".{output.name}.packing")
+    if payload is not None:
+        check_payload(payload, output, tmp)  # before the slow part
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "bin").mkdir(parents=True)
-    # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
-    shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
-    vendor(tmp / "lib")
-    need = abi.needs(tmp / "lib")
     try:
+        (tmp / "bin").mkdir(parents=True)
+        # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
+        shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
+        vendor(tmp / "lib")
+        need = abi.needs(tmp / "lib")
         abi.uncovered(need, targets)
-    except ReleaseError:
+        compile_lean(tmp)
+        shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
+        launcher = tmp / "bin" / "agent-fsm"
+        launcher.write_text(launcher_text(version, need.targets))
+        launcher.chmod(0o755)
+        manifest = f'version = "{version}"\n'
+        if workload:
+            manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
+        (tmp / "release.toml").write_text(manifest)
+        abi.record(tmp, targets)
+        if payload is not None:
+            copy_payload(payload, tmp / PAYLOAD)
+        if sign_key is not None:  # last: the signature covers everything else, payload included
+            trust.sign(tmp, sign_key)
+        else:  # what `release add` would refuse (over the limits), refused here
+            trust.digest(tmp)
+        os.replace(tmp, output)
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    compile_lean(tmp)
-    shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
-    launcher = tmp / "bin" / "agent-fsm"
-    launcher.write_text(launcher_text(version, need.targets))
-    launcher.chmod(0o755)
-    manifest = f'version = "{version}"\n'
-    if workload:
-        manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
-    (tmp / "release.toml").write_text(manifest)
-    abi.record(tmp, targets)
-    if sign_key is not None:  # last: the signature covers everything else
-        try:
-            trust.sign(tmp, sign_key)
-        except ReleaseError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    os.replace(tmp, output)
     return output
+
+
+PAYLOAD = "payload"  # the release's directory for the user's own agent
+
+
+def check_payload(src: Path, output: Path, tmp: Path) -> None:
+    """Refuse, in one line, a `--payload` that is missing, not a directory, or holds the
+    release being packed (it would copy itself)."""
+    if not src.exists():
+        raise ReleaseError(f"--payload {src} does not exist; give the directory whose tree "
+                           f"goes into the release as {PAYLOAD}/; nothing was packed")
+    if not src.is_dir():
+        raise ReleaseError(f"--payload {src} is not a directory; put the file in a directory "
+                           f"and give that (its tree goes into the release as {PAYLOAD}/); "
+                           "nothing was packed")
+    real = src.resolve()
+    for inside in (output, tmp):
+        if inside.resolve().is_relative_to(real):
+            raise ReleaseError(f"--payload {src} holds the release being packed ({output}); "
+                               "pack into a directory outside it; nothing was packed")
+
+
+def copy_payload(src: Path, dst: Path) -> None:
+    """Copy `src`'s tree to `dst` as the store copies a release: regular files and directories
+    only, nothing followed, modes 0755 (directories, executables) or 0644, within the limits.
+    A setuid or setgid file is refused rather than quietly stripped of its bit: the program
+    that needs it would fail only on the node. ReleaseError naming the path otherwise."""
+    for top, _dirs, names in os.walk(src):
+        for name in names:
+            path = Path(top) / name
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                raise ReleaseError(
+                    f"cannot pack --payload {src}: {path} is set{'u' if st.st_mode & stat.S_ISUID else 'g'}"
+                    f"id (mode {stat.S_IMODE(st.st_mode):04o}); a release never holds setuid or "
+                    "setgid files (the store would not keep the bit): clear it (`chmod ug-s`) "
+                    "and have the service's unit or the host grant what it needs; nothing was "
+                    "packed")
+    try:
+        tree.copy(src, dst)
+    except BadTree as exc:
+        raise ReleaseError(
+            f"cannot pack --payload {src}: {exc}; a release holds regular files and "
+            "directories only, within the store's limits (docs/operations.md, Releases); "
+            "nothing was packed") from None
+    os.chmod(dst, tree.DIR_MODE)  # `copy` leaves its top 0700
 
 
 def _toml_str(s: str) -> str:
@@ -85,6 +140,7 @@ class Added:
     already: bool  # the same content was stored already
     digest: str = ""
     replaced: str | None = None  # why a stored copy of the same content was replaced
+    image: origins.Image | None = None  # the image it came from (`sources.add_source`)
 
 
 def validate(directory: Path, node: Node) -> str:

@@ -1,5 +1,6 @@
-"""Trusted signers: `release pack --sign-key` signs a release, and `release add` refuses one no
-key of the config's `allowed_signers` signed, when the config names that file.
+"""Trusted signers: `release pack --sign-key` signs a release (`release sign` a packed one
+again), and `release add` refuses one no key of the config's `allowed_signers` signed, when the
+config names that file.
 
 The signature is OpenSSH's (`ssh-keygen -Y sign`, checked with `-Y find-principals` and
 `-Y verify` against an allowed-signers file, `system.sshsig`) over the release's digest
@@ -10,26 +11,64 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ... import files
 from ...errors import BadSignature, BadTree, ConfigError, CouldNotRun, Refused, ReleaseError
 from ...node.config import Config
 from ...node.paths import Paths
 from ...node.releases import signing
+from ...node.releases import store as release_store
+from ...node.releases.pointers import read_manifest
 from ...system import sshsig
 
 _AFTER = "nothing was stored"
 
 
+def digest(release: Path) -> str:
+    """The digest a signature of `release` covers (`signing.message`), `sha256:<hex>`: what
+    `release digest` prints. ReleaseError naming the entry the store would refuse."""
+    try:
+        return signing.message(release, stored=False).decode("ascii")
+    except BadTree as exc:
+        raise ReleaseError(f"{exc}; a release holds regular files and directories only, within "
+                           "the store's limits (docs/operations.md, Releases)") from None
+
+
 def sign(release: Path, key: Path) -> str:
     """Sign a packed release directory with `key` (a private key file, or a public one whose
-    private half is in ssh-agent): write its `release.sig`. Returns the signed digest."""
-    message = signing.message(release, stored=False)
+    private half is in ssh-agent): write (or replace) its `release.sig`, atomically. Returns
+    the signed digest."""
+    message = digest(release).encode("ascii")
     try:
         signature = sshsig.sign(key, signing.NAMESPACE, message)
     except (BadSignature, CouldNotRun) as exc:
         raise ReleaseError(f"could not sign the release with {key}: {exc}; give a private key "
                            "file, or a public key whose private half is in ssh-agent") from None
-    (release / signing.SIGNATURE).write_bytes(signature)
+    files.atomic_write(release / signing.SIGNATURE, signature, 0o644)
     return message.decode("ascii")
+
+
+def packed(directory: Path, *, signing_it: bool = False) -> str:
+    """The version of the release directory `directory` (as `release pack` makes one);
+    ReleaseError in one line when it is missing, not a directory or not a release, and, when
+    `signing_it`, when it is a release in a store (signing it there would change a stored
+    release: it would be DAMAGED)."""
+    if not directory.exists():
+        raise ReleaseError(f"release directory {directory} does not exist")
+    if not directory.is_dir():
+        raise ReleaseError(f"{directory} is not a directory: give a release directory (from "
+                           "`agent-fsm release pack`); unpack an archive first")
+    try:
+        version = read_manifest(directory / "release.toml").version
+    except FileNotFoundError:
+        raise ReleaseError(f"{directory} is not a release: {directory / 'release.toml'} is "
+                           "missing; give a directory made by `agent-fsm release pack`") from None
+    if signing_it and (directory.resolve().parent / release_store.DIGESTS).is_dir():
+        raise ReleaseError(
+            f"{directory} is a stored release (in {directory.resolve().parent}): signing it "
+            "there would change it after it was added; sign the directory it was added from, "
+            f"then remove this copy (`agent-fsm release prune {version}`) and add the signed "
+            "one")
+    return version
 
 
 def check(release: Path, version: str, config: Config, paths: Paths) -> str | None:
@@ -50,8 +89,9 @@ def check(release: Path, version: str, config: Config, paths: Paths) -> str | No
     if sig is None:
         raise Refused(
             f"refusing {what}: it is not signed, and the config's allowed_signers {allowed} "
-            f"requires a {signing.SIGNATURE} made by one of its keys; pack it with `agent-fsm "
-            "release pack --sign-key KEY` (KEY: a key listed there), or remove `allowed_signers` "
+            f"requires a {signing.SIGNATURE} made by one of its keys; sign it with `agent-fsm "
+            "release sign DIR --sign-key KEY` (or pack it with --sign-key KEY; KEY: a key listed "
+            "there), or remove `allowed_signers` "
             "from the config to accept unsigned releases; " + _AFTER)
     try:
         return sshsig.verify(allowed, signing.NAMESPACE, sig,
@@ -61,7 +101,8 @@ def check(release: Path, version: str, config: Config, paths: Paths) -> str | No
             f"refusing {what}: its {signing.SIGNATURE} does not verify against allowed_signers "
             f"{allowed}: {exc}; it was signed by a key not listed there, for another namespace "
             f"than {signing.NAMESPACE}, or the release changed after it was signed: pack and sign "
-            "it again with a listed key (`agent-fsm release pack --sign-key KEY`); "
+            "it again with a listed key (`agent-fsm release pack --sign-key KEY`, or `release "
+            "sign DIR --sign-key KEY` once you know what changed); "
             + _AFTER) from None
     except CouldNotRun as exc:
         raise ReleaseError(f"cannot check the signature of {what}: {exc.reason}; install "

@@ -1,4 +1,5 @@
-"""`agent-fsm release pack|add|list|prune`: make, store, list and prune releases."""
+"""`agent-fsm release pack|sign|digest|add|list|prune`: make, sign, store, list and prune
+releases."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ if TYPE_CHECKING:
     from ...wiring import Node
 
 app = typer.Typer(
-    help="Make, add, list and prune releases.\n\nExample: agent-fsm release list --json",
+    help="Make, sign, add, list and prune releases.\n\nExample: agent-fsm release pack "
+         "--version 1.0.0 --output ./myagent-1.0.0 --payload ./build --workload "
+         "'{payload_dir}/myagent --port 8080', then agent-fsm release add ./myagent-1.0.0",
     no_args_is_help=True, epilog=EXIT_CODES)
 
 
@@ -30,6 +33,11 @@ def release_pack(
     workload: Annotated[str | None, typer.Option(
         "--workload", help="A command (shell words) the daemon supervises once the gate opens.",
         show_default=False)] = None,
+    payload: Annotated[Path | None, typer.Option(
+        "--payload", metavar="SRC", show_default=False,
+        help="A directory whose tree goes into the release as payload/ (your agent: its binary "
+             "or script and data files): regular files and directories only, modes 0755 "
+             "(directories, executables) or 0644; in the digest and the signature.")] = None,
     sign_key: Annotated[Path | None, typer.Option(
         "--sign-key", metavar="KEY", help="Sign the release (release.sig) with this SSH key: a "
         "private key file, or a public one whose private half is in ssh-agent.",
@@ -44,11 +52,17 @@ def release_pack(
              "default: CPython 3.11 to 3.14 on x86_64 and aarch64 (docs/operations.md).")] = None,
 ) -> None:
     """Make a release directory from this agent-fsm: release.toml, python.toml (what it needs
-    of the node's python), bin/agent-fsm, lib/, assets/, and with --sign-key, release.sig.
+    of the node's python), bin/agent-fsm, lib/, assets/, with --payload SRC, payload/ (a copy
+    of SRC's tree), and with --sign-key, release.sig, made last over all the rest. It prints
+    the release's digest: what the signature covers, and what `release digest` prints.
     With --image, a release image that holds it at /agent-fsm/release (docs/containers.md).
 
-    Example: agent-fsm release pack --version 2.0.0 --output ./agent-fsm-2.0.0 --sign-key
-    ~/.ssh/id_ed25519
+    SRC is copied as `release add` copies a release: a symlink, device, FIFO or socket in it, a
+    setuid or setgid file, or a tree over the store's limits is refused (exit 1) naming the
+    path, and nothing is packed.
+
+    Example: agent-fsm release pack --version 2.0.0 --output ./myagent-2.0.0 --payload
+    ./build --sign-key ~/.ssh/id_ed25519
     """
     from ...actions.releases.packing import pack
 
@@ -60,32 +74,91 @@ def release_pack(
     if image is not None:
         from .release_images import pack_image
 
-        pack_image(ctx, version, output, argv, image, sign_key)
+        pack_image(ctx, version, output, argv, image, sign_key, payload)
         return
     if output is None:
         raise typer.BadParameter("give --output DIR, --image REF, or both", param_hint="--output")
-    from ...actions.releases import abi
+    from ...actions.releases import abi, trust
 
-    path = pack(version, output, argv, sign_key, tuple(target) if target else abi.FLEET)
+    path = pack(version, output, argv, sign_key, tuple(target) if target else abi.FLEET,
+                payload=payload)
     signed = f", signed with {sign_key}" if sign_key is not None else ""
     need = abi.read(path) or abi.Needs()
-    out.print(f"packed release {version} in {path}{signed}; it covers "
-              f"{abi.covers(need.targets, need.requires_python)}", markup=False)
+    out.print(f"packed release {version} in {path} ({trust.digest(path)}{signed}); it covers "
+              f"{abi.covers(need.targets, need.requires_python)}", markup=False, soft_wrap=True)
+
+
+@app.command("sign", epilog=EXIT_CODES)
+def release_sign(
+    directory: Annotated[Path, typer.Argument(
+        metavar="DIRECTORY", help="A packed release directory (from `release pack`), not a "
+        "stored one.")],
+    sign_key: Annotated[Path, typer.Option(
+        "--sign-key", metavar="KEY", help="The SSH key to sign with: a private key file, or a "
+        "public one whose private half is in ssh-agent.")],
+) -> None:
+    """Sign a packed release directory: write (or replace) its release.sig, an OpenSSH
+    signature (`ssh-keygen -Y sign`, namespace agent-fsm-release) of the text `sha256:<hex>`
+    that `release digest DIRECTORY` prints. For a release packed without --sign-key, or signed
+    again with another key; nothing else in DIRECTORY changes. A stored release
+    (<state_dir>/releases/V) is refused: sign the directory it was added from. A release whose
+    tree the store would refuse (a symlink, a device) is refused, naming the path (exit 1).
+
+    Example: agent-fsm release sign ./myagent-2.0.0 --sign-key ~/.ssh/release_ed25519
+    """
+    from ...actions.releases import trust
+
+    version = trust.packed(directory, signing_it=True)
+    signed = trust.sign(directory, sign_key)
+    out.print(f"signed release {version} in {directory} with {sign_key}: "
+              f"{directory / 'release.sig'} signs {signed}", markup=False, soft_wrap=True)
+
+
+@app.command("digest", epilog=EXIT_CODES)
+def release_digest(
+    directory: Annotated[Path, typer.Argument(
+        metavar="DIRECTORY", help="A release directory: packed, or stored.")],
+) -> None:
+    """Print the digest a release's signature covers, `sha256:<hex>`, computed from DIRECTORY
+    alone (no config, no store): the SHA-256 of its manifest (one line per file and directory:
+    type, mode as the store gives it, size, SHA-256 of the bytes, path), release.sig left out.
+    For an unsigned release it is the digest `release add` prints and `release list` shows;
+    for a signed one those include release.sig and this does not. How to compute it with
+    coreutils alone, and check a signature with ssh-keygen: docs/operations.md, Signed releases.
+
+    Example: printf %s "$(agent-fsm release digest ./myagent-2.0.0)" | ssh-keygen -Y verify
+    -f allowed_signers -I release@example.com -n agent-fsm-release -s
+    ./myagent-2.0.0/release.sig
+    """
+    from ...actions.releases import trust
+
+    trust.packed(directory)
+    out.print(trust.digest(directory), markup=False)
 
 
 @app.command("add", epilog=EXIT_CODES)
 def release_add(
     ctx: typer.Context,
     source: Annotated[str, typer.Argument(
-        metavar="DIRECTORY|IMAGE", help="A release directory (from `release pack`), or an image: "
-        "oci-archive:FILE, docker-archive:FILE, containers-storage:REF or docker://REF.")],
+        metavar="DIRECTORY|ARCHIVE|IMAGE", help="A release directory (from `release pack`), a "
+        "tar archive of one (.tar, .tar.gz, .tgz), or an image: oci-archive:FILE, "
+        "docker-archive:FILE, containers-storage:REF or docker://REF.")],
 ) -> None:
-    """Validate a release directory or image and store a normalized copy of it on this host.
+    """Validate a release directory, archive or image and store a normalized copy of it on
+    this host.
 
     The copy holds regular files and directories only (a symlink, device, FIFO or socket in
     DIRECTORY is refused, exit 1), owned by root, modes 0755 (directories, executables) or 0644,
-    and its digest is recorded. Adding a version already stored with other content is refused
-    (exit 3), naming both digests; with the same content it says "already stored" (exit 0).
+    and its digest is recorded (the digest printed: of everything stored, release.sig
+    included).
+
+    An archive holds the release at its top or in a single top directory; a member that is
+    absolute, has a `..` component, or is a link, device or FIFO is refused (exit 1) naming it.
+    It is unpacked into a private directory in the store and stored from there as a directory
+    is; nothing is left behind when it is refused.
+
+    Adding a version already stored with other content is refused (exit 3), naming both
+    digests; with the same content it says "already stored" (exit 0).
     When the config names `allowed_signers`, a release no key listed there signed is refused
     (exit 3); so is one whose compiled extensions the config's `python` cannot load (exit 3).
 
@@ -93,20 +166,21 @@ def release_add(
     (the `podman` config key) brings it into its store unless it is there already, the release
     is stored from it the same way, and the image's id is recorded (docs/containers.md).
 
-    Example: agent-fsm release add ./agent-fsm-2.0.0, or oci-archive:./agent-fsm-2.0.0.tar
+    Example: agent-fsm release add ./agent-fsm-2.0.0, ./agent-fsm-2.0.0.tar.gz, or
+    oci-archive:./agent-fsm-2.0.0.tar
     """
     add_from(options.of(ctx).node(), source)
 
 
 def add_from(node: Node, source: str) -> Added:
-    """Store the release `source` names (a directory or an image), saying so in one line: what
-    `release add` and `install --from` run."""
-    from ...actions.releases.packing import add
-    from ...system.podman import parse_reference
-    from .release_images import add_image
+    """Store the release `source` names (a directory, an archive or an image), saying so in
+    one line: what `release add` and `install --from` run."""
+    from ...actions.releases.sources import add_source
+    from .release_images import show_image
 
-    ref = parse_reference(source)
-    added = add_image(ref, node) if ref is not None else add(Path(source), node)
+    added = add_source(source, node)
+    if added.image is not None:
+        show_image(added.image)
     verb = "already stored at" if added.already and not added.replaced else "stored at"
     note = f"; it replaced the stored copy: {added.replaced}" if added.replaced else ""
     out.print(f"release {added.version} {verb} {added.path} ({added.digest}{note})",

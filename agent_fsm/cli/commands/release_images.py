@@ -9,10 +9,8 @@ import typer
 
 from ...actions.releases import images as image_releases
 from ...actions.releases import origins
-from ...actions.releases.packing import Added
 from ...errors import ReleaseError
 from ...system.podman import REGISTRY, STORE, ImageRef, Podman, parse_reference
-from ...wiring import Node
 from .. import options
 from ..render import out
 
@@ -21,17 +19,16 @@ def _say(line: str) -> None:
     out.print(line, markup=False, soft_wrap=True)  # whole lines: ids and paths are grepped
 
 
-def add_image(ref: ImageRef, node: Node) -> Added:
-    """Store the release image `ref` holds; say where its image is."""
-    done = image_releases.add(ref, node)
+def show_image(image: origins.Image) -> None:
+    """Say where the image a release was just added from is, and whether prune removes it."""
     whose = ("added to podman's store by agent-fsm: prune removes it with its release"
-             if done.image.added else "in podman's store already: prune leaves it there")
-    _say(f"image {done.image.id} (manifest {done.image.digest or 'unknown'}; {whose})")
-    return done.release
+             if image.added else "in podman's store already: prune leaves it there")
+    _say(f"image {image.id} (manifest {image.digest or 'unknown'}; {whose})")
 
 
 def pack_image(ctx: typer.Context, version: str, output: Path | None,
-               workload: tuple[str, ...], image: str, sign_key: Path | None) -> None:
+               workload: tuple[str, ...], image: str, sign_key: Path | None,
+               payload: Path | None = None) -> None:
     """`release pack --image REF`: a name (or containers-storage:NAME) is tagged in podman's
     store; an archive reference is written as that file."""
     try:
@@ -50,7 +47,8 @@ def pack_image(ctx: typer.Context, version: str, output: Path | None,
     else:
         target = ref.target if ref.transport == STORE else ref
     podman = Podman(options.of(ctx).node().config.podman)
-    kept, image_id = image_releases.pack(version, target, workload, podman, output, sign_key)
+    kept, image_id = image_releases.pack(version, target, workload, podman, output, sign_key,
+                                           payload)
     where = f"{target}" if isinstance(target, ImageRef) else f"containers-storage:{target}"
     also = f" (and its directory {kept})" if kept is not None else ""
     _say(f"packed release {version} as image {image_id} in {where}{also}")

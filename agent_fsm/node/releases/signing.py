@@ -3,11 +3,15 @@
 
 The signed message is the ASCII text `sha256:<hex>` (no newline): the digest `release_store`
 computes over every path, mode and byte of the release (`release_store.manifest`), with
-`release.sig` left out, the modes as the store gives them. So a signature made at `release
-pack` verifies on the normalized copy `release add` stores, and by hand:
+`release.sig` left out, the modes as the store gives them; `release digest DIR` prints it. So
+a signature made at `release pack` (or by `release sign`) verifies on the normalized copy
+`release add` stores, and by hand:
 
-    printf %s sha256:… | ssh-keygen -Y verify -f allowed_signers -I PRINCIPAL \\
-        -n agent-fsm-release -s release.sig
+    printf %s "$(agent-fsm release digest DIR)" | ssh-keygen -Y verify -f allowed_signers \\
+        -I PRINCIPAL -n agent-fsm-release -s DIR/release.sig
+
+The digest the store records (and `release add` prints) covers `release.sig` too: it is the
+same as the signed one for an unsigned release only.
 """
 
 from __future__ import annotations

@@ -316,3 +316,21 @@ def _sweep(releases_dir: Path) -> None:
     for stale in [*releases_dir.glob(".adding.*"), *releases_dir.glob(".*.adding")]:
         if _abandoned(stale):  # another add may be staging there, without the lock
             shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def scratch(releases_dir: Path) -> Iterator[Path]:
+    """A private directory (0700) inside `releases_dir` for a release on its way in before it
+    is staged (an archive unpacked): named and flock(2)ed as a staging directory, so that an
+    interrupted add's leftovers are swept by the next commit (`_sweep`), never while in use, and
+    messages name it as the staging copy; removed when the block ends."""
+    import shutil
+
+    files.ensure_dir(releases_dir)
+    holder = releases_dir / f".adding.{os.urandom(6).hex()}"
+    try:
+        os.mkdir(holder, 0o700)
+        with _in_use(holder):
+            yield holder
+    finally:
+        shutil.rmtree(holder, ignore_errors=True)
