@@ -22,6 +22,8 @@
     ├── BadSignature               ssh-keygen did not verify or make a signature (callers re-word it)
     ├── SystemdError               a systemctl call failed
     ├── PublishError               publishing an upgrade's result failed (retried by the daemon)
+    ├── WorkloadError              the release's workload cannot start (its user does not exist,
+    │                              its command cannot run)
     ├── Refused                    exit 3: the operation may not run now (gate closed, upgrade
     │   │                          pending, or the trigger is not allowed in this state)
     │   ├── IllegalTransition      a trigger fired from a state that has no such transition
@@ -149,6 +151,10 @@ class SystemdError(AgentFsmError):
 
 class PublishError(AgentFsmError):
     """The result of an upgrade could not be published."""
+
+
+class WorkloadError(AgentFsmError):
+    """The release's workload cannot start as the host config asks."""
 
 
 class Refused(AgentFsmError):

@@ -35,8 +35,12 @@ from collections.abc import Callable, Mapping
 from ..errors import AgentFsmError, NotItsRole
 from ..machine.definition import OnStart, handlers
 from ..machine.vocabulary import Trigger
+from ..node.assets.render import RELEASES_VIEW
+from ..node.releases import workload as workload_command
+from ..node.runtime import workload as workload_state
 from ..node.state import reasons
 from ..node.state.store import CRASH_LOOP_WINDOW, StateDoc
+from ..system import workload as workload_proc
 from ..system.notify import Notifier, watchdog_interval
 from ..wiring import Node
 from . import judge as judge_mod
@@ -56,6 +60,9 @@ class Daemon:
         self.waker = waker
         self.clock = WakerClock(waker)
         self.workload: subprocess.Popen[bytes] | None = None
+        self.workload_record: workload_state.Record | None = None  # <run_dir>/workload.json
+        self.last_exit: workload_state.Exit | None = None
+        self._restarts_asked = False
         self.retry_delay = PUBLISH_RETRY_FIRST / 2
         self.restarts = 0  # systemd's automatic restarts before this start (after crashes)
         # Up this long after a start that followed crashes, the crash loop is over.
@@ -66,25 +73,79 @@ class Daemon:
 
     # Workload ---------------------------------------------------------------------------
     def _release_env(self, version: str) -> dict[str, str]:
-        return {"AGENT_FSM_VERSION": version,
-                "AGENT_FSM_RELEASE_DIR": str(self.node.releases.path(version))}
+        """What the checks are given of the release (the store's paths: they run as root)."""
+        release_dir = self.node.releases.path(version)
+        return {"AGENT_FSM_VERSION": version, "AGENT_FSM_RELEASE_DIR": str(release_dir),
+                "AGENT_FSM_PAYLOAD_DIR": str(release_dir / "payload")}
 
     def start_workload(self, version: str) -> None:
+        """Start the release's workload (if it declares one) as `[workload]` says: its user,
+        its directory, its environment, its own journal identifier; record it in
+        `<run_dir>/workload.json`. WorkloadError (or ReleaseError) if it cannot start."""
         argv = self.node.releases.manifest(version).workload
         if not argv:
             return
-        log.info("starting workload of %s: %s", version, " ".join(argv))
+        node, settings = self.node, self.node.config.workload
+        who = workload_proc.account(settings.user, settings.group, f"config {node.config.source}")
+        release_dir = node.releases.path(version)
+        payload = release_dir / "payload"
+        cwd = payload if payload.is_dir() else release_dir
+        view = node.paths.real(node.config.run_dir) / RELEASES_VIEW / version
+        if who.change and (view / "release.toml").is_file():
+            # Another user cannot pass the 0700 state dir: it sees the releases below the run
+            # dir (the unit's BindReadOnlyPaths=), the same files read-only.
+            release_dir, payload, cwd = view, view / "payload", view / cwd.relative_to(release_dir)
+        command = workload_command.expand(argv, release_dir=str(release_dir),
+                                          payload_dir=str(payload), version=version)
+        env = workload_proc.environment(who, {
+            "AGENT_FSM_VERSION": version, "AGENT_FSM_RELEASE_DIR": str(release_dir),
+            "AGENT_FSM_PAYLOAD_DIR": str(payload)}, settings.environment)
+        identifier = settings.identifier or node.paths.name
+        stream = workload_proc.journal_stream(identifier)
+        if stream is None:
+            log.info("journald's stream socket %s is not there: the workload's output goes "
+                     "where agent-fsm's does", workload_proc.JOURNAL_STDOUT)
+        log.info("starting workload of %s as %s in %s (journal identifier %s): %s", version,
+                 who.words(), cwd, identifier if stream else "agent-fsm's", " ".join(command))
+        if not self._restarts_asked:
+            self.restarts, self._restarts_asked = self.automatic_restarts(), True
         try:
-            self.workload = subprocess.Popen(list(argv), env={**os.environ,
-                                                              **self._release_env(version)})
-        except OSError as exc:
-            raise AgentFsmError(f"workload of release {version} could not start: {exc}") from None
+            self.workload = workload_proc.start(command, cwd=cwd, env=env, who=who,
+                                                output=stream)
+        finally:
+            if stream is not None:
+                stream.close()  # the workload holds its own copy
+        self.workload_record = workload_state.Record(
+            version, command, who.name, True, self.workload.pid,
+            workload_state.iso(time.time()), self.restarts, self.last_exit, os.getpid())
+        self._record_workload()
+
+    def _record_workload(self) -> None:
+        if self.workload_record is None:
+            return
+        try:
+            workload_state.write(self.node.paths, self.workload_record)
+        except AgentFsmError as exc:  # status then shows what it can check: not running
+            log.warning("could not record the workload in %s: %s",
+                        self.node.paths.workload_file, exc)
+
+    def _workload_exited(self) -> workload_state.Exit | None:
+        """The workload's exit, recorded once it is seen; None while it runs (or if none)."""
+        if self.workload is None or self.workload.poll() is None:
+            return None
+        if self.workload_record is not None and self.workload_record.running:
+            self.last_exit = workload_state.Exit.of(self.workload.returncode, time.time())
+            self.workload_record = self.workload_record._replace(
+                running=False, last_exit=self.last_exit)
+            self._record_workload()
+        return self.last_exit
 
     def workload_alive(self) -> bool:
-        return self.workload is None or self.workload.poll() is None
+        return self.workload is None or self._workload_exited() is None
 
     def stop_workload(self) -> None:
         if self.workload is None or self.workload.poll() is not None:
+            self._workload_exited()
             return
         self.workload.terminate()
         try:
@@ -92,6 +153,7 @@ class Daemon:
         except subprocess.TimeoutExpired:
             self.workload.kill()
             self.workload.wait()
+        self._workload_exited()
 
     # Startup ----------------------------------------------------------------------------
     def status(self, text: str) -> None:
@@ -207,6 +269,8 @@ class Daemon:
             self.publish_and_open_gate()
             return True
         log.error("candidate %s judged failed: %s; starting recovery", version, verdict.reason)
+        self.notifier.status(f"candidate {version} judged failed: {verdict.reason}; starting "
+                             "recovery")
         self.stop_workload()
         controller.fire(Trigger.judge_failed, reason=verdict.reason,
                         reason_class=verdict.reason_class)
@@ -249,6 +313,7 @@ class Daemon:
     def converge_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
         self.status("converging the service assets")
         restarts = self.restarts = self.automatic_restarts()
+        self._restarts_asked = True
         return self._fire_and_serve(Trigger.settle, selected,
                                     **({"restarts": restarts} if restarts else {}))
 
@@ -290,6 +355,28 @@ class Daemon:
         return True
 
     # Serving ----------------------------------------------------------------------------
+    def serving_status(self, version: str | None) -> str:
+        """The unit's STATUS= once the gate is open: whether the workload runs, never more."""
+        head = f"{self.node.paths.name} {version}: gate open"
+        if self.workload is None:
+            return f"{head}; no workload"
+        exit_ = self._workload_exited()
+        if exit_ is not None:
+            return f"{head}; workload {exit_.words()}"
+        return f"{head}; workload running (pid {self.workload.pid})"
+
+    def workload_died(self, version: str | None, code: int) -> int:
+        """After convergence the workload is the agent: when it exits, the daemon exits with
+        its status (1 for a signal) and systemd restarts the unit (`Restart=on-failure`, with
+        growing delays where systemd has them), which starts the workload again; never rolled
+        back. STATUS= says so first, so `systemctl status` never shows it running meanwhile."""
+        exit_ = self._workload_exited() or workload_state.Exit.of(code, time.time())
+        log.error("workload of %s %s; exiting so that systemd restarts %s", version,
+                  exit_.words(), self.node.paths.agent_unit_name)
+        self.notifier.status(f"{self.node.paths.name} {version}: workload {exit_.words()}; "
+                             "restarting the unit")
+        return code if code > 0 else 1
+
     def _stop_follows(self, grace: float = 5.0) -> bool:
         """The workload got SIGTERM: is the unit being stopped (our SIGTERM on its way)?"""
         end = time.monotonic() + grace
@@ -303,6 +390,7 @@ class Daemon:
                 return 1
         except AgentFsmError as exc:
             log.error("%s", exc)
+            self.notifier.status(f"failed: {exc}")
             self.stop_workload()
             return 1
         if self.waker.stop:
@@ -310,7 +398,7 @@ class Daemon:
             self.stop_workload()
             return 0
         version = self.node.releases.selected()
-        self.notifier.ready(f"{self.node.paths.name} {version} running; gate open")
+        self.notifier.ready(self.serving_status(version))
         log.info("ready: %s running, gate open", version)
         return_free_memory()
         interval = watchdog_interval()
@@ -338,8 +426,7 @@ class Daemon:
                 code = self.workload.returncode
                 if code == -signal.SIGTERM and self._stop_follows():
                     break
-                log.error("workload of %s exited with %s", version, code)
-                return code if code and code > 0 else 1
+                return self.workload_died(version, code)
         log.info("stopping on request")
         self.notifier.stopping()
         self.stop_workload()

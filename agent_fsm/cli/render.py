@@ -108,6 +108,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
                 else " (operations are refused until it opens)")
     table.add_row("gate", gate)
     table.add_row("units", units_view(st))
+    if st.workload is not None:
+        table.add_row("workload", workload_view(st.workload))
     if st.units is not None and st.units.writes_error:
         table.add_row("writes", Text(f"failing: {st.units.writes_error}", style="red"))
     if st.outbox and st.outbox["queued"]:
@@ -170,6 +172,31 @@ def status_view(st: Status, diff: bool) -> RenderableType:
             parts.append(Text(f"\nno asset differs from what {st.assets_compared_with} would "
                               "write" if st.assets_compared_with else "\nno release selected"))
     return Group(*parts)
+
+
+def workload_view(w: dict[str, Any]) -> Text:
+    """The selected release's workload: running (pid, since) or not, the last exit, restarts;
+    writable paths the config grants that the agent unit on disk does not yet."""
+    text = Text()
+    if w["running"]:
+        text.append("running", style="green")
+        text.append(f" as {w['user']}, pid {w['pid']}, since {w['since']}")
+    else:
+        text.append("not running", style="red")
+        text.append(f" (runs as {w['user']})")
+    last = w["last_exit"]
+    if last is not None:
+        how = f"killed by {last['signal']}" if last["signal"] else f"exited with status {last['code']}"
+        text.append(f"; last {how} at {last['time']}")
+    if w["restarts"]:
+        text.append(f"; {w['restarts']} restart(s) of the unit")
+    text.append(f"\n{shlex.join(w['command'])}", style="dim")
+    paths = w.get("writable_paths") or {}
+    if paths.get("configured") and not paths.get("in_unit"):
+        text.append(f"\nwritable paths {', '.join(paths['configured'])} are not in the agent "
+                    "unit on disk yet: written at the next start that converges the assets, "
+                    "granted from the unit's start after that", style="yellow")
+    return text
 
 
 def units_view(st: Status) -> Text:

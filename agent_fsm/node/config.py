@@ -12,6 +12,7 @@ import math
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,6 +33,19 @@ class Judgment(NamedTuple):
     max_attempts: int = 3
     checks: tuple[tuple[str, ...], ...] = ()
     restart_seconds: float = 1.0  # the agent unit's RestartSec=
+
+
+class WorkloadConfig(NamedTuple):
+    """[workload]: how the daemon runs the selected release's workload on this host (never
+    from the release). `user`/`group`: a name or a number (None: root, and the user's primary
+    group); `environment` on top of the documented one; `writable_paths` rendered into the agent
+    unit (`ReadWritePaths=`); `identifier`: its journal `SYSLOG_IDENTIFIER` (None: `name`)."""
+
+    user: str | int | None = None
+    group: str | int | None = None
+    environment: tuple[tuple[str, str], ...] = ()
+    writable_paths: tuple[Path, ...] = ()
+    identifier: str | None = None
 
 
 class Fallback(NamedTuple):
@@ -68,6 +82,7 @@ class Config(NamedTuple):
     bin_link: Path | None = Path("/usr/local/bin/agent-fsm")
     judgment: Judgment = Judgment()
     hooks: HookConfig = HookConfig()  # [hooks]: before/after transitions
+    workload: WorkloadConfig = WorkloadConfig()  # [workload]: the workload's user, environment...
     source: Path | None = None  # the file it was read from, if any
     fallback: Fallback | None = None  # the way back's: the live file is wrong, these are kept
 
@@ -89,6 +104,7 @@ _TOP_KEYS = {
     "bin_link": str,
     "judgment": dict,
     "hooks": dict,
+    "workload": dict,
 }
 # What systemd and the agent can take. A week bounds a judgment (and TimeoutStartSec=, which
 # is deadline + soak + 10 whole seconds); StartLimitBurst= is max_attempts.
@@ -111,6 +127,22 @@ NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _NOT_IN_DIRS = "\"'\\$"
 MAX_PATH_BYTES = 1024
 
+_WORKLOAD_KEYS = {
+    "user": str,
+    "group": str,
+    "environment": dict,
+    "writable_paths": list,
+    "identifier": str,
+}
+# A user or group name as useradd(8) takes it (and systemd's User=): no ':', no whitespace.
+ACCOUNT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What agent-fsm sets itself: the host's table may not take them (the notify variables are the
+# daemon's; the release's directories are the release's).
+_ENV_RESERVED = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "AGENT_FSM_VERSION",
+                           "AGENT_FSM_RELEASE_DIR", "AGENT_FSM_PAYLOAD_DIR"})
+IDENTIFIER_RE = re.compile(r"[\x21-\x7e]{1,64}")  # printable ASCII, no space (journalctl -t)
+
 _JUDGMENT_KEYS = {
     "deadline_seconds": float,
     "soak_seconds": float,
@@ -126,7 +158,7 @@ def _bad(source: Path, key: str, value: Any, expected: str) -> ConfigError:
     return ConfigError(f"config {source}: `{key}` is {text}; expected {expected}")
 
 
-def _check_keys(source: Path, table: dict[str, Any], known: dict[str, type], where: str,
+def _check_keys(source: Path, table: dict[str, Any], known: Mapping[str, type], where: str,
                 lenient: bool = False, quiet: bool = False) -> None:
     unknown = sorted(set(table) - set(known))
     if unknown:
@@ -191,6 +223,53 @@ def _path(source: Path, key: str, value: Any) -> Path:
     if len(value.encode()) > MAX_PATH_BYTES or any(len(p.encode()) > 255 for p in value.split("/")):
         raise _bad(source, key, value, f"a path of at most {MAX_PATH_BYTES} bytes, 255 a part")
     return Path(value)
+
+
+def _account(source: Path, key: str, value: Any) -> str | int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 - 1:
+        return value
+    if isinstance(value, str) and ACCOUNT_RE.fullmatch(value):
+        return value
+    if isinstance(value, str) and value.isdigit() and int(value) < 2**31 - 1:
+        return int(value)
+    raise _bad(source, key, value, "a user or group name (letters, digits, '_', '.', '-', not "
+               "starting with a digit or '-') or a number from 0")
+
+
+def _workload(source: Path, table: Any, lenient: bool, quiet: bool) -> WorkloadConfig:
+    if not isinstance(table, dict):
+        raise _bad(source, "workload", table, "a table")
+    _check_keys(source, table, _WORKLOAD_KEYS, "workload.", lenient, quiet)
+    w: dict[str, Any] = {}
+    for key in ("user", "group"):
+        if key in table:
+            w[key] = _account(source, f"workload.{key}", table[key])
+    if "environment" in table:
+        env = table["environment"]
+        if not isinstance(env, dict):
+            raise _bad(source, "workload.environment", env, "a table of names to strings")
+        for name, value in env.items():
+            if not ENV_NAME_RE.fullmatch(name) or name in _ENV_RESERVED:
+                raise _bad(source, f"workload.environment.{name}", value, "a variable named "
+                           "with letters, digits and '_' (not starting with a digit), other than "
+                           + ", ".join(sorted(_ENV_RESERVED)))
+            if not isinstance(value, str) or "\0" in value:
+                raise _bad(source, f"workload.environment.{name}", value,
+                           "a string without NUL characters")
+        w["environment"] = tuple(env.items())
+    if "writable_paths" in table:
+        paths = table["writable_paths"]
+        if not isinstance(paths, list):
+            raise _bad(source, "workload.writable_paths", paths, "a list of absolute paths")
+        w["writable_paths"] = tuple(dict.fromkeys(
+            _path(source, f"workload.writable_paths[{i}]", p) for i, p in enumerate(paths)))
+    if "identifier" in table:
+        ident = table["identifier"]
+        if not isinstance(ident, str) or not IDENTIFIER_RE.fullmatch(ident):
+            raise _bad(source, "workload.identifier", ident,
+                       "1 to 64 printable ASCII characters without spaces")
+        w["identifier"] = ident
+    return WorkloadConfig(**w)
 
 
 def check_source(source: Path) -> Path:
@@ -273,6 +352,8 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
         kwargs["judgment"] = Judgment(**j)
     if "hooks" in data:
         kwargs["hooks"] = parse_hooks(source, data["hooks"])
+    if "workload" in data:
+        kwargs["workload"] = _workload(source, data["workload"], lenient, quiet)
     return Config(**kwargs)
 
 
@@ -298,6 +379,12 @@ def to_table(config: Config) -> dict[str, Any]:
     if config.allowed_signers is not None:
         table["allowed_signers"] = str(config.allowed_signers)
     table["bin_link"] = "" if config.bin_link is None else str(config.bin_link)
+    w = config.workload
+    table["workload"] = {
+        **{k: v for k, v in (("user", w.user), ("group", w.group), ("identifier", w.identifier))
+           if v is not None},
+        "environment": dict(w.environment),
+        "writable_paths": [str(p) for p in w.writable_paths]}
     return table
 
 

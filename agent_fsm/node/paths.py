@@ -148,6 +148,11 @@ class Paths(NamedTuple):
         return self.real(self.config.run_dir) / "gate"
 
     @property
+    def workload_file(self) -> Path:
+        """The daemon's record of the workload it runs (gone with the run dir at every stop)."""
+        return self.real(self.config.run_dir) / "workload.json"
+
+    @property
     def agent_unit(self) -> Path:
         return self.real(self.host_agent_unit)
 

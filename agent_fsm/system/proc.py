@@ -1,4 +1,8 @@
-"""Running a command: one place that starts a process, waits for it and keeps its last line."""
+"""Running a command: one place that starts a process, waits for it and keeps its last line.
+
+Every command gets `environment.child_environment`: agent-fsm's own, less systemd's notify and
+watchdog variables.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CouldNotRun as CouldNotRun  # raised by run(); callers catch it here
+from .environment import child_environment
 
 
 @dataclass(frozen=True)
@@ -37,17 +42,17 @@ def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
     """Run `argv` to completion and capture its output as text.
 
     `stdin` is sent as its input (without it the command inherits ours); `env` is added to our
-    environment. A non-zero exit is returned, not raised: what it means is the caller's call.
+    environment (`child_environment`). A non-zero exit is returned, not raised: what it means
+    is the caller's call.
     `group`: run it in a process group of its own, all of which the timeout kills (a script's
     children too, which would otherwise hold its output open past the timeout).
     """
     if group:
-        return _run_group(argv, timeout, stdin, None if env is None else {**os.environ, **env},
-                          cwd)
+        return _run_group(argv, timeout, stdin, child_environment(env), cwd)
     try:
         proc = subprocess.run(list(argv), input=stdin, capture_output=True, text=True,
                               timeout=timeout, cwd=cwd, check=False,
-                              env=None if env is None else {**os.environ, **env})
+                              env=child_environment(env))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CouldNotRun(argv, str(exc)) from None
     return Completed(proc.returncode, proc.stdout, proc.stderr)

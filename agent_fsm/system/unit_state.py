@@ -16,6 +16,8 @@ import signal
 import time
 from collections.abc import Sequence
 
+from .environment import child_environment
+
 READ_TIMEOUT = 2.0  # seconds a reader waits for systemctl (or journalctl) before giving up
 MAX_OUTPUT = 1 << 20
 
@@ -39,7 +41,7 @@ def _output(argv: Sequence[str], timeout: float) -> str:
     actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
                (os.POSIX_SPAWN_CLOSE, out_r), (os.POSIX_SPAWN_CLOSE, err_r)]
-    env = {**os.environ, "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0", "LC_ALL": "C"}
+    env = child_environment({"SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0", "LC_ALL": "C"})
     try:
         pid = os.posix_spawnp(argv[0], list(argv), env, file_actions=actions, setsid=True)
     except OSError as exc:

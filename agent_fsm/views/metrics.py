@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..node.records import hold, known_bad
 from ..node.runtime import inhibitors
+from ..node.runtime import workload as workload_state
 from ..node.state.counters import Counters
 from ..node.state.reasons import CLASSES
 from ..node.state.store import StateDoc
@@ -96,6 +97,14 @@ def collect(node: Node) -> tuple[Family, ...]:
                            "reason_class (check_failed, crashed, deadline, stopped, manual, ...).",
                            tuple(Sample((agent, ("reason_class", k)), float(by_reason.get(k, 0)))
                                  for k in CLASSES if k != "passed")))
+    work = workload_state.view(node.paths, node.releases.selected(), "")
+    if work is not None:  # none declared: no workload to count
+        families.append(one("workload_running", "gauge", "1 while the selected release's "
+                            "workload runs (its process and its daemon alive).",
+                            float(work["running"])))
+        families.append(one("workload_restarts_total", "counter", "Automatic restarts of the "
+                            "agent unit before the workload's last start (systemd's NRestarts: "
+                            "reset when the unit is started by hand).", float(work["restarts"])))
     if doc.since is not None:
         families.append(one("state_seconds", "gauge", "Seconds in the current state so far.",
                             max(now - doc.since, 0.0)))

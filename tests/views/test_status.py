@@ -25,7 +25,7 @@ STATUS_KEYS = {
     "selected", "last_good", "candidate", "releases", "signal", "gate", "held_assets",
     "assets", "assets_compared_with", "assets_error", "last_result", "owed", "skipped", "allowed",
     "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error", "config_fallback",
-    "units", "unit_situation", "outbox", "crash_loop",
+    "units", "unit_situation", "outbox", "crash_loop", "workload",
 }
 SIGNAL_KEYS = {"from", "to", "attempt", "max_attempts", "started", "deadline", "age_seconds",
                "deadline_in_seconds"}

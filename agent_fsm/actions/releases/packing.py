@@ -10,6 +10,7 @@ signature made at pack like every other file.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError
 from ...node.assets import render as assets
 from ...node.releases import store as release_store
 from ...node.releases import tree
+from ...node.releases import workload as workload_command
 from ...node.releases.pointers import check_version, natural_key, read_manifest
 from ...node.state.store import StateDoc
 from ...wiring import Node
@@ -46,6 +48,7 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
     cover every one of `targets` (`abi.FLEET`: the fleet's). Nothing is left at `output` (nor
     beside it) when it fails."""
     check_version(version)
+    workload_command.check(workload, "release pack --workload")
     targets = abi.parse_targets(targets)
     if output.exists():
         raise ReleaseError(f"{output} already exists; pack into a new directory")
@@ -130,7 +133,9 @@ def copy_payload(src: Path, dst: Path) -> None:
 
 
 def _toml_str(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A TOML basic string: JSON's escapes are TOML's (a newline in a `sh -c` script is `\\n`),
+    DEL aside, which TOML wants escaped too."""
+    return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,13 @@ boot): rendered as for the oldest systemd, valid everywhere. The template marks 
 a comment line (`GROWTH_MARKER`), not a placeholder: an older agent-fsm, which knows no such
 placeholder, renders (and `release add` accepts) a newer release's templates all the same,
 leaving the comment.
+
+The workload's unit-level settings are placed the same way (`WORKLOAD_MARKER`, `workload_lines`):
+the host config's `[workload] writable_paths` as `ReadWritePaths=`, and the releases, which live
+in the 0700 state dir, bound read-only at `<run_dir>/releases` so that a workload running as
+another user can reach its own release (`BindReadOnlyPaths=`). They come from the host config,
+never from a release, and take effect when the agent unit is next written and systemd next
+starts it: they are unit settings, so never while an upgrade holds the last-good's unit.
 """
 
 from __future__ import annotations
@@ -49,6 +56,9 @@ RESTART_MAX_DELAY = 60.0
 RESTART_STEPS = 6
 GROWTH_MARKER = "# agent-fsm: growing restart delays, for the systemd that runs this unit\n"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+WORKLOAD_MARKER = ("# agent-fsm: the workload's view of the releases and its writable paths "
+                   "(host config [workload])\n")
+RELEASES_VIEW = "releases"  # below run_dir: the releases as the workload sees them
 
 
 def _systemd_body(body: dict[str, object], _schema: int) -> None:
@@ -103,6 +113,24 @@ def restart_growth(systemd: int | None, restart_seconds: float) -> str:
         lines += [f"RestartSteps={RESTART_STEPS}", f"RestartMaxDelaySec={_seconds(RESTART_MAX_DELAY)}"]
     # An automatic restart is not a failure: OnFailure= (recovery) only when the unit fails.
     lines.append("RestartMode=direct")
+    return "\n".join(lines)
+
+
+def workload_lines(paths: Paths) -> str:
+    """The agent unit's lines for the workload: the releases bound read-only below the run dir,
+    then `ReadWritePaths=` for `[workload] writable_paths` ("-": a missing one is skipped, not a
+    failed start). Paths as `unit_path` writes them (AssetError via `quoted` rules)."""
+    config = paths.config
+    releases = str(config.state_dir / "releases")
+    lines = []
+    if ":" in releases:  # BindReadOnlyPaths= splits source and target at ':'
+        lines.append(f"# the releases are not bound below {config.run_dir}: their path has ':'")
+    else:
+        lines.append(f"BindReadOnlyPaths=-{unit_path(releases)}:"
+                     f"{unit_path(str(config.run_dir / RELEASES_VIEW))}")
+    if config.workload.writable_paths:
+        lines.append("ReadWritePaths=" + " ".join(
+            f"-{unit_path(str(p))}" for p in config.workload.writable_paths))
     return "\n".join(lines)
 
 
@@ -211,6 +239,13 @@ def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
             ) from None
         if template_name == "agent.service":  # the lines for this host's systemd, if marked
             content = content.replace(GROWTH_MARKER, values["restart_growth"] + "\n", 1)
+            if WORKLOAD_MARKER in content:
+                try:
+                    lines = workload_lines(paths)
+                except ValueError as exc:
+                    raise AssetError(f"cannot write `[workload] writable_paths` into "
+                                     f"{template_name}: {exc}; change it in the config") from None
+                content = content.replace(WORKLOAD_MARKER, lines + "\n", 1)
         host_path, path, mode = where[template_name]
         out.append(Asset(host_path, path, mode, content.encode()))
     return tuple(out)

@@ -25,6 +25,7 @@ from ...errors import BadTree, ReleaseError
 from ..paths import Paths
 from . import store as release_store
 from . import tree as release_tree
+from . import workload as workload_command
 
 MAX_MANIFEST_BYTES = 64 << 10
 
@@ -77,6 +78,7 @@ def read_manifest(path: Path, expected_version: str | None = None) -> Manifest:
     workload = data.get("workload", [])
     if not isinstance(workload, list) or not all(isinstance(a, str) for a in workload):
         raise ReleaseError(f"release manifest {path}: `workload` must be a list of strings")
+    workload_command.check(workload, f"release manifest {path}")
     return Manifest(version, tuple(workload))
 
 

@@ -12,8 +12,10 @@ from ...errors import AgentFsmError
 from ...machine.vocabulary import StateName
 from ...node.assets import bin_link
 from ...node.records import hook_failures
+from ...node.releases.pointers import read_manifest
 from ...node.state import validate
 from ...system import proc
+from ...system import workload as workload_proc
 from ...wiring import Node
 from ..status import units as unit_view
 from . import config_modes, modes
@@ -264,6 +266,38 @@ def _units_now(node: Node, prog: str) -> list[Finding]:
     return [Finding("units now", level, advice.situation, fix)]
 
 
+def _workload(node: Node) -> list[Finding]:
+    """Who the selected release's workload runs as ([workload] user, group), and whether the
+    writable paths it is granted exist."""
+    selected = node.releases.selected()
+    if selected is None:
+        return []
+    try:
+        command = read_manifest(node.paths.selected / "release.toml").workload
+    except (OSError, AgentFsmError):
+        return []  # the release's own findings say why
+    if not command:
+        return [Finding("workload", "ok", f"release {selected} declares no workload")]
+    settings = node.config.workload
+    try:
+        who = workload_proc.account(settings.user, settings.group, f"config {node.config.source}")
+    except AgentFsmError as exc:
+        return [Finding("workload", "fail", str(exc), "the daemon cannot start the workload "
+                        "until the account exists or the config names another")]
+    out = []
+    if settings.user is None and who.uid == 0:
+        out.append(Finding("workload", "warn", "the workload runs as root (the default)",
+                           "set `[workload] user` (and `writable_paths`) to run it as its own "
+                           "account"))
+    else:
+        out.append(Finding("workload", "ok", f"the workload runs as {who.words()}"))
+    for path in settings.writable_paths:
+        if not node.paths.real(path).exists():
+            out.append(Finding("workload", "warn", f"writable path {path} does not exist: the "
+                               "unit skips it", f"mkdir -p {path} && chown {who.name} {path}"))
+    return out
+
+
 def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -> list[Finding]:
     findings: list[Finding] = []
     if check_systemd:
@@ -280,6 +314,7 @@ def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -
     findings += signatures(node)
     if node.releases.selected() is not None:
         findings.append(_units_verify(node))
+    findings += _workload(node)
     if os.geteuid() != 0:
         findings.append(Finding("user", "warn", f"running as uid {os.geteuid()}, not root",
                                 "the agent writes units and calls systemctl: run as root"))

@@ -17,6 +17,7 @@ from ...machine.vocabulary import Trigger
 from ...node.records import hold, hook_failures, known_bad
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
+from ...node.runtime import workload as workload_state
 from ...node.runtime.signal import UpgradeSignal
 from ...node.state.document import Pending
 from ...node.state.store import CRASH_LOOP_WINDOW, StateDoc
@@ -68,6 +69,7 @@ class Status(NamedTuple):
     # null, or {error, version, kept} (`config.Fallback`); read through those settings.
     config_fallback: dict[str, str] | None = None
     crash_loop: dict[str, Any] | None = None  # null, or {restarts, since, last}
+    workload: dict[str, Any] | None = None  # null (none declared), or `runtime.workload.view`
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +104,7 @@ class Status(NamedTuple):
             "outbox": self.outbox,
             "config_fallback": self.config_fallback,
             "crash_loop": self.crash_loop,
+            "workload": self.workload,
         }
 
 
@@ -206,6 +209,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         outbox=outbox,
         config_fallback=None if node.config.fallback is None else node.config.fallback.to_json(),
         crash_loop=loop,
+        workload=workload_state.view(node.paths, selected, str(node.config.workload.user or "root")),
     )
 
 

@@ -1,0 +1,128 @@
+"""Starting the release's workload: its account, its environment, its journal stream.
+
+- Account: `[workload] user`/`group` resolved on this host (a name or a number; the group
+  defaults to the user's primary group, the supplementary groups are the user's, as
+  initgroups(3) gives them). No user configured: the daemon's own (root under systemd), and
+  nothing is changed. A user or group that does not exist is a WorkloadError naming it.
+- Environment: built from nothing (`environment`), never the daemon's: no `NOTIFY_SOCKET`,
+  `WATCHDOG_*` or whatever the unit gave agent-fsm.
+- Journal: stdout and stderr are one stream to journald's stdout socket, opened with the
+  header journald reads first (systemd's stream protocol, as `sd_journal_stream_fd(3)` sends
+  it: identifier, unit id, priority, level-prefix flag, and the forward-to-syslog, -kmsg and
+  -console flags, one a line), so its lines carry `SYSLOG_IDENTIFIER=<identifier>`, not
+  agent-fsm's. Without that socket (no journald) the workload inherits the daemon's.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from ..errors import WorkloadError
+
+JOURNAL_STDOUT = Path("/run/systemd/journal/stdout")
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PRIORITY_INFO = 6
+
+
+class Account(NamedTuple):
+    """Who the workload runs as: ids for the kernel, a name and a home for its environment.
+    `change`: False when it is the daemon's own account (nothing to switch)."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    name: str
+    home: str
+    change: bool
+
+    def words(self) -> str:
+        return f"{self.name} (uid {self.uid}, gid {self.gid})"
+
+
+def _group_id(group: str | int, where: str) -> int:
+    if isinstance(group, int):
+        return group
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise WorkloadError(f"{where} group {group!r} does not exist on this host; create it or "
+                            "change `[workload] group`") from None
+
+
+def account(user: str | int | None, group: str | int | None, where: str) -> Account:
+    """The account `[workload]` names (`where`: the config file, for the message)."""
+    if user is None and group is None:
+        uid = os.geteuid()
+        try:
+            own = pwd.getpwuid(uid)
+            return Account(uid, os.getegid(), (), own.pw_name, own.pw_dir or "/", False)
+        except KeyError:
+            return Account(uid, os.getegid(), (), str(uid), "/", False)
+    entry: pwd.struct_passwd | None = None
+    named = "root" if user is None else user
+    try:
+        entry = pwd.getpwuid(named) if isinstance(named, int) else pwd.getpwnam(named)
+    except KeyError:
+        if not isinstance(named, int):
+            raise WorkloadError(f"{where}: [workload] user {named!r} does not exist on this "
+                                "host; create it (useradd --system) or change `[workload] user`"
+                                ) from None
+    uid = entry.pw_uid if entry is not None else int(named)
+    if group is not None:
+        gid = _group_id(group, f"{where}: [workload]")
+    elif entry is not None:
+        gid = entry.pw_gid
+    else:
+        raise WorkloadError(f"{where}: [workload] user {user} has no entry on this host, so it "
+                            "has no primary group: set `[workload] group`")
+    name = entry.pw_name if entry is not None else str(uid)
+    groups = tuple(sorted(set(os.getgrouplist(name, gid)))) if entry is not None else (gid,)
+    return Account(uid, gid, groups, name, (entry.pw_dir if entry else "") or "/", True)
+
+
+def environment(who: Account, release: Mapping[str, str],
+                host: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """The workload's whole environment: the documented base, the release's `AGENT_FSM_*`
+    (`release`), then the host's `[workload] environment` on top."""
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": who.home, "USER": who.name,
+           "LOGNAME": who.name, **release}
+    env.update(host)
+    return env
+
+
+def journal_stream(identifier: str, socket_path: Path = JOURNAL_STDOUT) -> socket.socket | None:
+    """A stream to journald whose lines carry `identifier`; None when journald's socket is not
+    there or refuses (the caller says so and lets the workload inherit its output)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(str(socket_path))
+        # identifier, unit id (empty: journald takes the unit from the cgroup), priority,
+        # level prefix ("<N>" lines set their priority), forward to syslog, kmsg, console.
+        sock.sendall(f"{identifier}\n\n{PRIORITY_INFO}\n1\n0\n0\n0\n".encode())
+        sock.shutdown(socket.SHUT_RD)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def start(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], who: Account,
+          output: socket.socket | None) -> subprocess.Popen[bytes]:
+    """Start the workload as `who`, in `cwd`, with exactly `env`; stdout and stderr into
+    `output` (inherited when None); stdin from /dev/null. WorkloadError if it cannot start."""
+    out = output.fileno() if output is not None else None
+    try:
+        return subprocess.Popen(
+            list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            user=who.uid if who.change else None, group=who.gid if who.change else None,
+            extra_groups=list(who.groups) if who.change else None)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise WorkloadError(f"the workload {argv[0]!r} could not start as {who.words()} in "
+                            f"{cwd}: {exc}") from None

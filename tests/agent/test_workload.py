@@ -1,0 +1,159 @@
+"""Starting the workload: its account, its environment, its journal stream, and the daemon
+starting a real workload process in its directory with its words expanded."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_fsm.agent.daemon import Daemon, Waker
+from agent_fsm.errors import WorkloadError
+from agent_fsm.node.config import Config, Judgment, WorkloadConfig
+from agent_fsm.node.runtime import workload as record
+from agent_fsm.system import workload as workload_proc
+from agent_fsm.system.environment import child_environment
+from agent_fsm.system.notify import Notifier
+from tests.helpers import make_world
+
+
+class TestEnvironment:
+    def test_children_never_get_systemds_notify_variables(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Checks, hooks and the publish command get agent-fsm's environment less
+        NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID."""
+        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            monkeypatch.setenv(name, "1")
+        monkeypatch.setenv("KEPT", "yes")
+        env = child_environment({"AGENT_FSM_VERSION": "1.0"})
+        assert env["KEPT"] == "yes" and env["AGENT_FSM_VERSION"] == "1.0"
+        assert not {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"} & set(env)
+
+    def test_the_workload_gets_exactly_the_documented_environment(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The workload's environment is the documented base, the release's variables and the
+        host's table on top, and nothing of the daemon's own."""
+        monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+        who = workload_proc.Account(65534, 65534, (65534,), "nobody", "/nonexistent", True)
+        env = workload_proc.environment(who, {"AGENT_FSM_VERSION": "2.0"},
+                                        (("MODE", "prod"), ("LANG", "de_DE.UTF-8")))
+        assert env == {"PATH": workload_proc.PATH, "LANG": "de_DE.UTF-8",
+                       "HOME": "/nonexistent", "USER": "nobody", "LOGNAME": "nobody",
+                       "AGENT_FSM_VERSION": "2.0", "MODE": "prod"}
+
+
+class TestAccount:
+    def test_no_user_configured_is_the_daemons_own(self) -> None:
+        """Without [workload] user or group nothing is switched: the daemon's own account."""
+        who = workload_proc.account(None, None, "config x")
+        assert (who.uid, who.change) == (os.geteuid(), False)
+
+    def test_a_named_user_gets_its_primary_and_supplementary_groups(self) -> None:
+        """`nobody` runs with its uid, its primary group and the groups initgroups gives it."""
+        who = workload_proc.account("nobody", None, "config x")
+        assert (who.uid, who.gid, who.name, who.change) == (65534, 65534, "nobody", True)
+        assert who.groups == tuple(sorted(set(os.getgrouplist("nobody", 65534))))
+
+    def test_a_missing_user_is_an_error_that_names_it(self) -> None:
+        """A user that does not exist is refused in one line naming it and what to do."""
+        with pytest.raises(WorkloadError, match=r"user 'no-such-agent-user' does not exist on "
+                                                r"this host; create it"):
+            workload_proc.account("no-such-agent-user", None, "config /etc/x.toml")
+
+    def test_a_number_without_an_entry_needs_a_group(self) -> None:
+        """A uid with no passwd entry has no primary group: the message asks for `group`."""
+        with pytest.raises(WorkloadError, match="set `\\[workload\\] group`"):
+            workload_proc.account(4_000_000, None, "config x")
+        assert workload_proc.account(4_000_000, 65534, "config x").groups == (65534,)
+
+
+class TestJournal:
+    def test_the_stream_sends_journalds_header_first(self, tmp_path: Path) -> None:
+        """The stream to journald starts with the identifier, an empty unit id, priority 6,
+        level prefixes on and no forwarding; then the workload's lines follow."""
+        path = tmp_path / "stdout"
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+        server.listen(1)
+        got: list[bytes] = []
+
+        def serve() -> None:
+            conn, _ = server.accept()
+            with conn:
+                while chunk := conn.recv(4096):
+                    got.append(chunk)
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        stream = workload_proc.journal_stream("myagent", path)
+        assert stream is not None
+        stream.sendall(b"hello\n")
+        stream.close()
+        thread.join(10)
+        server.close()
+        assert b"".join(got) == b"myagent\n\n6\n1\n0\n0\n0\nhello\n"
+
+    def test_no_journald_is_no_stream(self, tmp_path: Path) -> None:
+        """Without journald's socket there is no stream (the workload inherits the output)."""
+        assert workload_proc.journal_stream("myagent", tmp_path / "absent") is None
+
+
+class TestDaemonStartsIt:
+    def test_workload_runs_in_its_payload_directory_with_expanded_words(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """The daemon starts the release's workload in its payload directory, its placeholders
+        expanded and the host's environment added, and records it as running."""
+        config = Config(name="agent", judgment=Judgment(deadline_seconds=1, soak_seconds=0),
+                        workload=WorkloadConfig(environment=(("MODE", "test"),)))
+        world = make_world(tmp_path / "root", config)
+        release = world.add_release("1.0.0")
+        (release / "payload").mkdir()
+        out = tmp_path / "facts"
+        (release / "release.toml").write_text(
+            'version = "1.0.0"\nworkload = ["/bin/sh", "-c", '
+            f'"echo $(pwd) $0 $1 $MODE $AGENT_FSM_PAYLOAD_DIR > {out}; exec sleep 30", '
+            '"{release_dir}", "v{version}"]\n')
+        world.node.controller.fire("install", release="1.0.0")
+        daemon = Daemon(world.node, Notifier(""), waker)
+        try:
+            assert daemon.startup()
+            end = time.monotonic() + 10
+            while not out.exists() and time.monotonic() < end:
+                time.sleep(0.05)
+            assert out.read_text().split() == [str(release / "payload"), str(release), "v1.0.0",
+                                               "test", str(release / "payload")]
+            view = record.view(world.paths, "1.0.0", "root")
+            assert view is not None and view["running"] and view["pid"] == daemon.workload.pid  # type: ignore[union-attr]
+        finally:
+            daemon.stop_workload()
+        view = record.view(world.paths, "1.0.0", "root")
+        assert view is not None and not view["running"]
+        assert view["last_exit"]["signal"] == "SIGTERM"
+
+    def test_serving_status_never_says_running_once_the_workload_died(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """Once the workload exits after convergence the unit's STATUS= says it exited, and the
+        daemon exits with its status so that systemd restarts the unit."""
+        world = make_world(tmp_path / "root", Config(name="agent"))
+        release = world.add_release("1.0.0")
+        (release / "release.toml").write_text(
+            'version = "1.0.0"\nworkload = ["/bin/sh", "-c", "exit 3"]\n')
+        world.node.controller.fire("install", release="1.0.0")
+        sent: list[str] = []
+
+        class Recording(Notifier):
+            def send(self, *fields: str) -> bool:
+                sent.extend(fields)
+                return True
+
+        assert Daemon(world.node, Recording(""), waker).run() == 3
+        statuses = [f for f in sent if f.startswith("STATUS=")]
+        assert statuses[-1] == "STATUS=agent 1.0.0: workload exited with status 3; restarting " \
+                               "the unit", statuses
+        view = record.view(world.paths, "1.0.0", "root")
+        assert view is not None and not view["running"]
+        assert view["last_exit"]["code"] == 3
