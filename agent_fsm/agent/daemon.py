@@ -251,7 +251,7 @@ class Daemon:
             self.start_workload(version)
             verdict = judge_mod.judge(
                 judgment, attempt=sig.attempt, clock=self.clock,
-                check=lambda argv, timeout: judge_mod.run_check(argv, env, timeout),
+                check=lambda spec, timeout: judge_mod.run_check(spec, env, timeout),
                 alive=self.workload_alive, stopping=lambda: self.waker.stop,
             )
         except AgentFsmError as exc:

@@ -9,7 +9,8 @@ It runs on a monotonic clock, within one start: a step of the wall clock (NTP, a
 restarts only the attempt count (in the signal) decides, never a time written by an earlier
 start. Each check is given the time left (before the deadline; after the soak, before the end
 of the judgment's room within the start timeout) as its timeout, and runs in a process group of
-its own, killed whole at that timeout.
+its own, killed whole at that timeout; an HTTP(S) check is one GET in this process, within its
+own `timeout_seconds` or the time left, whichever is shorter (`system.http_probe`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..node.check_config import Check as CheckSpec
+from ..node.check_config import HttpCheck
 from ..node.config import Judgment
-from ..system import proc
+from ..system import http_probe, proc
 
 CHECK_INTERVAL = 1.0  # the longest wait between two runs of the checks
 # A check failing at first is re-run soon, then less and less often: a workload is usually ready
@@ -38,8 +41,8 @@ class Timer(Protocol):
     def sleep(self, seconds: float) -> None: ...
 
 
-# Runs one check with a timeout: (passed, what it said).
-Check = Callable[[Sequence[str], float], tuple[bool, str]]
+# Runs one check (an argv or an HTTP check) with a timeout: (passed, what it said).
+Check = Callable[[CheckSpec, float], tuple[bool, str]]
 
 
 @dataclass(frozen=True)
@@ -49,9 +52,13 @@ class Verdict:
     reason_class: str = "passed"  # one of `node.reasons.CLASSES`
 
 
-def run_check(argv: Sequence[str], env: dict[str, str], timeout: float) -> tuple[bool, str]:
-    """Run one check in a process group of its own (killed whole at `timeout`); it passes on
-    exit 0. Returns (passed, what it said)."""
+def run_check(check: CheckSpec, env: dict[str, str], timeout: float) -> tuple[bool, str]:
+    """Run one check: a command in a process group of its own (killed whole at `timeout`),
+    passing on exit 0, or an HTTP check's GET (within its own timeout, if shorter). Returns
+    (passed, what it said)."""
+    if isinstance(check, HttpCheck):
+        return http_probe.get(check.url, check.status, min(timeout, check.timeout_seconds))
+    argv: Sequence[str] = check
     try:
         done = proc.run(argv, timeout=timeout, env=env, group=True)
     except proc.CouldNotRun as exc:
@@ -64,11 +71,11 @@ def _checks(judgment: Judgment, clock: Timer, check: Check, end: float) -> tuple
     """Run every check, each with the time left before `end` (at most the deadline) as its
     timeout: what the failing ones said, in order, and whether all of them had time to run."""
     failing: list[str] = []
-    for argv in judgment.checks:
+    for spec in judgment.checks:
         left = min(end - clock.monotonic(), judgment.deadline_seconds)
         if left <= 0:
             return failing, False
-        ok, msg = check(argv, left)
+        ok, msg = check(spec, left)
         if not ok:
             failing.append(msg)
     return failing, True

@@ -88,6 +88,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     role = " (the candidate)" if st.candidate and st.selected == st.candidate else ""
     table.add_row("selected", (st.selected or "—") + role)
     table.add_row("last-good", st.last_good or "—")
+    if st.selected_damaged:
+        table.add_row("damaged", Text(f"{st.selected_damaged['problem']}", style="red"))
     if st.candidate:
         table.add_row("candidate", st.candidate)
     if st.signal:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from ..errors import DefinitionError
 from ..node.state.counters import CountRules
-from .definition import Definition, OnRecover, OnStart
+from .definition import Definition, OnRecover, OnStart, Role
 
 
 class StateName(enum.StrEnum):
@@ -39,6 +39,23 @@ class Trigger(enum.StrEnum):
     recovered = "recovered"
     orphaned_signal = "orphaned_signal"
     settle = "settle"
+
+
+# The command (`agent-fsm COMMAND`) that fires each trigger an operator fires, and `recover`'s:
+# what refusals and `status` say instead of a trigger's name. The others are the daemon's own,
+# and no command of a user's fires them. Every trigger the definition gives the operator role
+# must be here (`check_vocabulary`).
+COMMANDS: dict[str, str] = {
+    Trigger.install: "install",
+    Trigger.activate: "activate",
+    Trigger.begin_upgrade: "upgrade",
+    Trigger.recover: "recover",
+}
+
+
+def commands_from(d: Definition, state: str) -> tuple[str, ...]:
+    """The commands whose transition the definition allows from `state`, in its order."""
+    return tuple(COMMANDS[t] for t in d.triggers_from(state) if t in COMMANDS)
 
 
 # The trigger a start or `recover` fires first from the state that declares the action (the
@@ -67,6 +84,11 @@ def check_vocabulary(d: Definition) -> None:
     if wrong:
         raise DefinitionError(f"{d.source}: these states declare an action their transitions "
                               f"do not allow: {', '.join(wrong)}")
+    unnamed = [t.trigger for t in d.transitions if Role.operator in t.by
+               and t.trigger not in COMMANDS]
+    if unnamed:
+        raise DefinitionError(f"{d.source}: these operator triggers have no command "
+                              f"(`vocabulary.COMMANDS`): {', '.join(unnamed)}")
     kept = set(d.transition(Trigger.recover).sources) - {
         s.name for s in d.states if s.on_recover == OnRecover.roll_back}
     if kept:

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import ConfigError
+from .check_config import Check
+from .check_config import parse as parse_checks
+from .check_config import to_table as checks_table
 from .hook_config import HookConfig
 from .hook_config import parse as parse_hooks
 from .quoting import control_character
@@ -31,7 +34,7 @@ class Judgment(NamedTuple):
     deadline_seconds: float = 120.0
     soak_seconds: float = 30.0
     max_attempts: int = 3
-    checks: tuple[tuple[str, ...], ...] = ()
+    checks: tuple[Check, ...] = ()  # argv lists and HTTP checks (`check_config`)
     restart_seconds: float = 1.0  # the agent unit's RestartSec=
 
 
@@ -341,14 +344,7 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
             j["max_attempts"] = _number(source, "judgment.max_attempts", table["max_attempts"],
                                         integer=True)
         if "checks" in table:
-            checks = table["checks"]
-            if not isinstance(checks, list):
-                raise _bad(source, "judgment.checks", checks, "a list of argv lists")
-            j["checks"] = tuple(
-                _argv(source, f"judgment.checks[{i}]", c) for i, c in enumerate(checks)
-            )
-            if any(not c for c in j["checks"]):
-                raise _bad(source, "judgment.checks", checks, "argv lists that are not empty")
+            j["checks"] = parse_checks(source, table["checks"])
         kwargs["judgment"] = Judgment(**j)
     if "hooks" in data:
         kwargs["hooks"] = parse_hooks(source, data["hooks"])
@@ -370,7 +366,7 @@ def to_table(config: Config) -> dict[str, Any]:
         "systemctl": list(config.systemctl),
         "podman": list(config.podman),
         "judgment": {"deadline_seconds": j.deadline_seconds, "soak_seconds": j.soak_seconds,
-                     "max_attempts": j.max_attempts, "checks": [list(c) for c in j.checks],
+                     "max_attempts": j.max_attempts, "checks": checks_table(j.checks),
                      "restart_seconds": j.restart_seconds},
         "hooks": {"before": {t: list(a) for t, a in hooks.before.items()},
                   "after": {t: list(a) for t, a in hooks.after.items()},

@@ -37,13 +37,15 @@ def _bad(source: Path, key: str, value: Any, expected: str) -> ConfigError:
     return ConfigError(f"config {source}: `{key}` is {text}; expected {expected}")
 
 
-def _hook_argv(source: Path, key: str, value: Any) -> tuple[str, ...]:
-    """A hook's argv: a non-empty list of strings, the first an absolute path (no $PATH search:
-    the host's config names exactly what root runs)."""
+def absolute_argv(source: Path, key: str, value: Any,
+                  example: str = '["/usr/local/sbin/drain-node", "--wait"]') -> tuple[str, ...]:
+    """A command root runs from the host's config (a hook, a judgment's check): a non-empty list
+    of strings, the first an absolute path (no $PATH search: the config names exactly what root
+    runs)."""
     if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value) \
             or not value[0].startswith("/") or any("\0" in a for a in value):
-        raise _bad(source, key, value, 'a non-empty list of strings, the first an absolute '
-                   'path, e.g. ["/usr/local/sbin/drain-node", "--wait"]')
+        raise _bad(source, key, value, f"a non-empty list of strings, the first an absolute "
+                   f"path, e.g. {example}")
     return tuple(value)
 
 
@@ -62,7 +64,7 @@ def parse(source: Path, table: Any) -> HookConfig:
             hooks = table[when]
             if not isinstance(hooks, dict):
                 raise _bad(source, f"hooks.{when}", hooks, "a table of trigger = argv")
-            kwargs[when] = {trigger: _hook_argv(source, f"hooks.{when}.{trigger}", argv)
+            kwargs[when] = {trigger: absolute_argv(source, f"hooks.{when}.{trigger}", argv)
                             for trigger, argv in hooks.items()}
     if "timeout_seconds" in table:
         value = table["timeout_seconds"]

@@ -191,7 +191,7 @@ class TestRecoverHandsOver:
         world.node.controller.fire("begin_upgrade", release="2.0.0")
         cfg = tmp_path / "config.toml"
         cfg.write_text('name = "agent"\n[judgment]\ndeadline_seconds = 1\nsoak_seconds = 0\n'
-                       'max_attempts = 3\nchecks = [["true"]]\n')
+                       'max_attempts = 3\nchecks = [["/bin/true"]]\n')
         launcher = world.node.releases.path("2.0.0") / "bin" / "agent-fsm"
         proc = subprocess.run([str(launcher), "--config", str(cfg), "--root", str(world.root),
                                "recover"], env=env_with_stub_systemctl(tmp_path),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from agent_fsm.errors import IllegalTransition, Refused, ReleaseError
+from agent_fsm.machine.vocabulary import COMMANDS
 from agent_fsm.node.runtime import signal
 from agent_fsm.upgrade.registry import load_definition
 from tests.helpers import World
@@ -88,21 +89,41 @@ class TestTable:
         with pytest.raises(IllegalTransition) as err:
             world.node.controller.fire(trigger, **_args(trigger, world))
         assert err.value.exit_code == 3
-        assert str(err.value).startswith(f"can't {trigger} while {state}: ")
+        command = COMMANDS.get(trigger)  # a user's command is named as the user typed it
+        assert str(err.value).startswith(f"can't {command} now: " if command
+                                         else f"can't {trigger} while {state}: ")
         after = world.paths.state_file.read_bytes() if world.paths.state_file.exists() else None
         assert after == before
 
     def test_illegal_message_says_what_is_going_on(self, world: World) -> None:
-        """The refusal names the upgrade being judged, as an operator needs it."""
+        """The refusal of a user's command names the command, the upgrade being judged and
+        the commands that may run now, never a trigger's name."""
         world.installed("1.0.0")
         world.upgrading("2.1.0")
-        with pytest.raises(IllegalTransition, match=r"\(allowed now: candidate_started, judge_ok, "
-                                                    r"judge_failed, recover\)"):
+        with pytest.raises(IllegalTransition) as err:
             world.node.controller.fire("install", release="2.1.0")
+        assert str(err.value) == ("can't install now: an upgrade to 2.1.0 is being judged "
+                                  "(you can run `agent-fsm recover`)")
         with pytest.raises(IllegalTransition) as err:
             world.node.controller.fire("begin_upgrade", release="2.1.0")
-        assert str(err.value).startswith(
-            "can't begin_upgrade while candidate_running: an upgrade to 2.1.0 is being judged")
+        assert str(err.value) == ("can't upgrade now: an upgrade to 2.1.0 is being judged "
+                                  "(you can run `agent-fsm recover`)")
+
+    def test_a_refusal_in_idle_names_install(self, world: World) -> None:
+        """`upgrade` on a node with nothing installed says `upgrade` and that `install` may run,
+        not `begin_upgrade` nor the daemon's `orphaned_signal`."""
+        with pytest.raises(IllegalTransition) as err:
+            world.node.controller.fire("begin_upgrade", release="2.1.0")
+        assert str(err.value) == ("can't upgrade now: nothing is installed yet; run `agent-fsm "
+                                  "install --version V` (you can run `agent-fsm install`)")
+
+    def test_a_daemon_trigger_keeps_its_name(self, world: World) -> None:
+        """A refused trigger no command fires (the daemon's) still names it and the triggers
+        allowed, for the journal's reader."""
+        world.installed("1.0.0")
+        with pytest.raises(IllegalTransition, match=r"^can't judge_ok while converged: .*"
+                                                    r"\(allowed now: "):
+            world.node.controller.fire("judge_ok")
 
 
 class TestConditions:

@@ -23,7 +23,8 @@ from tests.helpers import World, make_world
 STATUS_KEYS = {
     "name", "time", "state", "meaning", "situation", "state_since", "state_seconds",
     "selected", "last_good", "candidate", "releases", "signal", "gate", "held_assets",
-    "assets", "assets_compared_with", "assets_error", "last_result", "owed", "skipped", "allowed",
+    "assets", "assets_compared_with", "assets_error", "selected_damaged", "last_result", "owed",
+    "skipped", "allowed",
     "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error", "config_fallback",
     "units", "unit_situation", "outbox", "crash_loop", "workload",
 }

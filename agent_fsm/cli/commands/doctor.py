@@ -16,9 +16,10 @@ def doctor(
 ) -> None:
     """Check the host and say what to do about each finding: systemd's version, the rendered
     units, directory ownership and modes, the lock's filesystem, the state file, the signal and
-    the gate against the state, the assets, and what the units say now (a failed agent or
-    recovery unit, a rollback systemd retries, a state dir that cannot be written). Exits 1 when
-    any check fails.
+    the gate against the state, the assets, the selected and last-good releases against their
+    digests, and what the units say now (a failed agent or recovery unit, a rollback systemd
+    retries, a state dir that cannot be written). Exits 1 when any check fails: a damaged
+    selected release (the agent cannot start it) is one.
 
     Example: agent-fsm doctor --json
     """

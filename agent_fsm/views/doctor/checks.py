@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ...errors import AgentFsmError
+from ...errors import AgentFsmError, ReleaseError
 from ...machine.vocabulary import StateName
 from ...node.assets import bin_link
 from ...node.records import hook_failures
@@ -162,8 +162,9 @@ def _consistency(node: Node) -> list[Finding]:
     if sig is None and doc.state == StateName.converged:
         try:
             differ = [str(a.path) for a in node.effectors.rendered() if not a.matches_disk()]
-        except AgentFsmError as exc:
-            differ = [str(exc)]
+        except AgentFsmError as exc:  # a damaged release: its own finding (`release`) says so
+            out.append(Finding("assets", "warn", f"not compared with the selected release: {exc}"))
+            return out
         if differ:
             out.append(Finding("assets", "warn", f"differ from the selected release: "
                                f"{', '.join(differ)}", "the next start of the agent rewrites them"))
@@ -180,6 +181,39 @@ def _bin_link(node: Node) -> list[Finding]:
         return []  # nothing installed yet: `install` writes it
     level: Level = "ok" if link.state in ("ok", "none") else "warn"
     return [Finding("link on PATH", level, link.detail(), link.fix())]
+
+
+def _releases(node: Node) -> list[Finding]:
+    """The selected and the last-good release against their digests, every file hashed: a
+    damaged selected one cannot start (the node is down), a damaged last-good is no way back."""
+    releases, unit = node.releases, node.paths.agent_unit_name
+    selected, last_good = releases.selected(), releases.last_good()
+    out = []
+    for role, version in (("selected", selected), ("last-good", last_good)):
+        if version is None or (role == "last-good" and version == selected):
+            continue
+        try:
+            problem = releases.integrity(version).problem
+            if problem is None and not releases.exists(version):
+                problem = f"it is not in {node.paths.releases_dir}"
+        except ReleaseError as exc:  # a pointer at no release: `state dir entries` says more
+            problem = str(exc)
+        if problem is None:
+            continue
+        fix = f"add release {version} again (`agent-fsm release add DIR`, DIR: its directory or " \
+              "image; it replaces the damaged copy)"
+        if role == "selected":
+            fix += f", then `systemctl restart {unit}`" + (
+                f"; or switch back to the last-good: `agent-fsm activate --to {last_good}`"
+                if last_good not in (None, version) else "")
+        out.append(Finding("release", "fail", f"the {role} release {version} is damaged: "
+                           f"{problem}" + (": the agent cannot start it" if role == "selected"
+                                           else ": the way back runs its code"), fix))
+    if not out and selected is not None:
+        out.append(Finding("release", "ok", "the selected" + (
+            " and last-good releases match their digests" if last_good not in (None, selected)
+            else " release matches its digest")))
+    return out
 
 
 def _outbox(node: Node) -> list[Finding]:
@@ -307,6 +341,7 @@ def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -
     findings += _directories(node)
     findings += _consistency(node)
     findings += _bin_link(node)
+    findings += _releases(node)
     findings += _skipped(node)
     findings += _hooks(node)
     findings += _journal(node)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ...errors import ReleaseError
 from ...machine.definition import situation
 from ...machine.vocabulary import Trigger
 from ...node.records import hold, hook_failures, known_bad
@@ -53,6 +54,10 @@ class Status(NamedTuple):
     assets: tuple[AssetView, ...]
     assets_compared_with: str | None
     assets_error: str | None
+    # The selected release fails its digest (changed since it was added) or is missing, checked
+    # while the agent unit does not run: null, or {version, problem}; the daemon refuses to
+    # start it, so `next` says how to fix it.
+    selected_damaged: dict[str, str] | None
     last_result: dict[str, Any] | None
     owed: dict[str, Any] | None
     skipped: tuple[dict[str, Any], ...]  # effects let fail since the last cycle began
@@ -90,6 +95,7 @@ class Status(NamedTuple):
             "assets": [a.to_json() for a in self.assets],
             "assets_compared_with": self.assets_compared_with,
             "assets_error": self.assets_error,
+            "selected_damaged": self.selected_damaged,
             "last_result": self.last_result,
             "owed": self.owed,
             "skipped": list(self.skipped),
@@ -131,6 +137,34 @@ def _unknown(node: Node | Reader, p: Pending) -> list[str]:
     names = [] if p.trigger in {t.trigger for t in d.transitions} else [f"trigger {p.trigger}"]
     names += [f"state {s}" for s in dict.fromkeys((p.source, p.dest)) if s not in d.state_names]
     return names + [f"effect {e}" for e in dict.fromkeys(p.effects) if e not in effects]
+
+
+def damaged(node: Node | Reader, version: str | None) -> dict[str, str] | None:
+    """{version, problem} when the release `version` is not what was stored (or is gone);
+    None when it is intact or None. By its files' stats, as a start checks it: a change that
+    keeps them (bit rot) is `doctor`'s and `release list`'s to find, which hash every file."""
+    if version is None:
+        return None
+    try:
+        node.releases.verify(version)
+    except ReleaseError as exc:
+        return {"version": version, "problem": str(exc)}
+    except FileNotFoundError:
+        return {"version": version, "problem": f"release {version} is selected but is not in "
+                f"{node.paths.releases_dir}; add it again with `agent-fsm release add DIR`"}
+    return None
+
+
+def _repair(bad: dict[str, str], last_good: str | None, unit: str, prog: str) -> NextAction:
+    """What to do about a damaged selected release on a node with no upgrade pending."""
+    v = bad["version"]
+    back = (f", or switch back to the last-good {last_good}" if last_good not in (None, v)
+            else "")
+    return NextAction(
+        f"the selected release {v} is damaged and the agent cannot start it: add release {v} "
+        f"again from its directory (it replaces the damaged copy) and restart the agent{back}",
+        (f"{prog} release add DIR", f"systemctl restart {unit}",
+         *((f"{prog} activate --to {last_good}",) if back else ())))
 
 
 def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") -> Status:
@@ -175,6 +209,13 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
             f"by the next agent-fsm operation or daemon start; then: {action.summary}",
             action.commands)
     candidate = sig.to_version if sig else (doc.upgrade.to_version if doc.upgrade else None)
+    # Only while the agent unit is known not to run: a running agent checked its release when
+    # it started, and walking ~1,000 entries is a third of what `status --json` costs.
+    down = units.agent is not None and (units.agent.active, units.agent.sub) != ("active",
+                                                                                 "running")
+    bad = damaged(node, selected) if down else None
+    if bad is not None and sig is None and owed is None:  # with a signal the way back goes on
+        action = _repair(bad, node.releases.last_good(), node.paths.agent_unit_name, prog)
     return Status(
         name=node.paths.name,
         time=now,
@@ -194,6 +235,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         assets=assets,
         assets_compared_with=selected,
         assets_error=assets_error,
+        selected_damaged=bad,
         last_result=doc.last_result and {"reason": None, "reason_class": None,
                                          "publisher_unreachable_since": None, **doc.last_result},
         owed=owed,
