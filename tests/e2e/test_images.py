@@ -90,13 +90,20 @@ def test_releases_from_images_upgrade_roll_back_and_prune_their_images(
     assert images.ids() == {image1}
     lab.install("1.0.0")
 
-    # 2.0.0: packed by agent-fsm as an archive too; a good upgrade.
+    # 2.0.0: packed by agent-fsm as an archive too, with a payload whose script is the
+    # workload; a good upgrade (the script ran from the stored release's payload/).
     r2 = lab.dir / "r2.tar"
-    lab.cli("release", "pack", "--version", "2.0.0", "--workload", workload,
+    agent = lab.dir / "agent" / "agent.sh"
+    agent.parent.mkdir()
+    agent.write_text(f'#!/bin/sh\necho "$AGENT_FSM_VERSION" > {health}\nexec sleep infinity\n')
+    agent.chmod(0o755)
+    lab.cli("release", "pack", "--version", "2.0.0", "--payload", str(agent.parent), "--workload",
+            shlex.join(["/bin/sh", "-c", 'exec "$AGENT_FSM_RELEASE_DIR/payload/agent.sh"']),
             "--image", f"docker-archive:{r2}")
     image2 = _added(lab, f"docker-archive:{r2}")
     proc = lab.cli("upgrade", "--to", "2.0.0", "--wait", "--timeout", "60", check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr + _why(lab)
+    assert (lab.state_dir / "releases" / "2.0.0" / "payload" / "agent.sh").is_file()
 
     # 3.0.0: a crashing candidate in someone else's image, already in podman's store.
     tree = lab.packs / "3.0.0"

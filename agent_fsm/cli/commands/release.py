@@ -126,9 +126,9 @@ def release_digest(
     for a signed one those include release.sig and this does not. How to compute it with
     coreutils alone, and check a signature with ssh-keygen: docs/operations.md, Signed releases.
 
-    Example: printf %s "$(agent-fsm release digest ./myagent-2.0.0)" | ssh-keygen -Y verify
-    -f allowed_signers -I release@example.com -n agent-fsm-release -s
-    ./myagent-2.0.0/release.sig
+    Example: agent-fsm release digest ./myagent-2.0.0; to check its signature by hand:
+    printf %s "$(agent-fsm release digest ./myagent-2.0.0)" | ssh-keygen -Y verify -f
+    allowed_signers -I release@example.com -n agent-fsm-release -s ./myagent-2.0.0/release.sig
     """
     from ...actions.releases import trust
 
@@ -173,8 +173,9 @@ def release_add(
 
 
 def add_from(node: Node, source: str) -> Added:
-    """Store the release `source` names (a directory, an archive or an image), saying so in
-    one line: what `release add` and `install --from` run."""
+    """Store the release `source` names (a directory, an archive or an image:
+    `sources.add_source`), saying so in one line: what `release add` and `install --from`
+    run."""
     from ...actions.releases.sources import add_source
     from .release_images import show_image
 
