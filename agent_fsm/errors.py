@@ -14,6 +14,8 @@
     │                              device, a loose mode) or is over its limits (callers re-word it)
     ├── AssetError                 a service asset could not be rendered, restored or kept
     ├── UnsafePath                 a path to write is a symlink, or a directory others may write
+    │   └── NeedsRoot              the state dir is root's and this process is not (the CLI says
+    │                              "needs root: run it as root", as for a permission error)
     ├── DiskError                  a write, fsync, rename, unlink, symlink, chmod or mkdir failed
     │                              (full, read-only, I/O error): names the path and what to do
     ├── LockTimeout                a lock was held by another process too long (callers re-word it)
@@ -110,6 +112,10 @@ class AssetError(AgentFsmError):
 
 class UnsafePath(AgentFsmError):
     """A path agent-fsm writes is a symlink, or a directory others may write to."""
+
+
+class NeedsRoot(UnsafePath):
+    """What this process must use is root's, and it does not run as root."""
 
 
 class DiskError(AgentFsmError):

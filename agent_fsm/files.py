@@ -26,7 +26,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import DiskError, UnsafePath
+from .errors import DiskError, NeedsRoot, UnsafePath
 
 
 def _token() -> str:
@@ -266,6 +266,8 @@ def check_private_dir(directory: Path) -> None:
         return
     if stat.S_ISLNK(st.st_mode):
         raise unsafe(directory, "the state directory is a symlink")
+    if st.st_uid == 0 and os.geteuid() != 0:  # an operator without sudo, not a foreign owner
+        raise NeedsRoot(f"state directory {directory} is root's")
     if st.st_uid != os.geteuid():
         raise UnsafePath(f"state directory {directory} is owned by uid {st.st_uid}, not by "
                          f"agent-fsm's uid {os.geteuid()}; fix with `chown {os.geteuid()} "

@@ -5,10 +5,13 @@ Kept free of typer and rich: the `status --json` fast path (entry.py) uses it as
 
 from __future__ import annotations
 
+import errno
+import os
+import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from ..errors import EXIT_ERROR, AgentFsmError
+from ..errors import EXIT_ERROR, AgentFsmError, NeedsRoot
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
@@ -23,7 +26,8 @@ the node rolled back.
 
 def guarded(run: Callable[[], int | None]) -> int:
     """Run `run` and return its exit code; an expected failure becomes one line on stderr and
-    its code (AgentFsmError its own, OSError 1), Ctrl-C a quiet 130. No traceback."""
+    its code (AgentFsmError its own, OSError 1), Ctrl-C a quiet 130. No traceback. A process
+    not run as root that is denied what is root's is told so, in one line (`needs_root`)."""
     try:
         return run() or 0
     except AgentFsmError as exc:
@@ -37,5 +41,66 @@ def guarded(run: Callable[[], int | None]) -> int:
 
 
 def _say(exc: BaseException) -> None:
-    sys.stderr.write(f"agent-fsm: {exc}\n")
+    sys.stderr.write(f"agent-fsm: {needs_root(exc, sys.argv[1:]) or exc}\n")
     sys.stderr.flush()
+
+
+def _denied(exc: BaseException) -> BaseException | None:
+    """The permission error (or NeedsRoot) behind `exc`, following its causes and contexts."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # a chain is short; never loop on a cycle
+        if seen is None:
+            return None
+        if isinstance(seen, NeedsRoot) or (isinstance(seen, OSError)
+                                            and seen.errno in (errno.EACCES, errno.EPERM)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def needs_root(exc: BaseException, args: Sequence[str]) -> str | None:
+    """For a process not run as root denied something root's (a permission error, a state dir
+    that is root's): "status needs root (…): run it as root (sudo agent-fsm status)"; None
+    otherwise (root, another user's files, or no permission error at all)."""
+    if os.geteuid() == 0:
+        return None
+    denied = _denied(exc)
+    if denied is None:
+        return None
+    path = getattr(denied, "filename", None)
+    if path is not None and _owner(os.fsdecode(path)) not in (0, None):
+        return None  # another user's file: the message as it is says whose
+    what = f"permission denied: {os.fsdecode(path)}" if path is not None else str(denied)
+    return (f"{_command(args)} needs root ({what}): run it as root "
+            f"(sudo agent-fsm {shlex.join(args)})")
+
+
+def _owner(path: str) -> int | None:
+    """The uid owning `path`, or its nearest parent this process can see; None if none."""
+    here = path
+    while here:
+        try:
+            return os.lstat(here).st_uid
+        except OSError:
+            parent = os.path.dirname(here)
+            if parent == here:
+                return None
+            here = parent
+    return None
+
+
+def _command(args: Sequence[str]) -> str:
+    """The command's words in `args` (`release add`, `status`), past the global options."""
+    words, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("--config", "--root"):
+            skip = True
+        elif a.startswith("-"):
+            continue
+        else:
+            words.append(a)
+            if a != "release" or len(words) > 1:
+                break
+    return " ".join(words) or "agent-fsm"

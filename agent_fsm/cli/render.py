@@ -56,6 +56,18 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def words(value: str) -> str:
+    """A value JSON spells as a name (`rolled_back`, `check_failed`) as people read it."""
+    return value.replace("_", " ")
+
+
+def commands(triggers: Sequence[str]) -> list[str]:
+    """The `agent-fsm` commands that fire any of `triggers` (the machine's allowed ones)."""
+    from ..machine.vocabulary import COMMANDS
+
+    return [COMMANDS[t] for t in triggers if t in COMMANDS]
+
+
 def show(renderable: RenderableType) -> None:
     """Print for people; piped, without the padding rich adds to the ends of lines."""
     if out.is_terminal:
@@ -126,10 +138,10 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         r = st.last_result
         style = "green" if r["outcome"] == "ok" else "red"
         result = Text(f"{r['from']} → {r['to']}: ")
-        result.append(r["outcome"], style=style)
+        result.append(words(r["outcome"]), style=style)
         result.append(f" at {when(r['time'])} ({span(st.time - r['time'])} ago)")
         if r.get("reason_class"):
-            result.append(f" — {r['reason_class']}: {r['reason']}")
+            result.append(f" — {words(r['reason_class'])}: {r['reason']}")
         table.add_row("last result", result)
     else:
         table.add_row("last result", "none yet")
@@ -146,7 +158,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
                                       f"{s['error']}", style="yellow"))
     for k in st.known_bad[0]:  # each refused by `upgrade` unless --force
         table.add_row("known bad", Text(f"{k['version']}: rolled back at {when(k['time'])} "
-                                        f"({k['reason_class']}: {k['reason']})", style="red"))
+                                        f"({words(k['reason_class'])}: {k['reason']})",
+                                        style="red"))
     if st.known_bad[1]:
         table.add_row("known bad", Text(st.known_bad[1], style="yellow"))
     for h in st.hooks:  # the host's [hooks]: run before or after these transitions
@@ -155,7 +168,9 @@ def status_view(st: Status, diff: bool) -> RenderableType:
             row.append(f"; last run failed at {when(h['failed']['time'])}: {h['failed']['error']}",
                        style="red")
         table.add_row("hook", row)
-    table.add_row("triggers", ", ".join(st.allowed) or "none")
+    can = commands(st.allowed)
+    table.add_row("commands", ", ".join(can) + " (allowed now)" if can else
+                  "none of install, activate, upgrade, recover may run now")
     nxt = Text(st.next.summary)
     if st.next.commands:
         nxt.append(": ")
@@ -336,7 +351,7 @@ def show_history(h: History) -> None:
         move = Text(f"{e.source} → ")
         move.append(e.dest, style=TONE_STYLE.get(h.tones.get(e.dest, ""), ""))
         stamp = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        why = "" if e.reason is None else f"{e.reason[0]}: {e.reason[1]}"
+        why = "" if e.reason is None else f"{words(e.reason[0])}: {e.reason[1]}"
         if e.superseded_by:  # owed, never finished: the way back replaced it
             why = f"superseded by {e.superseded_by}" + (
                 f" ({', '.join(e.unknown)} unknown here)" if e.unknown else "")

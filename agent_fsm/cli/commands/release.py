@@ -247,7 +247,8 @@ def release_list(
         line += f"  DAMAGED: {r['problem']}" if r["problem"] else ""
         k = bad.get(str(r["version"]))
         if k:  # `upgrade --to` refuses it unless --force
-            line += f"  KNOWN BAD: rolled back {render.when(k['time'])} ({k['reason_class']}: " \
+            line += f"  KNOWN BAD: rolled back {render.when(k['time'])} " \
+                    f"({render.words(k['reason_class'])}: " \
                     f"{k['reason']}; upgrade refuses it unless --force)"
         out.print(line, markup=False)
         if str(r["version"]) in covered:
