@@ -40,7 +40,7 @@ def with_member(release: Path, archive: Path, member: tarfile.TarInfo,
                 data: bytes = b"") -> Path:
     """A good archive of `release` (in its top directory) with one more member."""
     archive_of(release, archive)
-    with tarfile.open(archive, "a") as tar:
+    with tarfile.open(archive, "a", format=tarfile.PAX_FORMAT) as tar:
         member.size = len(data) if member.isfile() else 0
         tar.addfile(member, io.BytesIO(data) if member.isfile() else None)
     return archive
@@ -86,6 +86,7 @@ class TestArchives:
         ("FIFO", "member 'myagent-1.0.0/payload/fifo' is a FIFO"),
         ("twice", "member 'myagent-1.0.0/release.toml' is in the archive twice"),
         ("over the limit", "member 'myagent-1.0.0/payload/big' is larger than"),
+        ("control character", "member 'myagent-1.0.0/payload/a\\x00b' has a name with a control"),
     ])
     def test_a_bad_member_is_refused_naming_it(self, world: World, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch, case: str,
@@ -105,7 +106,10 @@ class TestArchives:
             "FIFO": info("myagent-1.0.0/payload/fifo", tarfile.FIFOTYPE),
             "twice": info("myagent-1.0.0/release.toml"),
             "over the limit": info("myagent-1.0.0/payload/big"),
+            "control character": info("myagent-1.0.0/payload/a\x00b"),
         }[case]
+        if case == "control character":  # only a pax header carries a NUL in a name
+            member.pax_headers["path"] = member.name
         if case == "over the limit":
             monkeypatch.setattr(tree, "MAX_FILE_BYTES", 1 << 20)
         with_member(release, archive, member, b"x" * ((1 << 20) + 1 if case == "over the limit"
@@ -199,3 +203,23 @@ class TestSources:
         refused = run("release", "add", str(bad))
         assert refused.returncode == 1
         assert "member 'myagent-1.0.0/payload/etc' is a symlink" in one_line(refused)
+
+
+class TestInterrupted:
+    def test_an_unpack_killed_midway_is_swept_by_the_next_add(self, world: World,
+                                                              tmp_path: Path) -> None:
+        """An add killed while it unpacks an archive (no clean-up ran) leaves its private
+        directory in the store; the next add removes it, and stores its own release."""
+        releases = world.paths.releases_dir
+        code = ("import os, sys\nfrom pathlib import Path\n"
+                "from agent_fsm.node.releases import store\n"
+                "with store.scratch(Path(sys.argv[1])) as holder:\n"
+                "    (holder / 'release').mkdir()\n"
+                "    (holder / 'release' / 'half').write_bytes(b'x' * 4096)\n"
+                "    os._exit(9)\n")
+        killed = subprocess.run([sys.executable, "-c", code, str(releases)], cwd=ROOT,
+                                timeout=60, check=False)
+        assert killed.returncode == 9 and leftovers(world) != []
+        release = with_payload(tmp_path)
+        add_source(str(archive_of(release, tmp_path / "r.tgz", mode="w:gz")), world.node)
+        assert leftovers(world) == [] and world.node.releases.versions() == ["1.0.0"]

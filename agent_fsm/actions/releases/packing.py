@@ -54,10 +54,12 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
         raise ReleaseError(f"{output} already exists; pack into a new directory")
     tmp = output.with_name(f".{output.name}.packing")
     if payload is not None:
-        check_payload(payload, output, tmp)  # before the slow part
+        check_payload(payload, output, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         (tmp / "bin").mkdir(parents=True)
+        if payload is not None:  # first: what is wrong with it is said before the slow part
+            copy_payload(payload, tmp / PAYLOAD)
         # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
         shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
         vendor(tmp / "lib")
@@ -73,8 +75,6 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
             manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
         (tmp / "release.toml").write_text(manifest)
         abi.record(tmp, targets)
-        if payload is not None:
-            copy_payload(payload, tmp / PAYLOAD)
         if sign_key is not None:  # last: the signature covers everything else, payload included
             trust.sign(tmp, sign_key)
         else:  # what `release add` would refuse (over the limits), refused here
@@ -116,12 +116,12 @@ def copy_payload(src: Path, dst: Path) -> None:
             path = Path(top) / name
             st = path.lstat()
             if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                bit = "setuid" if st.st_mode & stat.S_ISUID else "setgid"
                 raise ReleaseError(
-                    f"cannot pack --payload {src}: {path} is set{'u' if st.st_mode & stat.S_ISUID else 'g'}"
-                    f"id (mode {stat.S_IMODE(st.st_mode):04o}); a release never holds setuid or "
-                    "setgid files (the store would not keep the bit): clear it (`chmod ug-s`) "
-                    "and have the service's unit or the host grant what it needs; nothing was "
-                    "packed")
+                    f"cannot pack --payload {src}: {path} is {bit} (mode "
+                    f"{stat.S_IMODE(st.st_mode):04o}); a release never holds setuid or setgid "
+                    "files (the store would not keep the bit): clear it (`chmod ug-s`) and have "
+                    "the service's unit or the host grant what it needs; nothing was packed")
     try:
         tree.copy(src, dst)
     except BadTree as exc:
@@ -129,6 +129,8 @@ def copy_payload(src: Path, dst: Path) -> None:
             f"cannot pack --payload {src}: {exc}; a release holds regular files and "
             "directories only, within the store's limits (docs/operations.md, Releases); "
             "nothing was packed") from None
+    except OSError as exc:  # unreadable: a file or directory of SRC this user may not read
+        raise ReleaseError(f"cannot pack --payload {src}: {exc}; nothing was packed") from None
     os.chmod(dst, tree.DIR_MODE)  # `copy` leaves its top 0700
 
 

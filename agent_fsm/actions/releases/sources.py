@@ -5,8 +5,9 @@ An archive is a tar file, plain or compressed (gzip, bzip2, xz: told by its cont
 does), holding a release at its top or in a single top directory: the rules the fleet
 collection's `agent_fsm.fleet.release` module applies to the archives it is given. Each member
 is checked as it is read, before it is written, and the first one refused is named in one line:
-an absolute name, a `..` component, anything but a regular file or a directory (a symlink, a
-hard link, a device, a FIFO), a file or a tree over the store's limits (`tree`). It is unpacked
+an absolute name, a `..` component, a control character in its name, anything but a regular
+file or a directory (a symlink, a hard link, a device, a FIFO), a file or a tree over the
+store's limits (`tree`). It is unpacked
 into a private directory inside the store (`release_store.scratch`, 0700) and stored from there
 as a directory is (`packing.add`: the same normalizing copy, checks and digest); whatever is
 refused, nothing is left behind.
@@ -134,6 +135,8 @@ def _checked(archive: Path, member: tarfile.TarInfo) -> PurePosixPath:
     if ".." in path.parts:
         _refuse(archive, f"member {name!r} has a `..` component (it could land outside the "
                          "release)")
+    if not all(part.isprintable() for part in path.parts):  # as the store refuses it
+        _refuse(archive, f"member {name!r} has a name with a control character or not UTF-8")
     if member.isfile() or member.isdir():
         if len(path.parts) > tree.MAX_DEPTH + 2:  # a top directory, then the release
             _refuse(archive, f"member {name!r} is nested more than {tree.MAX_DEPTH} directories "

@@ -53,7 +53,8 @@ def packed(directory: Path, *, signing_it: bool = False) -> str:
     `signing_it`, when it is a release in a store (signing it there would change a stored
     release: it would be DAMAGED)."""
     if not directory.exists():
-        raise ReleaseError(f"release directory {directory} does not exist")
+        raise ReleaseError(f"release directory {directory} does not exist; give a directory "
+                           "made by `agent-fsm release pack --output DIR`")
     if not directory.is_dir():
         raise ReleaseError(f"{directory} is not a directory: give a release directory (from "
                            "`agent-fsm release pack`); unpack an archive first")
