@@ -34,6 +34,9 @@ def demo() -> None:
                       versions)
     out.print(table)
     st = result.status
+    sig, last = st["signal"], st["last_result"]
     out.print(f"final: {st['state']}, selected {st['selected']}, last-good {st['last_good']}, "
-              f"gate {st['gate']}, signal {st['signal']}, last result "
-              f"{st['last_result']['to']} {st['last_result']['outcome']}", markup=False)
+              f"gate {st['gate']}, signal "
+              + (f"{sig['from']} → {sig['to']}" if sig else "none (no upgrade pending)")
+              + ", last result " + (f"{last['to']} {last['outcome'].replace('_', ' ')}"
+                                    if last else "none"), markup=False)

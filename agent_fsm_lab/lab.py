@@ -123,11 +123,12 @@ mv "$tmp" "$outbox/$(date +%s%N)-$$.json"
 class Lab:
     def __init__(self, sandbox: SystemdSandbox, *, deadline: float = 6, soak: float = 1,
                  max_attempts: int = 2, restart: float | None = None, faults: bool = False,
-                 config_extra: dict[str, Any] | None = None) -> None:
+                 config_extra: dict[str, Any] | None = None, checks: str | None = None) -> None:
         """Configure the agent (see the module docstring); `restart`: `restart_seconds` (the
         unit's RestartSec=; the default, 1, when None); `faults`: set up the fault kit;
         `config_extra`: more top-level config keys (values written as TOML via JSON, so
-        strings, numbers and lists of them)."""
+        strings, numbers and lists of them); `checks`: the `[judgment] checks` value as TOML
+        instead of the health-file check (e.g. an HTTP check's inline table)."""
         self.sb = sandbox
         self.dir = sandbox.test_dir
         self.state_dir = self.dir / "state"
@@ -170,7 +171,7 @@ class Lab:
             f"soak_seconds = {soak}\n"
             f"max_attempts = {max_attempts}\n"
             + ("" if restart is None else f"restart_seconds = {restart}\n")
-            + f"checks = [[\"/bin/sh\", \"-c\", {json.dumps(check)}]]\n"
+            + "checks = " + (checks or f"[[\"/bin/sh\", \"-c\", {json.dumps(check)}]]") + "\n"
         )
 
         if any(under_private_tmp(p) for p in python_paths()):

@@ -280,6 +280,16 @@ class TestDocsMatchTheCommands:
                 for option in options:
                     assert option in help_text, f"{' '.join(path)} has no {option}"
 
+    def test_the_machine_diagram_is_the_generated_one(self) -> None:
+        """The README's diagram is exactly what `agent-fsm diagram` draws from the definition,
+        every transition of states/ in it (orphaned_signal, complete_queued too)."""
+        from agent_fsm.upgrade.registry import load_definition
+        from agent_fsm.views import diagram
+
+        [drawn] = blocks(section("The machine"), "mermaid")
+        assert drawn == diagram.mermaid(diagram.from_definition(load_definition())), (
+            "the README's diagram differs from the definition's: paste `agent-fsm diagram`")
+
     def test_operations_documents_history_and_metrics(self) -> None:
         """docs/operations.md names every history --json key and every metric family."""
         for key in ENTRY_KEYS:

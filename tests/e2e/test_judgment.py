@@ -185,3 +185,54 @@ def test_a_stop_or_a_reboot_during_judgment_is_no_verdict(
     assert end["last_result"]["outcome"] == "ok" and end["known_bad"] == []
     starts = [h for h in lab.history() if h["trigger"] == "candidate_started"]
     assert len(starts) == 3, starts
+
+
+# HTTP checks (issue 24) ---------------------------------------------------------------------
+# A release's workload: a tiny HTTP server answering /healthz with the status it is given.
+HEALTH_SERVER = """
+import http.server, sys
+port, code = int(sys.argv[1]), int(sys.argv[2])
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(code if self.path == "/healthz" else 404)
+        self.end_headers()
+        self.wfile.write(b"down for maintenance\\n" if code != 200 else b"ok\\n")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def test_an_http_check_rolls_back_a_503_and_passes_a_200(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """With `{ http = ".../healthz", status = 200 }` as the check, done by the daemon itself: a
+    candidate answering 503 is rolled back, its recorded reason saying what was expected and
+    what came; one answering 200 converges."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/healthz"
+    lab = Lab(systemd_sandbox, deadline=3, soak=1,
+              checks=f'[{{ http = "{url}", status = 200, timeout_seconds = 1 }}]')
+
+    server = lab.dir / "health_server.py"
+    server.write_text(HEALTH_SERVER)
+
+    def pack(version: str, code: int) -> None:
+        lab.pack(version, workload=("/usr/bin/python3", str(server), str(port), str(code)))
+
+    pack("1.0.0", 200)
+    lab.install("1.0.0")
+    pack("2.0.0", 503)
+    failed = lab.cli("upgrade", "--to", "2.0.0", "--wait", "--timeout", "40", check=False)
+    assert failed.returncode == 4, output(failed) + lab.why()
+    result = lab.settled()["last_result"]
+    assert (result["outcome"], result["reason_class"]) == ("rolled_back", "check_failed")
+    assert f"GET {url}: expected 200, got 503: down for maintenance" in result["reason"], result
+    pack("3.0.0", 200)
+    lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "40")
+    end = lab.settled()
+    assert (end["selected"], end["last_good"], end["last_result"]["outcome"]) == (
+        "3.0.0", "3.0.0", "ok"), lab.why()

@@ -128,6 +128,16 @@ class TestStartAndRecover:
                 r"converged \(on_start = judge_candidate fires candidate_started\)")):
             check_vocabulary(load_definition(text, "swapped.toml"))
 
+    def test_an_operator_trigger_without_a_command_is_refused(self) -> None:
+        """A definition giving the operator a trigger no command names (so no refusal could
+        say the user's word for it) fails at load, naming the trigger."""
+        old = 'trigger = "settle"\nby = ["last_good"]'
+        assert old in SHIPPED
+        text = SHIPPED.replace(old, 'trigger = "settle"\nby = ["operator", "last_good"]')
+        with pytest.raises(DefinitionError, match=r"these operator triggers have no command "
+                                                  r"\(`vocabulary.COMMANDS`\): settle$"):
+            check_vocabulary(load_definition(text, "operator.toml"))
+
     def test_a_state_recover_leaves_must_roll_back(self) -> None:
         """A state `recover` may fire from but whose on_recover does nothing fails at load."""
         text = _declare(SHIPPED, "judged_failed", "on_recover", "nothing_pending")
