@@ -105,6 +105,16 @@ class TestNotOurs:
         assert "remove it" in fix and "\n" not in detail + fix
 
 
+    def test_a_file_in_the_links_path_is_a_warning_not_a_crash(self, world: World) -> None:
+        """A file where the link's directory should be: install goes on, doctor warns."""
+        (world.root / "usr" / "local").mkdir(parents=True)
+        (world.root / "usr" / "local" / "bin").write_text("not a directory\n")
+        world.add_release("1.0.0")
+        done = install(world.node, "1.0.0")
+        assert "left alone" in done.message
+        level, detail, _ = finding(world)
+        assert level == "warn" and "Not a directory" in detail
+
 class TestConfig:
     def test_empty_means_no_link(self, tmp_path: Path) -> None:
         """`bin_link = ""`: install writes no link, and doctor says there is none."""
@@ -135,3 +145,4 @@ class TestConfig:
             config = DEFAULT_CONFIG._replace(bin_link=link)
             table = config_mod.to_table(config)
             assert config_mod.parse(table, tmp_path / "c.toml").bin_link == link
+

@@ -74,12 +74,14 @@ def look(paths: Paths) -> Link:
     where = paths.real(paths.config.bin_link)
     try:
         st = os.lstat(where)
+        found = os.readlink(where) if stat.S_ISLNK(st.st_mode) else ""
     except FileNotFoundError:
         return Link(where, want, "missing")
+    except OSError as exc:  # a file where a directory of its path should be, no permission
+        return Link(where, want, "foreign", f"unreadable ({exc.strerror or exc})")
     if not stat.S_ISLNK(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a file"
         return Link(where, want, "foreign", kind)
-    found = os.readlink(where)
     if found == want:
         return Link(where, want, "ok")
     if found.endswith(_OURS):
