@@ -104,7 +104,6 @@ class TestNotOurs:
         assert level == "warn" and str(link) in detail
         assert "remove it" in fix and "\n" not in detail + fix
 
-
     def test_a_file_in_the_links_path_is_a_warning_not_a_crash(self, world: World) -> None:
         """A file where the link's directory should be: install goes on, doctor warns."""
         (world.root / "usr" / "local").mkdir(parents=True)
@@ -114,6 +113,7 @@ class TestNotOurs:
         assert "left alone" in done.message
         level, detail, _ = finding(world)
         assert level == "warn" and "Not a directory" in detail
+
 
 class TestConfig:
     def test_empty_means_no_link(self, tmp_path: Path) -> None:
