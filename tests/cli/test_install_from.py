@@ -112,3 +112,14 @@ class TestInstallFrom:
         assert proc.returncode == 0, proc.stderr
         assert node.status()["selected"] == "2.0.0"
         assert node.run("install").returncode == 2
+
+    def test_from_an_archive(self, tmp_path: Path, releases: dict[str, Path]) -> None:
+        """--from a .tar.gz of a release stores and installs it, as `release add` takes one."""
+        node = Node(tmp_path)
+        archive = tmp_path / "agent-fsm-2.0.0.tar.gz"
+        subprocess.run(["tar", "-czf", str(archive), "-C", str(releases["2.0.0"].parent),
+                        releases["2.0.0"].name], check=True)
+        proc = node.run("install", "--from", str(archive), "--no-start")
+        assert proc.returncode == 0, proc.stderr
+        assert "release 2.0.0 stored at" in " ".join(proc.stdout.split())
+        assert node.status()["selected"] == "2.0.0"
