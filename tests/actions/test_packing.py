@@ -109,7 +109,8 @@ class TestUnitsVerify:
         output on stderr (warnings there mean a typo systemd would ignore)."""
         base = tmp_path / "host"
         config = Config(name="agentx", state_dir=base / "state", lib_dir=base / "lib",
-                        unit_dir=base / "units", run_dir=Path("/run/agentx-never-written"))
+                        unit_dir=base / "units", run_dir=Path("/run/agentx-never-written"),
+                        bin_link=base / "bin" / "agent-fsm")
         node = open_node(config, None, systemd=FakeSystemd(), publisher=FakePublisher(),
                          clock=FakeClock())
         add(packed, node)
