@@ -14,8 +14,23 @@ _SNIPPET = 200  # bytes of a failing answer's body quoted in the reason
 
 
 def get(url: str, expected: int, timeout: float) -> tuple[bool, str]:
-    """GET `url` within `timeout` seconds (each connect and read): (passed, what came), passed
-    when the answer's status is `expected`."""
+    """GET `url` within `timeout` seconds: (passed, what came), passed when the answer's status
+    is `expected`. The whole GET is bounded, not only each connect and read (a server that
+    answers a byte at a time would stretch those): it runs on a thread of its own, given up at
+    the timeout (its socket's own timeout ends it soon after)."""
+    import threading
+
+    done: list[tuple[bool, str]] = []
+    worker = threading.Thread(target=lambda: done.append(_get(url, expected, timeout)),
+                              name="http-check", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if done:
+        return done[0]
+    return False, f"GET {url}: expected {expected}, got no answer within {timeout:g}s (timeout)"
+
+
+def _get(url: str, expected: int, timeout: float) -> tuple[bool, str]:
     import ssl
     import urllib.error
     import urllib.request

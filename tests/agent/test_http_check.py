@@ -28,6 +28,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/hang":
             self.hang.wait(20)
             return
+        if self.path == "/drip":  # a status line, then a byte at a time, never done
+            self.wfile.write(b"HTTP/1.0 200 OK\r\n")
+            while not self.hang.wait(0.1):
+                self.wfile.write(b"X")
+                self.wfile.flush()
+            return
         code = {"/healthz": 200, "/down": 503, "/moved": 302}.get(self.path, 404)
         self.send_response(code)
         if code == 302:
@@ -103,6 +109,13 @@ class TestHttpCheck:
         ok, why = run_check(HttpCheck(f"http://{server}/hang", timeout_seconds=0.3), {}, 60)
         assert not ok and why == (f"GET http://{server}/hang: expected 200, got no answer "
                                   "within 0.3s (timeout)")
+
+    def test_a_dripping_answer_is_bounded_too(self, server: str) -> None:
+        """A server that sends its headers a byte at a time (each read well within the
+        timeout) still fails the check at its timeout, as a timeout."""
+        ok, why = run_check(HttpCheck(f"http://{server}/drip", timeout_seconds=0.5), {}, 60)
+        assert not ok and why == (f"GET http://{server}/drip: expected 200, got no answer "
+                                  "within 0.5s (timeout)")
 
     def test_https_is_verified(self, tmp_path: Path) -> None:
         """An https server whose certificate no system CA signed fails the check with a TLS

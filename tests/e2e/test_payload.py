@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shlex
 import subprocess
 import tarfile
@@ -98,7 +99,9 @@ def test_payload_signed_stored_damaged_and_refused(systemd_sandbox: SystemdSandb
     # Added again, the damaged copy is replaced; installed, its payload runs as the workload.
     again = lab.cli("release", "add", str(archive))
     assert "it replaced the stored copy" in again.stdout, output(again)
-    assert added.stdout.split("(")[1].split(")")[0] in again.stdout  # the same stored digest
+    stored_digest, signed_digest = re.findall(r"sha256:[0-9a-f]{64}", added.stdout)
+    assert stored_digest != signed_digest and stored_digest in again.stdout  # the same content
+    assert lab.cli("release", "digest", str(release)).stdout.strip() == signed_digest
     lab.install("1.0.0")
     assert (lab.state_dir / "health").read_text() == "1.0.0\n"
 

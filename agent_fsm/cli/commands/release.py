@@ -150,7 +150,7 @@ def release_add(
     The copy holds regular files and directories only (a symlink, device, FIFO or socket in
     DIRECTORY is refused, exit 1), owned by root, modes 0755 (directories, executables) or 0644,
     and its digest is recorded (the digest printed: of everything stored, release.sig
-    included).
+    included; for a signed release, the digest its release.sig signs follows).
 
     An archive holds the release at its top or in a single top directory; a member that is
     absolute, has a `..` component, or is a link, device or FIFO is refused (exit 1) naming it.
@@ -184,6 +184,10 @@ def add_from(node: Node, source: str) -> Added:
         show_image(added.image)
     verb = "already stored at" if added.already and not added.replaced else "stored at"
     note = f"; it replaced the stored copy: {added.replaced}" if added.replaced else ""
+    if (added.path / "release.sig").is_file():  # the stored digest covers it, the signed not
+        from ...actions.releases import trust
+
+        note = f"; its release.sig signs {trust.digest(added.path)}{note}"
     out.print(f"release {added.version} {verb} {added.path} ({added.digest}{note})",
               markup=False)
     return added
