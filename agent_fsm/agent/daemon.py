@@ -86,7 +86,8 @@ class Daemon:
         if not argv:
             return
         node, settings = self.node, self.node.config.workload
-        who = workload_proc.account(settings.user, settings.group, f"config {node.config.source}")
+        who = workload_proc.account(settings.user, settings.group,
+                                    f"config {node.config.source or '(defaults)'}")
         release_dir = node.releases.path(version)
         payload = release_dir / "payload"
         cwd = payload if payload.is_dir() else release_dir
@@ -95,6 +96,10 @@ class Daemon:
             # Another user cannot pass the 0700 state dir: it sees the releases below the run
             # dir (the unit's BindReadOnlyPaths=), the same files read-only.
             release_dir, payload, cwd = view, view / "payload", view / cwd.relative_to(release_dir)
+        elif who.change:
+            log.warning("the agent unit running now binds no view of the releases at %s (its "
+                        "assets were written by an agent-fsm before it): %s cannot reach %s",
+                        view.parent, who.words(), release_dir)
         command = workload_command.expand(argv, release_dir=str(release_dir),
                                           payload_dir=str(payload), version=version)
         env = workload_proc.environment(who, {

@@ -157,3 +157,25 @@ class TestDaemonStartsIt:
         view = record.view(world.paths, "1.0.0", "root")
         assert view is not None and not view["running"]
         assert view["last_exit"]["code"] == 3
+
+    def test_a_missing_user_stops_the_start_and_says_so(self, tmp_path: Path,
+                                                        waker: Waker) -> None:
+        """A `[workload] user` that does not exist ends the daemon's start (exit 1) with a
+        STATUS= naming the user, and no workload runs."""
+        config = Config(name="agent", workload=WorkloadConfig(user="no-such-agent-user"))
+        world = make_world(tmp_path / "root", config)
+        release = world.add_release("1.0.0")
+        (release / "release.toml").write_text(
+            'version = "1.0.0"\nworkload = ["/bin/sleep", "30"]\n')
+        world.node.controller.fire("install", release="1.0.0")
+        sent: list[str] = []
+
+        class Recording(Notifier):
+            def send(self, *fields: str) -> bool:
+                sent.extend(fields)
+                return True
+
+        daemon = Daemon(world.node, Recording(""), waker)
+        assert daemon.run() == 1 and daemon.workload is None
+        assert any("'no-such-agent-user' does not exist" in f for f in sent if
+                   f.startswith("STATUS=failed: ")), sent

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from agent_fsm_lab import rootfs
 from agent_fsm_lab.lab import NAME, UNIT, Lab
-from agent_fsm_lab.sandbox import SystemdSandbox, python_paths
-from tests.e2e.conftest import require_sandbox
+from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
+from tests.e2e.conftest import NODES, require_sandbox
 
 pytestmark = [pytest.mark.e2e]
 if importlib.util.find_spec("pytest_timeout") is not None:
@@ -56,12 +57,18 @@ def _facts(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
-@pytest.fixture(scope="module")
-def node() -> Iterator[Lab]:
+@pytest.fixture(scope="module", params=NODES)
+def node(request: pytest.FixtureRequest) -> Iterator[Lab]:
     """The node, upgraded from 1.0.0 to 2.0.0 (judged with its checks), its workload running as
-    nobody (one sandbox for all the tests of this module)."""
-    require_sandbox()
-    sandbox = SystemdSandbox(keep=python_paths())
+    nobody: one sandbox of each node kind (systemd 252, and 257 on Debian 13) for all the tests
+    of this module."""
+    if request.param == "systemd252":
+        require_sandbox()
+        sandbox = SystemdSandbox(keep=python_paths())
+    else:
+        tree: rootfs.Node = request.getfixturevalue("debian13_node")
+        require_sandbox(*missing_requirements(tree.rootfs), what="the Debian 13 node needs")
+        sandbox = rootfs.sandbox(tree)
     try:
         sandbox.boot()
         lab = Lab(sandbox, deadline=5, soak=1, restart=3)

@@ -20,6 +20,7 @@ from agent_fsm.node.paths import Paths
 from agent_fsm.node.releases import workload as command
 from agent_fsm.node.releases.pointers import read_manifest
 from agent_fsm.node.runtime import workload as record
+from tests.cli.test_cli import run
 from tests.helpers import make_world
 
 SOURCE = Path("/etc/agent-fsm/config.toml")
@@ -54,6 +55,20 @@ class TestPlaceholders:
         manifest.write_text('version = "1.0"\nworkload = ["/bin/agent", "--home={home}"]\n')
         with pytest.raises(ReleaseError, match=r"unknown placeholder \{home\}"):
             read_manifest(manifest)
+
+    def test_release_add_says_so_in_one_line(self, tmp_path: Path) -> None:
+        """`release add` of such a release exits 1 with one line naming the placeholder, the
+        directory as the operator gave it, and how to write a literal brace; nothing stored."""
+        release = tmp_path / "rel"
+        (release / "bin").mkdir(parents=True)
+        (release / "release.toml").write_text('version = "1.0"\nworkload = ["{home}/agent"]\n')
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(f'name = "agent"\nstate_dir = "{tmp_path / "state"}"\n')
+        proc = run("--config", str(cfg), "release", "add", str(release))
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.count("\n") == 1 and str(release) in proc.stderr
+        assert "unknown placeholder {home}" in proc.stderr and "{{ or }}" in proc.stderr
+        assert not (tmp_path / "state" / "releases" / "1.0").exists()
 
     def test_release_pack_refuses_an_unknown_placeholder_before_writing(self,
                                                                        tmp_path: Path) -> None:

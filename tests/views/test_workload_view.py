@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.runtime import workload as record
+from agent_fsm.views.doctor.checks import doctor
 from tests.helpers import World, make_world
 from tests.views.test_status import cli
 
@@ -96,3 +97,32 @@ class TestMetrics:
         _write(node_world, os.getpid())
         assert _metrics(node_world, cfg) == {"agent_fsm_workload_running": 1.0,
                                              "agent_fsm_workload_restarts_total": 2.0}
+
+
+class TestDoctor:
+    def _workload_findings(self, tmp_path: Path, table: str) -> list[tuple[str, str]]:
+        cfg = tmp_path / "doctor.toml"
+        cfg.write_text('name = "agent"\n' + table)
+        world = make_world(tmp_path / "doctor-root", config_mod.load(cfg))
+        release = world.add_release("1.0.0")
+        (release / "release.toml").write_text('version = "1.0.0"\nworkload = ["/bin/myagent"]\n')
+        world.installed("1.0.0")
+        return [(f.level, f.detail) for f in doctor(world.node, check_systemd=False)
+                if f.check == "workload"]
+
+    def test_root_by_default_is_a_warning(self, tmp_path: Path) -> None:
+        """Without `[workload] user`, doctor warns that the workload runs as root."""
+        assert self._workload_findings(tmp_path, "") == [
+            ("warn", "the workload runs as root (the default)")]
+
+    def test_the_configured_user_is_named(self, tmp_path: Path) -> None:
+        """With a user, doctor names it with its ids, and warns of a writable path missing."""
+        found = self._workload_findings(
+            tmp_path, '[workload]\nuser = "nobody"\nwritable_paths = ["/nonexistent-data"]\n')
+        assert found[0] == ("ok", "the workload runs as nobody (uid 65534, gid 65534)")
+        assert found[1][0] == "warn" and "/nonexistent-data does not exist" in found[1][1]
+
+    def test_a_missing_user_fails(self, tmp_path: Path) -> None:
+        """A user that does not exist is a failure that names it."""
+        found = self._workload_findings(tmp_path, '[workload]\nuser = "no-such-agent-user"\n')
+        assert found[0][0] == "fail" and "'no-such-agent-user' does not exist" in found[0][1]

@@ -31,7 +31,9 @@ def release_pack(
     output: Annotated[Path | None, typer.Option(
         "--output", help="The release directory to create.", show_default=False)] = None,
     workload: Annotated[str | None, typer.Option(
-        "--workload", help="A command (shell words) the daemon supervises once the gate opens.",
+        "--workload", help="Your agent: a command (shell words, split here) the daemon "
+        "supervises, a candidate's from the start of its judgment; {release_dir}, {payload_dir} "
+        "and {version} are expanded when it starts, {{ and }} are literal braces.",
         show_default=False)] = None,
     payload: Annotated[Path | None, typer.Option(
         "--payload", metavar="SRC", show_default=False,
