@@ -74,7 +74,9 @@ class TestStatus:
         _write(node_world, _dead_pid())
         work = json.loads(cli(node_world, cfg, "status", "--json").stdout)["workload"]
         assert (work["running"], work["pid"]) == (False, None)
-        assert "workload     not running (runs as nobody)" in cli(node_world, cfg, "status").stdout
+        human = cli(node_world, cfg, "status").stdout
+        assert "workload     not running (runs as nobody)" in human
+        assert "its workload is not running (its log: journalctl -t agent" in human
         assert _metrics(node_world, cfg)["agent_fsm_workload_running"] == 0.0
 
     def test_writable_paths_not_yet_in_the_unit_are_named(self, node_world: World,

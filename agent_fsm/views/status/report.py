@@ -208,6 +208,11 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}, resumed "
             f"by the next agent-fsm operation or daemon start; then: {action.summary}",
             action.commands)
+    work = workload_state.view(node.paths, selected, str(node.config.workload.user or "root"))
+    if work is not None and not work["running"] and sig is None and advice is None:
+        ident = node.config.workload.identifier or node.paths.name
+        now_line += (f"; its workload is not running (its log: journalctl -t {ident}; systemd "
+                     "restarts the unit when it exits)")
     candidate = sig.to_version if sig else (doc.upgrade.to_version if doc.upgrade else None)
     # Only while the agent unit is known not to run: a running agent checked its release when
     # it started, and walking ~1,000 entries is a third of what `status --json` costs.
@@ -251,7 +256,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         outbox=outbox,
         config_fallback=None if node.config.fallback is None else node.config.fallback.to_json(),
         crash_loop=loop,
-        workload=workload_state.view(node.paths, selected, str(node.config.workload.user or "root")),
+        workload=work,
     )
 
 
