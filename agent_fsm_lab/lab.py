@@ -198,6 +198,9 @@ class Lab:
         self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": ":".join(pythonpath)}
         extra = dict(config_extra or {})
         python = str(extra.pop("python", NODE_PYTHON))
+        # `agent-fsm` on PATH, in the test's directory: the sandbox shares the host's /usr/local.
+        self.bin_link = self.dir / "bin" / "agent-fsm"
+        extra.setdefault("bin_link", str(self.bin_link))
         if faults:
             extra.setdefault("publish_command", [str(self._setup_faults())])
         health = self.state_dir / "health"

@@ -48,6 +48,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 
+HOST_LINK = Path("/usr/local/bin/agent-fsm")  # the default `bin_link`: the host's, never a test's
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_link_untouched() -> Iterator[None]:
+    """Fail the run if a test wrote the default `bin_link` on the host (a node opened without
+    --root and with the default config writes it): remove that link, and name it."""
+    before = HOST_LINK.is_symlink() or HOST_LINK.exists()
+    yield
+    if not before and HOST_LINK.is_symlink():
+        target = os.readlink(HOST_LINK)
+        HOST_LINK.unlink()
+        pytest.fail(f"a test wrote {HOST_LINK} → {target} on the host (removed): give its "
+                    "config `bin_link` below its temporary directory, or None", pytrace=False)
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     """A fresh node below a temporary root: real files, fake systemctl, publisher and clock."""

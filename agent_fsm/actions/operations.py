@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import AgentFsmError, NotItsRole
 from ..machine.definition import OnRecover, handlers
 from ..machine.vocabulary import StateName, Trigger
+from ..node.assets import bin_link
 from ..node.state import reasons
 from ..node.state.store import StateDoc
 from ..wiring import Node
@@ -34,13 +35,23 @@ def install(node: Node, version: str, *, start: bool = True) -> Done:
     doc = node.controller.fire(Trigger.install, release=version, no_start=not start)
     how = "enabled and restarted" if start else "not started (--no-start)"
     return Done(f"installed {version}: all assets written, systemd reloaded, "
-                f"{node.paths.agent_unit_name} {how}", doc.state)
+                f"{node.paths.agent_unit_name} {how}{_on_path(node)}", doc.state)
 
 
 def activate(node: Node, version: str) -> Done:
     doc = node.controller.fire(Trigger.activate, release=version)
     return Done(f"activated {version} without judgment: all assets written, "
-                f"{node.paths.agent_unit_name} restarted", doc.state)
+                f"{node.paths.agent_unit_name} restarted{_on_path(node)}", doc.state)
+
+
+def _on_path(node: Node) -> str:
+    """How `agent-fsm` on PATH stands after the assets were written (`bin_link`)."""
+    link = bin_link.look(node.paths)
+    if link.path is None:
+        return ""
+    if link.state == "ok":
+        return f"; agent-fsm on PATH: {link.words()}"
+    return f"; {link.words()}"
 
 
 def begin_upgrade(node: Node, version: str, *, force: bool = False) -> StateDoc:

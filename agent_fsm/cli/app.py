@@ -50,8 +50,22 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        print(f"agent-fsm {__version__}")
+        print(f"agent-fsm {__version__}{_release()}")
         raise typer.Exit()
+
+
+def _release() -> str:
+    """` (release V)` when this agent_fsm runs from a packed release's lib/, else empty."""
+    import tomllib
+
+    lib = Path(__file__).resolve().parents[2]
+    if lib.name != "lib":
+        return ""
+    try:
+        version = tomllib.loads((lib.parent / "release.toml").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    return f" (release {version})" if isinstance(version, str) else ""
 
 
 @app.callback()
@@ -112,5 +126,7 @@ _add_plugins()
 
 
 def main() -> None:
-    """The console script: run the app, turning expected failures into one line and a code."""
-    sys.exit(guarded(app))
+    """The console script: run the app, turning expected failures into one line and a code.
+    Named `agent-fsm` in usage lines however it was started (click would say `python -m
+    agent_fsm` for a release's launcher, which runs the package as `__main__`)."""
+    sys.exit(guarded(lambda: app(prog_name="agent-fsm")))

@@ -81,6 +81,8 @@ class Config(NamedTuple):
     publish_give_up_seconds: float = 600.0
     systemctl: tuple[str, ...] = ("systemctl",)  # the argv prefix of every systemctl call
     podman: tuple[str, ...] = ("podman",)  # the argv prefix of every podman call (release images)
+    # The link on PATH that runs the selected release's bin/agent-fsm; None: no link.
+    bin_link: Path | None = Path("/usr/local/bin/agent-fsm")
     judgment: Judgment = Judgment()
     hooks: HookConfig = HookConfig()  # [hooks]: before/after transitions
     workload: WorkloadConfig = WorkloadConfig()  # [workload]: the workload's user, environment...
@@ -102,6 +104,7 @@ _TOP_KEYS = {
     "publish_give_up_seconds": float,
     "systemctl": list,
     "podman": list,
+    "bin_link": str,
     "judgment": dict,
     "hooks": dict,
     "workload": dict,
@@ -325,6 +328,9 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
         kwargs["systemctl"] = _command(source, "systemctl", data["systemctl"])
     if "podman" in data:
         kwargs["podman"] = _command(source, "podman", data["podman"])
+    if "bin_link" in data:  # a file's path, named like the directories; "" for none
+        link = data["bin_link"]
+        kwargs["bin_link"] = None if link == "" else _path(source, "bin_link", link)
     if "judgment" in data:
         table = data["judgment"]
         if not isinstance(table, dict):
@@ -368,6 +374,7 @@ def to_table(config: Config) -> dict[str, Any]:
     }
     if config.allowed_signers is not None:
         table["allowed_signers"] = str(config.allowed_signers)
+    table["bin_link"] = "" if config.bin_link is None else str(config.bin_link)
     w = config.workload
     table["workload"] = {
         **{k: v for k, v in (("user", w.user), ("group", w.group), ("identifier", w.identifier))

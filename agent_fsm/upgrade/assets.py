@@ -3,14 +3,18 @@ them when `units.reload_systemd` follows.
 
 `hold_assets` keeps the last-good's files while an upgrade is pending, writing only missing
 ones, from the last-good's kept copy. `write_assets` writes the selected release's assets
-whatever is on disk, `converge_assets` those that differ (content or mode).
+whatever is on disk, `converge_assets` those that differ (content or mode). Both keep the
+`bin_link` too (`agent-fsm` on PATH, through `selected`), logging, never failing, when they
+cannot.
 """
 
 from __future__ import annotations
 
 import logging
 
+from ..errors import AgentFsmError
 from ..machine.engine import Step
+from ..node.assets import bin_link
 from ..node.assets import kept as kept_assets
 from ..node.assets import render as assets
 from .effectors import Effectors
@@ -38,9 +42,26 @@ def hold_assets(effectors: Effectors, step: Step) -> None:
 
 def write_assets(effectors: Effectors, step: Step) -> None:
     assets.write_all(effectors.rendered())
+    keep_link(effectors)
 
 
 def converge_assets(effectors: Effectors, step: Step) -> None:
     written = assets.converge(effectors.rendered())
     if written:
         log.info("rewrote asset(s) that differed: %s", ", ".join(str(a.path) for a in written))
+    keep_link(effectors)
+
+
+def keep_link(effectors: Effectors) -> None:
+    """Keep `agent-fsm` on PATH; a link that cannot be kept is logged, never a failure (it is
+    for people, and the units never run through it)."""
+    before = bin_link.look(effectors.paths)
+    try:
+        link = bin_link.keep(effectors.paths)
+    except (AgentFsmError, OSError) as exc:
+        log.warning("could not write the link %s: %s", before.path, exc)
+        return
+    if link.state == "foreign":
+        log.warning("%s", link.words())
+    elif before.state != link.state:
+        log.info("wrote the link %s", link.words())

@@ -31,7 +31,27 @@ class TestPack:
         (packed / "lib" / "agent_fsm" / "__init__.py").write_text('__version__ = "patched"\n')
         proc = subprocess.run([str(packed / "bin" / "agent-fsm"), "--version"], cwd=tmp_path,
                               capture_output=True, text=True, check=False)
-        assert proc.stdout.strip() == "agent-fsm patched"
+        assert proc.stdout.strip() == "agent-fsm patched (release 2.0.0)"
+
+    def test_runs_through_a_chain_of_links(self, packed: Path, tmp_path: Path) -> None:
+        """bin/agent-fsm reached through links (as `bin_link` → `selected` → the release does)
+        still finds its own lib/ and says which release it is."""
+        (tmp_path / "selected").symlink_to(packed)
+        (tmp_path / "via-selected").symlink_to(tmp_path / "selected" / "bin" / "agent-fsm")
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "agent-fsm").symlink_to("../via-selected")
+        proc = subprocess.run([str(tmp_path / "bin" / "agent-fsm"), "--version"], cwd="/",
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().endswith("(release 2.0.0)")
+
+    def test_usage_names_agent_fsm(self, packed: Path, tmp_path: Path) -> None:
+        """A release's usage lines say `agent-fsm`, not how its launcher runs Python."""
+        proc = subprocess.run([str(packed / "bin" / "agent-fsm"), "install", "--help"],
+                              cwd=tmp_path, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("Usage: agent-fsm install ")
+        assert "python -m" not in proc.stdout
 
     def test_manifest_names_version_and_workload(self, packed: Path) -> None:
         """release.toml carries the version and the workload command."""
@@ -89,7 +109,8 @@ class TestUnitsVerify:
         output on stderr (warnings there mean a typo systemd would ignore)."""
         base = tmp_path / "host"
         config = Config(name="agentx", state_dir=base / "state", lib_dir=base / "lib",
-                        unit_dir=base / "units", run_dir=Path("/run/agentx-never-written"))
+                        unit_dir=base / "units", run_dir=Path("/run/agentx-never-written"),
+                        bin_link=base / "bin" / "agent-fsm")
         node = open_node(config, None, systemd=FakeSystemd(), publisher=FakePublisher(),
                          clock=FakeClock())
         add(packed, node)

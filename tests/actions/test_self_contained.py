@@ -50,7 +50,7 @@ class TestRunsAlone:
         no venv anywhere in reach."""
         proc = _bare(release, "--version", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout == f"agent-fsm {agent_fsm.__version__}\n"
+        assert proc.stdout == f"agent-fsm {agent_fsm.__version__} (release 3.1.4)\n"
 
     def test_status_json_of_a_node_under_an_empty_environment(self, release: Path,
                                                                world: World) -> None:

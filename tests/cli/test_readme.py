@@ -1,9 +1,12 @@
 """The README's commands run as shown, and the docs name what the commands print.
 
 Every command line of the README's Commands section runs, in order, against a temporary
-`--root` and config. Two things are stood in for, as the other tests do at the process
-boundary: `systemctl` (a script on PATH that records its calls) and the agent's daemon, whose
-transitions at start (the ones `agent-fsm daemon` fires under systemd) the test fires itself.
+`--root`, with the config the section writes (its `cat > /etc/agent-fsm/config.toml` heredoc).
+Two things are stood in for, as the other tests do at the process boundary: `systemctl` (a
+script on PATH that records its calls) and the agent's daemon, whose transitions at start (the
+ones `agent-fsm daemon` fires under systemd) the test fires itself; and the agent's build that
+`--payload` names is a script. A release's own launcher (`DIR/bin/agent-fsm`, the bootstrap)
+runs as it is, with `--root` added.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
 # Commands the README may show that cannot run here: they need root and a real systemd.
 # The e2e suite runs them (`make test`, `tests/e2e/`).
 NEEDS_SYSTEMD = {"demo", "daemon"}
+# What `metrics` adds when the selected release declares a workload.
+WORKLOAD_FAMILIES = {"agent_fsm_workload_running": "gauge", "agent_fsm_workload_restarts": "counter"}
 FAKE_SYSTEMCTL = """#!/bin/sh
 echo "$@" >> "${0}.calls"
 """
@@ -52,13 +57,39 @@ def blocks(text: str, lang: str) -> list[str]:
     return re.findall(rf"^```{lang}\n(.*?)^```", text, re.M | re.S)
 
 
+def is_agent_fsm(word: str) -> bool:
+    """`agent-fsm` on PATH, or a release's own launcher (`DIR/bin/agent-fsm`)."""
+    return word == "agent-fsm" or word.endswith("/bin/agent-fsm")
+
+
 def command_lines() -> list[str]:
     """The agent-fsm command lines of the Commands section's shell blocks, in order."""
     lines = []
     for block in blocks(section("Commands"), "sh"):
         lines += [line.strip() for line in block.splitlines()
-                  if line.strip().startswith("agent-fsm ")]
+                  if line.strip() and is_agent_fsm(line.split()[0])]
     return lines
+
+
+def command_of(line: str) -> str:
+    """The command a line runs, past the global options."""
+    words = shlex.split(line, comments=True)[1:]
+    while words and words[0] in ("--config", "--root"):
+        words = words[2:]
+    return words[0]
+
+
+def written_config() -> str:
+    """The config the Commands section writes (its heredoc to /etc/agent-fsm/config.toml)."""
+    found = re.search(r"^cat > /etc/agent-fsm/config\.toml <<'EOF'\n(.*?)^EOF$",
+                      section("Commands"), re.M | re.S)
+    assert found, "the README's first install writes no /etc/agent-fsm/config.toml"
+    return found.group(1)
+
+
+def payloads() -> list[str]:
+    """The directories the section's `--payload` options name."""
+    return re.findall(r"--payload (\S+)", section("Commands"))
 
 
 class Host:
@@ -70,8 +101,14 @@ class Host:
         # The host below the root has its python (release add asks it what it can load).
         (self.root / "usr" / "bin").mkdir(parents=True)
         (self.root / "usr" / "bin" / "python3").symlink_to("/usr/bin/python3")
-        self.config = tmp / "config.toml"
-        self.config.write_text("[judgment]\ndeadline_seconds = 60\nsoak_seconds = 0\n")
+        self.config = Path(self.place("/etc/agent-fsm/config.toml"))
+        self.config.parent.mkdir(parents=True)
+        self.config.write_text(written_config())
+        for build in payloads():  # the agent's build: a script that would serve /healthz
+            agent = tmp / build / "myagent"
+            agent.parent.mkdir(parents=True, exist_ok=True)
+            agent.write_text("#!/bin/sh\nexec sleep infinity\n")
+            agent.chmod(0o755)
         self.bin = tmp / "bin"
         self.bin.mkdir()
         (self.bin / "systemctl").write_text(FAKE_SYSTEMCTL)
@@ -94,9 +131,10 @@ class Host:
 
     def argv(self, line: str) -> list[str]:
         words = shlex.split(line, comments=True)
-        assert words[0] == "agent-fsm"
-        return [sys.executable, "-m", "agent_fsm", "--root", str(self.root),
-                *(self.place(w) for w in words[1:])]
+        assert is_agent_fsm(words[0])
+        head = [sys.executable, "-m", "agent_fsm"] if words[0] == "agent-fsm" else [
+            self.place(words[0])]
+        return [*head, "--root", str(self.root), *(self.place(w) for w in words[1:])]
 
     def wait_for(self, what: str, predicate: object, timeout: float = 30) -> None:
         end = time.monotonic() + timeout
@@ -122,7 +160,7 @@ class Host:
 
 def run_line(host: Host, line: str) -> subprocess.CompletedProcess[str]:
     words = shlex.split(line, comments=True)
-    command = words[1]
+    command = command_of(line)
     proc = subprocess.Popen(host.argv(line), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=host.env, cwd=host.tmp)
     if command == "upgrade":
@@ -162,7 +200,7 @@ def readme_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     host = Host(tmp_path_factory.mktemp("readme"))
     results = []
     for line in command_lines():
-        if shlex.split(line, comments=True)[1] in NEEDS_SYSTEMD:
+        if command_of(line) in NEEDS_SYSTEMD:
             continue
         results.append((line, run_line(host, line)))
     yield host, results
@@ -175,7 +213,7 @@ class TestQuickStart:
         assert len(lines) >= 10
         known = {" ".join(p) for p in command_paths()}
         for line in lines:
-            command = shlex.split(line, comments=True)[1]
+            command = command_of(line)
             assert command in known, f"README shows an unknown command: {line}"
 
     def test_every_line_exits_as_documented(self, readme_run: tuple[Host, list[
@@ -202,8 +240,14 @@ class TestQuickStart:
         assert node.store.read().state == "converged"
         assert node.effectors.releases.selected() == node.effectors.releases.last_good() == "2.0.0"
         assert "daemon-reload" in host.systemctl_calls
+        bootstrap = next(v for k, v in out.items() if "install --from" in k)
+        assert "release 1.0.0 stored at" in " ".join(bootstrap.split())
+        link = host.root / "usr" / "local" / "bin" / "agent-fsm"  # the default bin_link
+        assert os.readlink(link) == f"{node.config.state_dir}/selected/bin/agent-fsm"
+        assert node.effectors.releases.manifest("2.0.0").workload[0] == "{payload_dir}/myagent"
         metrics = next(host.tmp.glob("host/**/*.prom"))
-        assert types(metrics.read_text()) == FAMILIES
+        # The README's releases declare a workload: its two families come too.
+        assert types(metrics.read_text()) == {**FAMILIES, **WORKLOAD_FAMILIES}
         history = next(v for k, v in out.items() if k.startswith("agent-fsm history"))
         assert "begin_upgrade" in history and "install" not in history
         status = next(v for k, v in out.items() if k.strip() == "agent-fsm status"
@@ -253,7 +297,7 @@ class TestDocsMatchTheCommands:
         """docs/operations.md names every history --json key and every metric family."""
         for key in ENTRY_KEYS:
             assert f"`{key}`" in OPERATIONS, key
-        for family, kind in FAMILIES.items():
+        for family, kind in {**FAMILIES, **WORKLOAD_FAMILIES}.items():
             name = family + ("_total" if kind == "counter" else "")
             assert f"`{name}`" in OPERATIONS, name
 

@@ -109,7 +109,8 @@ class TestRenderedForTheHostsSystemd:
         def stderr_of_verify(version: int) -> str:
             base = tmp_path / str(version)
             config = Config(name="agentx", state_dir=base / "state", lib_dir=base / "lib",
-                            unit_dir=base / "units", run_dir=Path("/run/agentx-never-written"))
+                            unit_dir=base / "units", run_dir=Path("/run/agentx-never-written"),
+                            bin_link=None)
             systemd = FakeSystemd(systemd_version=version)
             world = World(base, open_node(config, None, systemd=systemd,
                                           publisher=FakePublisher(), clock=FakeClock()),

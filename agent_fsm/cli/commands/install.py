@@ -1,4 +1,5 @@
-"""`agent-fsm install`: select and trust a release, write all assets, reload, enable, start."""
+"""`agent-fsm install`: select and trust a release, write all assets, reload, enable, start;
+with --from, store the release first (`release add`), in the same command."""
 
 from __future__ import annotations
 
@@ -12,13 +13,43 @@ from ..render import out
 
 def install(
     ctx: typer.Context,
-    version: Annotated[str, typer.Option("--version", help="A stored release to install.")],
+    version: Annotated[str | None, typer.Option(
+        "--version", help="A stored release to install; with --from, the version it must be "
+        "(default: its own).", show_default=False)] = None,
+    source: Annotated[str | None, typer.Option(
+        "--from", metavar="DIR|FILE.tar.gz|IMAGE", show_default=False,
+        help="Store this release first, as `release add` does (a release directory, an archive "
+             "of one, or an image), then install it.")] = None,
     no_start: Annotated[bool, typer.Option("--no-start", help="Write and reload only.")] = False,
 ) -> None:
-    """Install a release: select and trust it, write all assets, reload, enable and start.
+    """Install a release: select and trust it, write all assets, reload, enable and start, and
+    keep the config's `bin_link` (default /usr/local/bin/agent-fsm) running the selected
+    release's bin/agent-fsm.
 
-    Example: agent-fsm install --version 1.0.0
+    With --from, the release is stored first exactly as `release add` stores it (normalized,
+    its digest checked and recorded, its signature checked under `allowed_signers`; a version
+    stored with other content is refused, exit 3); --version, if given, must be its version
+    (else exit 1, nothing installed). The bootstrap of an empty node is the release's own
+    launcher: `DIR/bin/agent-fsm install --from DIR` (docs/your-agent.md).
+
+    Example: agent-fsm install --version 1.0.0, or agent-fsm install --from ./agent-fsm-1.0.0
     """
     from ...actions.operations import install as do_install
+    from ...errors import ReleaseError
 
-    out.print(do_install(options.of(ctx).node(), version, start=not no_start).message, markup=False)
+    if source is None and version is None:
+        raise typer.BadParameter("give --version V (a stored release) or --from DIR|IMAGE",
+                                 param_hint="--version")
+    node = options.of(ctx).node()
+    if source is not None:
+        from .release import add_from
+
+        added = add_from(node, source)
+        if version is not None and version != added.version:
+            raise ReleaseError(
+                f"{source} is release {added.version}, not --version {version}: nothing was "
+                f"installed (it is stored; `agent-fsm release list` shows it); give "
+                f"--version {added.version} or leave --version out")
+        version = added.version
+    assert version is not None
+    out.print(do_install(node, version, start=not no_start).message, markup=False)

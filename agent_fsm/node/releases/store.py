@@ -251,6 +251,7 @@ def staged(directory: Path, releases_dir: Path,
     another add removes it. Raises BadTree for an entry the store refuses."""
     import shutil  # here: the daemon checks releases, never stores one (shutil brings bz2, lzma)
 
+    files.ensure_private_dir(releases_dir.parent)  # the state dir: 0700 from the first add
     files.ensure_dir(releases_dir)
     holder = releases_dir / f".adding.{os.urandom(6).hex()}"
     staging = holder / "release"

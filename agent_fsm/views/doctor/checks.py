@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ...errors import AgentFsmError, ReleaseError
 from ...machine.vocabulary import StateName
+from ...node.assets import bin_link
 from ...node.records import hook_failures
 from ...node.releases.pointers import read_manifest
 from ...node.state import validate
@@ -170,6 +171,16 @@ def _consistency(node: Node) -> list[Finding]:
         else:
             out.append(Finding("assets", "ok", "the selected release's assets are on disk"))
     return out
+
+
+def _bin_link(node: Node) -> list[Finding]:
+    """`agent-fsm` on PATH (the config's `bin_link`): agent-fsm's link to the selected release's
+    launcher, missing, pointing elsewhere, or something else in its place."""
+    link = bin_link.look(node.paths)
+    if link.state == "missing" and node.releases.selected() is None:
+        return []  # nothing installed yet: `install` writes it
+    level: Level = "ok" if link.state in ("ok", "none") else "warn"
+    return [Finding("link on PATH", level, link.detail(), link.fix())]
 
 
 def _releases(node: Node) -> list[Finding]:
@@ -352,6 +363,7 @@ def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -
     findings += _root_config(node)
     findings += _directories(node)
     findings += _consistency(node)
+    findings += _bin_link(node)
     findings += _releases(node)
     findings += _skipped(node)
     findings += _hooks(node)
