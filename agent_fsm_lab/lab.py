@@ -212,7 +212,8 @@ class Lab:
             'unit_dir = "/etc/systemd/system"\n'
             f'run_dir = "/run/{NAME}"\n'
             f'python = "{python}"\n'
-            + "".join(f"{key} = {json.dumps(value)}\n" for key, value in extra.items())
+            + "".join(f"{key} = {json.dumps(value)}\n" for key, value in extra.items()
+                      if value is not None)  # None: the key left out (an older reader's config)
             + "[judgment]\n"
             f"deadline_seconds = {deadline}\n"
             f"soak_seconds = {soak}\n"

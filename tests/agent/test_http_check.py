@@ -136,10 +136,41 @@ class TestHttpCheck:
     def test_a_503_fails_the_judgment_with_what_came(self, server: str) -> None:
         """A candidate answering 503 on its health URL is judged failed at the deadline, the
         reason naming the URL, the 200 expected and the 503 that came."""
-        j = Judgment(deadline_seconds=1, soak_seconds=0, max_attempts=2,
+        j = Judgment(deadline_seconds=3.1, soak_seconds=0, max_attempts=2,
                      checks=(HttpCheck(f"http://{server}/down", timeout_seconds=2),))
         verdict = judge(j, attempt=1, clock=FakeClock(),
                         check=lambda spec, timeout: run_check(spec, {}, timeout))
         assert not verdict.ok and verdict.reason_class == "check_failed"
         assert verdict.reason == (f"checks still failing at the deadline: GET http://{server}"
                                   "/down: expected 200, got 503: down for maintenance")
+
+
+class TestReasonAtTheDeadline:
+    def test_a_check_cut_short_by_the_deadline_keeps_the_answer_before(self) -> None:
+        """When the last GET before the deadline had only milliseconds and timed out, the
+        verdict says what the server answered before (503), not "no answer within 0.01s"."""
+        from agent_fsm.agent import judge as judging
+        from agent_fsm.node.check_config import HttpCheck
+        from agent_fsm.node.config import Judgment
+
+        spec = HttpCheck("http://127.0.0.1:9/healthz", 200, 5.0)
+        now = [0.0]
+
+        class Clock:
+            def monotonic(self) -> float:
+                return now[0]
+
+            def sleep(self, seconds: float) -> None:
+                now[0] += seconds
+
+        def check(_spec: object, left: float) -> tuple[bool, str]:
+            if left < 0.5:  # the deadline near: the GET gets no answer in the time left
+                now[0] += left
+                return False, f"GET {spec.url}: expected 200, got no answer within {left:g}s (timeout)"
+            now[0] += 0.3
+            return False, f"GET {spec.url}: expected 200, got 503: down for maintenance"
+
+        verdict = judging.judge(Judgment(deadline_seconds=3.1, soak_seconds=0, checks=(spec,)),
+                                attempt=1, clock=Clock(), check=check)
+        assert not verdict.ok
+        assert verdict.reason.endswith("got 503: down for maintenance"), verdict.reason

@@ -157,8 +157,8 @@ def test_workload_output_carries_its_own_journal_identifier(node: Lab) -> None:
 
 def test_status_shows_the_workload_and_never_a_dead_one_running(node: Lab) -> None:
     """`status --json` shows the workload running with its pid; after `kill -9` of that pid no
-    status says it runs until a new one has started and no StatusText says the killed one runs, and the new one is
-    counted as a restart."""
+    status says it runs until a new one has started and no StatusText says the killed one
+    runs, and the new one is counted as a restart."""
     work = node.status()["workload"]
     assert work["running"] is True and work["user"] == "nobody", work
     old = work["pid"]
