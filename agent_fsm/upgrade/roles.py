@@ -49,6 +49,11 @@ class Process:
     def _candidate(self, doc: StateDoc) -> str | None:
         if doc.upgrade is not None:
             return doc.upgrade.to_version
+        # An owed transition that already cleared the signal (`complete`, killed after
+        # clear_signal) still names its upgrade: its candidate is the one to finish it.
+        owed = doc.pending.args.get("upgrade") if doc.pending is not None else None
+        if isinstance(owed, dict) and owed.get("to"):
+            return str(owed["to"])
         try:
             sig = self.effectors.signal()
         except SignalError:  # the way back must not need it

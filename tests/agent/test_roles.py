@@ -111,6 +111,25 @@ class TestTheCandidateNeverRunsTheWayBack:
         assert ("restart", "agent.service") in world.systemd.calls
 
 
+    def test_candidate_finishes_its_complete_killed_after_the_signal_was_cleared(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """The candidate's daemon killed inside `complete` after it cleared the signal (and the
+        upgrade with it): its next start is still the candidate's and finishes `complete`, so
+        the node converges on it instead of handing over for ever (found by the model check)."""
+        world = _world(tmp_path)
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        world.node.controller.fire("judge_ok")
+        world.node.controller.failpoint = crash_at("complete", 3)  # after clear_signal
+        with pytest.raises(Crash):
+            world.node.controller.fire("complete")
+        assert world.node.signal() is None
+        assert Daemon(_as(world, Command.daemon, "2.0.0"), Notifier(""), waker).startup()
+        assert world.node.store.read().state == "converged"
+        assert world.node.releases.last_good() == "2.0.0"
+        assert world.node.gate.is_open()
+
+
 class TestAStartIsTheRestartItOwed:
     def test_upgrade_killed_before_its_restart_is_judged_once(
             self, tmp_path: Path, waker: Waker) -> None:
