@@ -111,16 +111,18 @@ class TestTheCandidateNeverRunsTheWayBack:
         assert ("restart", "agent.service") in world.systemd.calls
 
 
-    def test_candidate_finishes_its_complete_killed_after_the_signal_was_cleared(
-            self, tmp_path: Path, waker: Waker) -> None:
+    @pytest.mark.parametrize("k", [3, 6], ids=["after-clear-signal", "after-promote"])
+    def test_candidate_finishes_its_complete_killed_late(
+            self, tmp_path: Path, waker: Waker, k: int) -> None:
         """The candidate's daemon killed inside `complete` after it cleared the signal (and the
-        upgrade with it): its next start is still the candidate's and finishes `complete`, so
-        the node converges on it instead of handing over for ever (found by the model check)."""
+        upgrade with it), or after it promoted itself to last-good: its next start still
+        finishes `complete`, so the node converges on it instead of handing over to a recovery
+        that has nothing to do, for ever (found by the model check)."""
         world = _world(tmp_path)
         world.installed("1.0.0")
         world.upgrading("2.0.0")
         world.node.controller.fire("judge_ok")
-        world.node.controller.failpoint = crash_at("complete", 3)  # after clear_signal
+        world.node.controller.failpoint = crash_at("complete", k)
         with pytest.raises(Crash):
             world.node.controller.fire("complete")
         assert world.node.signal() is None
