@@ -11,9 +11,10 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
   the last-good's code (checked on each step: `step_violations`);
 - `state-file-reads`: the state file always reads, by this agent-fsm and by the previous
   release's reader (the latter for every distinct state file at the end: `earlier_reader`);
-- `known-bad-has-cause`: a known-bad mark only for a version judged failed, whose start failed
-  or crashed (the agent unit failed while it was selected, or its starts were used up), or
-  rolled back by an operator's `recover`: never for a stop, a refused command or a bystander;
+- `known-bad-has-cause`: a known-bad mark only for a version that met a fault while it was
+  selected (its checks failed, it crashed or hung, a kill, a full disk, ...; never a stop or a
+  reboot, which are no verdict), whose starts were used up, or that an operator's `recover`
+  rolled back;
 - `judged-before-trusted`: the last-good is a version judged ok here, or installed or
   activated by an operator;
 - and, over the whole graph, `way-back-is-live` (bounded liveness, `search.liveness`).

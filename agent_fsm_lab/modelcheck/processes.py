@@ -17,8 +17,9 @@ host's checks and the candidate's workload, the clocks, and at most one fault pe
 - `systemctl VERB`: every `systemctl VERB` this process runs fails;
 - `lock`: another command holds the writers' lock for longer than this process waits;
 - `publisher dead` / `publisher once`: the publish command fails every time / the first time;
-- `candidate checks|crash|hang`: the candidate's checks fail, its workload dies, or its start
-  hangs until systemd's start timeout stops it.
+- `candidate checks|crash|hang|stop`: the candidate's checks fail, its workload dies, its start
+  hangs until systemd's start timeout stops it, or the host reboots during its judgment (a
+  clean stop: no verdict).
 
 A step's files are taken as durable when it starts (time passed since the last one).
 """
@@ -259,7 +260,9 @@ def run(host: Host, tree: Tree, units: Units, clock_t: float, process: Process,
 def _ended_badly(host: Host, ran: Ran, sd: ModelSystemd, process: Process) -> None:
     """What systemd does when the step's process failed (exit 1, killed, timed out)."""
     units = ran.units.apply(sd.calls, host.agent_unit, host.recovery_unit, _unit_file(host))
-    if process.kind in ("start", "daemon"):
+    if process.kind in ("start", "daemon") and units.agent.startswith("stopping:"):
+        units = units.start_agent()  # the restart job goes on: a stop, not a failure
+    elif process.kind in ("start", "daemon"):
         ran.unit_failed = not sd.stop
         units = units if sd.stop else units.agent_failed()
     elif process.kind == "recovery":
@@ -332,17 +335,22 @@ def _daemon(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePubli
     mine = FakeClock(t=clock.t)  # the process's own clocks: sleeps end at once
     waker = ModelWaker(mine)
     sd.own_unit, sd.waker = host.agent_unit, waker
+    stopping = ran.units.agent.startswith("stopping:")
+    waker.stop = stopping  # SIGTERM already came: the handler set the flag
     d = daemon_mod.Daemon(node, Notifier(""), waker)
     d.clock = mine  # type: ignore[assignment]
-    role = node.controller.process.role(node.store.read()) if node.controller.process else None
-    ran.who = f"daemon of {release} ({(role or 'no role').replace('_', '-')})"
+    try:  # its role as it starts, for the timeline
+        role = node.controller.process.role(node.store.read()) if node.controller.process else None
+        ran.who = f"daemon of {release} ({(role or 'no role').replace('_', '-')})"
+    except AgentFsmError:
+        ran.who = f"daemon of {release} (its state file does not read)"
     behaviour = str(fault.at) if fault is not None and fault.kind == "candidate" else "ok"
 
     def check(_argv: Any, _env: Any, _timeout: float) -> tuple[bool, str]:
         r.judged = True
-        if behaviour == "hang":
-            waker.stop = True  # TimeoutStartSec= passed: systemd stops the start
-            return False, "hung until the start timeout"
+        if behaviour in ("hang", "stop"):
+            waker.stop = True  # TimeoutStartSec= passed, or a reboot: systemd stops the start
+            return False, "stopped while the check ran"
         return (behaviour != "checks", "model check: " + ("passed" if behaviour != "checks"
                                                           else "failed"))
 
@@ -365,9 +373,15 @@ def _daemon(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePubli
             ok = False
             ran.end = _failed(exc)
     units = _ended(host, ran, sd)
-    if waker_stop:  # its unit was restarted: stopped, not failed
+    if stopping:  # the restart that stopped it starts the unit again
+        ran.units = units.start_agent() if units.agent.startswith("stopping:") else units
+        ran.end = (ran.end or "exit") + "; stopped by the restart queued while it started"
+    elif waker_stop:  # its unit was restarted: stopped, not failed
         ran.units = units
         ran.end = ran.end or "stopped by the restart of its unit"
+    elif behaviour == "stop" and r.judged:
+        ran.units = units.boot()  # a reboot during the judgment: a clean stop, then the boot
+        ran.end = (ran.end or "exit 0") + "; the host reboots"
     elif behaviour == "hang" and r.judged:
         ran.died = True
         ran.units = units

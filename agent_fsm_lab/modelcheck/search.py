@@ -61,6 +61,8 @@ class Bound:
 BOUNDS = {
     "small": Bound("small", faults=1, operator=1, depth=14),
     "deep": Bound("deep", faults=2, operator=2, depth=22),
+    # each variant of the definition (`--mutants`): the small bound on one systemd
+    "mutant": Bound("mutant", faults=1, operator=1, depth=14, systemds=(257,)),
 }
 
 
@@ -120,6 +122,7 @@ class Result:
     fired: set[str] = field(default_factory=set)
     frontier: int = 0  # configurations at the depth bound (their faulty successors unexplored)
     parked: int = 0  # an operator's command died mid-way, nothing runs: waits for an operator
+    behaviour: frozenset[object] = frozenset()  # what every configuration showed (mutants)
 
     def figures(self) -> str:
         return (f"{self.bound}\nstates explored {self.states}, transitions {self.transitions} "
@@ -202,6 +205,7 @@ class Checker:
                     self.progress(f"{len(self.states)} states, queue {len(queue)}")
             self.liveness()
         self.result.states = len(self.states)
+        self.result.behaviour = frozenset((s.seen, s.model.units.key()) for s in self.states.values())
         self.result.seconds = time.monotonic() - began
         return self.result
 
@@ -242,7 +246,7 @@ class Checker:
         u = state.model.units
         if u.agent == "activating":
             yield Process("start"), True
-        if u.agent.startswith("exec:"):
+        if u.agent.startswith(("exec:", "stopping:")):
             yield Process("daemon"), True
         if u.recovery == "activating":
             yield Process("recovery"), True
@@ -281,7 +285,7 @@ class Checker:
             yield Fault("publisher", "dead")
             yield Fault("publisher", "once")
         if "candidate" in kinds and ran.judged:
-            for how in ("checks", "crash", "hang"):
+            for how in ("checks", "crash", "hang", "stop"):
                 yield Fault("candidate", how)
 
     def _step(self, state: State, process: Process, fault: Fault | None,
@@ -309,17 +313,19 @@ class Checker:
                 words += " (skipped: " + "; ".join(f"{s['effect']}: {s['error']}"
                                                    for s in entry["skipped"]) + ")"
             fired.append(words)
-            if trigger == Trigger.judge_failed and to:
-                evidence.add(str(to))
-            if trigger == Trigger.judge_ok and to:
-                trusted.add(str(to))
+            if trigger == Trigger.judge_ok and to and ran.judged and (
+                    fault is None or fault.kind != "candidate"):
+                trusted.add(str(to))  # its checks ran in this process, and passed
             if trigger in (Trigger.install, Trigger.activate) and entry.get("release"):
                 trusted.add(str(entry["release"]))
             if trigger == Trigger.recover and process.kind == "recover" and to:
                 evidence.add(str(to))  # an operator's verdict
-        if sig is not None and ((ran.code == sig[1] and ran.died) or ran.refused
-                                or (ran.unit_failed and state.seen.selected == sig[1])):
-            evidence.add(sig[1])  # the candidate's start failed, crashed or was used up
+        # A cause for the candidate's mark: a fault while it was selected (but a stop, which is
+        # no verdict), its starts used up, or an operator's rollback (above).
+        stop = fault is not None and fault.kind == "candidate" and fault.at == "stop"
+        if sig is not None and (ran.refused or (fault is not None and fault.kind != "clock"
+                                                and not stop and state.seen.selected == sig[1])):
+            evidence.add(sig[1])
         if process.kind in ("install", "activate") and process.version:
             trusted.add(process.version)  # the operator's own hand
         model = Config_(ran.units, m.clock, m.faults - (fault is not None),

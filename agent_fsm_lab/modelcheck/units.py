@@ -5,7 +5,9 @@ What the model keeps of each unit is what the upgrade's rules depend on:
 
 - the agent unit is `inactive`, `activating` (a start is queued: a restart job, an automatic
   restart, a boot), `exec:R` (its `ExecStartPre=` let the start go on and `ExecStart=` resolved
-  the `selected` link to release R: that process runs R's code), `active:R` or `failed`;
+  the `selected` link to release R: that process runs R's code), `stopping:R` (that process was
+  sent SIGTERM by a restart of the unit while starting, and runs on until it notices; the
+  restart's start follows), `active:R` or `failed`;
 - the recovery unit is `inactive` or `activating` (a oneshot: started, or restarted after a
   failed `recover`, with `Restart=on-failure` and no start limit);
 - the agent unit's start count against its start limit (read from the unit file on disk at
@@ -41,7 +43,7 @@ class Units:
     @property
     def running(self) -> str | None:
         """The release whose daemon runs in the agent unit (exec'd or active), if any."""
-        for prefix in ("exec:", "active:"):
+        for prefix in ("exec:", "stopping:", "active:"):
             if self.agent.startswith(prefix):
                 return self.agent[len(prefix):]
         return None
@@ -83,7 +85,10 @@ class Units:
         """What systemd does with the calls a process made (in order)."""
         u = self
         for verb, unit in calls:
-            if unit == agent_unit and (verb == "restart" or (verb == "start" and u.running is None)):
+            if unit == agent_unit and verb == "restart" and u.agent.startswith("exec:"):
+                # its process is starting: SIGTERM comes, but it runs on until it sees it
+                u = replace(u, agent="stopping:" + u.agent[len("exec:"):])
+            elif unit == agent_unit and (verb == "restart" or (verb == "start" and u.running is None)):
                 u = u.start_agent()
             elif verb == "start" and unit == recovery_unit:
                 u = u.start_recovery()
