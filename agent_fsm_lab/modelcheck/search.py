@@ -51,6 +51,7 @@ class Bound:
     operator_commands: tuple[str, ...] = ("upgrade", "recover", "install", "activate")
     power_at_every_op: bool = False  # power loss at every file operation, not kill points
     max_attempts: int = 2
+    earlier_reader: bool = True  # the state files read by the previous release too
 
     def __str__(self) -> str:
         return (f"bound {self.name}: ≤{self.faults} fault(s) of {len(self.kinds)} kinds, "
@@ -60,9 +61,12 @@ class Bound:
 
 BOUNDS = {
     "small": Bound("small", faults=1, operator=1, depth=14),
-    "deep": Bound("deep", faults=2, operator=2, depth=22),
+    # two faults on one path: after the operator's upgrade or recover
+    "deep": Bound("deep", faults=2, operator=1, depth=22,
+                  operator_commands=("upgrade", "recover")),
     # each variant of the definition (`--mutants`): the small bound on one systemd
-    "mutant": Bound("mutant", faults=1, operator=1, depth=14, systemds=(257,)),
+    "mutant": Bound("mutant", faults=1, operator=1, depth=14, systemds=(257,),
+                    earlier_reader=False),
 }
 
 
@@ -123,12 +127,14 @@ class Result:
     frontier: int = 0  # configurations at the depth bound (their faulty successors unexplored)
     parked: int = 0  # an operator's command died mid-way, nothing runs: waits for an operator
     behaviour: frozenset[object] = frozenset()  # what every configuration showed (mutants)
+    earlier: str = "not asked"  # what the previous release's reader was given
 
     def figures(self) -> str:
         return (f"{self.bound}\nstates explored {self.states}, transitions {self.transitions} "
                 f"({self.faults} with a fault), depth reached {self.depth}, liveness K = "
                 f"{self.k} ({self.parked} wait for an operator whose command died), "
-                f"{self.seconds:.1f} s; triggers fired: {', '.join(sorted(self.fired))}")
+                f"{self.seconds:.1f} s; previous release's reader: {self.earlier}; "
+                f"triggers fired: {', '.join(sorted(self.fired))}")
 
 
 def _host(root: Path, bound: Bound) -> tuple[Host, Config]:
@@ -193,6 +199,7 @@ class Checker:
                 state = self._state(tree, model, 0, None, None)
                 if state is not None:
                     queue.append(state.key)
+            shown = -1
             while queue:
                 key = queue.popleft()
                 state = self.states[key]
@@ -201,9 +208,14 @@ class Checker:
                     continue
                 for child in self._expand(state, calm_only=False):
                     queue.append(child)
-                if self.progress and len(self.states) % 500 == 0:
-                    self.progress(f"{len(self.states)} states, queue {len(queue)}")
+                if self.progress and state.depth > shown:
+                    shown = state.depth
+                    self.progress(f"depth {shown}: {len(self.states)} states, queue {len(queue)}, "
+                                  f"{time.monotonic() - began:.0f} s")
             self.liveness()
+            if self.bound.earlier_reader:
+                self._earlier_reads(probe.paths.state_file.relative_to(root),
+                                    probe.paths.signal_file.relative_to(root))
         self.result.states = len(self.states)
         self.result.behaviour = frozenset((s.seen, s.model.units.key()) for s in self.states.values())
         self.result.seconds = time.monotonic() - began
@@ -432,6 +444,25 @@ class Checker:
                             f"node never reaches converged with the gate open ({why})", start,
                             None, walk)
         self.result.k = worst
+
+    def _earlier_reads(self, state_rel: Path, signal_rel: Path) -> None:
+        """`state-file-reads` by the previous release's reader, for every distinct state file
+        (with its signal) reached."""
+        from . import earlier
+
+        first: dict[tuple[bytes, bytes | None], State] = {}
+        for s in self.states.values():
+            data = s.tree.file(str(state_rel))
+            if data is not None:
+                first.setdefault((data, s.tree.file(str(signal_rel))), s)
+        pairs = list(first)
+        why, errors = earlier.unreadable(pairs, str(state_rel), str(signal_rel))
+        commit = (earlier.earlier_commit() or "?")[:12]
+        self.result.earlier = why or f"{len(pairs)} distinct state files read by {commit}"
+        for d, error in sorted(errors.items()):
+            state = first[pairs[int(Path(d).name[1:])]]
+            self._violation("state-file-reads", f"the previous release's reader: {error}",
+                            state, None, None)
 
     # Traces -----------------------------------------------------------------------------------
     def trace(self, state: State) -> list[tuple[Edge | None, str]]:
