@@ -96,8 +96,8 @@ mutants: $(STAMP)
 	$(PY) tools/mutants.py --rev HEAD --jobs 2 --output mutants-results.json $(MUTANTS_ARGS)
 
 # The model check at its deep bound (docs/reliability.md, "The model check"): every interleaving
-# of one node's processes, systemd's units and up to two faults, on the real code; minutes. Its
-# small bound runs in `make test` (tests/reliability/test_modelcheck.py, ~20 s).
+# of one node's processes, systemd's units and up to two faults, on the real code; 3-7 minutes.
+# Its small bound runs in `make test` (tests/reliability/test_modelcheck.py, ~20 s alone).
 modelcheck: $(STAMP)
 	$(PY) -m agent_fsm_lab.modelcheck --bound deep
 
