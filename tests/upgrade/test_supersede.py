@@ -9,6 +9,7 @@ from agent_fsm.actions.operations import recover
 from agent_fsm.errors import AssetError, DefinitionError
 from agent_fsm.machine.definition import default_text
 from agent_fsm.machine.engine import env_failpoint
+from agent_fsm.node.records import known_bad
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.upgrade.registry import load_definition
 from tests.helpers import Crash, World, crash_at
@@ -62,6 +63,35 @@ class TestSupersede:
         assert doc.state == "recovering"
         assert ("start", "agent-recovery.service") not in world.systemd.calls
         assert [r.outcome for r in world.publisher.recorded] == ["rolled_back"]
+
+    @pytest.mark.parametrize("cut", range(6))  # after the write-ahead, before each effect
+    def test_recover_abandons_an_upgrade_cut_before_its_candidate_started(
+            self, world: World, cut: int) -> None:
+        """An `upgrade` cut by a power loss after its write-ahead is abandoned by `recover`, not
+        finished then rolled back: the last-good selected, no signal, 2.0.0 not known bad, and
+        the last-good's start opens the gate."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("begin_upgrade", cut)
+        with pytest.raises(Crash):
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world = world.reopen()
+        done = recover(world.node)
+        doc = world.node.store.read()
+        assert (done.state, doc.pending, doc.upgrade) == ("converged", None, None)
+        assert "abandoned before its candidate started" in done.message
+        assert world.node.releases.selected() == "1.0.0" == world.node.releases.last_good()
+        assert world.node.signal() is None
+        assert known_bad.read(world.paths.known_bad_file).marks == {}
+        assert world.publisher.recorded == []
+        history = world.node.store.history(doc)
+        assert [(e["trigger"], e.get("superseded_by")) for e in history[-2:]] == [
+            ("begin_upgrade", "abandon_upgrade"), ("abandon_upgrade", None)]
+        assert ("restart", "agent.service") in world.systemd.calls
+        assert world.assets_on_disk() == world.rendered("1.0.0")
+        world.node.controller.fire("settle")  # the last-good's start
+        assert world.node.gate.is_open()
+        assert world.node.store.read().state == "converged"
 
     def test_other_owed_transitions_are_resumed_not_superseded(self, world: World) -> None:
         """What `recover` does not declare it supersedes (an interrupted install) is finished
