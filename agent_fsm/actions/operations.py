@@ -89,10 +89,12 @@ def recover(node: Node) -> Done:
     Raises when the rollback is not done (the recovery unit then tries again)."""
     node.store.lock_timeout = max(node.store.lock_timeout, WAY_BACK_LOCK_WAIT)
     doc = node.store.read()
-    if doc.pending is not None and doc.pending.trigger == Trigger.begin_upgrade \
-            and node.controller.supersedes(Trigger.abandon_upgrade, doc) \
-            and node.releases.last_good() is not None:
-        return _abandon(node, doc)
+    if (abandoned := node.abandon_cut_upgrade(doc, restart=True)) is not None:
+        # An upgrade cut before its candidate started: never finish it (the way back never
+        # runs the candidate's path) nor mark a version that never ran.
+        return Done(f"the upgrade{_to(doc)} was abandoned before its candidate started: "
+                    f"last-good {node.releases.last_good()} selected, nothing marked known "
+                    f"bad, {node.paths.agent_unit_name} restarted", abandoned.state)
     if not node.controller.supersedes(Trigger.recover, doc):
         try:
             doc = node.controller.resume()  # else recover replaces what is owed: never finish it
@@ -108,18 +110,9 @@ def recover(node: Node) -> Done:
     return ON_RECOVER[node.definition.state(doc.state).on_recover](node, doc)
 
 
-def _abandon(node: Node, doc: StateDoc) -> Done:
-    """An upgrade cut before its candidate started (`begin_upgrade` owed): abandon it, never
-    finish it (the way back never runs the candidate's path) nor mark a version that never
-    ran. The last-good is selected again and restarted; its start opens the gate."""
-    assert doc.pending is not None
-    to = str(doc.pending.args.get("release"))
-    last_good = node.releases.last_good()
-    doc = node.controller.fire(Trigger.abandon_upgrade, release=last_good,
-                               upgrade={"from": last_good, "to": to})
-    return Done(f"the upgrade to {to} was abandoned before its candidate started: last-good "
-                f"{last_good} selected, nothing marked known bad, "
-                f"{node.paths.agent_unit_name} restarted", doc.state)
+def _to(doc: StateDoc) -> str:
+    owed = doc.pending.args.get("release") if doc.pending is not None else None
+    return f" to {owed}" if owed else ""
 
 
 def retry_delay(node: Node | None) -> float:
