@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from agent_fsm.actions.operations import recover
-from agent_fsm.errors import AssetError, DefinitionError
+from agent_fsm.errors import AssetError, DefinitionError, DiskError
 from agent_fsm.machine.definition import default_text
 from agent_fsm.machine.engine import env_failpoint
 from agent_fsm.node.records import known_bad
 from agent_fsm.node.releases import store as release_store
+from agent_fsm.node.state.store import StateDoc
 from agent_fsm.upgrade.registry import load_definition
 from tests.helpers import Crash, World, crash_at
 
@@ -92,6 +93,37 @@ class TestSupersede:
         world.node.controller.fire("settle")  # the last-good's start
         assert world.node.gate.is_open()
         assert world.node.store.read().state == "converged"
+
+    def test_a_full_disk_during_the_abandonment_never_orphans_the_signal(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A full disk at the second state-file write of `recover`'s abandonment leaves either
+        upgrade owed (the supersession is written with abandon_upgrade's write-ahead, never
+        alone), so the next `recover` ends it: the signal is never taken for an orphan and
+        2.0.0 never marked."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("begin_upgrade", 3)  # signal written
+        with pytest.raises(Crash):
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world = world.reopen()
+
+        store = world.node.store
+        write, writes = store.write, []
+
+        def full_at_the_second(doc: StateDoc) -> None:
+            writes.append(doc)
+            if len(writes) == 2:
+                raise DiskError(f"could not write {store.path}: No space left on device")
+            write(doc)
+
+        with monkeypatch.context() as m:
+            m.setattr(store, "write", full_at_the_second)
+            with pytest.raises(DiskError):
+                recover(world.node)
+        assert world.reopen().node.store.read().pending is not None  # one of them owed
+        assert recover(world.reopen().node).state == "converged"
+        assert world.node.signal() is None
+        assert known_bad.read(world.paths.known_bad_file).marks == {}
 
     def test_other_owed_transitions_are_resumed_not_superseded(self, world: World) -> None:
         """What `recover` does not declare it supersedes (an interrupted install) is finished
