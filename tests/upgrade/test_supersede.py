@@ -125,6 +125,22 @@ class TestSupersede:
         assert world.node.signal() is None
         assert known_bad.read(world.paths.known_bad_file).marks == {}
 
+    def test_an_upgrade_only_in_flight_when_read_is_not_abandoned(self, world: World) -> None:
+        """An upgrade owed when `recover` read the state unlocked but finished before it took
+        the lock (running, not cut) is left alone: no abandonment, the candidate still pending."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("begin_upgrade", 2)
+        with pytest.raises(Crash):
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world = world.reopen()
+        read = world.node.store.read()  # as `recover` read it
+        world.node.controller.resume()  # the operator's upgrade goes on meanwhile
+        assert world.node.abandon_cut_upgrade(read, restart=True) is None
+        doc = world.node.store.read()
+        assert (doc.state, doc.pending) == ("candidate_running", None)
+        assert world.node.releases.selected() == "2.0.0"
+
     def test_other_owed_transitions_are_resumed_not_superseded(self, world: World) -> None:
         """What `recover` does not declare it supersedes (an interrupted install) is finished
         first, as always."""
