@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint unit e2e node257 demo diagram bench mutants clean system-packages sanity test-clock test-future
+.PHONY: test lint unit e2e node257 demo diagram bench mutants modelcheck clean system-packages sanity test-clock test-future
 
 # Debian packages the suite uses for real (graphviz renders the svg diagram; podman builds, loads
 # and removes release images in a private store; faketime moves the clock for `test-clock`).
@@ -94,6 +94,12 @@ bench: $(STAMP)
 # MUTANTS_ARGS=--e2e runs the e2e suite on the unit suite's survivors too.
 mutants: $(STAMP)
 	$(PY) tools/mutants.py --rev HEAD --jobs 2 --output mutants-results.json $(MUTANTS_ARGS)
+
+# The model check at its deep bound (docs/reliability.md, "The model check"): every interleaving
+# of one node's processes, systemd's units and up to two faults, on the real code; 3-7 minutes.
+# Its small bound runs in `make test` (tests/reliability/test_modelcheck.py, ~20 s alone).
+modelcheck: $(STAMP)
+	$(PY) -m agent_fsm_lab.modelcheck --bound deep
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build

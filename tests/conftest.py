@@ -96,3 +96,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"power-loss points covered across an upgrade cycle: "
             f"{len(test_power_loss.CYCLE_COVERED)}")
+    # The model check's figures travel in its report (so they reach us from an xdist worker).
+    for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []):
+        for name, value in getattr(report, "user_properties", []):
+            if name == "modelcheck" and getattr(report, "when", "call") == "call":
+                terminalreporter.write_line(f"model check: {value}")

@@ -100,6 +100,12 @@ def recover(node: Node) -> Done:
     Raises when the rollback is not done (the recovery unit then tries again)."""
     node.store.lock_timeout = max(node.store.lock_timeout, WAY_BACK_LOCK_WAIT)
     doc = node.store.read()
+    if (abandoned := node.abandon_cut_upgrade(doc, restart=True)) is not None:
+        # An upgrade cut before its candidate started: never finish it (the way back never
+        # runs the candidate's path) nor mark a version that never ran.
+        return Done(f"the upgrade{_to(doc)} was abandoned before its candidate started: "
+                    f"last-good {node.releases.last_good()} selected, nothing marked known "
+                    f"bad, {node.paths.agent_unit_name} restarted", abandoned.state)
     if not node.controller.supersedes(Trigger.recover, doc):
         try:
             doc = node.controller.resume()  # else recover replaces what is owed: never finish it
@@ -113,6 +119,11 @@ def recover(node: Node) -> Done:
                     f"back to last-good {node.releases.last_good()}: selected, "
                     f"{node.paths.agent_unit_name} restarted", doc.state)
     return ON_RECOVER[node.definition.state(doc.state).on_recover](node, doc)
+
+
+def _to(doc: StateDoc) -> str:
+    owed = doc.pending.args.get("release") if doc.pending is not None else None
+    return f" to {owed}" if owed else ""
 
 
 def retry_delay(node: Node | None) -> float:

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from ..errors import AgentFsmError, NotItsRole, StopRequested
-from ..machine.definition import OnStart, handlers
+from ..machine.definition import OnStart, Role, handlers
 from ..machine.vocabulary import Trigger
 from ..node.assets.render import RELEASES_VIEW
 from ..node.releases import workload as workload_command
@@ -224,6 +224,12 @@ class Daemon:
 
     def _startup(self) -> bool:
         node = self.node
+        if self._last_good(doc := node.store.read()):
+            # An upgrade cut before its candidate started: the last-good abandons it (never
+            # finishes it: the way back, queued by the failure that cut it, would then roll
+            # back and mark a version that never ran); this start is the last-good's, so no
+            # restart, and it opens the gate below.
+            node.abandon_cut_upgrade(doc, restart=False)
         doc = node.controller.resume()
         selected = node.releases.selected()
         if doc.state in node.groups.orphan_from and node.signal() is not None:
@@ -236,6 +242,15 @@ class Daemon:
         if selected is None:  # nothing to start, whatever the state says
             return self.refuse_not_installed()
         return ON_START[node.definition.state(doc.state).on_start](self, doc, selected)
+
+    def _last_good(self, doc: StateDoc) -> bool:
+        """Whether this process runs the last-good's code (without roles, in tests: whether the
+        last-good is selected)."""
+        releases = self.node.releases
+        process = self.node.controller.process
+        if process is not None:
+            return process.role(doc) == Role.last_good
+        return releases.last_good() is not None and releases.selected() == releases.last_good()
 
     # What a start does, by the state's `on_start` (ON_START below) ---------------------
     def refuse_not_installed(self, *_: object) -> bool:

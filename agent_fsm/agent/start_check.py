@@ -17,7 +17,8 @@ host reloads systemd (252), and a converged agent that crashes twice is left fai
   counted and the candidate could not record a verdict either: the check starts the recovery
   unit and refuses the start, as at the bound, so the way back is tried (and retried by the
   recovery unit's own `Restart=`) while the fault lasts, not the candidate uncounted;
-- otherwise (no upgrade pending, or the last-good selected: the way back) it does nothing.
+- otherwise (no upgrade pending, the last-good selected: the way back, or the candidate judged
+  ok already: its start only finishes `complete`) it does nothing.
 
 Whatever fails here unexpectedly lets the start go on: a start check that cannot count must
 never be what keeps the agent down (the candidate's own daemon still counts its attempts).
@@ -29,6 +30,7 @@ import logging
 from collections.abc import Callable
 
 from ..errors import AgentFsmError, DiskError
+from ..machine.vocabulary import StateName
 from ..node.runtime import signal
 from ..system.systemd import Systemctl, Systemd
 from ..wiring import Node, Reader
@@ -56,6 +58,8 @@ def start_check(node: Node | Reader, systemd: Systemd | None = None) -> int:
             sig = node.signal()  # again, under the writers' lock: `recover` may have moved on
             if sig is None or node.releases.selected() != sig.to_version:
                 return ALLOW
+            if node.store.read().state == StateName.judged_ok:
+                return ALLOW  # judged already: this start only finishes `complete`
             sig = sig._replace(starts=sig.starts + 1)
             signal.write(node.paths.signal_file, sig)
     except DiskError as exc:

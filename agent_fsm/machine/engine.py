@@ -161,16 +161,23 @@ class Controller:
         with telling(self.hooks, self._finished), self.store.locked():
             doc = self.store.read()
             self._check_role(trigger, doc, fire=True)
-            if self.supersedes(trigger, doc):
-                self._supersede(doc, trigger)
+            # Recorded with the write-ahead of the transition that replaces it, in one write: a
+            # failure between the two would leave neither owed (a signal the state no longer
+            # knows, which the way back takes for an orphan).
+            superseded = [self._supersede(doc, trigger)] if self.supersedes(trigger, doc) else []
             doc = self._resumed(doc)
             self.machine.set_state(doc.state, model=self.model)
             refusals: list[AgentFsmError] = []
             try:
-                fired = getattr(self.model, trigger)(
-                    doc=doc, args=self.actor.prepare(args), refusals=refusals, asked=asked)
-            except MachineError:
-                raise self._illegal(trigger, doc) from None
+                try:
+                    fired = getattr(self.model, trigger)(
+                        doc=doc, args=self.actor.prepare(args), refusals=refusals, asked=asked,
+                        superseded=superseded)
+                except MachineError:
+                    raise self._illegal(trigger, doc) from None
+            finally:
+                if superseded and doc.pending is None:  # not fired: the supersession alone
+                    self.store.record(doc, superseded.pop(), self.history_limit)
             if not fired:
                 raise refusals[0]
             return doc
@@ -195,7 +202,8 @@ class Controller:
         names += [f"effect {e}" for e in dict.fromkeys(pending.effects) if e not in self.effects]
         return names
 
-    def _supersede(self, doc: StateDoc, by: str) -> None:
+    def _supersede(self, doc: StateDoc, by: str) -> dict[str, Any]:
+        """Drop the owed transition `by` replaces; return its history entry, to record."""
         pending = doc.pending
         assert pending is not None
         unknown = self.unknown(pending)
@@ -206,12 +214,12 @@ class Controller:
                     if unknown else "")
         # In the history, not counted: the transition did not happen; the state is unchanged.
         doc.pending = None
-        self.store.record(doc, {
+        return {
             "time": self.actor.clock.now(), "trigger": pending.trigger, "from": doc.state,
             "to": doc.state, "release": pending.args.get("release"),
             "upgrade": pending.args.get("upgrade"), "superseded_by": by,
             **({"unknown": unknown} if unknown else {}),
-        }, self.history_limit)
+        }
 
     def resume(self) -> StateDoc:
         """Finish a transition a crash left owed; return the (possibly unchanged) state."""
@@ -249,7 +257,13 @@ class Controller:
             effects=[e.name for e in t.effects], done=0, args=args,
             started=float(args["started"]),
         )
-        if doc.pending.effects:
+        superseded: list[dict[str, Any]] = event.kwargs["superseded"]
+        if superseded:  # with the write-ahead, or before the final record of one without
+            owed = doc.pending
+            doc.pending = owed if owed.effects else None
+            self.store.record(doc, superseded.pop(), self.history_limit)
+            doc.pending = owed
+        elif doc.pending.effects:
             # Write-ahead: the effects owed are durable before any runs. A transition without
             # effects has nothing to resume: its one record is the final one.
             self.store.write(doc)

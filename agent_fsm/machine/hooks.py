@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from ..errors import ConfigError, Refused
 from ..node.hook_config import HookConfig
-from .definition import Definition
+from .definition import Definition, Role
 from .vocabulary import RESULT_EFFECTS, groups
 
 
@@ -50,12 +50,13 @@ class NoHooks:
 
 
 def before_triggers(d: Definition) -> frozenset[str]:
-    """The operator-started triggers, which alone may run a `before` hook: those that close the
-    gate from a settled state (they begin an install, an upgrade or a rollback) and do not lead
-    into rolling back."""
+    """The operator-started triggers, which alone may run a `before` hook: those an operator's
+    command fires (`by`) that close the gate from a settled state (they begin an install, an
+    upgrade or a rollback) and do not lead into rolling back."""
     g = groups(d)
     return frozenset(t.trigger for t in d.transitions
-                     if t.trigger in g.cycle_starts and t.dest not in g.rolling_back)
+                     if t.trigger in g.cycle_starts and t.dest not in g.rolling_back
+                     and Role.operator in t.by)
 
 
 def check(hooks: HookConfig, d: Definition, source: object) -> None:

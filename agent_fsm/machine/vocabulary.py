@@ -36,6 +36,7 @@ class Trigger(enum.StrEnum):
     complete = "complete"
     complete_queued = "complete_queued"
     recover = "recover"
+    abandon_upgrade = "abandon_upgrade"
     recovered = "recovered"
     orphaned_signal = "orphaned_signal"
     settle = "settle"

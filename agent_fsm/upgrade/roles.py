@@ -16,7 +16,7 @@ import enum
 
 from ..errors import SignalError
 from ..machine.definition import Role
-from ..machine.vocabulary import Trigger
+from ..machine.vocabulary import StateName, Trigger
 from ..node.state.store import StateDoc
 from .effectors import Effectors
 
@@ -49,6 +49,11 @@ class Process:
     def _candidate(self, doc: StateDoc) -> str | None:
         if doc.upgrade is not None:
             return doc.upgrade.to_version
+        # An owed transition that already cleared the signal (`complete`, killed after
+        # clear_signal) still names its upgrade: its candidate is the one to finish it.
+        owed = doc.pending.args.get("upgrade") if doc.pending is not None else None
+        if isinstance(owed, dict) and owed.get("to"):
+            return str(owed["to"])
         try:
             sig = self.effectors.signal()
         except SignalError:  # the way back must not need it
@@ -61,10 +66,21 @@ class Process:
         if self.release is None:  # `recover` run from elsewhere: not a release's code here
             return Role.recovery if self.command == Command.recover else None
         if self.release == self.effectors.releases.last_good():
+            if self.command == Command.daemon and self._owed_by_candidate(doc):
+                return Role.candidate  # `complete` killed after it promoted this release
             return Role.last_good if self.command == Command.daemon else Role.recovery
         if self.release == self._candidate(doc):
             return Role.candidate
         return None
+
+    def _owed_by_candidate(self, doc: StateDoc) -> bool:
+        """Whether the transition a crash left owed is this release's upgrade, on its path:
+        one from `judged_ok` (`complete`, `complete_queued`), whose `promote_last_good` may
+        already have made this release the last-good."""
+        owed = doc.pending
+        up = owed.args.get("upgrade") if owed is not None else None
+        return owed is not None and owed.source == StateName.judged_ok \
+            and isinstance(up, dict) and up.get("to") == self.release
 
     def own_start(self) -> bool:
         return (self.command == Command.daemon and self.release is not None

@@ -10,9 +10,10 @@ import pytest
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.config import Config, Judgment
+from agent_fsm.node.records import known_bad
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.system.notify import Notifier
-from tests.helpers import World, env_with_stub_systemctl, make_world
+from tests.helpers import Crash, World, crash_at, env_with_stub_systemctl, make_world
 
 
 def _world(tmp_path: Path, checks: tuple[tuple[str, ...], ...]) -> World:
@@ -31,6 +32,29 @@ class TestStartup:
         assert Daemon(world.node, Notifier(""), waker).startup()
         assert world.node.effectors.gate.is_open()
         assert world.assets_on_disk() == world.rendered("1.0.0")
+
+    @pytest.mark.parametrize("cut", range(3))  # before close_gate, write_signal, select_release
+    def test_last_good_start_abandons_an_upgrade_cut_before_its_candidate_started(
+            self, tmp_path: Path, waker: Waker, cut: int) -> None:
+        """The last-good's start after an `upgrade` cut past its write-ahead abandons it rather
+        than finish it: no signal, 1.0.0 still selected, 2.0.0 not known bad, the gate open."""
+        world = _world(tmp_path, (("true",),))
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("begin_upgrade", cut)
+        with pytest.raises(Crash):
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world = world.reopen()
+        world.systemd.calls.clear()
+        assert Daemon(world.node, Notifier(""), waker).startup()
+        doc = world.node.store.read()
+        assert (doc.state, doc.pending, doc.upgrade) == ("converged", None, None)
+        assert world.node.releases.selected() == "1.0.0" and world.node.signal() is None
+        assert known_bad.read(world.paths.known_bad_file).marks == {}
+        assert world.node.effectors.gate.is_open()
+        assert ("restart", "agent.service") not in world.systemd.calls
+        assert [e["trigger"] for e in world.node.store.history(doc)[-3:]] == [
+            "begin_upgrade", "abandon_upgrade", "settle"]
 
     def test_healthy_candidate_is_judged_ok_and_converges(self, tmp_path: Path,
                                                            waker: Waker) -> None:

@@ -111,6 +111,27 @@ class TestTheCandidateNeverRunsTheWayBack:
         assert ("restart", "agent.service") in world.systemd.calls
 
 
+    @pytest.mark.parametrize("k", [3, 6], ids=["after-clear-signal", "after-promote"])
+    def test_candidate_finishes_its_complete_killed_late(
+            self, tmp_path: Path, waker: Waker, k: int) -> None:
+        """The candidate's daemon killed inside `complete` after it cleared the signal (and the
+        upgrade with it), or after it promoted itself to last-good: its next start still
+        finishes `complete`, so the node converges on it instead of handing over to a recovery
+        that has nothing to do, for ever (found by the model check)."""
+        world = _world(tmp_path)
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        world.node.controller.fire("judge_ok")
+        world.node.controller.failpoint = crash_at("complete", k)
+        with pytest.raises(Crash):
+            world.node.controller.fire("complete")
+        assert world.node.signal() is None
+        assert Daemon(_as(world, Command.daemon, "2.0.0"), Notifier(""), waker).startup()
+        assert world.node.store.read().state == "converged"
+        assert world.node.releases.last_good() == "2.0.0"
+        assert world.node.gate.is_open()
+
+
 class TestAStartIsTheRestartItOwed:
     def test_upgrade_killed_before_its_restart_is_judged_once(
             self, tmp_path: Path, waker: Waker) -> None:
@@ -133,11 +154,11 @@ class TestAStartIsTheRestartItOwed:
         assert len(starts) == 1
         assert not world.paths.known_bad_file.exists()
 
-    def test_upgrade_killed_before_selecting_restarts_into_the_candidate(
+    def test_upgrade_killed_before_selecting_is_abandoned_by_the_last_good(
             self, tmp_path: Path, waker: Waker) -> None:
-        """Killed before it selected the candidate, the upgrade is finished by the last-good's
-        start, whose restart is real (this start runs 1.0.0, not the candidate it selects); it
-        then leaves the judging to the candidate's start."""
+        """Killed before it selected the candidate, the upgrade is abandoned by the last-good's
+        start, not finished (the recovery its failure queued would roll back and mark a
+        candidate that never ran): 1.0.0 stays selected, no restart, the gate opens."""
         world = _world(tmp_path)
         world.installed("1.0.0")
         world.add_release("2.0.0")
@@ -147,11 +168,12 @@ class TestAStartIsTheRestartItOwed:
         _stopped_by_restart(world, waker)
         world.systemd.calls.clear()
         assert Daemon(_as(world, Command.daemon, "1.0.0"), Notifier(""), waker).startup()
-        assert ("restart", "agent.service") in world.systemd.calls
+        assert ("restart", "agent.service") not in world.systemd.calls
         doc = world.node.store.read()
         assert (doc.state, doc.pending, world.node.releases.selected()) == (
-            "candidate_running", None, "2.0.0")
-        assert world.node.signal().attempt == 0  # type: ignore[union-attr]
+            "converged", None, "1.0.0")
+        assert world.node.signal() is None and world.node.gate.is_open()
+        assert not world.paths.known_bad_file.exists()
 
     def test_rollback_killed_before_its_restart_is_finished_by_the_last_good(
             self, tmp_path: Path, waker: Waker) -> None:

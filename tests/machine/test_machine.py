@@ -51,6 +51,8 @@ def _args(trigger: str, world: World) -> dict[str, str]:
                                                                      now + 60))
         releases.select("2.0.0")
         return {}
+    if trigger == "abandon_upgrade":  # `recover` names the last-good to select again
+        return {"release": str(world.node.releases.last_good())}
     if trigger in ("install", "activate", "begin_upgrade"):
         world.add_release("3.0.0")
         return {"release": "3.0.0"}

@@ -14,7 +14,8 @@ from tests.machine.test_machine import _to
 # contract, pinned here so that a transition added by mistake to a state is caught.
 ALLOWED = {
     "idle": {"install", "orphaned_signal"},
-    "converged": {"install", "activate", "begin_upgrade", "orphaned_signal", "settle"},
+    "converged": {"install", "activate", "begin_upgrade", "abandon_upgrade", "orphaned_signal",
+                  "settle"},
     "candidate_running": {"candidate_started", "judge_ok", "judge_failed", "recover"},
     "judged_ok": {"complete", "complete_queued"},
     "judged_failed": {"recover"},

@@ -157,6 +157,21 @@ class TestStartCheck:
         world.node.controller.fire("recover")
         assert start_check(world.node, world.systemd) == ALLOW  # the last-good starts
 
+    def test_a_candidate_judged_ok_is_started_whatever_its_count(self, world: World) -> None:
+        """A candidate judged ok whose `complete` a crash left owed, its starts used up on the
+        way: its next start goes on (it only finishes `complete`), instead of being refused for
+        ever with a recovery that has nothing to roll back (found by the model check)."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        most = world.node.config.judgment.max_attempts
+        assert [start_check(world.node, world.systemd) for _ in range(most)] == [ALLOW] * most
+        world.node.controller.fire("candidate_started")
+        world.node.controller.fire("judge_ok")
+        before = len(world.systemd.calls)
+        assert start_check(world.node, world.systemd) == ALLOW
+        assert world.systemd.calls[before:] == []
+
     def test_the_candidates_own_count_keeps_the_start_checks(self, world: World) -> None:
         """The candidate's daemon counting its attempt keeps the starts counted before it."""
         world.installed("1.0.0")

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from agent_fsm.actions.operations import recover
-from agent_fsm.errors import AssetError, DefinitionError
+from agent_fsm.errors import AssetError, DefinitionError, DiskError
 from agent_fsm.machine.definition import default_text
 from agent_fsm.machine.engine import env_failpoint
+from agent_fsm.node.records import known_bad
 from agent_fsm.node.releases import store as release_store
+from agent_fsm.node.state.store import StateDoc
 from agent_fsm.upgrade.registry import load_definition
 from tests.helpers import Crash, World, crash_at
 
@@ -62,6 +64,82 @@ class TestSupersede:
         assert doc.state == "recovering"
         assert ("start", "agent-recovery.service") not in world.systemd.calls
         assert [r.outcome for r in world.publisher.recorded] == ["rolled_back"]
+
+    @pytest.mark.parametrize("cut", range(6))  # after the write-ahead, before each effect
+    def test_recover_abandons_an_upgrade_cut_before_its_candidate_started(
+            self, world: World, cut: int) -> None:
+        """An `upgrade` cut by a power loss after its write-ahead is abandoned by `recover`, not
+        finished then rolled back: the last-good selected, no signal, 2.0.0 not known bad, and
+        the last-good's start opens the gate."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("begin_upgrade", cut)
+        with pytest.raises(Crash):
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world = world.reopen()
+        done = recover(world.node)
+        doc = world.node.store.read()
+        assert (done.state, doc.pending, doc.upgrade) == ("converged", None, None)
+        assert "abandoned before its candidate started" in done.message
+        assert world.node.releases.selected() == "1.0.0" == world.node.releases.last_good()
+        assert world.node.signal() is None
+        assert known_bad.read(world.paths.known_bad_file).marks == {}
+        assert world.publisher.recorded == []
+        history = world.node.store.history(doc)
+        assert [(e["trigger"], e.get("superseded_by")) for e in history[-2:]] == [
+            ("begin_upgrade", "abandon_upgrade"), ("abandon_upgrade", None)]
+        assert ("restart", "agent.service") in world.systemd.calls
+        assert world.assets_on_disk() == world.rendered("1.0.0")
+        world.node.controller.fire("settle")  # the last-good's start
+        assert world.node.gate.is_open()
+        assert world.node.store.read().state == "converged"
+
+    def test_a_full_disk_during_the_abandonment_never_orphans_the_signal(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A full disk at the second state-file write of `recover`'s abandonment leaves either
+        upgrade owed (the supersession is written with abandon_upgrade's write-ahead, never
+        alone), so the next `recover` ends it: the signal is never taken for an orphan and
+        2.0.0 never marked."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("begin_upgrade", 3)  # signal written
+        with pytest.raises(Crash):
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world = world.reopen()
+
+        store = world.node.store
+        write, writes = store.write, []
+
+        def full_at_the_second(doc: StateDoc) -> None:
+            writes.append(doc)
+            if len(writes) == 2:
+                raise DiskError(f"could not write {store.path}: No space left on device")
+            write(doc)
+
+        with monkeypatch.context() as m:
+            m.setattr(store, "write", full_at_the_second)
+            with pytest.raises(DiskError):
+                recover(world.node)
+        assert world.reopen().node.store.read().pending is not None  # one of them owed
+        assert recover(world.reopen().node).state == "converged"
+        assert world.node.signal() is None
+        assert known_bad.read(world.paths.known_bad_file).marks == {}
+
+    def test_an_upgrade_only_in_flight_when_read_is_not_abandoned(self, world: World) -> None:
+        """An upgrade owed when `recover` read the state unlocked but finished before it took
+        the lock (running, not cut) is left alone: no abandonment, the candidate still pending."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("begin_upgrade", 2)
+        with pytest.raises(Crash):
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world = world.reopen()
+        read = world.node.store.read()  # as `recover` read it
+        world.node.controller.resume()  # the operator's upgrade goes on meanwhile
+        assert world.node.abandon_cut_upgrade(read, restart=True) is None
+        doc = world.node.store.read()
+        assert (doc.state, doc.pending) == ("candidate_running", None)
+        assert world.node.releases.selected() == "2.0.0"
 
     def test_other_owed_transitions_are_resumed_not_superseded(self, world: World) -> None:
         """What `recover` does not declare it supersedes (an interrupted install) is finished

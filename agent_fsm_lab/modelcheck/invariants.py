@@ -1,0 +1,154 @@
+"""The rules checked in every explored configuration (docs/design.md, "The rules, model-checked").
+
+Each is named as docs/design.md names it; a violation is (name, what was seen).
+
+- `converged-is-last-good`: settled in `converged`, the selected release is the last-good;
+- `held-assets`: while a signal exists, every service asset on disk is the last-good's kept
+  bytes (a missing one may still be restored; none other is ever there);
+- `gate-means-done`: the gate open, there is no signal and no owed transition (but one that
+  has yet to run its `close_gate`: its write-ahead comes first);
+- `way-back-by-last-good`: a transition of the way back is recorded only by a process running
+  the last-good's code (checked on each step: `step_violations`);
+- `state-file-reads`: the state file always reads, by this agent-fsm and by the previous
+  release's reader (the latter for every distinct state file at the end: `earlier_reader`);
+- `known-bad-has-cause`: a known-bad mark only for a version that met a fault while it was
+  selected (its checks failed, it crashed or hung, a kill, a full disk, ...; never a stop or a
+  reboot, which are no verdict), whose starts were used up, or that an operator's `recover`
+  rolled back;
+- `judged-before-trusted`: the last-good is a version judged ok here, or installed or
+  activated by an operator;
+- and, over the whole graph, `way-back-is-live` (bounded liveness, `search.liveness`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agent_fsm.machine.definition import Definition, Role
+from agent_fsm.node.records import known_bad
+from agent_fsm.wiring import Reader
+
+WAY_BACK_ROLES = {Role.last_good, Role.recovery}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the node's files say, read back as a reader does."""
+
+    state: str
+    pending: str | None
+    selected: str | None
+    last_good: str | None
+    signal: tuple[str, str, int, int] | None  # from, to, attempt, starts
+    gate: bool
+    assets: str  # whose rendering the assets on disk are: a version, "missing", "mixed"
+    kept_ok: bool  # while a signal exists: every asset present is the last-good's
+    marks: frozenset[str]
+    unreadable: str | None  # why the state file did not read
+    before_close: bool = False  # the owed transition has yet to run its close_gate
+    operators: bool = False  # the owed transition is an operator's
+
+    def summary(self) -> str:
+        sig = "none" if self.signal is None else \
+            f"{self.signal[0]}→{self.signal[1]} (attempt {self.signal[2]}, starts {self.signal[3]})"
+        owes = f" owing {self.pending}" if self.pending else ""
+        bad = f", known bad {','.join(sorted(self.marks))}" if self.marks else ""
+        state = f"UNREADABLE ({self.unreadable})" if self.unreadable else self.state + owes
+        return (f"{state}; selected {self.selected}, last-good {self.last_good}; signal {sig}; "
+                f"gate {'open' if self.gate else 'shut'}; assets {self.assets}{bad}")
+
+
+def look(reader: Reader, rendered: Mapping[str, Mapping[str, bytes]]) -> Seen:
+    """Read the node the way `status` does; `rendered`: each version's assets for this host."""
+    unreadable = None
+    state, pending = "?", None
+    before_close = operators = False
+    try:
+        doc = reader.store.read()
+        state = doc.state
+        pending = None if doc.pending is None else doc.pending.trigger
+        if doc.pending is not None:
+            owed = doc.pending.effects
+            before_close = "close_gate" in owed and doc.pending.done <= owed.index("close_gate")
+            owner = reader.definition.transition(doc.pending.trigger)
+            operators = tuple(owner.by) == (Role.operator,)
+    except Exception as exc:
+        unreadable = f"{type(exc).__name__}: {exc}"
+    try:
+        sig = reader.signal()
+    except Exception:
+        sig = None
+    paths = reader.paths
+    on_disk = {p.name: (p.read_bytes() if p.exists() else None)
+               for p in (paths.agent_unit, paths.recovery_unit, paths.recovery_script)}
+    owners = [v for v, files in rendered.items()
+              if all(on_disk.get(name) == data for name, data in files.items())]
+    if owners:
+        assets = owners[0]
+    elif all(v is None for v in on_disk.values()):
+        assets = "missing"
+    else:
+        parts = []
+        for name, data in sorted(on_disk.items()):
+            whose = [v for v, files in rendered.items() if files.get(name) == data]
+            parts.append(f"{name}={whose[0] if whose else ('missing' if data is None else '?')}")
+        assets = "mixed (" + ", ".join(parts) + ")"
+    last_good = reader.releases.last_good()
+    kept_ok = True
+    if sig is not None:
+        kept = rendered.get(sig.from_version, {})
+        kept_ok = all(data is None or kept.get(name) == data for name, data in on_disk.items())
+    try:
+        marks = frozenset(known_bad.read(paths.known_bad_file).marks)
+    except Exception:
+        marks = frozenset()
+    return Seen(state, pending, reader.releases.selected(), last_good,
+                None if sig is None else (sig.from_version, sig.to_version, sig.attempt,
+                                          sig.starts),
+                reader.gate.is_open(), assets, kept_ok, marks, unreadable, before_close,
+                operators)
+
+
+def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if seen.unreadable:
+        out.append(("state-file-reads", seen.unreadable))
+    if seen.state == "converged" and seen.pending is None and seen.selected != seen.last_good:
+        out.append(("converged-is-last-good",
+                    f"converged with {seen.selected} selected but {seen.last_good} last-good"))
+    if not seen.kept_ok:
+        out.append(("held-assets", f"a signal exists and the assets on disk are {seen.assets}, "
+                                   f"not last-good {seen.signal and seen.signal[0]}'s"))
+    # Owed, a transition that closes the gate has done nothing yet until its close_gate ran
+    # (its write-ahead comes first): the gate may still be open then.
+    if seen.gate and (seen.signal is not None or (seen.pending is not None
+                                                  and not seen.before_close)):
+        out.append(("gate-means-done", "the gate is open with "
+                    + ("a signal" if seen.signal is not None else f"{seen.pending} owed")))
+    for version in sorted(seen.marks - evidence):
+        out.append(("known-bad-has-cause", f"{version} is marked known bad, but it was never "
+                    "judged failed, its start never failed and no operator rolled it back"))
+    if seen.last_good is not None and seen.last_good not in trusted:
+        out.append(("judged-before-trusted", f"{seen.last_good} is last-good, but it was never "
+                    "judged ok here nor installed or activated by an operator"))
+    return out
+
+
+def way_back(definition: Definition, rolling_back: frozenset[str]) -> frozenset[str]:
+    """The transitions of the way back: into or out of a rolling-back state, and only the
+    last-good's code may fire them (`by`)."""
+    return frozenset(t.trigger for t in definition.transitions if set(t.by) <= WAY_BACK_ROLES
+                     and (t.dest in rolling_back or set(t.sources) & rolling_back))
+
+
+def step_violations(fired: list[dict[str, Any]], code: str | None, last_good: str | None,
+                    back: frozenset[str]) -> list[tuple[str, str]]:
+    out = []
+    for entry in fired:
+        if entry.get("trigger") in back and not entry.get("superseded_by") and code != last_good:
+            out.append(("way-back-by-last-good",
+                        f"{entry['trigger']} was recorded by code of {code or 'an operator'}, "
+                        f"while {last_good} is last-good"))
+    return out

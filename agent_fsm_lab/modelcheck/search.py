@@ -1,0 +1,541 @@
+"""Breadth-first over one node's configurations: the real code's steps, the invariants in every
+configuration, then bounded liveness over the fault-free steps.
+
+A configuration is the node's files (`tree.Tree`) and the model's state (`units.Units`, the
+clock, the faults and operator commands left, and two ghost sets the invariants need: the
+versions with a cause for a known-bad mark, and the versions trusted as last-good). Two
+configurations with the same digest are one, so the search ends; the bound (faults, operator
+commands, depth) is printed with every result.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_fsm.machine.vocabulary import Trigger
+from agent_fsm.node.config import Config, Judgment
+from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
+from agent_fsm.wiring import open_node, open_reader
+
+from . import invariants
+from .invariants import Seen
+from .processes import Fault, Host, Process, Ran, quiet, run
+from .tree import Tree
+from .units import Units
+
+CLOCK = 1_700_000_000.0
+YEAR = 365 * 86400.0
+
+
+@dataclass(frozen=True)
+class Bound:
+    name: str
+    faults: int  # faults on one path, each of one kind below
+    operator: int  # operator commands on one path (the first is the upgrade)
+    depth: int  # steps on one path
+    versions: tuple[str, ...] = ("1.0.0", "2.0.0")
+    systemds: tuple[int, ...] = (252, 257)
+    kinds: frozenset[str] = frozenset({"crash", "power", "enospc", "systemctl", "lock",
+                                       "publisher", "candidate", "clock"})
+    operator_commands: tuple[str, ...] = ("upgrade", "recover", "install", "activate")
+    power_at_every_op: bool = False  # power loss at every file operation, not kill points
+    max_attempts: int = 2
+    earlier_reader: bool = True  # the state files read by the previous release too
+
+    def __str__(self) -> str:
+        return (f"bound {self.name}: ≤{self.faults} fault(s) of {len(self.kinds)} kinds, "
+                f"≤{self.operator} operator command(s), depth ≤{self.depth}, releases "
+                f"{', '.join(self.versions)}, systemd {' and '.join(map(str, self.systemds))}")
+
+
+BOUNDS = {
+    "small": Bound("small", faults=1, operator=1, depth=14),
+    # two faults on one path: after the operator's upgrade or recover
+    "deep": Bound("deep", faults=2, operator=1, depth=22,
+                  operator_commands=("upgrade", "recover")),
+    # each variant of the definition (`--mutants`): the small bound on one systemd
+    "mutant": Bound("mutant", faults=1, operator=1, depth=14, systemds=(257,),
+                    earlier_reader=False),
+}
+
+
+@dataclass(frozen=True)
+class Config_:
+    """The model's half of a configuration (the files are the other)."""
+
+    units: Units
+    clock: float
+    faults: int
+    operator: int
+    evidence: frozenset[str]
+    trusted: frozenset[str]
+
+
+@dataclass
+class State:
+    key: tuple[object, ...]
+    tree: Tree
+    model: Config_
+    seen: Seen
+    depth: int
+    parent: tuple[object, ...] | None = None
+    via: Edge | None = None
+    goal: bool = False
+    calm: dict[str, tuple[object, ...]] = field(default_factory=dict)  # fault-free steps by process
+    expanded: bool = False
+
+
+@dataclass(frozen=True)
+class Edge:
+    process: Process
+    fault: Fault | None
+    who: str
+    fired: tuple[str, ...]
+    end: str
+    units: str
+    by_last_good: bool = False  # the last-good's own code ran (its files: read by this version)
+
+
+@dataclass
+class Violation:
+    name: str
+    detail: str
+    trace: list[tuple[Edge | None, str]]  # (step, what is on disk after it), from the start
+
+
+@dataclass
+class Result:
+    bound: Bound
+    states: int = 0
+    transitions: int = 0
+    faults: int = 0  # steps with a fault taken
+    depth: int = 0  # the deepest configuration reached
+    k: int | None = None  # liveness: steps of daemon starts and retries to converged
+    seconds: float = 0.0
+    violations: list[Violation] = field(default_factory=list)
+    fired: set[str] = field(default_factory=set)
+    frontier: int = 0  # configurations at the depth bound (their faulty successors unexplored)
+    parked: int = 0  # an operator's command died mid-way, nothing runs: waits for an operator
+    behaviour: frozenset[object] = frozenset()  # what every configuration showed (mutants)
+    earlier: str = "not asked"  # what the previous release's reader was given
+
+    def figures(self) -> str:
+        return (f"{self.bound}\nstates explored {self.states}, transitions {self.transitions} "
+                f"({self.faults} with a fault), depth reached {self.depth}, liveness K = "
+                f"{self.k} ({self.parked} wait for an operator whose command died), "
+                f"{self.seconds:.1f} s; previous release's reader: {self.earlier}; "
+                f"triggers fired: {', '.join(sorted(self.fired))}")
+
+
+def _host(root: Path, bound: Bound) -> tuple[Host, Config]:
+    config = Config(name="agent", judgment=Judgment(deadline_seconds=60, soak_seconds=0,
+                                                     max_attempts=bound.max_attempts,
+                                                     checks=(("model-check",),)))
+    node = open_node(config, root, systemd=FakeSystemd(), clock=FakeClock(t=CLOCK))
+    paths = node.paths
+    host = Host(root, config, bound.versions, paths.agent_unit_name, paths.recovery_unit_name,
+                str(paths.agent_unit.relative_to(root)),
+                str(paths.gate_file.parent.relative_to(root)))
+    return host, config
+
+
+def _initial(host: Host, systemd: int) -> tuple[Tree, dict[str, dict[str, bytes]]]:
+    """The node installed on the first release, converged, gate open, its agent running; every
+    release stored."""
+    from tests.helpers import make_world
+
+    if host.root.exists():
+        shutil.rmtree(host.root)
+    fake = FakeSystemd(systemd_version=systemd)
+    world = make_world(host.root, host.config, fake, FakePublisher(), FakeClock(t=CLOCK))
+    for v in host.versions:
+        world.add_release(v)
+    world.installed(host.versions[0])
+    rendered = {v: world.rendered(v) for v in host.versions}
+    return Tree.take(host.root), rendered
+
+
+class Checker:
+    def __init__(self, bound: Bound, *, progress: Callable[[str], None] | None = None) -> None:
+        self.bound = bound
+        self.progress = progress
+        self.states: dict[tuple[object, ...], State] = {}
+        self.result = Result(bound)
+        self.rendered: dict[int, dict[str, dict[str, bytes]]] = {}
+        self.back: frozenset[str] = frozenset()
+        self.seen_violation: set[str] = set()
+
+    # Exploring ------------------------------------------------------------------------------
+    def run(self) -> Result:
+        quiet()
+        began = time.monotonic()
+        # tmpfs where there is one: the check's fsyncs are the product's, not the point
+        where = "/dev/shm" if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else None
+        with tempfile.TemporaryDirectory(prefix="agent-fsm-modelcheck-", dir=where) as tmp, \
+                pytest.MonkeyPatch.context() as mp:
+            _definition_once(mp)
+            root = Path(tmp) / "node"
+            host, config = _host(root, self.bound)
+            self.host = host
+            probe = open_node(config, root, systemd=FakeSystemd())
+            self.back = invariants.way_back(probe.definition, frozenset(probe.groups.rolling_back))
+            queue: deque[tuple[object, ...]] = deque()
+            for systemd in self.bound.systemds:
+                tree, rendered = _initial(host, systemd)
+                self.rendered[systemd] = rendered
+                units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}")
+                model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
+                                frozenset(), frozenset({self.bound.versions[0]}))
+                state = self._state(tree, model, 0, None, None)
+                if state is not None:
+                    queue.append(state.key)
+            shown = -1
+            while queue:
+                key = queue.popleft()
+                state = self.states[key]
+                if state.depth >= self.bound.depth:
+                    self.result.frontier += 1
+                    continue
+                for child in self._expand(state, calm_only=False):
+                    queue.append(child)
+                if self.progress and state.depth > shown:
+                    shown = state.depth
+                    self.progress(f"depth {shown}: {len(self.states)} states, queue {len(queue)}, "
+                                  f"{time.monotonic() - began:.0f} s")
+            self.liveness()
+            if self.bound.earlier_reader:
+                self._earlier_reads(probe.paths.state_file.relative_to(root),
+                                    probe.paths.signal_file.relative_to(root))
+        self.result.states = len(self.states)
+        self.result.behaviour = frozenset((s.seen, s.model.units.key()) for s in self.states.values())
+        self.result.seconds = time.monotonic() - began
+        return self.result
+
+    def _expand(self, state: State, *, calm_only: bool) -> Iterator[tuple[object, ...]]:
+        """Run every process that may run in `state`, with and without a fault; yield the keys
+        of configurations not seen before."""
+        state.expanded = True
+        m = state.model
+        for process, calm in self._processes(state):
+            if calm_only and not calm:
+                continue
+            clean = self._step(state, process, None)
+            if clean is None:
+                continue
+            key, ran, new = clean
+            if calm:
+                state.calm[process.kind] = key
+            if new:
+                yield key
+            if calm_only or m.faults <= 0:
+                continue
+            for fault in self._faults(ran, process):
+                stepped = self._step(state, process, fault)
+                if stepped is not None and stepped[2]:
+                    yield stepped[0]
+        if not calm_only and m.faults > 0 and "clock" in self.bound.kinds and m.clock == CLOCK:
+            for delta in (-YEAR, YEAR):
+                model = replace(m, clock=m.clock + delta, faults=m.faults - 1)
+                edge = Edge(Process("clock"), Fault("clock", f"{delta / 86400:+.0f}d"),
+                            "the wall clock steps", (), f"{delta / 86400:+.0f} days", "")
+                child = self._state(state.tree, model, state.depth + 1, state.key, edge)
+                self.result.transitions += 1
+                self.result.faults += 1
+                if child is not None:
+                    yield child.key
+
+    def _processes(self, state: State) -> Iterator[tuple[Process, bool]]:
+        u = state.model.units
+        if u.agent == "activating":
+            yield Process("start"), True
+        if u.agent.startswith(("exec:", "stopping:")):
+            yield Process("daemon"), True
+        if u.recovery == "activating":
+            yield Process("recovery"), True
+        if state.model.operator > 0:
+            for command in self.bound.operator_commands:
+                if command == "recover":
+                    yield Process("recover"), False
+                    continue
+                for v in self.bound.versions:
+                    if command == "upgrade" and v == state.seen.selected:
+                        continue
+                    yield Process(command, v), False
+
+    def _faults(self, ran: Ran, process: Process) -> Iterator[Fault]:
+        kinds = self.bound.kinds
+        if "crash" in kinds:
+            first = 0 if process.kind in ("daemon", "recovery") else 1
+            for k in range(first, ran.kill_points + 1):
+                yield Fault("crash", k)
+        if "power" in kinds:
+            if self.bound.power_at_every_op:
+                for k in range(1, ran.file_ops + 1):
+                    yield Fault("power-op", k)
+            else:
+                for k in range(1, ran.kill_points + 1):
+                    yield Fault("power", k)
+        if "enospc" in kinds:
+            for k in range(1, ran.writes + 1):
+                yield Fault("enospc", k)
+        if "systemctl" in kinds:
+            for verb in sorted(ran.verbs):
+                yield Fault("systemctl", verb)
+        if "lock" in kinds and ran.locked:
+            yield Fault("lock")
+        if "publisher" in kinds and ran.published:
+            yield Fault("publisher", "dead")
+            yield Fault("publisher", "once")
+        if "candidate" in kinds and ran.judged:
+            for how in ("checks", "crash", "hang", "stop"):
+                yield Fault("candidate", how)
+
+    def _step(self, state: State, process: Process, fault: Fault | None,
+              ) -> tuple[tuple[object, ...], Ran, bool] | None:
+        m = state.model
+        sig = state.seen.signal
+        ran = run(self.host, state.tree, m.units, m.clock, process, fault,
+                  None if sig is None else sig[1])
+        self.result.transitions += 1
+        if fault is not None:
+            self.result.faults += 1
+        evidence, trusted = set(m.evidence), set(m.trusted)
+        fired = []
+        for entry in ran.fired:
+            trigger = entry.get("trigger")
+            self.result.fired.add(str(trigger))
+            up = entry.get("upgrade") or {}
+            to = up.get("to") if isinstance(up, dict) else None
+            words = f"{trigger} {entry.get('from')}→{entry.get('to')}"
+            if entry.get("superseded_by"):
+                words = f"{trigger} superseded by {entry['superseded_by']}"
+                fired.append(words)
+                continue
+            if entry.get("skipped"):
+                words += " (skipped: " + "; ".join(f"{s['effect']}: {s['error']}"
+                                                   for s in entry["skipped"]) + ")"
+            fired.append(words)
+            if trigger == Trigger.judge_ok and to and ran.judged and (
+                    fault is None or fault.kind != "candidate"):
+                trusted.add(str(to))  # its checks ran in this process, and passed
+            if trigger in (Trigger.install, Trigger.activate) and entry.get("release"):
+                trusted.add(str(entry["release"]))
+            if trigger == Trigger.recover and process.kind == "recover" and to:
+                evidence.add(str(to))  # an operator's verdict
+        # A cause for the candidate's mark: a fault while it was selected (but a stop, which is
+        # no verdict), its starts used up, or an operator's rollback (above).
+        stop = fault is not None and fault.kind == "candidate" and fault.at == "stop"
+        if sig is not None and (ran.refused or (fault is not None and fault.kind != "clock"
+                                                and not stop and state.seen.selected == sig[1])):
+            evidence.add(sig[1])
+        if process.kind in ("install", "activate") and process.version:
+            trusted.add(process.version)  # the operator's own hand
+        model = Config_(ran.units, m.clock, m.faults - (fault is not None),
+                        m.operator - (process.kind not in ("start", "daemon", "recovery")),
+                        frozenset(evidence), frozenset(trusted))
+        edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
+                    ran.code is not None and ran.code == ran.last_good_before)
+        assert ran.tree is not None
+        for name, detail in invariants.step_violations(ran.fired, ran.code,
+                                                        ran.last_good_before, self.back):
+            self._violation(name, detail, state, edge, None)
+        if "traceback" in ran.end:  # the harness's own failure or the product's: never silent
+            self._violation("no-traceback", f"{ran.who} ended with {ran.end}", state, edge, None)
+        before = len(self.states)
+        child = self._state(ran.tree, model, state.depth + 1, state.key, edge, live=True)
+        if child is None:
+            return None
+        return child.key, ran, len(self.states) > before
+
+    def _state(self, tree: Tree, model: Config_, depth: int, parent: tuple[object, ...] | None,
+               via: Edge | None, *, live: bool = False) -> State | None:
+        key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
+               model.faults, model.operator, model.evidence, model.trusted)
+        if key in self.states:
+            return self.states[key]
+        if not live:
+            tree.put(self.host.root)
+        reader = open_reader(self.host.config, self.host.root, clock=FakeClock(t=model.clock))
+        rendered = self.rendered[model.units.systemd]
+        seen = invariants.look(reader, rendered)
+        state = State(key, tree, model, seen, depth, parent, via)
+        state.goal = (seen.state == "converged" and seen.pending is None and seen.signal is None
+                      and seen.gate and seen.selected == seen.last_good
+                      and seen.assets == seen.selected
+                      and model.units.agent == f"active:{seen.selected}"
+                      and model.units.recovery == "inactive")
+        self.states[key] = state
+        self.result.depth = max(self.result.depth, depth)
+        for name, detail in invariants.violations(seen, model.evidence, model.trusted):
+            self._violation(name, detail, state, None, None)
+        return state
+
+    # Liveness ---------------------------------------------------------------------------------
+    def _next_calm(self, state: State) -> tuple[object, ...] | None:
+        """The fault-free step systemd takes next, without an operator: a queued recovery
+        first (the agent unit's restart waits `RestartSec=`), then the exec'd daemon, then the
+        agent unit's start; None when nothing runs."""
+        enabled = {p.kind for p, calm in self._processes(state) if calm}
+        for kind in ("recovery", "daemon", "start"):
+            if kind not in enabled:
+                continue
+            if kind not in state.calm:
+                stepped = self._step(state, Process(kind), None)
+                if stepped is None:
+                    return None
+                state.calm[kind] = stepped[0]
+            return state.calm[kind]
+        return None
+
+    def liveness(self) -> None:
+        """From every configuration, once faults stop and no operator acts, systemd's own
+        schedule (`_next_calm`) reaches converged with the gate open, the last-good's agent
+        running and its assets on disk: K is the most steps any configuration needs. One that
+        never does (a dead end, or a loop) is a violation, shown with the path to it and the
+        fault-free steps from it."""
+        dist: dict[tuple[object, ...], int] = {}
+        worst = 0
+        todo = deque(self.states)
+        while todo:
+            key = todo.popleft()
+            if key in dist:
+                continue
+            chain: list[tuple[object, ...]] = []
+            on_chain: set[tuple[object, ...]] = set()
+            cur: tuple[object, ...] | None = key
+            while cur is not None and cur not in dist and not self.states[cur].goal \
+                    and cur not in on_chain:
+                chain.append(cur)
+                on_chain.add(cur)
+                cur = self._next_calm(self.states[cur])
+            if cur is not None and dist.get(cur) == -1:
+                for k in chain:
+                    dist[k] = -1  # leads into a configuration already found not live
+                continue
+            if cur is not None and (cur in dist or self.states[cur].goal):
+                d = dist.get(cur, 0)
+                dist.setdefault(cur, d)
+                for k in reversed(chain):
+                    d += 1
+                    dist[k] = d
+                worst = max(worst, dist[key])
+                continue
+            for k in chain:
+                dist[k] = -1
+            start = self.states[chain[0]]
+            if cur is None and start.seen.operators:
+                # An operator's command died mid-way and nothing runs: it waits for the
+                # operator (or the agent's next start); counted and printed, not a violation.
+                self.result.parked += 1
+                continue
+            walk = [(self.states[k].via, self.states[k].seen.summary() + "; "
+                     + _units_words(self.states[k].model.units)) for k in chain[1:]]
+            if cur is not None:
+                walk.append((self.states[cur].via, "(back to a configuration above: a loop)"))
+            why = "a loop" if cur is not None else "nothing runs any more"
+            self._violation("way-back-is-live", "from here, with no fault and no operator, the "
+                            f"node never reaches converged with the gate open ({why})", start,
+                            None, walk)
+        self.result.k = worst
+
+    def _earlier_reads(self, state_rel: Path, signal_rel: Path) -> None:
+        """`state-file-reads` by the previous release's reader, for every distinct state file
+        (with its signal) that a process other than the last-good's own code wrote: the
+        previous release meets a file as the last-good of a candidate of this one (or after an
+        operator's command), never one its successor wrote as the last-good, which only this
+        version's code reads (a state file left as its parent's is its parent's)."""
+        from . import earlier
+
+        first: dict[tuple[bytes, bytes | None], State] = {}
+        for s in self.states.values():
+            data = s.tree.file(str(state_rel))
+            if data is None:
+                continue
+            if s.parent is not None and s.via is not None:
+                before = self.states[s.parent].tree.file(str(state_rel))
+                if before == data or s.via.by_last_good:
+                    continue
+            first.setdefault((data, s.tree.file(str(signal_rel))), s)
+        pairs = list(first)
+        why, errors = earlier.unreadable(pairs, str(state_rel), str(signal_rel))
+        commit = (earlier.earlier_commit() or "?")[:12]
+        self.result.earlier = why or f"{len(pairs)} distinct state files read by {commit}"
+        for d, error in sorted(errors.items()):
+            state = first[pairs[int(Path(d).name[1:])]]
+            self._violation("state-file-reads", f"the previous release's reader: {error}",
+                            state, None, None)
+
+    # Traces -----------------------------------------------------------------------------------
+    def trace(self, state: State) -> list[tuple[Edge | None, str]]:
+        steps: list[tuple[Edge | None, str]] = []
+        s: State | None = state
+        while s is not None:
+            steps.append((s.via, s.seen.summary() + f"; {_units_words(s.model.units)}"))
+            s = self.states[s.parent] if s.parent is not None else None
+        return list(reversed(steps))
+
+    def _violation(self, name: str, detail: str, state: State, edge: Edge | None,
+                   tail: list[tuple[Edge | None, str]] | None) -> None:
+        if name in self.seen_violation:  # BFS: the first found is a shortest
+            return
+        self.seen_violation.add(name)
+        trace = self.trace(state)
+        if edge is not None:
+            trace.append((edge, "(the step above broke the rule)"))
+        if tail:
+            trace.append((None, "… then, with no fault and no operator:"))
+            trace.extend(tail)
+        self.result.violations.append(Violation(name, detail, trace))
+
+
+def _definition_once(mp: pytest.MonkeyPatch) -> None:
+    """Every process of the check parses the same definition: parse it once."""
+    from agent_fsm.machine import reading
+    from agent_fsm.upgrade import registry
+
+    shipped, loaded = reading.shipped(), registry.load_definition()
+    load = registry.load_definition
+    mp.setattr(reading, "shipped", lambda: shipped)
+    mp.setattr(registry, "load_definition",
+               lambda text=None, source="<text>": loaded if text is None else load(text, source))
+    # ... and what is derived from it, wherever a module imported it by name
+    from agent_fsm.machine import hooks, vocabulary
+
+    for fn in (vocabulary.groups, vocabulary.count_rules, hooks.before_triggers):
+        memo: dict[tuple[int, ...], Any] = {}
+
+        def once(*args: Any, _fn: Any = fn, _memo: dict[tuple[int, ...], Any] = memo) -> Any:
+            key = tuple(id(a) for a in args)
+            if key not in _memo:
+                _memo[key] = (_fn(*args), args)  # the args kept alive: their ids stay theirs
+            return _memo[key][0]
+
+        for module in [m for name, m in sys.modules.items() if name.startswith("agent_fsm.")]:
+            for attr, value in list(vars(module).items()):
+                if value is fn:
+                    mp.setattr(module, attr, once)
+
+
+def _units_words(u: Units) -> str:
+    limit = "no start limit" if u.limit is None else f"start limit {u.starts}/{u.limit}"
+    return (f"systemd {u.systemd}: agent unit {u.agent} (NRestarts {u.agent_restarts}, "
+            f"{limit}), recovery unit {u.recovery}")
+
+
+def check(bound: Bound, progress: Callable[[str], None] | None = None) -> Result:
+    return Checker(bound, progress=progress).run()
+
+
+def _unused(*_: Any) -> None:
+    pass

@@ -1,0 +1,174 @@
+"""systemd as a small explicit model: the agent unit and the recovery unit, their start counts,
+restart policy and `OnFailure=`, and what the processes asked of `systemctl`.
+
+What the model keeps of each unit is what the upgrade's rules depend on:
+
+- the agent unit is `inactive`, `activating` (a start is queued: a restart job, an automatic
+  restart, a boot), `exec:R` (its `ExecStartPre=` let the start go on and `ExecStart=` resolved
+  the `selected` link to release R: that process runs R's code), `stopping:R` (that process was
+  sent SIGTERM by a restart of the unit while starting, and runs on until it notices; the
+  restart's start follows), `active:R` or `failed`;
+- the recovery unit is `inactive` or `activating` (a oneshot: started, or restarted after a
+  failed `recover`, with `Restart=on-failure` and no start limit);
+- the agent unit's start count against its start limit (read from the unit file on disk at
+  each `daemon-reload`; the unit agent-fsm writes has none), and `NRestarts` of both units;
+- `OnFailure=` with both of systemd's semantics: up to 254 it starts the recovery unit only when
+  the agent unit gives up (its start limit is hit), from 255 on at every failure, automatic
+  restart or not; and what a `daemon-reload` does to the start count: reset up to 254, kept
+  from 255 on. `reset-failed` zeroes both counts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agent_fsm.errors import SystemdError
+
+RESTARTS_CAP = 2  # NRestarts above this behaves as this (the retry delay is capped anyway)
+
+
+@dataclass(frozen=True)
+class Units:
+    systemd: int = 252
+    agent: str = "active"  # see the module's docstring; "active:R" once known
+    recovery: str = "inactive"
+    starts: int = 0  # the agent unit's starts against its start limit
+    limit: int | None = None  # StartLimitBurst of the loaded agent unit; None: no limit
+    agent_restarts: int = 0  # NRestarts
+    recovery_restarts: int = 0
+
+    @property
+    def running(self) -> str | None:
+        """The release whose daemon runs in the agent unit (exec'd or active), if any."""
+        for prefix in ("exec:", "stopping:", "active:"):
+            if self.agent.startswith(prefix):
+                return self.agent[len(prefix):]
+        return None
+
+    def start_agent(self) -> Units:
+        return replace(self, agent="activating")
+
+    def start_recovery(self) -> Units:
+        return self if self.recovery == "activating" else replace(self, recovery="activating")
+
+    def agent_failed(self) -> Units:
+        """The agent unit's process failed (exit non-zero, killed, start timeout)."""
+        if self.limit is not None and self.starts >= self.limit:
+            return replace(self, agent="failed").start_recovery()  # both: at the start limit
+        up = replace(self, agent="activating",
+                     agent_restarts=min(self.agent_restarts + 1, RESTARTS_CAP))
+        return up.start_recovery() if self.systemd >= 255 else up
+
+    def recovery_failed(self) -> Units:
+        return replace(self, recovery="activating",
+                       recovery_restarts=min(self.recovery_restarts + 1, RESTARTS_CAP))
+
+    def counted_start(self) -> Units:
+        cap = (self.limit or 0) + 1
+        return replace(self, starts=min(self.starts + 1, cap))
+
+    def boot(self) -> Units:
+        """Power back on (or a reboot): the enabled agent unit starts, nothing else runs."""
+        return Units(systemd=self.systemd, agent="activating", limit=self.limit)
+
+    def answer(self, unit: str, agent_unit: str) -> dict[str, str]:
+        restarts = self.agent_restarts if unit == agent_unit else self.recovery_restarts
+        result = "exit-code" if unit == agent_unit and self.agent == "failed" else "success"
+        return {"NRestarts": str(restarts), "Result": result, "ExecMainStatus": "1",
+                "ActiveState": self.agent.split(":")[0] if unit == agent_unit else self.recovery}
+
+    def apply(self, calls: Sequence[tuple[str, str]], agent_unit: str, recovery_unit: str,
+              unit_file: bytes | None) -> Units:
+        """What systemd does with the calls a process made (in order)."""
+        u = self
+        for verb, unit in calls:
+            if unit == agent_unit and verb == "restart" and u.agent.startswith("exec:"):
+                # its process is starting: SIGTERM comes, but it runs on until it sees it
+                u = replace(u, agent="stopping:" + u.agent[len("exec:"):])
+            elif unit == agent_unit and (verb == "restart" or (verb == "start" and u.running is None)):
+                u = u.start_agent()
+            elif verb == "start" and unit == recovery_unit:
+                u = u.start_recovery()
+            elif verb == "reset-failed" and unit == agent_unit:
+                u = replace(u, starts=0, agent_restarts=0,
+                            agent="inactive" if u.agent == "failed" else u.agent)
+            elif verb == "reset-failed" and unit == recovery_unit:
+                u = replace(u, recovery_restarts=0)
+            elif verb == "daemon-reload":
+                u = replace(u, limit=start_limit(unit_file),
+                            starts=0 if u.systemd <= 254 else u.starts)
+        return u
+
+    def key(self) -> tuple[object, ...]:
+        return (self.systemd, self.agent, self.recovery, self.starts, self.limit,
+                self.agent_restarts, self.recovery_restarts)
+
+
+def start_limit(unit_file: bytes | None) -> int | None:
+    """The StartLimitBurst a unit file sets (systemd's default 5 within 10 s), None when its
+    StartLimitIntervalSec= is 0 (no limit) or there is no file."""
+    if unit_file is None:
+        return None
+    text = unit_file.decode(errors="replace")
+    interval = re.findall(r"^StartLimitIntervalSec=(\S*)", text, re.M)
+    if interval and interval[-1] in ("0", "infinity"):
+        return None
+    burst = re.findall(r"^StartLimitBurst=(\d+)", text, re.M)
+    return int(burst[-1]) if burst else 5
+
+
+@dataclass
+class ModelSystemd:
+    """What a process's `systemctl` calls reach: recorded for `Units.apply`, answered from the
+    model; `fail` names the verbs that fail in this process (a failing or refusing systemctl).
+    `on_restart_of_agent` runs when the agent unit is restarted (its process is then stopped)."""
+
+    units: Units
+    agent_unit: str
+    fail: frozenset[str] = frozenset()
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    used: set[str] = field(default_factory=set)
+    on_restart_of_agent: list[object] = field(default_factory=list)
+    stop: list[bool] = field(default_factory=list)  # set when this process's unit is stopped
+    own_unit: str | None = None
+    waker: Any = None  # the daemon's: a restart of its own unit stops it
+
+    def _call(self, verb: str, unit: str = "") -> None:
+        self.used.add(verb)
+        if verb in self.fail:
+            raise SystemdError(f"`systemctl {verb} {unit}` exited 1: injected by the model check")
+        self.calls.append((verb, unit))
+        if verb == "restart" and unit == self.own_unit:
+            self.stop.append(True)
+            if self.waker is not None:
+                self.waker.stop = True
+
+    def daemon_reload(self) -> None:
+        self._call("daemon-reload")
+
+    def reset_failed(self, unit: str) -> None:
+        self._call("reset-failed", unit)
+
+    def restart(self, unit: str) -> None:
+        self._call("restart", unit)
+
+    def start(self, unit: str) -> None:
+        self._call("start", unit)
+
+    def enable(self, unit: str) -> None:
+        self._call("enable", unit)
+
+    def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
+        self._call("show", unit)
+        answer = self.units.answer(unit, self.agent_unit)
+        return {k: v for k, v in answer.items() if k in properties}
+
+    def reload_needed(self, units: Sequence[str]) -> bool:
+        self._call("show", " ".join(units))
+        return True
+
+    def version(self) -> int:
+        return self.units.systemd
