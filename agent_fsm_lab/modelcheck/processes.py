@@ -456,7 +456,16 @@ BODIES: dict[str, Body] = {
 }
 
 
-def quiet() -> None:
-    """The processes log as the daemon does; the check keeps only what it renders."""
-    logging.getLogger("agent_fsm").setLevel(logging.CRITICAL + 1)
-    logging.getLogger("agent_fsm").propagate = False
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """The processes log as the daemon does; the check keeps only what it renders. The logger
+    is given back as it was (a test after the check in the same process reads its logs)."""
+    log = logging.getLogger("agent_fsm")
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.CRITICAL + 1)
+    log.propagate = False
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+        log.propagate = propagate

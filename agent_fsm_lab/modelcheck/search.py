@@ -178,11 +178,11 @@ class Checker:
 
     # Exploring ------------------------------------------------------------------------------
     def run(self) -> Result:
-        quiet()
         began = time.monotonic()
         # tmpfs where there is one: the check's fsyncs are the product's, not the point
         where = "/dev/shm" if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else None
-        with tempfile.TemporaryDirectory(prefix="agent-fsm-modelcheck-", dir=where) as tmp, \
+        with quiet(), tempfile.TemporaryDirectory(prefix="agent-fsm-modelcheck-",
+                                                  dir=where) as tmp, \
                 pytest.MonkeyPatch.context() as mp:
             _definition_once(mp)
             root = Path(tmp) / "node"
