@@ -21,6 +21,17 @@ from agent_fsm.system.notify import Notifier
 from tests.helpers import make_world
 
 
+class Recording(Notifier):
+    """A notifier that keeps the fields it would send to systemd, in `sent`."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+        self.sent: list[str] = []
+
+    def send(self, *fields: str) -> bool:
+        self.sent.extend(fields)
+        return True
+
 class TestEnvironment:
     def test_children_never_get_systemds_notify_variables(
             self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,14 +154,9 @@ class TestDaemonStartsIt:
         (release / "release.toml").write_text(
             'version = "1.0.0"\nworkload = ["/bin/sh", "-c", "exit 3"]\n')
         world.node.controller.fire("install", release="1.0.0")
-        sent: list[str] = []
-
-        class Recording(Notifier):
-            def send(self, *fields: str) -> bool:
-                sent.extend(fields)
-                return True
-
-        assert Daemon(world.node, Recording(""), waker).run() == 3
+        notifier = Recording()
+        sent = notifier.sent
+        assert Daemon(world.node, notifier, waker).run() == 3
         statuses = [f for f in sent if f.startswith("STATUS=")]
         assert statuses[-1] == "STATUS=agent 1.0.0: workload exited with status 3; restarting " \
                                "the unit", statuses
@@ -168,14 +174,9 @@ class TestDaemonStartsIt:
         (release / "release.toml").write_text(
             'version = "1.0.0"\nworkload = ["/bin/sleep", "30"]\n')
         world.node.controller.fire("install", release="1.0.0")
-        sent: list[str] = []
-
-        class Recording(Notifier):
-            def send(self, *fields: str) -> bool:
-                sent.extend(fields)
-                return True
-
-        daemon = Daemon(world.node, Recording(""), waker)
+        notifier = Recording()
+        sent = notifier.sent
+        daemon = Daemon(world.node, notifier, waker)
         assert daemon.run() == 1 and daemon.workload is None
         assert any("'no-such-agent-user' does not exist" in f for f in sent if
                    f.startswith("STATUS=failed: ")), sent

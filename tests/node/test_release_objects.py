@@ -59,6 +59,19 @@ def objects_of(world: World) -> list[Path]:
     return sorted((world.paths.releases_dir / release_objects.OBJECTS).iterdir())
 
 
+
+def files_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The release-relative names of the files the store reads from now on, in order."""
+    read: list[str] = []
+    real = release_tree._Reader.chunks
+
+    def counted(self: release_tree._Reader, *args: object, **kwargs: bool) -> Iterator[bytes]:
+        read.append(str(args[-1]))
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+    return read
+
 class TestTenReleases:
     def test_ten_releases_cost_well_under_twice_one(self, packed: Path, world: World,
                                                     tmp_path: Path) -> None:
@@ -154,14 +167,7 @@ class TestDamage:
         """`doctor` hashes every release whole, but a file three releases share (one inode,
         unchanged) is read once, not three times."""
         monkeypatch.setattr(release_tree, "_SETTLED_NS", 0)  # as if stored long ago
-        read: list[str] = []
-        real = release_tree._Reader.chunks
-
-        def counted(self: release_tree._Reader, *args: object, **kwargs: bool) -> Iterator[bytes]:
-            read.append(str(args[-1]))
-            return real(self, *args, **kwargs)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+        read = files_read(monkeypatch)
         findings = doctor(three.node, check_systemd=False)
         assert next(f for f in findings if f.check == "releases").level == "ok"
         assert read.count(SHARED) == 1 and read.count("bin/agent-fsm") == 3
@@ -190,14 +196,7 @@ class TestFastCheck:
             add(make_release(tmp_path, v, marker=v), world.node)
         world.node.controller.fire("install", release="3.0.0")
         assert prune(world.node, ("1.0.0",)).freed.files == 2
-        read: list[str] = []
-        real = release_tree._Reader.chunks
-
-        def counted(self: release_tree._Reader, *args: object, **kwargs: bool) -> Iterator[bytes]:
-            read.append(str(args[-1]))
-            return real(self, *args, **kwargs)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+        read = files_read(monkeypatch)
         releases = world.reopen().node.releases
         releases.verify("2.0.0")
         releases.verify("3.0.0")
