@@ -237,3 +237,34 @@ class TestPrune:
         assert prune(world.node).freed.files == 2
         assert leftovers(world) == []
 
+
+    def _killed_prune_of_1(self, world: World, tmp_path: Path) -> None:
+        """1.0.0 and 2.0.0 stored, 2.0.0 installed; a prune killed just after taking 1.0.0 out
+        of the store (its tree hidden as `.1.0.0.pruning`, not deleted yet)."""
+        for v in ("1.0.0", "2.0.0"):
+            add(make_release(tmp_path, v, marker=v), world.node)
+        world.node.controller.fire("install", release="2.0.0")
+        where = world.paths.releases_dir
+        os.rename(where / "1.0.0", where / ".1.0.0.pruning")
+        release_store.forget(where, "1.0.0")
+
+    def test_an_add_frees_what_a_killed_prune_left(self, world: World, tmp_path: Path) -> None:
+        """The tree a prune killed midway had taken out of the store, and the files only it
+        held, are freed by the next add as by the next prune (docs/state-files.md)."""
+        self._killed_prune_of_1(world, tmp_path)
+        add(make_release(tmp_path / "later", "3.0.0", marker="3.0.0"), world.node)
+        assert leftovers(world) == []
+        assert problems(world) == {"2.0.0": None, "3.0.0": None}
+
+    def test_a_release_added_again_after_a_killed_prune_can_be_pruned(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A version whose prune was killed midway, added again (that add killed too, after
+        storing it, before its housekeeping) and pruned again, is removed with nothing left,
+        not refused because the killed prune's tree still has its hidden name."""
+        self._killed_prune_of_1(world, tmp_path)
+        with monkeypatch.context() as m:
+            m.setattr(release_store, "tidy", lambda *_a: release_objects.Collected())
+            add(tmp_path / "rel-1.0.01.0.0", world.node)
+        assert (world.paths.releases_dir / ".1.0.0.pruning").is_dir()
+        assert prune(world.node).removed == ("1.0.0",)
+        assert leftovers(world) == [] and problems(world) == {"2.0.0": None}

@@ -324,9 +324,10 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
     # The slow part without the lock: deleting the trees, and `podman rmi` (up to 300 s each).
     # What is deleted here is out of the store already; the images' records are written under
     # the lock again.
-    for stale in [*gone, *([] if dry_run else node.paths.releases_dir.glob(".*.pruning"))]:
-        shutil.rmtree(stale, ignore_errors=True)  # a crash leaves it for the next prune
-    # The stored files no release links any more, these and any an interrupted add left.
+    for stale in gone:
+        shutil.rmtree(stale, ignore_errors=True)  # a crash leaves it for the next add or prune
+    # The stored files no release links any more, these and any an interrupted add or prune
+    # left (and the trees an interrupted prune took out).
     freed = release_objects.Collected() if dry_run else \
         release_store.tidy(node.paths.releases_dir, node.store.locked)
     pruned_images = origins.apply(node, image_plan, dry_run=dry_run, locked=node.store.locked)
@@ -337,8 +338,11 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
 def _take_out(path: Path) -> Path:
     """Take a release out of the store in one rename (the caller holds the lock; the caller
     deletes what it returns, without): a crash midway leaves a hidden `.<version>.pruning`
-    (swept by the next prune), never a half release."""
+    (deleted by the next add or prune: `release_store.tidy`), never a half release. One an
+    earlier prune of this version left, and no add has deleted since, goes first."""
     gone = path.with_name(f".{path.name}.pruning")
+    if os.path.lexists(gone):
+        shutil.rmtree(gone)
     os.replace(path, gone)
     files.fsync_dir(path.parent)
     release_store.forget(path.parent, path.name)

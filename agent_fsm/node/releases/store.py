@@ -313,12 +313,17 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
 
 def tidy(releases_dir: Path,
          locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Collected:
-    """After an add or a prune: free the objects no release links (`objects.collect`) and
-    record again the files whose ctime the links moved (`refresh_hashed`). Housekeeping: if it
-    cannot be done now (a full disk, the lock held), the next add or prune does it, so it never
-    turns a done add or prune into a failure."""
+    """After an add or a prune: delete the trees an interrupted prune took out of the store
+    (`.<version>.pruning`), free the objects no release links (`objects.collect`) and record
+    again the files whose ctime the links moved (`refresh_hashed`). Housekeeping: if it cannot
+    be done now (a full disk, the lock held), the next add or prune does it, so it never turns a
+    done add or prune into a failure. Needs no lock: what is deleted is out of the store."""
+    import shutil
+
     freed = Collected()
     with contextlib.suppress(AgentFsmError, OSError):
+        for stale in releases_dir.glob(".*.pruning"):
+            shutil.rmtree(stale, ignore_errors=True)
         freed = collect(releases_dir)
         refresh_hashed(releases_dir, locked)
     return freed
