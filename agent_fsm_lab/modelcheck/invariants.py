@@ -17,6 +17,10 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
   rolled back;
 - `judged-before-trusted`: the last-good is a version judged ok here, or installed or
   activated by an operator;
+- `releases-kept`: the releases the node may need are stored and intact (`releases_kept`);
+- `store-swept`: an add or prune that succeeds leaves the store holding its releases, their
+  records and the objects they link, and nothing else: what an earlier one cut midway left is
+  gone (checked on each step: `leftovers`);
 - and, over the whole graph, `way-back-is-live` (bounded liveness, `search.liveness`).
 """
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agent_fsm.machine.definition import Definition, Role
@@ -49,6 +54,8 @@ class Seen:
     unreadable: str | None  # why the state file did not read
     before_close: bool = False  # the owed transition has yet to run its close_gate
     operators: bool = False  # the owed transition is an operator's
+    releases: str | None = None  # what `releases-kept` found wrong, if anything
+    stored: tuple[str, ...] = ()  # the releases the store shows
 
     def summary(self) -> str:
         sig = "none" if self.signal is None else \
@@ -57,7 +64,8 @@ class Seen:
         bad = f", known bad {','.join(sorted(self.marks))}" if self.marks else ""
         state = f"UNREADABLE ({self.unreadable})" if self.unreadable else self.state + owes
         return (f"{state}; selected {self.selected}, last-good {self.last_good}; signal {sig}; "
-                f"gate {'open' if self.gate else 'shut'}; assets {self.assets}{bad}")
+                f"gate {'open' if self.gate else 'shut'}; assets {self.assets}{bad}; releases "
+                f"{', '.join(self.stored) or 'none'}")
 
 
 def look(reader: Reader, rendered: Mapping[str, Mapping[str, bytes]]) -> Seen:
@@ -65,6 +73,7 @@ def look(reader: Reader, rendered: Mapping[str, Mapping[str, bytes]]) -> Seen:
     unreadable = None
     state, pending = "?", None
     before_close = operators = False
+    doc = None
     try:
         doc = reader.store.read()
         state = doc.state
@@ -108,7 +117,46 @@ def look(reader: Reader, rendered: Mapping[str, Mapping[str, bytes]]) -> Seen:
                 None if sig is None else (sig.from_version, sig.to_version, sig.attempt,
                                           sig.starts),
                 reader.gate.is_open(), assets, kept_ok, marks, unreadable, before_close,
-                operators)
+                operators, releases_kept(reader, doc, sig), tuple(reader.releases.versions()))
+
+
+def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
+    """`releases-kept`: what is wrong with the releases the node may need, or None. Needed:
+    the selected (`ExecStart=` runs it), the last-good (the way back runs its `recover`), while
+    a signal exists its from and to (the judgment runs the candidate), and each release the
+    owed transition names (its resume selects or promotes it). Each must be stored and pass the
+    store's own check (`Releases.verify`: what a start and `status`'s `selected_damaged` run),
+    and so must every release the store shows: an add or prune cut midway leaves none half
+    there."""
+    needed: dict[str, list[str]] = {}
+
+    def need(version: object, why: str) -> None:
+        if isinstance(version, str):
+            needed.setdefault(version, []).append(why)
+
+    need(reader.releases.selected(), "selected")
+    need(reader.releases.last_good(), "last-good")
+    if sig is not None:
+        need(sig.from_version, "the signal's from")
+        need(sig.to_version, "the signal's to")
+    if doc is not None and doc.pending is not None:
+        args = doc.pending.args
+        owed = f"owed {doc.pending.trigger}"
+        need(args.get("release"), owed)
+        need(args.get("from"), owed)
+        if isinstance(args.get("upgrade"), dict):
+            need(args["upgrade"].get("from"), owed)
+            need(args["upgrade"].get("to"), owed)
+    stored = reader.releases.versions()
+    wrong = [f"{v} ({', '.join(why)}) is not stored" for v, why in needed.items()
+             if v not in stored]
+    for v in stored:
+        try:
+            reader.releases.verify(v)
+        except Exception as exc:
+            role = f" ({', '.join(needed[v])})" if v in needed else ""
+            wrong.append(f"{v}{role} is damaged: {exc}")
+    return "; ".join(wrong) or None
 
 
 def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) -> list[tuple[str, str]]:
@@ -130,9 +178,28 @@ def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) ->
     for version in sorted(seen.marks - evidence):
         out.append(("known-bad-has-cause", f"{version} is marked known bad, but it was never "
                     "judged failed, its start never failed and no operator rolled it back"))
+    if seen.releases is not None:
+        out.append(("releases-kept", seen.releases))
     if seen.last_good is not None and seen.last_good not in trusted:
         out.append(("judged-before-trusted", f"{seen.last_good} is last-good, but it was never "
                     "judged ok here nor installed or activated by an operator"))
+    return out
+
+
+def leftovers(releases_dir: Path) -> list[str]:
+    """What the store holds besides its releases, their records and the objects they link:
+    hidden staging copies and trees taken out, records of releases not stored, objects no
+    release links (link count 1)."""
+    from agent_fsm.node.releases import objects, store
+
+    kept = (store.DIGESTS, store.HASHED, objects.OBJECTS)
+    out = sorted(p.name for p in releases_dir.glob(".*") if p.name not in kept)
+    versions = {p.name for p in releases_dir.iterdir() if not p.name.startswith(".")}
+    for kind in (store.DIGESTS, store.HASHED):
+        out += sorted(f"{kind}/{p.name}" for p in (releases_dir / kind).glob("*")
+                      if p.name not in versions)
+    out += sorted(f"{objects.OBJECTS}/{p.name}" for p in (releases_dir / objects.OBJECTS).glob("*")
+                  if p.stat().st_nlink == 1)
     return out
 
 

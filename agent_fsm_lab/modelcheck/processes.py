@@ -4,13 +4,19 @@ A step puts a configuration's files back into the work directory, starts one pro
 systemd or an operator would (the agent unit's `ExecStartPre=` start check, the daemon of the
 release `ExecStart=` resolved, the recovery unit's `recover`, an operator's command) and runs
 agent-fsm's own code for it: `start_check`, `Daemon.startup`, `operations.recover`, `install`,
-`activate`, `begin_upgrade`, with the engine, the effects and the files all real. What crosses
+`activate`, `begin_upgrade`, and for `release add DIR` and `release prune --keep 0` what those
+commands run (`sources.add_source`, `packing.prune`), with the engine, the effects, the store
+and the files all real. What crosses
 the process boundary is the model's: `systemctl` (`units.ModelSystemd`), the publish command, the
 host's checks and the candidate's workload, the clocks, and at most one fault per step:
 
 - `crash k`: SIGKILL at the k-th kill point (before each effect and before each final record,
   the engine's failpoints, and just after each journal append, before the state write that
   commits it: the points tests/reliability/test_crash_points.py enumerates);
+- `crash-op k`: SIGKILL at the k-th file operation of a `release add` or `prune`, which meet
+  no failpoint of the engine (links, renames and directories counted, as
+  tests/reliability/test_store_power_loss.py counts them; nothing after it runs, no `finally`
+  either); `power-op k` there is the same cut with the power lost;
 - `power k`: the power goes out at the k-th kill point (or, `power-op k`, the k-th file
   operation): what was not fsynced is lost (tests/reliability/powerloss.py), and the host boots;
 - `enospc k`: the disk is full from the k-th write on, for the rest of the process;
@@ -79,7 +85,8 @@ class Fault:
 class Process:
     """Which process runs: `start` (the agent unit's start: ExecStartPre, then ExecStart
     resolves `selected`), `daemon` (the exec'd release's daemon), `recovery` (the recovery
-    unit's `recover`), or an operator's `upgrade V`, `install V`, `activate V`, `recover`."""
+    unit's `recover`), or an operator's `upgrade V`, `install V`, `activate V`, `recover`,
+    `add V` (`release add` of V's directory), `prune` (`release prune --keep 0`)."""
 
     kind: str
     version: str | None = None
@@ -138,6 +145,7 @@ class Host:
     recovery_unit: str
     agent_unit_rel: str  # the agent unit file, relative to root
     gate_dir_rel: str
+    sources: Path | None = None  # the release directories `release add` takes (outside root)
 
 
 def _node(host: Host, sd: ModelSystemd, publisher: FakePublisher, clock: FakeClock,
@@ -149,7 +157,8 @@ def _node(host: Host, sd: ModelSystemd, publisher: FakePublisher, clock: FakeClo
 class Run:
     """One step in progress: its instruments (kill points, writes, the lock) and its fault."""
 
-    def __init__(self, host: Host, fault: Fault | None, mp: pytest.MonkeyPatch) -> None:
+    def __init__(self, host: Host, fault: Fault | None, mp: pytest.MonkeyPatch,
+                 store: bool = False) -> None:
         self.host = host
         self.fault = fault
         self.kills = 0
@@ -158,7 +167,13 @@ class Run:
         self.judged = False
         self.fired: list[dict[str, Any]] = []
         self.power: powerloss.PowerLoss | None = None
-        if fault is not None and fault.kind in ("power", "power-op"):
+        if store:  # the store's own file operations are its kill points; a cut one is dead
+            cut = fault is not None and fault.kind in ("crash-op", "power-op")
+            at = int(fault.at or 0) if cut and fault is not None else None
+            self.power = powerloss.PowerLoss(host.root, crash_at=at,
+                                             ops_counted=powerloss.STORE_OPS, dies=True)
+            self.power.install(mp)
+        elif fault is not None and fault.kind in ("power", "power-op"):
             self.power = powerloss.PowerLoss(host.root, crash_at=fault.at if fault.kind == "power-op"
                                              else None)  # type: ignore[arg-type]
             self.power.install(mp)
@@ -230,7 +245,7 @@ def run(host: Host, tree: Tree, units: Units, clock_t: float, process: Process,
         ran.code = units.running
         ran.who = f"daemon of {units.running}"
     with pytest.MonkeyPatch.context() as mp:
-        r = Run(host, fault, mp)
+        r = Run(host, fault, mp, store=process.kind in STORE_COMMANDS)
         try:
             if fault is not None and fault.kind == "crash" and fault.at == 0:
                 raise Killed("before it did anything")  # a crash at import, say
@@ -240,6 +255,8 @@ def run(host: Host, tree: Tree, units: Units, clock_t: float, process: Process,
             ran.died = True
             ran.end = f"killed ({fault})"
             _ended_badly(host, ran, sd, process)
+        if r.power is not None:
+            r.power.crash_at = None  # the process is gone: putting the disk back is not it
         ran.kill_points, ran.writes, ran.locked = r.kills, r.writes, r.locked
         ran.file_ops = r.power.ops if r.power is not None else 0
         ran.judged = r.judged
@@ -450,9 +467,46 @@ def _operator(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePub
     ran.units = _ended(host, ran, sd)
 
 
+def _release(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublisher,
+             clock: FakeClock, process: Process, fault: Fault | None,
+             candidate: str | None) -> None:
+    """An operator's `release add DIR` (what the CLI's `add_from` runs: `sources.add_source`,
+    DIR the release directory packed for V outside the node's root) or `release prune
+    --keep 0` (`packing.prune`: every release not protected removed, staged ones too)."""
+    from agent_fsm.actions.releases import packing, sources
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(reasons.RECOVERY_ENV, raising=False)
+        try:
+            node = r.watch(_node(host, sd, publisher, clock, Command.operator))
+            if process.kind == "add":
+                assert host.sources is not None
+                ran.who = f"operator: agent-fsm release add {process.version}"
+                added = sources.add_source(str(source_dir(host.sources, str(process.version))),
+                                           node)
+                done = f"release {added.version} " + ("already stored" if added.already
+                                                      and not added.replaced else "stored")
+            else:
+                ran.who = "operator: agent-fsm release prune --keep 0"
+                pruned = packing.prune(node, keep=0)
+                done = f"removed {', '.join(pruned.removed) or 'nothing'}"
+            ran.end = f"exit 0: {done}"
+        except (AgentFsmError, Exception) as exc:
+            ran.end = _failed(exc)
+    ran.units = _ended(host, ran, sd)
+
+
+def source_dir(sources: Path, version: str) -> Path:
+    """Release `version`'s directory, as `release pack` would leave it for `release add`."""
+    return sources / f"rel-{version}"
+
+
+STORE_COMMANDS = ("add", "prune")
+
 BODIES: dict[str, Body] = {
     "start": _start, "daemon": _daemon, "recovery": _recovery,
     "upgrade": _operator, "install": _operator, "activate": _operator, "recover": _operator,
+    "add": _release, "prune": _release,
 }
 
 

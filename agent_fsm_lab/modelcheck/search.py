@@ -30,7 +30,7 @@ from agent_fsm.wiring import open_node, open_reader
 
 from . import invariants
 from .invariants import Seen
-from .processes import Fault, Host, Process, Ran, quiet, run
+from .processes import STORE_COMMANDS, Fault, Host, Process, Ran, quiet, run, source_dir
 from .tree import Tree
 from .units import Units
 
@@ -49,6 +49,8 @@ class Bound:
     kinds: frozenset[str] = frozenset({"crash", "power", "enospc", "systemctl", "lock",
                                        "publisher", "candidate", "clock"})
     operator_commands: tuple[str, ...] = ("upgrade", "recover", "install", "activate")
+    added: tuple[str, ...] = ("2.0.0", "3.0.0")  # what `release add` takes (packed at the start)
+    once: frozenset[str] = frozenset()  # operator commands given at most once on a path
     power_at_every_op: bool = False  # power loss at every file operation, not kill points
     max_attempts: int = 2
     earlier_reader: bool = True  # the state files read by the previous release too
@@ -60,10 +62,15 @@ class Bound:
 
 
 BOUNDS = {
-    "small": Bound("small", faults=1, operator=1, depth=14),
+    "small": Bound("small", faults=1, operator=1, depth=14,
+                   operator_commands=("upgrade", "recover", "install", "activate", "add", "prune")),
     # two faults on one path: after the operator's upgrade or recover
     "deep": Bound("deep", faults=2, operator=1, depth=22,
                   operator_commands=("upgrade", "recover")),
+    # the release store beside one upgrade: two commands on one path (an upgrade, then a prune
+    # while the candidate is judged; an add or a prune cut midway, then the upgrade)
+    "store": Bound("store", faults=1, operator=2, depth=16,
+                   operator_commands=("upgrade", "add", "prune"), once=frozenset({"upgrade"})),
     # each variant of the definition (`--mutants`): the small bound on one systemd
     "mutant": Bound("mutant", faults=1, operator=1, depth=14, systemds=(257,),
                     earlier_reader=False),
@@ -80,6 +87,7 @@ class Config_:
     operator: int
     evidence: frozenset[str]
     trusted: frozenset[str]
+    given: frozenset[str] = frozenset()  # the bound's `once` commands given on this path
 
 
 @dataclass
@@ -146,23 +154,33 @@ def _host(root: Path, bound: Bound) -> tuple[Host, Config]:
     paths = node.paths
     host = Host(root, config, bound.versions, paths.agent_unit_name, paths.recovery_unit_name,
                 str(paths.agent_unit.relative_to(root)),
-                str(paths.gate_file.parent.relative_to(root)))
+                str(paths.gate_file.parent.relative_to(root)), root.parent / "sources")
     return host, config
 
 
-def _initial(host: Host, systemd: int) -> tuple[Tree, dict[str, dict[str, bytes]]]:
+def _initial(host: Host, systemd: int, added: tuple[str, ...] = (),
+             ) -> tuple[Tree, dict[str, dict[str, bytes]]]:
     """The node installed on the first release, converged, gate open, its agent running; every
-    release stored."""
+    release stored by `release add` from its directory (which `release add` takes again: the
+    releases share their files but `release.toml`, as packed ones share their code)."""
+    from agent_fsm.actions.releases import packing
     from tests.helpers import make_world
+    from tests.node.test_release_store import make_release
 
     if host.root.exists():
         shutil.rmtree(host.root)
     fake = FakeSystemd(systemd_version=systemd)
     world = make_world(host.root, host.config, fake, FakePublisher(), FakeClock(t=CLOCK))
-    for v in host.versions:
-        world.add_release(v)
+    assert host.sources is not None
+    extra = [v for v in added if v not in host.versions]
+    for v in [*host.versions, *extra]:
+        if not source_dir(host.sources, v).exists():
+            make_release(host.sources, v)
+        packing.add(source_dir(host.sources, v), world.node)
     world.installed(host.versions[0])
-    rendered = {v: world.rendered(v) for v in host.versions}
+    rendered = {v: world.rendered(v) for v in [*host.versions, *extra]}
+    if extra:  # stored only to render them: taken out again, as a prune does
+        packing.prune(world.node, tuple(extra))
     return Tree.take(host.root), rendered
 
 
@@ -189,10 +207,11 @@ class Checker:
             host, config = _host(root, self.bound)
             self.host = host
             probe = open_node(config, root, systemd=FakeSystemd())
+            self.releases_rel = probe.paths.releases_dir.relative_to(root)
             self.back = invariants.way_back(probe.definition, frozenset(probe.groups.rolling_back))
             queue: deque[tuple[object, ...]] = deque()
             for systemd in self.bound.systemds:
-                tree, rendered = _initial(host, systemd)
+                tree, rendered = _initial(host, systemd, self._added())
                 self.rendered[systemd] = rendered
                 units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}")
                 model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
@@ -265,16 +284,34 @@ class Checker:
             yield Process("recovery"), True
         if state.model.operator > 0:
             for command in self.bound.operator_commands:
+                if command in state.model.given:
+                    continue
                 if command == "recover":
                     yield Process("recover"), False
                     continue
-                for v in self.bound.versions:
+                if command == "prune":
+                    yield Process("prune"), False
+                    continue
+                for v in self.bound.added if command == "add" else self._versions():
                     if command == "upgrade" and v == state.seen.selected:
                         continue
                     yield Process(command, v), False
 
+    def _added(self) -> tuple[str, ...]:
+        return self.bound.added if "add" in self.bound.operator_commands else ()
+
+    def _versions(self) -> tuple[str, ...]:
+        """The versions an operator names: those stored at the start, and those added later."""
+        return tuple(dict.fromkeys([*self.bound.versions, *self._added()]))
+
     def _faults(self, ran: Ran, process: Process) -> Iterator[Fault]:
         kinds = self.bound.kinds
+        if process.kind in STORE_COMMANDS:  # no failpoint of the engine: its file operations
+            for kind, on in (("crash-op", "crash"), ("power-op", "power")):
+                if on in kinds:
+                    for k in range(1, ran.file_ops + 1):
+                        yield Fault(kind, k)
+            kinds = kinds - {"crash", "power"}
         if "crash" in kinds:
             first = 0 if process.kind in ("daemon", "recovery") else 1
             for k in range(first, ran.kill_points + 1):
@@ -343,13 +380,19 @@ class Checker:
             trusted.add(process.version)  # the operator's own hand
         model = Config_(ran.units, m.clock, m.faults - (fault is not None),
                         m.operator - (process.kind not in ("start", "daemon", "recovery")),
-                        frozenset(evidence), frozenset(trusted))
+                        frozenset(evidence), frozenset(trusted),
+                        m.given | ({process.kind} & self.bound.once))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
                     ran.code is not None and ran.code == ran.last_good_before)
         assert ran.tree is not None
         for name, detail in invariants.step_violations(ran.fired, ran.code,
                                                         ran.last_good_before, self.back):
             self._violation(name, detail, state, edge, None)
+        if process.kind in STORE_COMMANDS and fault is None and ran.end.startswith("exit 0"):
+            left = invariants.leftovers(self.host.root / self.releases_rel)
+            if left:
+                self._violation("store-swept", f"{ran.who} succeeded and left in the store "
+                                f"{', '.join(left)}", state, edge, None)
         if "traceback" in ran.end:  # the harness's own failure or the product's: never silent
             self._violation("no-traceback", f"{ran.who} ended with {ran.end}", state, edge, None)
         before = len(self.states)
@@ -361,7 +404,7 @@ class Checker:
     def _state(self, tree: Tree, model: Config_, depth: int, parent: tuple[object, ...] | None,
                via: Edge | None, *, live: bool = False) -> State | None:
         key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
-               model.faults, model.operator, model.evidence, model.trusted)
+               model.faults, model.operator, model.evidence, model.trusted, model.given)
         if key in self.states:
             return self.states[key]
         if not live:

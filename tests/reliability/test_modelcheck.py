@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from agent_fsm.machine.definition import Role
+from agent_fsm.node.releases import tree as release_tree
 from agent_fsm.upgrade import roles
 from agent_fsm_lab.modelcheck.search import BOUNDS, check
 from agent_fsm_lab.modelcheck.timeline import render, report
@@ -47,3 +49,17 @@ def test_a_candidate_running_the_way_back_is_caught_with_its_trace(
     text = render(found["way-back-by-last-good"])
     assert "operator: agent-fsm upgrade 2.0.0" in text
     assert "daemon of 2.0.0" in text and "on disk:" in text
+
+
+def test_an_add_that_stores_a_release_before_its_files_are_durable_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the add's sync of its copy left out on purpose, the check finds a power cut after
+    `release add 3.0.0` renamed it into place, leaving a stored release whose files came back
+    empty (`releases-kept`), and shows the add, the cut and the store's own words."""
+    monkeypatch.setattr(release_tree, "files", SimpleNamespace(sync_filesystem=lambda _d: None))
+    result = check(replace(BOUNDS["small"], systemds=(257,), operator_commands=("add",)))
+    found = {v.name: v for v in result.violations}
+    assert "releases-kept" in found, report(result)
+    text = render(found["releases-kept"])
+    assert "operator: agent-fsm release add 3.0.0 [fault: power-op" in text, text
+    assert "3.0.0 is damaged" in text and "does not match its digest" in text, text
