@@ -58,7 +58,10 @@ class Bound:
     def __str__(self) -> str:
         return (f"bound {self.name}: ≤{self.faults} fault(s) of {len(self.kinds)} kinds, "
                 f"≤{self.operator} operator command(s), depth ≤{self.depth}, releases "
-                f"{', '.join(self.versions)}, systemd {' and '.join(map(str, self.systemds))}")
+                f"{', '.join(self.versions)}"
+                + (f" (`release add` of {', '.join(self.added)})"
+                   if "add" in self.operator_commands else "")
+                + f", systemd {' and '.join(map(str, self.systemds))}")
 
 
 BOUNDS = {

@@ -11,9 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from agent_fsm.actions.releases import packing
 from agent_fsm.machine.definition import Role
 from agent_fsm.node.releases import tree as release_tree
+from agent_fsm.node.state.store import StateDoc
 from agent_fsm.upgrade import roles
+from agent_fsm.wiring import Node
 from agent_fsm_lab.modelcheck.search import BOUNDS, check
 from agent_fsm_lab.modelcheck.timeline import render, report
 
@@ -63,3 +66,26 @@ def test_an_add_that_stores_a_release_before_its_files_are_durable_is_caught(
     text = render(found["releases-kept"])
     assert "operator: agent-fsm release add 3.0.0 [fault: power-op" in text, text
     assert "3.0.0 is damaged" in text and "does not match its digest" in text, text
+
+
+def test_a_prune_that_removes_the_last_good_during_a_judgment_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With prune sparing the last-good only while it is also the selected (broken on purpose),
+    the store bound finds `release prune` removing it while the candidate is judged, the way
+    back's own release gone (`releases-kept`), and shows the upgrade and the prune."""
+    protected = packing.protected
+
+    def forgetful(node: Node, doc: StateDoc) -> dict[str, list[str]]:
+        why = protected(node, doc)
+        if node.releases.last_good() != node.releases.selected():
+            why.pop(str(node.releases.last_good()), None)
+        return why
+
+    monkeypatch.setattr(packing, "protected", forgetful)
+    result = check(replace(BOUNDS["store"], systemds=(257,), faults=0,
+                           operator_commands=("upgrade", "prune")))
+    found = {v.name: v for v in result.violations}
+    assert "releases-kept" in found, report(result)
+    text = render(found["releases-kept"])
+    assert "1.0.0 (last-good, the signal's from) is not stored" in text, text
+    assert "operator: agent-fsm release prune --keep 0" in text and "removed 1.0.0" in text
