@@ -156,7 +156,8 @@ def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
         except Exception as exc:
             role = f" ({', '.join(needed[v])})" if v in needed else ""
             wrong.append(f"{v}{role} is damaged: {exc}")
-    return "; ".join(wrong) or None
+    where = str(reader.paths.releases_dir)  # named as the store's, not this run's tmpfs
+    return "; ".join(wrong).replace(where, "releases") or None
 
 
 def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) -> list[tuple[str, str]]:
