@@ -5,8 +5,10 @@ shortest trace as a timeline. `make modelcheck` runs the deep bound."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +21,7 @@ from agent_fsm.upgrade import roles
 from agent_fsm.wiring import Node
 from agent_fsm_lab.modelcheck.search import BOUNDS, check
 from agent_fsm_lab.modelcheck.timeline import render, report
+from agent_fsm_lab.modelcheck.tree import Tree
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -89,3 +92,26 @@ def test_a_prune_that_removes_the_last_good_during_a_judgment_is_caught(
     text = render(found["releases-kept"])
     assert "1.0.0 (last-good, the signal's from) is not stored" in text, text
     assert "operator: agent-fsm release prune --keep 0" in text and "removed 1.0.0" in text
+
+
+def test_a_configuration_put_back_keeps_the_stores_hard_links(tmp_path: Path) -> None:
+    """A node's files taken as a configuration and put back keep which names are one file (the
+    store's objects, whose link count is its refcount), also where the file behind them was
+    written anew in between."""
+    node = tmp_path / "node"
+
+    def store(data: bytes) -> Tree:
+        for p in (node / "objects" / "a", node / "r1", node / "r2"):
+            p.unlink(missing_ok=True)
+        (node / "objects").mkdir(parents=True, exist_ok=True)
+        (node / "objects" / "a").write_bytes(data)
+        for name in ("r1", "r2"):
+            os.link(node / "objects" / "a", node / name)
+        return Tree.take(node)
+
+    shared = store(b"shared")
+    store(b"other")
+    shared.put(node)
+    inodes = {(node / n).stat().st_ino for n in ("objects/a", "r1", "r2")}
+    assert len(inodes) == 1 and (node / "r2").stat().st_nlink == 3
+    assert (node / "r1").read_bytes() == b"shared"
