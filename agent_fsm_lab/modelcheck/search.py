@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,7 @@ class State:
     via: Edge | None = None
     goal: bool = False
     calm: dict[str, tuple[object, ...]] = field(default_factory=dict)  # fault-free steps by process
+    calm_via: dict[str, Edge] = field(default_factory=dict)  # ... and each one's edge
     expanded: bool = False
 
 
@@ -373,6 +375,8 @@ class Checker:
                         frozenset(evidence), frozenset(trusted))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
                     ran.code is not None and ran.code == ran.last_good_before)
+        if fault is None:
+            state.calm_via[process.kind] = edge  # its child's `via` may be another path's
         assert ran.tree is not None
         for name, detail in invariants.step_violations(ran.fired, ran.code,
                                                         ran.last_good_before, self.back):
@@ -467,15 +471,25 @@ class Checker:
                 # operator (or the agent's next start); counted and printed, not a violation.
                 self.result.parked += 1
                 continue
-            walk = [(self.states[k].via, self.states[k].seen.summary() + "; "
-                     + _units_words(self.states[k].model.units)) for k in chain[1:]]
+            walk = [(self._calm_via(a, k), self.states[k].seen.summary() + "; "
+                     + _units_words(self.states[k].model.units)) for a, k in pairwise(chain)]
             if cur is not None:
-                walk.append((self.states[cur].via, "(back to a configuration above: a loop)"))
+                walk.append((self._calm_via(chain[-1], cur),
+                             "(back to a configuration above: a loop)"))
             why = "a loop" if cur is not None else "nothing runs any more"
             self._violation("way-back-is-live", "from here, with no fault and no operator, the "
                             f"node never reaches converged with the gate open ({why})", start,
                             None, walk)
         self.result.k = worst
+
+    def _calm_via(self, before: tuple[object, ...], after: tuple[object, ...]) -> Edge | None:
+        """The fault-free step from `before` to `after`, for a trace (the first path found to
+        `after`, its `via`, may have come another way: a fault's)."""
+        s = self.states[before]
+        for kind, key in s.calm.items():
+            if key == after and kind in s.calm_via:
+                return s.calm_via[kind]
+        return self.states[after].via
 
     def _orphan_beside(self, state: State) -> bool:
         """A signal beside the last-good's agent, up, and the state file the initial one put
