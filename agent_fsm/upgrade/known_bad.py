@@ -9,6 +9,7 @@ import logging
 from ..errors import AgentFsmError
 from ..machine.engine import Step
 from ..node.records import known_bad
+from ..node.state import reasons
 from .effectors import Effectors
 
 log = logging.getLogger("agent_fsm")
@@ -20,11 +21,18 @@ def not_known_bad(effectors: Effectors, step: Step) -> AgentFsmError | None:
 
 
 def mark_known_bad(effectors: Effectors, step: Step) -> None:
-    """Mark the candidate known bad, why as its recorded result says; a re-run marks once."""
+    """Mark the candidate known bad, why as its recorded result says; a re-run marks once.
+    Not one whose rollback was an orphaned signal's (its result `orphaned`): it was never
+    judged here, and a mark comes only from a failed judgment or a crash (a `recover` that
+    finds that rollback under way marks nothing either)."""
     up = effectors.pending_upgrade(step)
     r = step.doc.last_result or {}
     if r.get("to") != up.to_version or r.get("started") != up.started:
         r = {}  # not this upgrade's result: mark it all the same
+    if r.get("reason_class") == reasons.ORPHANED:
+        log.info("release %s is not marked known bad: it rolled back unjudged (%s)",
+                 up.to_version, r.get("reason"))
+        return
     mark = known_bad.Mark(up.to_version, float(r.get("time", step.arg("started"))),
                           str(r.get("reason", "")), str(r.get("reason_class", "unknown")),
                           up.started)

@@ -2,7 +2,8 @@
 
 Each is named as docs/design.md names it; a violation is (name, what was seen).
 
-- `converged-is-last-good`: settled in `converged`, the selected release is the last-good;
+- `converged-is-last-good`: settled in `converged` (nothing owed, no signal), the selected
+  release is the last-good;
 - `held-assets`: while a signal exists, every service asset on disk is the last-good's kept
   bytes (a missing one may still be restored; none other is ever there);
 - `gate-means-done`: the gate open, there is no signal and no owed transition (but one that
@@ -164,7 +165,10 @@ def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) ->
     out: list[tuple[str, str]] = []
     if seen.unreadable:
         out.append(("state-file-reads", seen.unreadable))
-    if seen.state == "converged" and seen.pending is None and seen.selected != seen.last_good:
+    # Settled: nothing owed and no signal (a signal the state file does not know, as a restored
+    # state file leaves, is not settled: it is `orphaned_signal`'s to roll back).
+    if seen.state == "converged" and seen.pending is None and seen.signal is None \
+            and seen.selected != seen.last_good:
         out.append(("converged-is-last-good",
                     f"converged with {seen.selected} selected but {seen.last_good} last-good"))
     if not seen.kept_ok:

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from agent_fsm.node.config import Config, Judgment
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
 from agent_fsm.wiring import open_node, open_reader
 
-from . import invariants
+from . import invariants, restore
 from .invariants import Seen
 from .processes import STORE_COMMANDS, Fault, Host, Process, Ran, quiet, run, source_dir
 from .tree import Tree
@@ -47,7 +48,7 @@ class Bound:
     versions: tuple[str, ...] = ("1.0.0", "2.0.0")
     systemds: tuple[int, ...] = (252, 257)
     kinds: frozenset[str] = frozenset({"crash", "power", "enospc", "systemctl", "lock",
-                                       "publisher", "candidate", "clock"})
+                                       "publisher", "candidate", "clock", "restore"})
     operator_commands: tuple[str, ...] = ("upgrade", "recover", "install", "activate")
     added: tuple[str, ...] = ("2.0.0", "3.0.0")  # what `release add` takes (packed at the start)
     once: frozenset[str] = frozenset()  # operator commands given at most once on a path
@@ -104,6 +105,7 @@ class State:
     via: Edge | None = None
     goal: bool = False
     calm: dict[str, tuple[object, ...]] = field(default_factory=dict)  # fault-free steps by process
+    calm_via: dict[str, Edge] = field(default_factory=dict)  # ... and each one's edge
     expanded: bool = False
 
 
@@ -194,6 +196,7 @@ class Checker:
         self.states: dict[tuple[object, ...], State] = {}
         self.result = Result(bound)
         self.rendered: dict[int, dict[str, dict[str, bytes]]] = {}
+        self.initial: dict[int, Tree] = {}  # each systemd's first configuration (`restore`)
         self.back: frozenset[str] = frozenset()
         self.seen_violation: set[str] = set()
 
@@ -212,10 +215,14 @@ class Checker:
             probe = open_node(config, root, systemd=FakeSystemd())
             self.releases_rel = probe.paths.releases_dir.relative_to(root)
             self.back = invariants.way_back(probe.definition, frozenset(probe.groups.rolling_back))
+            self.orphan_from = frozenset(probe.groups.orphan_from)
+            self.paths = tuple(str(p.relative_to(root)) for p in (
+                probe.paths.state_dir, probe.paths.state_file, probe.paths.signal_file))
             queue: deque[tuple[object, ...]] = deque()
             for systemd in self.bound.systemds:
                 tree, rendered = _initial(host, systemd, self._added())
                 self.rendered[systemd] = rendered
+                self.initial[systemd] = tree
                 units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}")
                 model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
                                 frozenset(), frozenset({self.bound.versions[0]}))
@@ -276,6 +283,28 @@ class Checker:
                 self.result.faults += 1
                 if child is not None:
                     yield child.key
+        if not calm_only and m.faults > 0 and "restore" in self.bound.kinds:
+            yield from self._restores(state)
+
+    def _restores(self, state: State) -> Iterator[tuple[object, ...]]:
+        """Between two steps, the state file (and what travels with it) put back as it was in
+        the initial configuration (`restore`): only while a signal exists and the state file
+        knows the upgrade (a state the orphan check does not roll back from, or one owing a
+        transition), so that a signal is left that the state file does not know."""
+        seen, m = state.seen, state.model
+        if seen.signal is None or (seen.state in self.orphan_from and seen.pending is None):
+            return
+        paths = self.paths
+        for how, tree in restore.restored(state.tree, self.initial[m.units.systemd],
+                                          paths[0], paths[1], paths[2]):
+            edge = Edge(Process("restore"), Fault("restore", how), restore.WHO[how], (),
+                        "no process runs", "")
+            child = self._state(tree, replace(m, faults=m.faults - 1), state.depth + 1,
+                                state.key, edge)
+            self.result.transitions += 1
+            self.result.faults += 1
+            if child is not None:
+                yield child.key
 
     def _processes(self, state: State) -> Iterator[tuple[Process, bool]]:
         u = state.model.units
@@ -387,6 +416,8 @@ class Checker:
                         m.given | ({process.kind} & self.bound.once))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
                     ran.code is not None and ran.code == ran.last_good_before)
+        if fault is None:
+            state.calm_via[process.kind] = edge  # its child's `via` may be another path's
         assert ran.tree is not None
         for name, detail in invariants.step_violations(ran.fired, ran.code,
                                                         ran.last_good_before, self.back):
@@ -480,20 +511,41 @@ class Checker:
             for k in chain:
                 dist[k] = -1
             start = self.states[chain[0]]
-            if cur is None and start.seen.operators:
+            if cur is None and (start.seen.operators
+                                or self._orphan_beside(self.states[chain[-1]])):
                 # An operator's command died mid-way and nothing runs: it waits for the
                 # operator (or the agent's next start); counted and printed, not a violation.
                 self.result.parked += 1
                 continue
-            walk = [(self.states[k].via, self.states[k].seen.summary() + "; "
-                     + _units_words(self.states[k].model.units)) for k in chain[1:]]
+            walk = [(self._calm_via(a, k), self.states[k].seen.summary() + "; "
+                     + _units_words(self.states[k].model.units)) for a, k in pairwise(chain)]
             if cur is not None:
-                walk.append((self.states[cur].via, "(back to a configuration above: a loop)"))
+                walk.append((self._calm_via(chain[-1], cur),
+                             "(back to a configuration above: a loop)"))
             why = "a loop" if cur is not None else "nothing runs any more"
             self._violation("way-back-is-live", "from here, with no fault and no operator, the "
                             f"node never reaches converged with the gate open ({why})", start,
                             None, walk)
         self.result.k = worst
+
+    def _calm_via(self, before: tuple[object, ...], after: tuple[object, ...]) -> Edge | None:
+        """The fault-free step from `before` to `after`, for a trace (the first path found to
+        `after`, its `via`, may have come another way: a fault's)."""
+        s = self.states[before]
+        for kind, key in s.calm.items():
+            if key == after and kind in s.calm_via:
+                return s.calm_via[kind]
+        return self.states[after].via
+
+    def _orphan_beside(self, state: State) -> bool:
+        """A signal beside the last-good's agent, up, and the state file the initial one put
+        back (or lost) by `restore`: only an operator's `upgrade` cut before its restart leaves
+        a signal while the last-good runs, so this waits for the operator as that cut command
+        does (`status` says to run `recover`), or for the agent's next start."""
+        seen, now = state.seen, state.tree.file(self.paths[1])
+        return (seen.signal is not None and seen.pending is None
+                and now in (None, self.initial[state.model.units.systemd].file(self.paths[1]))
+                and state.model.units.agent == f"active:{seen.last_good}")
 
     def _earlier_reads(self, state_rel: Path, signal_rel: Path) -> None:
         """`state-file-reads` by the previous release's reader, for every distinct state file

@@ -15,26 +15,56 @@ import pytest
 
 from agent_fsm.actions.releases import packing
 from agent_fsm.machine.definition import Role
+from agent_fsm.machine.reading import shipped
 from agent_fsm.node.releases import tree as release_tree
 from agent_fsm.node.state.store import StateDoc
 from agent_fsm.upgrade import roles
 from agent_fsm.wiring import Node
-from agent_fsm_lab.modelcheck.search import BOUNDS, check
+from agent_fsm_lab.modelcheck.search import BOUNDS, Checker, Violation, check
 from agent_fsm_lab.modelcheck.timeline import render, report
 from agent_fsm_lab.modelcheck.tree import Tree
 
 pytestmark = pytest.mark.timeout(240)
 
 
+@pytest.fixture(scope="module")
+def small() -> Checker:
+    """The small bound, checked once for the tests that read its result or its graph."""
+    checker = Checker(BOUNDS["small"])
+    checker.run()
+    return checker
+
+
 def test_every_interleaving_within_the_small_bound_keeps_the_rules(
-        record_property: Callable[[str, object], None]) -> None:
+        small: Checker, record_property: Callable[[str, object], None]) -> None:
     """Breadth-first over every configuration one fault and one operator command away on
     systemd 252 and 257: no rule is broken anywhere and, once the faults stop, every
     configuration converges with the gate open within K steps, without an operator."""
-    result = check(BOUNDS["small"])
+    result = small.result
     record_property("modelcheck", result.figures().replace("\n", "; "))
     assert not result.violations, "\n\n" + report(result)
     assert result.k is not None and result.states > 100
+
+
+def test_the_small_bound_fires_every_transition_of_the_definition(small: Checker) -> None:
+    """Every trigger of states/agent-upgrade.toml fires somewhere within the small bound: a
+    transition the model never reaches is one whose rules it never checks."""
+    declared = {t.trigger for t in shipped().transitions}
+    assert declared - small.result.fired == set(), small.result.figures()
+
+
+def test_a_state_file_restored_mid_upgrade_is_rolled_back_with_a_readable_trace(
+        small: Checker) -> None:
+    """A state file put back as it was (a backup, a config-management run, a lost file) while
+    an upgrade is pending leaves a signal it does not know: the last-good's code rolls it back
+    (`orphaned_signal`), and the trace to it says what was restored, who ran and what fired."""
+    reached = [s for s in small.states.values() if s.via is not None
+               and any(f.startswith("orphaned_signal ") for f in s.via.fired)]
+    assert reached and all(s.via is not None and s.via.by_last_good for s in reached)
+    first = min(reached, key=lambda s: s.depth)
+    text = render(Violation("orphaned_signal", "reached", small.trace(first)))
+    assert "operator: agent-fsm upgrade 2.0.0" in text and "[fault: restore " in text, text
+    assert "fired orphaned_signal converged→recovering" in text and "of 1.0.0" in text, text
 
 
 def test_a_candidate_running_the_way_back_is_caught_with_its_trace(

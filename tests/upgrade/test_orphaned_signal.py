@@ -49,17 +49,34 @@ class TestOrphanedSignal:
         assert world.node.releases.last_good() == "1.0.0" and world.node.signal() is None
         assert world.assets_on_disk() == before
 
-    def test_the_candidate_it_rolls_back_is_known_bad_and_says_why(self, world: World,
-                                                                    waker: Waker) -> None:
-        """The candidate an orphaned signal rolls back is marked known bad, with the reason its
-        result records (`orphaned`): the next `upgrade --to` it is refused unless forced."""
+    def test_the_candidate_it_rolls_back_is_not_marked_known_bad(self, world: World,
+                                                                 waker: Waker) -> None:
+        """The candidate an orphaned signal rolls back was never judged here: it is not marked
+        known bad (the next `upgrade --to` it is judged again, not refused), and the result
+        recorded says why it rolled back (`orphaned`)."""
         _restored_mid_judgment(world)
         waker.stop = True
         assert Daemon(world.node, Notifier(""), waker).startup()
-        marks, error = known_bad.view(world.paths)
-        assert error is None
-        assert [(m["version"], m["reason_class"]) for m in marks] == [("2.0.0", "orphaned")]
-        assert marks[0]["reason"] == world.node.store.read().last_result["reason"] != ""
+        assert known_bad.view(world.paths) == ((), None)
+        result = world.node.store.read().last_result
+        assert result is not None and result["outcome"] == "rolled_back"
+        assert result["reason_class"] == "orphaned" and result["reason"] != ""
+        world.node.controller.fire("recovered")
+        assert known_bad.refusal(world.paths.known_bad_file, "2.0.0", force=False) is None
+        assert world.node.controller.fire("begin_upgrade", release="2.0.0").state \
+            == "candidate_running"
+
+    def test_a_recover_during_that_rollback_marks_nothing_either(self, world: World,
+                                                                  waker: Waker) -> None:
+        """A `recover` that finds an orphaned signal's rollback under way (the recovery unit
+        after the last-good's start failed, or an operator) finishes it and marks nothing:
+        the candidate was still never judged here."""
+        _restored_mid_judgment(world)
+        waker.stop = True
+        assert Daemon(world.node, Notifier(""), waker).startup()
+        assert recover(world.node).state == "recovering"
+        assert known_bad.view(world.paths) == ((), None)
+        assert world.node.releases.selected() == "1.0.0"
 
     def test_the_gate_is_shut_on_the_way_back(self, world: World) -> None:
         """On a node whose gate is open (the candidate runs as if settled), rolling back an

@@ -71,7 +71,10 @@ def publish_given_up(error: str, seconds: float, since: float) -> dict[str, Any]
             "publisher_unreachable_since": since}
 
 
+ORPHANED = "orphaned"  # the class of an orphaned signal's rollback: never judged, never marked
+
+
 def orphaned(state: str) -> dict[str, str]:
     """The reason recorded for a signal that the state file, in `state`, knew nothing of."""
-    return {"reason_class": "orphaned",
+    return {"reason_class": ORPHANED,
             "reason": f"an upgrade signal existed but the state file ({state}) knew no upgrade"}
