@@ -288,3 +288,17 @@ class Store:
                 ) from None
             yield
 
+    @contextlib.contextmanager
+    def locked_if_free(self) -> Iterator[bool]:
+        """Hold the writers' lock for the block if no process holds it now: one try, no wait.
+        Yields True holding it, False holding nothing (a writer has it). A writer holds it from
+        a transition's write-ahead to its final record, so a transition found owed while this
+        holds it was left by a process that stopped: killed, or failed at an effect."""
+        files.ensure_private_dir(self.lock_path.parent)
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(lock.held(self.lock_path, 0.0))
+                got = True
+            except LockTimeout:
+                got = False
+            yield got
