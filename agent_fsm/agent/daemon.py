@@ -41,7 +41,7 @@ from ..node.assets.render import RELEASES_VIEW
 from ..node.releases import workload as workload_command
 from ..node.runtime import workload as workload_state
 from ..node.state import reasons
-from ..node.state.store import CRASH_LOOP_WINDOW, Pending, StateDoc
+from ..node.state.store import CRASH_LOOP_WINDOW, OWED_CHECK_SECONDS, Pending, StateDoc
 from ..system import workload as workload_proc
 from ..system.notify import Notifier, watchdog_interval
 from ..wiring import Node
@@ -53,9 +53,6 @@ log = logging.getLogger("agent_fsm")
 
 DELIVERY_RETRY_MAX = 300.0
 STOP_GRACE = 30.0  # how long to wait for the stop of a restart this process queued
-# How often the serving daemon looks for an operator's transition whose command died (a stat
-# of the state file; read only when it changed or owed one): the bound docs/operations.md gives.
-OWED_CHECK_SECONDS = 5.0
 
 
 class DeadCommand:
