@@ -61,7 +61,8 @@ class DeadCommand:
     failed (the command exited 1). Its writer held the writers' lock from the write-ahead to the
     final record, so the transition owed while the lock is free at once means no process is
     finishing it; a live command, however slow, holds the lock and is left alone. A transition
-    of another role (the candidate's, the way back's) is never this one's to act on.
+    of another role (the candidate's, the way back's) is never this one's to act on, nor an
+    `install --no-start` (its operator asked for no restart).
 
     `look` costs a stat of the state file while nothing is owed; the file is read when it
     changed (or owed such a transition at the last look), and the lock tried only then."""
@@ -75,7 +76,7 @@ class DeadCommand:
         pending = doc.pending
         if pending is None or self.node.controller.unknown(pending):
             return False  # nothing owed, or a later agent-fsm's: whose it is is not known here
-        return self.node.definition.transition(pending.trigger).by == (Role.operator,)
+        return self.node.definition.finished_for_a_dead_command(pending.trigger, pending.args)
 
     def look(self) -> Pending | None:
         """The operator's transition owed by a command that is gone, else None. Never waits:

@@ -463,6 +463,17 @@ class TestDeadCommand:
         assert not Daemon(world.node, Notifier(""), waker).finish_dead_command()
         assert world.systemd.calls == []
 
+    def test_an_install_told_not_to_start_is_left_to_its_operator(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """`install --no-start` killed half-way: its operator asked for no restart, so the
+        serving daemon restarts nothing (the next start or command finishes it)."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "install", 3, release="2.0.0", no_start=True)
+        assert not Daemon(world.node, Notifier(""), waker).finish_dead_command()
+        assert world.systemd.calls == []
+
     def test_nothing_owed_restarts_nothing(self, tmp_path: Path, waker: Waker) -> None:
         """A converged node with nothing owed: the daemon's looks restart nothing."""
         world = _world(tmp_path, ())

@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 
 from ...errors import AgentFsmError, ReleaseError
-from ...machine.definition import Role
 from ...machine.vocabulary import StateName
 from ...node.assets import bin_link
 from ...node.records import hook_failures
@@ -138,9 +137,8 @@ def _consistency(node: Node) -> list[Finding]:
     gate = node.gate.is_open()
     pending = node.groups.pending
     if doc.pending is not None:
-        known = doc.pending.trigger in {t.trigger for t in node.definition.transitions}
-        operators = known and node.definition.transition(doc.pending.trigger).by == (
-            Role.operator,)
+        operators = node.definition.finished_for_a_dead_command(doc.pending.trigger,
+                                                                doc.pending.args)
         out.append(Finding("owed effects", "warn",
                            f"{doc.pending.trigger} stopped after {doc.pending.done} of "
                            f"{len(doc.pending.effects)} effects",

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...errors import ReleaseError
-from ...machine.definition import Role, situation
+from ...machine.definition import situation
 from ...machine.vocabulary import Trigger
 from ...node.records import hold, hook_failures, known_bad
 from ...node.releases.pointers import natural_key
@@ -203,8 +203,8 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
             "unknown here): this one never runs it; " + (
                 "the way back (`recover`) supersedes it" if back else
                 "run the agent-fsm that wrote it"), (f"{prog} recover",) if back else ())
-    elif owed is not None and doc.pending is not None \
-            and node.definition.transition(doc.pending.trigger).by == (Role.operator,):
+    elif owed is not None and doc.pending is not None and node.definition \
+            .finished_for_a_dead_command(doc.pending.trigger, doc.pending.args):
         action = NextAction(
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}: once the "
             f"command that ran it is gone, the running agent restarts "
