@@ -19,8 +19,10 @@ it) and waits for the stop; else it starts the recovery unit (the last-good's wa
 
 Only then READY=1, so systemd's TimeoutStartSec bounds the judgment. It then supervises the
 release's workload (if any), pings the watchdog when systemd asks for it, and on SIGTERM says
-STOPPING=1 and exits 0. Signal handlers only set flags; waits are on a wake-up pipe, so an idle
-daemon does not wake up.
+STOPPING=1 and exits 0. Every OWED_CHECK_SECONDS it looks (a stat of the state file) for an
+operator's transition whose command died half-way (`DeadCommand`) and then restarts its own
+unit, whose start finishes or abandons it. Signal handlers only set flags; waits are on a
+wake-up pipe, so an idle daemon wakes only for that look.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from ..node.assets.render import RELEASES_VIEW
 from ..node.releases import workload as workload_command
 from ..node.runtime import workload as workload_state
 from ..node.state import reasons
-from ..node.state.store import CRASH_LOOP_WINDOW, StateDoc
+from ..node.state.store import CRASH_LOOP_WINDOW, OWED_CHECK_SECONDS, Pending, StateDoc
 from ..system import workload as workload_proc
 from ..system.notify import Notifier, watchdog_interval
 from ..wiring import Node
@@ -51,6 +53,52 @@ log = logging.getLogger("agent_fsm")
 
 DELIVERY_RETRY_MAX = 300.0
 STOP_GRACE = 30.0  # how long to wait for the stop of a restart this process queued
+
+
+class DeadCommand:
+    """Finds an operator's transition (`install`, `activate`, `upgrade`'s `begin_upgrade`) left
+    owed by a command that is gone: SIGKILL, an OOM, a lost ssh session, or an effect that
+    failed (the command exited 1). Its writer held the writers' lock from the write-ahead to the
+    final record, so the transition owed while the lock is free at once means no process is
+    finishing it; a live command, however slow, holds the lock and is left alone. A transition
+    of another role (the candidate's, the way back's) is never this one's to act on, nor an
+    `install --no-start` (its operator asked for no restart).
+
+    `look` costs a stat of the state file while nothing is owed; the file is read when it
+    changed (or owed such a transition at the last look), and the lock tried only then."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._mark: tuple[int, int, int] | None = None
+        self._owed = False  # the last read found an operator's transition owed
+
+    def _operators(self, doc: StateDoc) -> bool:
+        pending = doc.pending
+        if pending is None or self.node.controller.unknown(pending):
+            return False  # nothing owed, or a later agent-fsm's: whose it is is not known here
+        return self.node.definition.finished_for_a_dead_command(pending.trigger, pending.args)
+
+    def look(self) -> Pending | None:
+        """The operator's transition owed by a command that is gone, else None. Never waits:
+        the lock is tried once, and held only to read the state file again."""
+        store = self.node.store
+        try:
+            st = os.stat(store.path)
+        except FileNotFoundError:  # not installed: nothing owed
+            return None
+        mark = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if mark == self._mark and not self._owed:
+            return None
+        self._mark = mark
+        self._owed = self._operators(store.read())
+        if not self._owed:
+            return None
+        with store.locked_if_free() as free:
+            if not free:  # its command (or another writer) holds the lock: it is alive
+                return None
+            doc = store.read()
+            self._owed = self._operators(doc)
+            return doc.pending if self._owed else None
 
 
 class Daemon:
@@ -70,6 +118,8 @@ class Daemon:
         process = node.controller.process
         # The release this process runs (fixed at its start); None: not checked (tests).
         self.release = None if process is None else process.release
+        self.dead_command = DeadCommand(node)
+        self._owed_restart_at: float | None = None  # when it asked for its unit's restart
 
     # Workload ---------------------------------------------------------------------------
     def _release_env(self, version: str) -> dict[str, str]:
@@ -375,6 +425,40 @@ class Daemon:
         return True
 
     # Serving ----------------------------------------------------------------------------
+    def finish_dead_command(self) -> bool:
+        """An operator's command died with its transition owed (`DeadCommand`): restart this
+        unit, so that its start does what a start after a crash does, by the definition: the
+        last-good's start abandons an upgrade cut before it selected its candidate
+        (`abandon_upgrade`, nothing marked known bad); the selected release's start finishes an
+        `install`, an `activate` or an upgrade that selected its candidate, and judges that.
+        The gate is shut already (the command's first effect). True when the restart was asked;
+        a failing systemctl is logged and tried again at the next look."""
+        now = time.monotonic()
+        if self._owed_restart_at is not None and now - self._owed_restart_at < STOP_GRACE:
+            return False  # asked already: its stop is on the way
+        try:
+            owed = self.dead_command.look()
+        except AgentFsmError as exc:  # a damaged state file, a lock that cannot be opened
+            log.warning("could not look for an operator's command left owed: %s", exc)
+            return False
+        if owed is None:
+            return False
+        unit = self.node.paths.agent_unit_name
+        left = ", ".join(owed.effects[owed.done:])
+        log.warning("an operator's %s was left owed at effect %d of %d (%s not run) and no "
+                    "process holds the writers' lock: the command that ran it is gone; "
+                    "restarting %s so that its start finishes it", owed.trigger, owed.done + 1,
+                    len(owed.effects), left, unit)
+        self.notifier.status(f"an operator's {owed.trigger} died half-way; restarting {unit} "
+                             "to finish it")
+        try:
+            self.node.effectors.systemd.restart(unit)
+        except AgentFsmError as exc:
+            log.error("%s; trying again in %.0fs", exc, OWED_CHECK_SECONDS)
+            return False
+        self._owed_restart_at = now
+        return True
+
     def serving_status(self, version: str | None) -> str:
         """The unit's STATUS= once the gate is open: whether the workload runs, never more."""
         head = f"{self.node.paths.name} {version}: gate open"
@@ -425,13 +509,18 @@ class Daemon:
         retry = self.deliver_results()
         next_try = None if retry is None else time.monotonic() + retry
         forget_at = time.monotonic() + self.stable_after if self.restarts else None
+        look_at = time.monotonic() + OWED_CHECK_SECONDS
         while not self.waker.stop:
             if interval is not None:
                 self.notifier.watchdog()
             waits = [w for w in (interval, next_try and max(next_try - time.monotonic(), 0),
-                                 forget_at and max(forget_at - time.monotonic(), 0))
+                                 forget_at and max(forget_at - time.monotonic(), 0),
+                                 max(look_at - time.monotonic(), 0))
                      if w is not None]
-            self.waker.wait(min(waits) if waits else None)
+            self.waker.wait(min(waits))
+            if time.monotonic() >= look_at and not self.waker.stop:
+                self.finish_dead_command()
+                look_at = time.monotonic() + OWED_CHECK_SECONDS
             if forget_at is not None and time.monotonic() >= forget_at and not self.waker.stop:
                 self.forget_crashes()
                 forget_at = None

@@ -164,6 +164,14 @@ class Definition(NamedTuple):
     def triggers_from(self, state: str) -> tuple[str, ...]:
         return tuple(t.trigger for t in self.transitions if state in t.sources)
 
+    def finished_for_a_dead_command(self, trigger: str, args: Mapping[str, Any]) -> bool:
+        """Whether an owed transition, its command gone, is one the serving daemon has its
+        unit restarted for, so that the start finishes it: the operator's alone (`by`), and not
+        an `install --no-start` (its operator asked for no restart)."""
+        known = any(t.trigger == trigger for t in self.transitions)
+        return known and self.transition(trigger).by == (Role.operator,) \
+            and not args.get("no_start")
+
 
 def default_text() -> tuple[str, str]:
     """The shipped definition's text and where it came from.

@@ -15,6 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agent_fsm_lab.modelcheck")
     parser.add_argument("--bound", choices=sorted(BOUNDS), default="small")
     parser.add_argument("--progress", action="store_true", help="print progress on stderr")
+    parser.add_argument("--parked", action="store_true",
+                        help="list the kinds of configuration that wait for an operator")
     parser.add_argument("--mutants", metavar="SUBSTRING", nargs="?", const="",
                         help="check every variant of the definition `make mutants` makes (whose "
                              "id contains SUBSTRING) instead")
@@ -33,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     result = check(BOUNDS[args.bound],
                    progress=(lambda s: print(s, file=sys.stderr)) if args.progress else None)
     print(report(result))
+    if args.parked:
+        for kind, n in sorted(result.parked_kinds.items()):
+            print(f"parked {n:>4}: {kind}")
     return 1 if result.violations else 0
 
 

@@ -3,10 +3,11 @@
 A step puts a configuration's files back into the work directory, starts one process as
 systemd or an operator would (the agent unit's `ExecStartPre=` start check, the daemon of the
 release `ExecStart=` resolved, the recovery unit's `recover`, an operator's command) and runs
-agent-fsm's own code for it: `start_check`, `Daemon.startup`, `operations.recover`, `install`,
-`activate`, `begin_upgrade`, and for `release add DIR` and `release prune --keep 0` what those
-commands run (`sources.add_source`, `packing.prune`), with the engine, the effects, the store
-and the files all real. What crosses
+agent-fsm's own code for it: `start_check`, `Daemon.startup`, the serving daemon's
+`Daemon.finish_dead_command`, `operations.recover`, `install`, `activate`, `begin_upgrade`,
+and for `release add DIR` and `release prune --keep 0` what those commands run
+(`sources.add_source`, `packing.prune`), with the engine, the effects, the store and the files
+all real. What crosses
 the process boundary is the model's: `systemctl` (`units.ModelSystemd`), the publish command, the
 host's checks and the candidate's workload, the clocks, and at most one fault per step:
 
@@ -84,9 +85,10 @@ class Fault:
 @dataclass(frozen=True)
 class Process:
     """Which process runs: `start` (the agent unit's start: ExecStartPre, then ExecStart
-    resolves `selected`), `daemon` (the exec'd release's daemon), `recovery` (the recovery
-    unit's `recover`), or an operator's `upgrade V`, `install V`, `activate V`, `recover`,
-    `add V` (`release add` of V's directory), `prune` (`release prune --keep 0`)."""
+    resolves `selected`), `daemon` (the exec'd release's daemon), `poll` (the serving daemon's
+    look for an operator's command that died), `recovery` (the recovery unit's `recover`), or
+    an operator's `upgrade V`, `install V`, `activate V`, `recover`, `add V` (`release add` of
+    V's directory), `prune` (`release prune --keep 0`)."""
 
     kind: str
     version: str | None = None
@@ -503,8 +505,27 @@ def source_dir(sources: Path, version: str) -> Path:
 
 STORE_COMMANDS = ("add", "prune")
 
+def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublisher,
+          clock: FakeClock, process: Process, fault: Fault | None, candidate: str | None) -> None:
+    """The serving daemon's loop looks (`Daemon.finish_dead_command`): an operator's transition
+    owed with the writers' lock free is a command that died; it restarts its own unit."""
+    release = ran.units.running
+    assert release is not None
+    ran.code = release
+    ran.who = f"daemon of {release} (serving): its look for a command that died"
+    node = r.watch(_node(host, sd, publisher, clock, Command.daemon, release))
+    waker = ModelWaker(FakeClock(t=clock.t))
+    sd.own_unit, sd.waker = host.agent_unit, waker
+    d = daemon_mod.Daemon(node, Notifier(""), waker)
+    try:
+        ran.end = "restart of its unit queued" if d.finish_dead_command() else "nothing to do"
+    except Exception as exc:
+        ran.end = _failed(exc)
+    ran.units = _ended(host, ran, sd)
+
+
 BODIES: dict[str, Body] = {
-    "start": _start, "daemon": _daemon, "recovery": _recovery,
+    "start": _start, "daemon": _daemon, "recovery": _recovery, "poll": _poll,
     "upgrade": _operator, "install": _operator, "activate": _operator, "recover": _operator,
     "add": _release, "prune": _release,
 }

@@ -140,6 +140,7 @@ class Result:
     fired: set[str] = field(default_factory=set)
     frontier: int = 0  # configurations at the depth bound (their faulty successors unexplored)
     parked: int = 0  # an operator's command died mid-way, nothing runs: waits for an operator
+    parked_kinds: dict[str, int] = field(default_factory=dict)  # what those are, in words
     behaviour: frozenset[object] = frozenset()  # what every configuration showed (mutants)
     earlier: str = "not asked"  # what the previous release's reader was given
 
@@ -314,6 +315,8 @@ class Checker:
             yield Process("daemon"), True
         if u.recovery == "activating":
             yield Process("recovery"), True
+        if u.agent.startswith("active:") and state.seen.operators:
+            yield Process("poll"), True  # the serving daemon looks: an operator's command died
         if state.model.operator > 0:
             for command in self.bound.operator_commands:
                 if command in state.model.given:
@@ -411,7 +414,7 @@ class Checker:
         if process.kind in ("install", "activate") and process.version:
             trusted.add(process.version)  # the operator's own hand
         model = Config_(ran.units, m.clock, m.faults - (fault is not None),
-                        m.operator - (process.kind not in ("start", "daemon", "recovery")),
+                        m.operator - (process.kind not in ("start", "daemon", "recovery", "poll")),
                         frozenset(evidence), frozenset(trusted),
                         m.given | ({process.kind} & self.bound.once))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
@@ -462,9 +465,9 @@ class Checker:
     def _next_calm(self, state: State) -> tuple[object, ...] | None:
         """The fault-free step systemd takes next, without an operator: a queued recovery
         first (the agent unit's restart waits `RestartSec=`), then the exec'd daemon, then the
-        agent unit's start; None when nothing runs."""
+        agent unit's start, then the serving daemon's look; None when nothing runs."""
         enabled = {p.kind for p, calm in self._processes(state) if calm}
-        for kind in ("recovery", "daemon", "start"):
+        for kind in ("recovery", "daemon", "start", "poll"):
             if kind not in enabled:
                 continue
             if kind not in state.calm:
@@ -516,6 +519,8 @@ class Checker:
                 # An operator's command died mid-way and nothing runs: it waits for the
                 # operator (or the agent's next start); counted and printed, not a violation.
                 self.result.parked += 1
+                kind = self._parked_words(start)
+                self.result.parked_kinds[kind] = self.result.parked_kinds.get(kind, 0) + 1
                 continue
             walk = [(self._calm_via(a, k), self.states[k].seen.summary() + "; "
                      + _units_words(self.states[k].model.units)) for a, k in pairwise(chain)]
@@ -546,6 +551,22 @@ class Checker:
         return (seen.signal is not None and seen.pending is None
                 and now in (None, self.initial[state.model.units.systemd].file(self.paths[1]))
                 and state.model.units.agent == f"active:{seen.last_good}")
+
+    def _parked_words(self, state: State) -> str:
+        """A parked configuration in words: the state, the owed transition and how far it got,
+        the signal, the releases, the agent unit."""
+        reader = open_reader(self.host.config, self.host.root)
+        raw = state.tree.file(str(reader.paths.state_file.relative_to(self.host.root)))
+        owed = "?"
+        if raw is not None:
+            pending = reader.store.decode(raw).pending
+            if pending is not None:
+                owed = (f"{pending.trigger} after {pending.done}/{len(pending.effects)} "
+                        f"({', '.join(pending.effects[:pending.done]) or 'no effect'} done)")
+        s = state.seen
+        return (f"{s.state} owing {owed}; signal {'yes' if s.signal else 'none'}; selected "
+                f"{s.selected}, last-good {s.last_good}; gate {'open' if s.gate else 'shut'}; "
+                f"agent unit {state.model.units.agent}")
 
     def _earlier_reads(self, state_rel: Path, signal_rel: Path) -> None:
         """`state-file-reads` by the previous release's reader, for every distinct state file

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
 
@@ -372,3 +373,163 @@ class TestCrashLoop:
         finally:
             stop.cancel()
         assert (("reset-failed", "agent.service") in world.systemd.calls[before:]) == reset
+
+
+class TestDeadCommand:
+    """The serving daemon and an operator's command that died half-way (docs/operations.md)."""
+
+    @staticmethod
+    def _killed(world: World, trigger: str, at: int, **args: object) -> World:
+        """Run an operator's `trigger`, killed before its effect `at` (the lock goes with it,
+        as with a process's descriptors); the node as the next process opens it."""
+        world.node.controller.failpoint = crash_at(trigger, at)
+        with pytest.raises(Crash):
+            world.node.controller.fire(trigger, **args)
+        world = world.reopen()
+        world.systemd.calls.clear()
+        return world
+
+    def test_an_upgrade_killed_after_its_signal_is_abandoned_by_the_start_it_restarts(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """`upgrade` killed after it wrote its signal (gate shut, the candidate not selected):
+        the serving daemon restarts its unit, touching nothing, and that start abandons the
+        upgrade: 1.0.0 selected, no signal, nothing known bad, the gate open."""
+        world = _world(tmp_path, (("true",),))
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "begin_upgrade", 2, release="2.0.0")
+        assert not world.node.effectors.gate.is_open() and world.node.signal() is not None
+        assert Daemon(world.node, Notifier(""), waker).finish_dead_command()
+        assert world.systemd.calls == [("restart", "agent.service")]
+        assert world.node.store.read().pending.trigger == "begin_upgrade"  # type: ignore[union-attr]
+        started = world.reopen()  # the start that restart makes
+        assert Daemon(started.node, Notifier(""), waker).startup()
+        doc = started.node.store.read()
+        assert (doc.state, doc.pending, started.node.signal()) == ("converged", None, None)
+        assert started.node.releases.selected() == "1.0.0"
+        assert known_bad.read(started.paths.known_bad_file).marks == {}
+        assert started.node.effectors.gate.is_open()
+
+    def test_an_install_killed_half_way_is_finished_by_the_start_it_restarts(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """`install --version 2.0.0` killed after it selected and promoted 2.0.0: the serving
+        daemon restarts its unit and that start finishes the install: 2.0.0 selected and
+        last-good, its assets on disk, the gate open."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "install", 3, release="2.0.0")
+        assert Daemon(world.node, Notifier(""), waker).finish_dead_command()
+        assert ("restart", "agent.service") in world.systemd.calls
+        started = world.reopen()
+        assert Daemon(started.node, Notifier(""), waker).startup()
+        assert started.node.store.read().pending is None
+        assert (started.node.releases.selected(), started.node.releases.last_good()) == (
+            "2.0.0", "2.0.0")
+        assert started.assets_on_disk() == started.rendered("2.0.0")
+        assert started.node.effectors.gate.is_open()
+
+    def test_a_live_command_holding_the_lock_is_left_alone(self, tmp_path: Path,
+                                                            waker: Waker) -> None:
+        """While another process holds the writers' lock (a slow command still running its
+        effects), the daemon neither waits for it nor restarts anything; once the lock is let
+        go with the transition still owed, it restarts its unit."""
+        import fcntl
+        import os
+
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "begin_upgrade", 2, release="2.0.0")
+        daemon = Daemon(world.node, Notifier(""), waker)
+        fd = os.open(world.node.store.lock_path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # as filelock takes it, on a descriptor of its own
+            assert not daemon.finish_dead_command()
+            assert world.systemd.calls == []
+        finally:
+            os.close(fd)
+        assert daemon.finish_dead_command()
+        assert world.systemd.calls == [("restart", "agent.service")]
+
+    def test_a_transition_of_the_way_back_left_owed_is_not_its_to_act_on(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """`recover` killed half-way leaves the way back owed: that is the recovery's and the
+        last-good's to finish, so the serving daemon restarts nothing."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.upgrading("2.0.0")
+        world = self._killed(world, "recover", 2)
+        assert not Daemon(world.node, Notifier(""), waker).finish_dead_command()
+        assert world.systemd.calls == []
+
+    def test_an_install_told_not_to_start_is_left_to_its_operator(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """`install --no-start` killed half-way: its operator asked for no restart, so the
+        serving daemon restarts nothing (the next start or command finishes it)."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "install", 3, release="2.0.0", no_start=True)
+        assert not Daemon(world.node, Notifier(""), waker).finish_dead_command()
+        assert world.systemd.calls == []
+
+    def test_nothing_owed_restarts_nothing(self, tmp_path: Path, waker: Waker) -> None:
+        """A converged node with nothing owed: the daemon's looks restart nothing."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.systemd.calls.clear()
+        daemon = Daemon(world.node, Notifier(""), waker)
+        assert not daemon.finish_dead_command() and not daemon.finish_dead_command()
+        assert world.systemd.calls == []
+
+    def test_a_failing_restart_is_tried_again_and_a_queued_one_not_repeated(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """A `systemctl restart` that fails is asked again at the next look; one that was
+        queued is not asked again while its stop is on the way."""
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "activate", 2, release="2.0.0")
+        daemon = Daemon(world.node, Notifier(""), waker)
+        world.systemd.fail = {"restart"}
+        assert not daemon.finish_dead_command()
+        world.systemd.fail = set()
+        assert daemon.finish_dead_command()
+        assert not daemon.finish_dead_command()
+        assert world.systemd.calls == [("restart", "agent.service")]
+
+    def test_the_serving_loop_looks_without_a_watchdog(
+            self, tmp_path: Path, waker: Waker, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A daemon serving with no watchdog still wakes to look: an `upgrade` killed while it
+        serves (another process's, in a thread here) gets its unit restarted within the
+        look's interval, before any stop."""
+        import os
+        import threading
+
+        from agent_fsm.agent import daemon as daemon_mod
+
+        monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+        monkeypatch.setattr(daemon_mod, "OWED_CHECK_SECONDS", 0.2)
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        operator = world.reopen()
+        daemon = Daemon(world.node, Notifier(""), waker)
+        world.systemd.calls.clear()  # the install's own restart
+
+        def upgrade_killed() -> None:
+            operator.node.controller.failpoint = crash_at("begin_upgrade", 3)
+            with contextlib.suppress(Crash):
+                operator.node.controller.fire("begin_upgrade", release="2.0.0")
+
+        command = threading.Timer(0.3, upgrade_killed)
+        stop = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
+        command.start()
+        stop.start()
+        try:
+            assert daemon.run() == 0
+        finally:
+            command.cancel()
+            stop.cancel()
+        assert world.systemd.calls.count(("restart", "agent.service")) == 1

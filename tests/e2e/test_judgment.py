@@ -67,20 +67,19 @@ def test_a_candidate_started_while_rolling_back_never_fires_recovered(
     assert [h["trigger"] for h in _since(lab, t0)].count("recovered") == 1
 
 
-# Item 5 -------------------------------------------------------------------------------------
-def test_an_upgrade_killed_before_its_restart_is_judged_by_the_next_start(
+# Item 5, and an operator's command that died ------------------------------------------------
+def test_an_upgrade_killed_before_its_restart_is_judged_by_the_start_the_daemon_makes(
         systemd_sandbox: SystemdSandbox) -> None:
-    """`agent-fsm upgrade` killed between its write-ahead and its restart, then `systemctl
-    restart`: that start is the owed restart; the candidate is judged once, converges, and is
-    neither rolled back nor marked known bad."""
+    """`agent-fsm upgrade` SIGKILLed between its write-ahead and its restart, and no command
+    run by hand: the serving last-good's daemon finds the upgrade owed with the writers' lock
+    free and restarts its unit; that start is the owed restart, so the candidate is judged
+    once, converges, and is neither rolled back nor marked known bad."""
     lab = installed(systemd_sandbox)
     lab.pack("2.0.0")
     t0 = time.time()
     crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
                     env={"AGENT_FSM_FAILPOINT": "begin_upgrade:4"})  # before restart_unit
-    owed = lab.status()["owed"]
-    assert crash.returncode != 0 and owed and owed["trigger"] == "begin_upgrade", output(crash)
-    lab.sb.systemctl("restart", UNIT)
+    assert crash.returncode != 0, output(crash)
     end = lab.settled(timeout=30)
     assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), lab.why()
     assert end["last_result"]["outcome"] == "ok" and end["known_bad"] == []
@@ -88,6 +87,29 @@ def test_an_upgrade_killed_before_its_restart_is_judged_by_the_next_start(
     assert triggers.count("candidate_started") == 1, triggers
     assert not {"judge_failed", "recover", "recovered"} & set(triggers)
     assert not _recovery_ran(lab)
+    assert "the command that ran it is gone" in lab.sb.journal(UNIT), lab.why()
+
+
+def test_an_upgrade_killed_before_it_selects_is_abandoned_with_no_command_by_hand(
+        systemd_sandbox: SystemdSandbox) -> None:
+    """`agent-fsm upgrade` SIGKILLed after it shut the gate and wrote its signal, before it
+    selected the candidate (a lost ssh session, an OOM): with no command run by hand the node
+    is back on 1.0.0 with the gate open and no signal within the daemon's look and a start,
+    the upgrade abandoned and 2.0.0 not marked known bad; the next `upgrade` is not refused."""
+    lab = installed(systemd_sandbox)
+    lab.pack("2.0.0")
+    t0 = time.time()
+    crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
+                    env={"AGENT_FSM_FAILPOINT": "begin_upgrade:2"})  # before select_release
+    assert crash.returncode != 0, output(crash)
+    end = lab.settled(timeout=30)
+    assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
+    assert end["known_bad"] == [], end
+    triggers = [h["trigger"] for h in _since(lab, t0)]
+    assert "abandon_upgrade" in triggers and "candidate_started" not in triggers, triggers
+    again = lab.cli("upgrade", "--to", "2.0.0", "--wait", "--timeout", "30", check=False,
+                    timeout=45)
+    assert again.returncode == 0, output(again) + lab.why()
 
 
 # Item 6 -------------------------------------------------------------------------------------

@@ -14,12 +14,15 @@ minute even when the code under test never converges.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -42,6 +45,18 @@ def _triggers(lab: Lab, since: float) -> list[str]:
 
 def _signal_attempt(lab: Lab) -> int:
     return int((lab.status()["signal"] or {}).get("attempt") or 0)
+
+
+@contextlib.contextmanager
+def _daemon_frozen(lab: Lab) -> Iterator[None]:
+    """The serving daemon stopped (SIGSTOP) for the block, so that it cannot yet find and
+    finish an operator's command that died (it looks every few seconds), then let go."""
+    pid = lab.sb.host_pid(lab.main_pid())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 class Upgrade:
@@ -215,12 +230,13 @@ def test_prune_after_interrupted_upgrade_keeps_what_is_owed(
     the node converges on the last-good."""
     lab = installed(node_sandbox)
     lab.pack("2.0.0")
-    crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
-                    env={"AGENT_FSM_FAILPOINT": "begin_upgrade:1"})
-    assert crash.returncode != 0, output(crash)
-    owed = lab.status()["owed"]
-    assert owed is not None and owed["trigger"] == "begin_upgrade", owed  # the crash happened
-    prune = lab.cli("release", "prune", check=False, timeout=30)
+    with _daemon_frozen(lab):  # else it finishes the dead upgrade before the prune
+        crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
+                        env={"AGENT_FSM_FAILPOINT": "begin_upgrade:1"})
+        assert crash.returncode != 0, output(crash)
+        owed = lab.status()["owed"]
+        assert owed is not None and owed["trigger"] == "begin_upgrade", owed  # it happened
+        prune = lab.cli("release", "prune", check=False, timeout=30)
     rec = lab.cli("recover", check=False, timeout=30)
     assert rec.returncode == 0, f"prune: {output(prune)}\nrecover: {output(rec)}" + lab.why()
     end = lab.settled(timeout=30)

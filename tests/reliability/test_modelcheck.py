@@ -44,6 +44,7 @@ def test_every_interleaving_within_the_small_bound_keeps_the_rules(
     record_property("modelcheck", result.figures().replace("\n", "; "))
     assert not result.violations, "\n\n" + report(result)
     assert result.k is not None and result.states > 100
+    assert result.parked == 0, result.parked_kinds  # the serving daemon finishes a dead command
 
 
 def test_the_small_bound_fires_every_transition_of_the_definition(small: Checker) -> None:

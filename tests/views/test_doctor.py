@@ -50,6 +50,23 @@ class TestDoctor:
         found = _by_check(doctor(world.node, check_systemd=False))
         assert found["state file"].level == "fail" and "not valid JSON" in found["state file"].detail
 
+    def test_an_operators_command_that_died_is_a_warning_the_agent_finishes(
+            self, world: World) -> None:
+        """An `install` killed half-way is an owed-effects warning whose fix says the running
+        agent finishes it within 5 s: nothing to run by hand."""
+        import pytest
+
+        from tests.helpers import Crash, crash_at
+
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("install", 3)
+        with pytest.raises(Crash):
+            world.node.controller.fire("install", release="2.0.0")
+        found = _by_check(doctor(world.reopen().node, check_systemd=False))["owed effects"]
+        assert found.level == "warn" and "install stopped after 3 of 7 effects" in found.detail
+        assert "the running agent restarts agent.service within 5s" in found.fix
+
 
 class TestCommand:
     def test_doctor_json_and_exit_code(self, world: World, tmp_path: object) -> None:

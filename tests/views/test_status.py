@@ -187,6 +187,21 @@ class TestNextAction:
         assert st.owed is not None and st.owed["effects"] == ["reload_systemd_if_changed", "open_gate"]
         assert st.next.summary.startswith("an interrupted settle still owes reload_systemd_if_changed")
 
+    def test_an_operators_command_that_died_is_said_to_be_finished_by_the_agent(
+            self, world: World) -> None:
+        """An `upgrade` killed after its signal: the advice says the running agent restarts its
+        unit within 5 s to finish it, so no one runs a command by hand."""
+        from tests.helpers import Crash, crash_at
+
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("begin_upgrade", 2)
+        with pytest.raises(Crash):
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        summary = status(world.reopen().node).next.summary
+        assert summary.startswith("an interrupted begin_upgrade still owes select_release"), summary
+        assert "the running agent restarts agent.service within 5s to finish it" in summary
+
 
 class TestJson:
     def test_key_set_is_pinned(self, node_world: World, cfg: Path) -> None:

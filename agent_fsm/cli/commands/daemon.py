@@ -10,7 +10,9 @@ from .. import options
 
 def daemon(ctx: typer.Context) -> None:
     """Run as the agent unit's main process (Type=notify): judge or converge, open the gate,
-    send READY=1, supervise the workload, stop cleanly on SIGTERM.
+    send READY=1, supervise the workload, stop cleanly on SIGTERM. Every 5 s it looks for an
+    operator's install, activate or upgrade that died half-way and restarts its unit to finish
+    it.
 
     Example (in the unit): ExecStart=/var/lib/agent-fsm/selected/bin/agent-fsm daemon
     """

@@ -45,6 +45,9 @@ ANY_NAMES = entries.Names()  # what a reader not given the machine's names accep
 # Starts after crashes at most this far apart (seconds, by their entries' times) are one crash
 # loop: well above systemd's longest restart delay here (`render.RESTART_MAX_DELAY`).
 CRASH_LOOP_WINDOW = 600.0
+# How often the serving daemon looks for an operator's transition left owed by a command that
+# died (agent/daemon.py's `DeadCommand`); `status` names it too.
+OWED_CHECK_SECONDS = 5.0
 
 
 def check_body(body: dict[str, Any], schema: int, names: entries.Names = ANY_NAMES) -> None:
@@ -288,3 +291,17 @@ class Store:
                 ) from None
             yield
 
+    @contextlib.contextmanager
+    def locked_if_free(self) -> Iterator[bool]:
+        """Hold the writers' lock for the block if no process holds it now: one try, no wait.
+        Yields True holding it, False holding nothing (a writer has it). A writer holds it from
+        a transition's write-ahead to its final record, so a transition found owed while this
+        holds it was left by a process that stopped: killed, or failed at an effect."""
+        files.ensure_private_dir(self.lock_path.parent)
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(lock.held(self.lock_path, 0.0))
+                got = True
+            except LockTimeout:
+                got = False
+            yield got

@@ -14,6 +14,7 @@ from ...node.assets import bin_link
 from ...node.records import hook_failures
 from ...node.releases.pointers import read_manifest
 from ...node.state import validate
+from ...node.state.store import OWED_CHECK_SECONDS
 from ...system import proc
 from ...system import workload as workload_proc
 from ...wiring import Node
@@ -136,9 +137,15 @@ def _consistency(node: Node) -> list[Finding]:
     gate = node.gate.is_open()
     pending = node.groups.pending
     if doc.pending is not None:
+        operators = node.definition.finished_for_a_dead_command(doc.pending.trigger,
+                                                                doc.pending.args)
         out.append(Finding("owed effects", "warn",
                            f"{doc.pending.trigger} stopped after {doc.pending.done} of "
                            f"{len(doc.pending.effects)} effects",
+                           f"an operator's command that died: the running agent restarts "
+                           f"{node.paths.agent_unit_name} within {OWED_CHECK_SECONDS:g}s to "
+                           "finish it (so does the next agent-fsm operation or start)"
+                           if operators else
                            "the next start of the agent resumes it (or `agent-fsm recover`)"))
     if doc.state in pending and sig is None and doc.pending is None \
             and doc.state != StateName.judged_ok:

@@ -21,7 +21,7 @@ from ...node.runtime import inhibitors
 from ...node.runtime import workload as workload_state
 from ...node.runtime.signal import UpgradeSignal
 from ...node.state.document import Pending
-from ...node.state.store import CRASH_LOOP_WINDOW, StateDoc
+from ...node.state.store import CRASH_LOOP_WINDOW, OWED_CHECK_SECONDS, StateDoc
 from .advice import NextAction, crash_looping, next_action
 from .advice import span as span  # render.py's durations
 from .assets import AssetView, compare
@@ -203,6 +203,14 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
             "unknown here): this one never runs it; " + (
                 "the way back (`recover`) supersedes it" if back else
                 "run the agent-fsm that wrote it"), (f"{prog} recover",) if back else ())
+    elif owed is not None and doc.pending is not None and node.definition \
+            .finished_for_a_dead_command(doc.pending.trigger, doc.pending.args):
+        action = NextAction(
+            f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}: once the "
+            f"command that ran it is gone, the running agent restarts "
+            f"{node.paths.agent_unit_name} within {OWED_CHECK_SECONDS:g}s to finish it (as the "
+            f"next agent-fsm operation or daemon start would); then: {action.summary}",
+            action.commands)
     elif owed is not None:
         action = NextAction(
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}, resumed "
