@@ -64,9 +64,9 @@ BOUNDS = {
     # two faults on one path: after the operator's upgrade or recover
     "deep": Bound("deep", faults=2, operator=1, depth=22,
                   operator_commands=("upgrade", "recover")),
-    # each variant of the definition (`--mutants`): the small bound on one systemd
-    "mutant": Bound("mutant", faults=1, operator=1, depth=14, systemds=(257,),
-                    earlier_reader=False),
+    # each variant of the definition (`--mutants`): the small bound, on both systemds (their
+    # `OnFailure=` differs: a variant equivalent on one may not be on the other)
+    "mutant": Bound("mutant", faults=1, operator=1, depth=14, earlier_reader=False),
 }
 
 
@@ -125,10 +125,12 @@ class Result:
     seconds: float = 0.0
     violations: list[Violation] = field(default_factory=list)
     fired: set[str] = field(default_factory=set)
+    moves: set[tuple[str, str]] = field(default_factory=set)  # (trigger, the state it fired from)
     frontier: int = 0  # configurations at the depth bound (their faulty successors unexplored)
     parked: int = 0  # an operator's command died mid-way, nothing runs: waits for an operator
     behaviour: frozenset[object] = frozenset()  # what every configuration showed (mutants)
     earlier: str = "not asked"  # what the previous release's reader was given
+    stopped: bool = False  # ended at its first violation (`stop_at_first`): the figures are partial
 
     def figures(self) -> str:
         return (f"{self.bound}\nstates explored {self.states}, transitions {self.transitions} "
@@ -167,8 +169,10 @@ def _initial(host: Host, systemd: int) -> tuple[Tree, dict[str, dict[str, bytes]
 
 
 class Checker:
-    def __init__(self, bound: Bound, *, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(self, bound: Bound, *, progress: Callable[[str], None] | None = None,
+                 stop_at_first: bool = False) -> None:
         self.bound = bound
+        self.stop_at_first = stop_at_first  # a variant broken once needs no more search
         self.progress = progress
         self.states: dict[tuple[object, ...], State] = {}
         self.result = Result(bound)
@@ -201,7 +205,7 @@ class Checker:
                 if state is not None:
                     queue.append(state.key)
             shown = -1
-            while queue:
+            while queue and not self._stop():
                 key = queue.popleft()
                 state = self.states[key]
                 if state.depth >= self.bound.depth:
@@ -213,8 +217,9 @@ class Checker:
                     shown = state.depth
                     self.progress(f"depth {shown}: {len(self.states)} states, queue {len(queue)}, "
                                   f"{time.monotonic() - began:.0f} s")
-            self.liveness()
-            if self.bound.earlier_reader:
+            if not self._stop():
+                self.liveness()
+            if self.bound.earlier_reader and not self._stop():
                 self._earlier_reads(probe.paths.state_file.relative_to(root),
                                     probe.paths.signal_file.relative_to(root))
         self.result.states = len(self.states)
@@ -322,6 +327,7 @@ class Checker:
                 words = f"{trigger} superseded by {entry['superseded_by']}"
                 fired.append(words)
                 continue
+            self.result.moves.add((str(trigger), str(entry.get("from"))))
             if entry.get("skipped"):
                 words += " (skipped: " + "; ".join(f"{s['effect']}: {s['error']}"
                                                    for s in entry["skipped"]) + ")"
@@ -407,7 +413,7 @@ class Checker:
         dist: dict[tuple[object, ...], int] = {}
         worst = 0
         todo = deque(self.states)
-        while todo:
+        while todo and not self._stop():
             key = todo.popleft()
             if key in dist:
                 continue
@@ -476,6 +482,10 @@ class Checker:
             self._violation("state-file-reads", f"the previous release's reader: {error}",
                             state, None, None)
 
+    def _stop(self) -> bool:
+        self.result.stopped = self.stop_at_first and bool(self.result.violations)
+        return self.result.stopped
+
     # Traces -----------------------------------------------------------------------------------
     def trace(self, state: State) -> list[tuple[Edge | None, str]]:
         steps: list[tuple[Edge | None, str]] = []
@@ -533,8 +543,9 @@ def _units_words(u: Units) -> str:
             f"{limit}), recovery unit {u.recovery}")
 
 
-def check(bound: Bound, progress: Callable[[str], None] | None = None) -> Result:
-    return Checker(bound, progress=progress).run()
+def check(bound: Bound, progress: Callable[[str], None] | None = None, *,
+          stop_at_first: bool = False) -> Result:
+    return Checker(bound, progress=progress, stop_at_first=stop_at_first).run()
 
 
 def _unused(*_: Any) -> None:
