@@ -549,7 +549,7 @@ def table(results: list[Result]) -> str:
         if r.result in (KILLED, FLAKY, TIMEOUT) and r.stage == "e2e":
             note = f"[e2e] {note}"
         if r.result == KILLED and r.stage == "modelcheck":
-            note = f"[model check] {note}"
+            note = f"[model check] {r.detail}"
         elif r.modelcheck and r.result in NOT_KILLED:
             note = f"{note} [model check: {r.modelcheck.split(':')[0]}]".strip()
         lines.append(f"{r.id:<{width}}  {r.result:<15}  {note}".rstrip())

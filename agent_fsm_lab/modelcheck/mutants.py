@@ -122,9 +122,11 @@ def _differs(mine: frozenset[Any], shipped: frozenset[Any]) -> str:
         return f"e.g. {seen.summary()}; units {units}"
 
     more, fewer = set(mine - shipped), set(shipped - mine)
+    settled = sum(1 for seen, _ in more | fewer if seen.pending is None)
     return (f"no rule broken, other reachable behaviour: {len(more)} configuration(s) the "
             f"shipped definition never shows ({one(more)}), {len(fewer)} it shows that this "
-            f"never does ({one(fewer)})")
+            f"never does ({one(fewer)}); {settled} of these with nothing owed"
+            + ("" if settled else " (they differ only while a transition is owed)"))
 
 
 def exercised(found: Searched, trigger: str, source: str | None) -> bool:

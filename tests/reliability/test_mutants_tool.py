@@ -210,6 +210,7 @@ class TestModelcheckFirst:
         assert (r.result, r.stage) == (mutants.KILLED, "modelcheck")
         assert r.detail.startswith("converged-is-last-good")
         assert "by the model check 1" in mutants.summary([r])
+        assert "[model check] converged-is-last-good (3 steps)" in mutants.table([r])
 
     def test_a_model_check_that_cannot_judge_stops_the_gate(
             self, work: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
