@@ -58,6 +58,7 @@ class Searched:
     states: int
     seconds: float
     moves: frozenset[tuple[str, str]] = frozenset()  # (trigger, from) of every transition fired
+    refusals: frozenset[tuple[str, str]] = frozenset()  # (trigger, condition) that refused it
 
 
 class ShippedBroken(AgentFsmError):
@@ -77,19 +78,22 @@ def variants() -> list[Any]:
 
 def search(vid: str, text: str | None, bound: Bound, stop_at_first: bool) -> Searched:
     """Model-check the definition `text` (None: the shipped one) in this process."""
+    from agent_fsm.upgrade import registry
+
     began = time.monotonic()
     _, source = definition_mod.default_text()
     if text is not None:
-        from agent_fsm.upgrade import registry
-
         try:
             registry.load_definition(text, source)
         except AgentFsmError as exc:
             return Searched(vid, f"refused at load: {exc}", (), frozenset(), 0,
                             time.monotonic() - began)
+    refusals: set[tuple[str, str]] = set()
     with pytest.MonkeyPatch.context() as mp:
         if text is not None:
             mp.setattr(definition_mod, "default_text", lambda: (text, source))
+        mp.setattr(registry, "CONDITIONS", {name: _recording(name, fn, refusals)
+                                            for name, fn in registry.CONDITIONS.items()})
         try:
             result = check(bound, stop_at_first=stop_at_first)
         except AgentFsmError as exc:  # the node's set-up: the first release's install
@@ -100,7 +104,18 @@ def search(vid: str, text: str | None, bound: Bound, stop_at_first: bool) -> Sea
                             frozenset(), 0, time.monotonic() - began)
     broken = tuple((v.name, v.detail, len(v.trace) - 1) for v in result.violations)
     return Searched(vid, "", broken, result.behaviour, result.states, time.monotonic() - began,
-                    frozenset(result.moves))
+                    frozenset(result.moves), frozenset(refusals))
+
+
+def _recording(name: str, fn: Any, refusals: set[tuple[str, str]]) -> Any:
+    """The condition `fn`, noting each (trigger, `name`) it refuses."""
+    def condition(actor: Any, step: Any) -> Any:
+        refusal = fn(actor, step)
+        if refusal is not None:
+            refusals.add((str(step.trigger), name))
+        return refusal
+
+    return condition
 
 
 def _same_definition(text: str, shipped: Any) -> tuple[bool, str]:
@@ -136,9 +151,11 @@ def exercised(found: Searched, trigger: str, source: str | None) -> bool:
 
 
 def classify(found: Searched, shipped: frozenset[Any], trigger: str | None = None,
-             source: str | None = None) -> tuple[str, str]:
-    """(outcome, why) of a variant changing `trigger`'s transition (adding `source`, if
-    given), from its search and the shipped definition's reachable behaviour."""
+             source: str | None = None, dropped: str | None = None,
+             refused: frozenset[tuple[str, str]] = frozenset()) -> tuple[str, str]:
+    """(outcome, why) of a variant changing `trigger`'s transition (adding `source`, or
+    dropping the condition `dropped`, if given), from its search and the shipped definition's
+    reachable behaviour (`refused`: the (trigger, condition) pairs that refused there)."""
     if found.refused:
         return "caught", found.refused
     if found.broken:
@@ -146,11 +163,20 @@ def classify(found: Searched, shipped: frozenset[Any], trigger: str | None = Non
         return "caught", f"{name} ({steps} steps): {detail}"
     if found.behaviour == shipped:
         why = f"the same reachable behaviour ({found.states} configurations)"
-        if trigger is not None and not exercised(found, trigger, source):
+        if trigger is not None and dropped is not None and (trigger, dropped) not in refused:
+            why += (f"; {UNEXERCISED}: {dropped} never refuses {trigger} in the shipped "
+                    "definition's search")
+        elif trigger is not None and not exercised(found, trigger, source):
             why += (f"; {UNEXERCISED}: {trigger} never fires"
                     + (f" from {source}" if source else "") + " within the bound")
         return "equivalent", why
     return "survived", _differs(found.behaviour, shipped)
+
+
+def _dropped_condition(v: Any) -> str | None:
+    if v.operator != "drop-condition":
+        return None
+    return str(v.id.split("drop condition ", 1)[1].split(" (#")[0])
 
 
 def _added_source(v: Any) -> str | None:
@@ -197,7 +223,8 @@ def run(only: Callable[[str], bool] = lambda _id: True, *, jobs: int = 2,
                                 "before judging its variants")
         for found in found_all:
             v = by_id[found.id]
-            outcome, why = classify(found, base.behaviour, v.trigger, _added_source(v))
+            outcome, why = classify(found, base.behaviour, v.trigger, _added_source(v),
+                                    _dropped_condition(v), base.refusals)
             yield Verdict(found.id, outcome, why, found.seconds)
 
 

@@ -91,3 +91,17 @@ def test_the_verdicts_come_back_from_worker_processes() -> None:
     got = {v.id: v.outcome for v in mutants.run(lambda vid: vid in wanted, jobs=2, bound=bound)}
     assert got == {"complete: drop effect promote_last_good": "caught",
                    "judge_ok: add source converged": "equivalent"}
+
+
+def test_an_equivalent_whose_change_is_never_tried_says_so(whole: mutants.Searched) -> None:
+    """An equivalent verdict says when the bound never tried the change: an operator's one
+    command meets a settled node, so `begin_upgrade`'s `gate_open` never refuses and `install`
+    never fires from `recovering`; `complete`, which fires, is not flagged."""
+    same = whole.behaviour
+    _, why = mutants.classify(whole, same, "begin_upgrade", dropped="gate_open",
+                              refused=whole.refusals)
+    assert "never exercised: gate_open never refuses begin_upgrade" in why
+    _, why = mutants.classify(whole, same, "install", source="recovering")
+    assert "never exercised: install never fires from recovering" in why
+    outcome, why = mutants.classify(whole, same, "complete")
+    assert outcome == "equivalent" and mutants.UNEXERCISED not in why
