@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from agent_fsm.errors import AgentFsmError
+from agent_fsm.errors import AgentFsmError, DefinitionError
 from agent_fsm.machine import definition as definition_mod
 
 from .search import BOUNDS, Bound, check
@@ -96,9 +96,10 @@ def search(vid: str, text: str | None, bound: Bound, stop_at_first: bool) -> Sea
                                             for name, fn in registry.CONDITIONS.items()})
         try:
             result = check(bound, stop_at_first=stop_at_first)
-        except AgentFsmError as exc:  # the node's set-up: the first release's install
-            return Searched(vid, f"the node cannot be installed with it: {exc}", (),
-                            frozenset(), 0, time.monotonic() - began)
+        except AgentFsmError as exc:  # a reader's checks of the definition, or the set-up
+            why = ("refused at load" if isinstance(exc, DefinitionError)
+                   else "the node cannot be installed with it")
+            return Searched(vid, f"{why}: {exc}", (), frozenset(), 0, time.monotonic() - began)
         except Exception as exc:
             return Searched(vid, f"the code fails on it: {type(exc).__name__}: {exc}", (),
                             frozenset(), 0, time.monotonic() - began)
