@@ -49,6 +49,16 @@ def test_a_variant_that_breaks_a_rule_is_caught_by_that_rule(
     assert found.states < whole.states  # it stopped at its first violation
 
 
+def test_a_transition_that_acts_before_closing_the_gate_is_caught(
+        texts: dict[str, str], shipped: frozenset[Any]) -> None:
+    """`install` selecting the release before it closes the gate: a crash between leaves the
+    gate open with `install` owed and half done, which `gate-means-done` forgives only while
+    an owed transition has run nothing yet."""
+    vid = "install: swap effects close_gate <-> select_release"
+    outcome, why = mutants.classify(mutants.search(vid, texts[vid], BOUND, True), shipped)
+    assert (outcome, why.split(" (")[0]) == ("caught", "gate-means-done"), why
+
+
 def test_a_variant_whose_change_makes_no_difference_is_equivalent(
         texts: dict[str, str], shipped: frozenset[Any]) -> None:
     """`complete` publishing its result after clearing the known-bad mark instead of before: two
