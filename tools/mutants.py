@@ -20,6 +20,13 @@ copy of the unmutated snapshot: if it fails there too the variant is "flaky", no
 that reaches the deadline (--timeout), or whose failure is pytest-timeout's, is "timeout", not
 killed, unless a test had really failed first.
 
+With --modelcheck-first, the model check (`python -m agent_fsm_lab.modelcheck --mutants`, run in
+the snapshot first, docs/reliability.md) judges the variants before the suite does: one it
+catches (a rule of docs/design.md broken, within its bound) is killed at stage "modelcheck"
+without running the suite; the others run the suite as without it, and the table notes the
+model check's verdict on a survivor ("equivalent": the same reachable behaviour within its bound).
+The model check is deterministic and the unmutated definition must pass it first (its baseline).
+
 Exit status: 0 when every variant is killed, 1 when some survive, are flaky or time out, 2 when
 the baseline or the set-up fails.
 """
@@ -212,6 +219,7 @@ class Result:
     seconds: float = 0.0
     log: str = ""
     rerun: str = ""  # the killing test rerun on the unmutated tree: passed, failed or timed out
+    modelcheck: str = ""  # with --modelcheck-first: the model check's verdict and why
 
 
 class TimedOut(Exception):
@@ -498,6 +506,37 @@ def refused_at_load(python: str, tree: Path, vs: list[Variant]) -> dict[str, lis
     return results
 
 
+def modelcheck_verdicts(python: str, tree: Path, jobs: int, only: list[str],
+                        logs: Path) -> dict[str, Any]:
+    """The model check's verdicts on the variants (`--only` as given), run in the snapshot: its
+    JSON (its "variants": id, outcome, why, seconds; its "summary"). RuntimeError when it cannot
+    judge them (the unmutated definition breaks a rule, or the snapshot has no such check)."""
+    out, log = logs / "modelcheck.json", logs / "modelcheck.log"
+    argv = [python, "-m", "agent_fsm_lab.modelcheck", "--mutants", "--jobs", str(max(1, jobs)),
+            "--output", str(out), *(f"--only={p}" for p in only)]
+    with log.open("w") as f:
+        proc = subprocess.run(argv, cwd=tree, env=child_env(tree), stdout=f,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
+    if proc.returncode not in (0, 1) or not out.exists():
+        tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+        raise RuntimeError(f"the model check of the variants failed with status "
+                           f"{proc.returncode}: {tail[:400]} (see {log})")
+    body: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return body
+
+
+def modelcheck_kills(to_run: list[tuple[int, Variant]], checked: dict[str, str],
+                     ) -> tuple[dict[str, Result], list[tuple[int, Variant]]]:
+    """The variants the model check caught (`checked`: id -> "outcome: why"), killed at stage
+    "modelcheck", and the others, left for the suite."""
+    killed = {v.id: Result(v.id, v.operator, v.trigger, KILLED, stage="modelcheck",
+                           first_failure="model check",
+                           detail=checked[v.id].removeprefix("caught: ")[:300],
+                           modelcheck=checked[v.id][:300])
+              for _, v in to_run if checked.get(v.id, "").startswith("caught:")}
+    return killed, [(n, v) for n, v in to_run if v.id not in killed]
+
+
 # Reporting ----------------------------------------------------------------------------------------
 
 def table(results: list[Result]) -> str:
@@ -509,6 +548,10 @@ def table(results: list[Result]) -> str:
             note = f"{note} [rerun on the unmutated tree: {r.rerun}]"
         if r.result in (KILLED, FLAKY, TIMEOUT) and r.stage == "e2e":
             note = f"[e2e] {note}"
+        if r.result == KILLED and r.stage == "modelcheck":
+            note = f"[model check] {r.detail}"
+        elif r.modelcheck and r.result in NOT_KILLED:
+            note = f"{note} [model check: {r.modelcheck.split(':')[0]}]".strip()
         lines.append(f"{r.id:<{width}}  {r.result:<15}  {note}".rstrip())
     return "\n".join(lines)
 
@@ -523,6 +566,8 @@ def summary(results: list[Result]) -> str:
     killed = count(KILLED) + count(REFUSED)
     line = (f"killed {killed} / total {len(results)} (unit {count(KILLED, 'unit')}, "
             f"e2e {count(KILLED, 'e2e')}, at load {count(REFUSED)}")
+    if count(KILLED, "modelcheck"):
+        line += f", by the model check {count(KILLED, 'modelcheck')}"
     if count(ERROR):
         line += f"; errors {count(ERROR)}: {named(ERROR)}"
     return (line + f"); survivors: {named(SURVIVED)}; flaky {count(FLAKY)} (the killing test fails "
@@ -562,6 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the unmutated run (and its time-based ordering)")
     parser.add_argument("--list", action="store_true", help="list the variant ids and exit")
+    parser.add_argument("--modelcheck-first", action="store_true",
+                        help="let the model check judge the variants first: those it catches "
+                             "are killed without running the suite")
     args = parser.parse_args(argv)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _kill_children_and_exit)
@@ -631,6 +679,22 @@ def main(argv: list[str] | None = None) -> int:
             kind, message = verdict
             results[v.id] = Result(v.id, v.operator, v.trigger, REFUSED if kind == "refused" else ERROR,
                                    stage="load", detail=message[:300])
+    checked: dict[str, str] = {}  # id -> the model check's "outcome: why"
+    if args.modelcheck_first and to_run:
+        began = time.monotonic()
+        try:
+            body = modelcheck_verdicts(args.python, work / "snapshot", args.jobs, args.only,
+                                       runner.logs)
+        except RuntimeError as exc:
+            print(f"[mutants] {exc}", file=sys.stderr)
+            write_json(args.output, meta, [])
+            return 2
+        meta["modelcheck"] = body.get("summary", "")
+        print(f"[mutants] model check in {time.monotonic() - began:.0f} s: {meta['modelcheck']}",
+              flush=True)
+        checked = {str(c["id"]): f"{c['outcome']}: {c['why']}" for c in body.get("variants", [])}
+        killed, to_run = modelcheck_kills(to_run, checked)
+        results.update(killed)
 
     lock = threading.Lock()
 
@@ -642,6 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         futures = {pool.submit(runner.variant, n, v): v for n, v in to_run}
         for future in concurrent.futures.as_completed(futures):
             r = future.result()
+            r.modelcheck = checked.get(r.id, "")[:300]
             with lock:
                 results[r.id] = r
                 done += 1

@@ -7,7 +7,7 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
 - `held-assets`: while a signal exists, every service asset on disk is the last-good's kept
   bytes (a missing one may still be restored; none other is ever there);
 - `gate-means-done`: the gate open, there is no signal and no owed transition (but one that
-  has yet to run its `close_gate`: its write-ahead comes first);
+  closes the gate and has run none of its effects yet: its write-ahead comes first);
 - `way-back-by-last-good`: a transition of the way back is recorded only by a process running
   the last-good's code (checked on each step: `step_violations`);
 - `state-file-reads`: the state file always reads, by this agent-fsm and by the previous
@@ -53,7 +53,7 @@ class Seen:
     kept_ok: bool  # while a signal exists: every asset present is the last-good's
     marks: frozenset[str]
     unreadable: str | None  # why the state file did not read
-    before_close: bool = False  # the owed transition has yet to run its close_gate
+    before_close: bool = False  # the owed transition closes the gate and has run nothing yet
     operators: bool = False  # the owed transition is an operator's
     releases: str | None = None  # what `releases-kept` found wrong, if anything
     stored: tuple[str, ...] = ()  # the releases the store shows
@@ -81,7 +81,8 @@ def look(reader: Reader, rendered: Mapping[str, Mapping[str, bytes]]) -> Seen:
         pending = None if doc.pending is None else doc.pending.trigger
         if doc.pending is not None:
             owed = doc.pending.effects
-            before_close = "close_gate" in owed and doc.pending.done <= owed.index("close_gate")
+            # nothing of it has run yet (its write-ahead only): the gate is still as it was
+            before_close = "close_gate" in owed and doc.pending.done == 0
             owner = reader.definition.transition(doc.pending.trigger)
             operators = tuple(owner.by) == (Role.operator,)
     except Exception as exc:
@@ -174,8 +175,8 @@ def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) ->
     if not seen.kept_ok:
         out.append(("held-assets", f"a signal exists and the assets on disk are {seen.assets}, "
                                    f"not last-good {seen.signal and seen.signal[0]}'s"))
-    # Owed, a transition that closes the gate has done nothing yet until its close_gate ran
-    # (its write-ahead comes first): the gate may still be open then.
+    # Owed, a transition that closes the gate may find it still open while none of its effects
+    # has run (its write-ahead comes first); once one has, its close_gate must have been first.
     if seen.gate and (seen.signal is not None or (seen.pending is not None
                                                   and not seen.before_close)):
         out.append(("gate-means-done", "the gate is open with "

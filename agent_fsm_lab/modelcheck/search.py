@@ -75,9 +75,9 @@ BOUNDS = {
     # while the candidate is judged; an add or a prune cut midway, then the upgrade)
     "store": Bound("store", faults=1, operator=2, depth=16,
                    operator_commands=("upgrade", "add", "prune"), once=frozenset({"upgrade"})),
-    # each variant of the definition (`--mutants`): the small bound on one systemd
-    "mutant": Bound("mutant", faults=1, operator=1, depth=14, systemds=(257,),
-                    earlier_reader=False),
+    # each variant of the definition (`--mutants`): the small bound, on both systemds (their
+    # `OnFailure=` differs: a variant equivalent on one may not be on the other)
+    "mutant": Bound("mutant", faults=1, operator=1, depth=14, earlier_reader=False),
 }
 
 
@@ -138,11 +138,13 @@ class Result:
     seconds: float = 0.0
     violations: list[Violation] = field(default_factory=list)
     fired: set[str] = field(default_factory=set)
+    moves: set[tuple[str, str]] = field(default_factory=set)  # (trigger, the state it fired from)
     frontier: int = 0  # configurations at the depth bound (their faulty successors unexplored)
     parked: int = 0  # an operator's command died mid-way, nothing runs: waits for an operator
     parked_kinds: dict[str, int] = field(default_factory=dict)  # what those are, in words
     behaviour: frozenset[object] = frozenset()  # what every configuration showed (mutants)
     earlier: str = "not asked"  # what the previous release's reader was given
+    stopped: bool = False  # ended at its first violation (`stop_at_first`): the figures are partial
 
     def figures(self) -> str:
         return (f"{self.bound}\nstates explored {self.states}, transitions {self.transitions} "
@@ -191,8 +193,10 @@ def _initial(host: Host, systemd: int, added: tuple[str, ...] = (),
 
 
 class Checker:
-    def __init__(self, bound: Bound, *, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(self, bound: Bound, *, progress: Callable[[str], None] | None = None,
+                 stop_at_first: bool = False) -> None:
         self.bound = bound
+        self.stop_at_first = stop_at_first  # a variant broken once needs no more search
         self.progress = progress
         self.states: dict[tuple[object, ...], State] = {}
         self.result = Result(bound)
@@ -231,7 +235,7 @@ class Checker:
                 if state is not None:
                     queue.append(state.key)
             shown = -1
-            while queue:
+            while queue and not self._stop():
                 key = queue.popleft()
                 state = self.states[key]
                 if state.depth >= self.bound.depth:
@@ -243,8 +247,9 @@ class Checker:
                     shown = state.depth
                     self.progress(f"depth {shown}: {len(self.states)} states, queue {len(queue)}, "
                                   f"{time.monotonic() - began:.0f} s")
-            self.liveness()
-            if self.bound.earlier_reader:
+            if not self._stop():
+                self.liveness()
+            if self.bound.earlier_reader and not self._stop():
                 self._earlier_reads(probe.paths.state_file.relative_to(root),
                                     probe.paths.signal_file.relative_to(root))
         self.result.states = len(self.states)
@@ -394,6 +399,7 @@ class Checker:
                 words = f"{trigger} superseded by {entry['superseded_by']}"
                 fired.append(words)
                 continue
+            self.result.moves.add((str(trigger), str(entry.get("from"))))
             if entry.get("skipped"):
                 words += " (skipped: " + "; ".join(f"{s['effect']}: {s['error']}"
                                                    for s in entry["skipped"]) + ")"
@@ -487,7 +493,7 @@ class Checker:
         dist: dict[tuple[object, ...], int] = {}
         worst = 0
         todo = deque(self.states)
-        while todo:
+        while todo and not self._stop():
             key = todo.popleft()
             if key in dist:
                 continue
@@ -595,6 +601,10 @@ class Checker:
             self._violation("state-file-reads", f"the previous release's reader: {error}",
                             state, None, None)
 
+    def _stop(self) -> bool:
+        self.result.stopped = self.stop_at_first and bool(self.result.violations)
+        return self.result.stopped
+
     # Traces -----------------------------------------------------------------------------------
     def trace(self, state: State) -> list[tuple[Edge | None, str]]:
         steps: list[tuple[Edge | None, str]] = []
@@ -652,8 +662,9 @@ def _units_words(u: Units) -> str:
             f"{limit}), recovery unit {u.recovery}")
 
 
-def check(bound: Bound, progress: Callable[[str], None] | None = None) -> Result:
-    return Checker(bound, progress=progress).run()
+def check(bound: Bound, progress: Callable[[str], None] | None = None, *,
+          stop_at_first: bool = False) -> Result:
+    return Checker(bound, progress=progress, stop_at_first=stop_at_first).run()
 
 
 def _unused(*_: Any) -> None:

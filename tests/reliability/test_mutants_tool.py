@@ -160,3 +160,69 @@ class TestReport:
         assert (body["survived"], body["flaky"], body["timeout"]) == (
             ["d: add source s"], ["b: drop effect y"], ["c: drop effect z"])
         assert body["variants"][1]["rerun"] == "failed (pytest exit status 1)"
+
+
+# A stand-in for `python -m agent_fsm_lab.modelcheck --mutants` in the tiny snapshot: it writes
+# the verdicts the real check would (what it was asked is written beside them), or, with
+# TINY_MC=broken, fails as the check does when the unmutated definition breaks a rule.
+TINY_MODELCHECK = '''
+import json, os, sys
+args = sys.argv[1:]
+if os.environ.get("TINY_MC") == "broken":
+    print("error: the shipped definition fails the model check", file=sys.stderr)
+    sys.exit(2)
+out = args[args.index("--output") + 1]
+json.dump({"summary": "2 variants: 1 caught, 1 equivalent, 0 survived", "args": args,
+           "variants": [
+               {"id": "a: drop effect x", "outcome": "caught",
+                "why": "converged-is-last-good (3 steps): converged with 2.0.0 selected",
+                "seconds": 1.0},
+               {"id": "d: add source s", "outcome": "equivalent",
+                "why": "the same reachable behaviour (734 configurations)", "seconds": 5.0}]},
+          open(out, "w"))
+sys.exit(0)
+'''
+
+
+class TestModelcheckFirst:
+    @pytest.fixture
+    def snapshot(self, work: Path) -> Path:
+        tree = work / "snapshot"
+        for rel, text in {"agent_fsm_lab/__init__.py": "", "agent_fsm_lab/modelcheck/__init__.py": "",
+                          "agent_fsm_lab/modelcheck/__main__.py": TINY_MODELCHECK}.items():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tree / rel).write_text(text)
+        (work / "logs").mkdir()
+        return tree
+
+    def test_a_variant_the_model_check_catches_is_killed_without_the_suite(
+            self, work: Path, snapshot: Path) -> None:
+        """With --modelcheck-first, a variant the model check catches is killed at stage
+        "modelcheck" with the rule it broke; one it calls equivalent is left for the suite."""
+        body = mutants.modelcheck_verdicts(sys.executable, snapshot, 2, ["^a:"], work / "logs")
+        assert body["args"][-1] == "--only=^a:" and "--jobs" in body["args"]
+        checked = {c["id"]: f"{c['outcome']}: {c['why']}" for c in body["variants"]}
+        to_run = [(1, mutants.Variant("a: drop effect x", "drop-effect", "a", "")),
+                  (2, mutants.Variant("d: add source s", "add-source", "d", ""))]
+        killed, rest = mutants.modelcheck_kills(to_run, checked)
+        assert [v.id for _, v in rest] == ["d: add source s"]
+        r = killed["a: drop effect x"]
+        assert (r.result, r.stage) == (mutants.KILLED, "modelcheck")
+        assert r.detail.startswith("converged-is-last-good")
+        assert "by the model check 1" in mutants.summary([r])
+        assert "[model check] converged-is-last-good (3 steps)" in mutants.table([r])
+
+    def test_a_model_check_that_cannot_judge_stops_the_gate(
+            self, work: Path, snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """When the model check cannot judge the variants (the unmutated definition breaks a
+        rule), the gate says so with its message instead of counting anything as killed."""
+        monkeypatch.setenv("TINY_MC", "broken")
+        with pytest.raises(RuntimeError, match="status 2: error: the shipped definition fails"):
+            mutants.modelcheck_verdicts(sys.executable, snapshot, 2, [], work / "logs")
+
+    def test_a_survivor_shows_the_model_checks_verdict(self) -> None:
+        """The table's row of a survivor names the model check's verdict on it."""
+        r = mutants.Result("d: add source s", "add-source", "d", mutants.SURVIVED, "unit",
+                           modelcheck="equivalent: the same reachable behaviour")
+        row = mutants.table([r]).splitlines()[-1]
+        assert row.endswith("[model check: equivalent]")
