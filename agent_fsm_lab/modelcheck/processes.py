@@ -507,8 +507,9 @@ STORE_COMMANDS = ("add", "prune")
 
 def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublisher,
           clock: FakeClock, process: Process, fault: Fault | None, candidate: str | None) -> None:
-    """The serving daemon's loop looks (`Daemon.finish_dead_command`): an operator's transition
-    owed with the writers' lock free is a command that died; it restarts its own unit."""
+    """The serving daemon's loop looks (`Daemon.finish_dead_command`): work a command that
+    died left, the writers' lock free: the last-good finishes it in place, or it restarts its
+    own unit for another release's start."""
     release = ran.units.running
     assert release is not None
     ran.code = release
@@ -518,7 +519,9 @@ def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublish
     sd.own_unit, sd.waker = host.agent_unit, waker
     d = daemon_mod.Daemon(node, Notifier(""), waker)
     try:
-        ran.end = "restart of its unit queued" if d.finish_dead_command() else "nothing to do"
+        done = d.finish_dead_command()
+        ran.end = ("nothing to do" if not done else "finished in place"
+                   if d._owed_restart_at is None else "restart of its unit queued")
     except Exception as exc:
         ran.end = _failed(exc)
     ran.units = _ended(host, ran, sd)
