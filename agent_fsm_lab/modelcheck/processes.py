@@ -280,9 +280,10 @@ def run(host: Host, tree: Tree, units: Units, clock_t: float, process: Process,
 def _ended_badly(host: Host, ran: Ran, sd: ModelSystemd, process: Process) -> None:
     """What systemd does when the step's process failed (exit 1, killed, timed out)."""
     units = ran.units.apply(sd.calls, host.agent_unit, host.recovery_unit, _unit_file(host))
-    if process.kind in ("start", "daemon") and units.agent.startswith("stopping:"):
+    agents = ("start", "daemon", "poll")  # the agent unit's process (`poll`: the serving one)
+    if process.kind in agents and units.agent.startswith("stopping:"):
         units = units.start_agent()  # the restart job goes on: a stop, not a failure
-    elif process.kind in ("start", "daemon"):
+    elif process.kind in agents:
         ran.unit_failed = not sd.stop
         units = units if sd.stop else units.agent_failed()
     elif process.kind == "recovery":
@@ -522,9 +523,11 @@ def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublish
         done = d.finish_dead_command()
         ran.end = ("nothing to do" if not done else "finished in place"
                    if d._owed_restart_at is None else "restart of its unit queued")
-    except Exception as exc:
+    except Exception as exc:  # a traceback: the serving daemon dies of it
         ran.end = _failed(exc)
+        return _ended_badly(host, ran, sd, process)
     ran.units = _ended(host, ran, sd)
+    return None
 
 
 BODIES: dict[str, Body] = {
