@@ -27,6 +27,7 @@ wake-up pipe, so an idle daemon wakes only for that look.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -542,6 +543,10 @@ class Daemon:
             log.error("could not finish %s here (the workload left running): %s; trying "
                       "again in %.0fs", what, exc, OWED_CHECK_SECONDS)
             self.dead_command.again()
+            # As a start that failed leaves it (its RuntimeDirectory= gone): shut until done,
+            # also when it failed after its `open_gate` (`settle` still owed).
+            with contextlib.suppress(AgentFsmError):
+                node.gate.close()
             return False
         version = node.releases.selected()
         log.info("finished %s in place: %s running, gate %s", what, version,

@@ -471,6 +471,34 @@ class TestDeadCommand:
         finally:
             daemon.stop_workload()
 
+    def test_a_failure_after_the_gate_opened_shuts_it_until_done(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A full disk at the record of the in-place `settle`, after its `open_gate`: the gate
+        is shut again while `settle` is owed (as a failed start leaves it), and the next look
+        finishes it and opens the gate."""
+        from agent_fsm.errors import DiskError
+
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "begin_upgrade", 2, release="2.0.0")
+        daemon = Daemon(world.node, Notifier(""), Waker())
+        journal = world.node.store.journal
+        append = journal.append
+
+        def full_at_settle(entry: dict[str, object], limit: int) -> None:
+            if entry["trigger"] == "settle":
+                raise DiskError("could not append to the history journal: No space left")
+            append(entry, limit)
+
+        with monkeypatch.context() as m:
+            m.setattr(journal, "append", full_at_settle)
+            assert not daemon.finish_dead_command()
+        assert world.node.store.read().pending.trigger == "settle"  # type: ignore[union-attr]
+        assert not world.node.effectors.gate.is_open()
+        assert daemon.finish_dead_command()
+        assert world.node.store.read().pending is None and world.node.effectors.gate.is_open()
+
     def test_a_signal_the_state_file_does_not_know_is_rolled_back_in_place(
             self, tmp_path: Path) -> None:
         """A signal beside the serving last-good while the state file knows no upgrade (put
@@ -534,8 +562,8 @@ class TestDeadCommand:
         assert started.assets_on_disk() == started.rendered("2.0.0")
         assert started.node.effectors.gate.is_open()
 
-    def test_a_live_command_holding_the_lock_is_left_alone(self, tmp_path: Path,
-                                                            waker: Waker) -> None:
+    def test_a_live_command_holding_the_lock_is_left_alone(
+            self, tmp_path: Path, waker: Waker, caplog: pytest.LogCaptureFixture) -> None:
         """While another process holds the writers' lock (a slow command still running its
         effects), the daemon neither waits for it nor touches anything; once the lock is let
         go with the transition still owed, it abandons the upgrade in place."""
@@ -551,10 +579,13 @@ class TestDeadCommand:
         before = world.node.store.path.read_bytes()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # as filelock takes it, on a descriptor of its own
+            caplog.clear()
             assert not daemon.finish_dead_command()
             assert world.systemd.calls == []
             assert world.node.store.path.read_bytes() == before
             assert world.node.signal() is not None
+            # It never tried (nor waited for the lock): nothing failed, nothing to log.
+            assert [r.message for r in caplog.records if r.levelname == "ERROR"] == []
         finally:
             os.close(fd)
         assert daemon.finish_dead_command()
