@@ -19,10 +19,12 @@ it) and waits for the stop; else it starts the recovery unit (the last-good's wa
 
 Only then READY=1, so systemd's TimeoutStartSec bounds the judgment. It then supervises the
 release's workload (if any), pings the watchdog when systemd asks for it, and on SIGTERM says
-STOPPING=1 and exits 0. Every OWED_CHECK_SECONDS it looks (a stat of the state file) for an
-operator's transition whose command died half-way (`DeadCommand`) and then restarts its own
-unit, whose start finishes or abandons it. Signal handlers only set flags; waits are on a
-wake-up pipe, so an idle daemon wakes only for that look.
+STOPPING=1 and exits 0. Every OWED_CHECK_SECONDS it looks (a stat of the state file) for what a
+command that died left (`DeadCommand`): what the last-good's own start would do (abandon an
+upgrade cut before it selected its candidate, roll back a signal the state file knows nothing
+of) it does in place, the workload running; for the rest it restarts its own unit, whose start
+finishes it. Signal handlers only set flags; waits are on a wake-up pipe, so an idle daemon
+wakes only for that look.
 """
 
 from __future__ import annotations
@@ -113,10 +115,10 @@ class DeadCommand:
             return False
         if doc.state == StateName.recovering:
             return True  # rolled back in place, `recovered` not yet fired
+        if doc.state != StateName.converged or node.gate.is_open() or node.signal() is not None:
+            return False  # serving as it should (the journal is read only past this)
         history = node.store.history(doc)
-        return doc.state == StateName.converged and not node.gate.is_open() \
-            and node.signal() is None and bool(history) \
-            and history[-1].get("trigger") == Trigger.abandon_upgrade
+        return bool(history) and history[-1].get("trigger") == Trigger.abandon_upgrade
 
     def _found(self, doc: StateDoc) -> bool:
         return self._operators(doc) or self.in_place(doc)
