@@ -62,7 +62,8 @@ class DeadCommand:
     """Finds work a command that is gone left on the node while this daemon serves, the
     writers' lock free at once: no process is doing it. Its writer held the lock from the
     write-ahead to the final record, so a live command, however slow, holds it and is left
-    alone (the lock is tried before anything is acted on). Two kinds (`look` says which):
+    alone (the lock is tried before anything is acted on). Two kinds (`in_place` tells them
+    apart):
 
     - `restart`: an operator's transition (`install`, `activate`, `upgrade`'s `begin_upgrade`
       once it selected its candidate) left owed by a command that died (SIGKILL, an OOM, a lost
