@@ -280,9 +280,10 @@ def run(host: Host, tree: Tree, units: Units, clock_t: float, process: Process,
 def _ended_badly(host: Host, ran: Ran, sd: ModelSystemd, process: Process) -> None:
     """What systemd does when the step's process failed (exit 1, killed, timed out)."""
     units = ran.units.apply(sd.calls, host.agent_unit, host.recovery_unit, _unit_file(host))
-    if process.kind in ("start", "daemon") and units.agent.startswith("stopping:"):
+    agents = ("start", "daemon", "poll")  # the agent unit's process (`poll`: the serving one)
+    if process.kind in agents and units.agent.startswith("stopping:"):
         units = units.start_agent()  # the restart job goes on: a stop, not a failure
-    elif process.kind in ("start", "daemon"):
+    elif process.kind in agents:
         ran.unit_failed = not sd.stop
         units = units if sd.stop else units.agent_failed()
     elif process.kind == "recovery":
@@ -507,8 +508,9 @@ STORE_COMMANDS = ("add", "prune")
 
 def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublisher,
           clock: FakeClock, process: Process, fault: Fault | None, candidate: str | None) -> None:
-    """The serving daemon's loop looks (`Daemon.finish_dead_command`): an operator's transition
-    owed with the writers' lock free is a command that died; it restarts its own unit."""
+    """The serving daemon's loop looks (`Daemon.finish_dead_command`): work a command that
+    died left, the writers' lock free: the last-good finishes it in place, or it restarts its
+    own unit for another release's start."""
     release = ran.units.running
     assert release is not None
     ran.code = release
@@ -518,10 +520,14 @@ def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublish
     sd.own_unit, sd.waker = host.agent_unit, waker
     d = daemon_mod.Daemon(node, Notifier(""), waker)
     try:
-        ran.end = "restart of its unit queued" if d.finish_dead_command() else "nothing to do"
-    except Exception as exc:
+        done = d.finish_dead_command()
+        ran.end = ("nothing to do" if not done else "finished in place"
+                   if d._owed_restart_at is None else "restart of its unit queued")
+    except Exception as exc:  # a traceback: the serving daemon dies of it
         ran.end = _failed(exc)
+        return _ended_badly(host, ran, sd, process)
     ran.units = _ended(host, ran, sd)
+    return None
 
 
 BODIES: dict[str, Body] = {

@@ -320,8 +320,10 @@ class Checker:
             yield Process("daemon"), True
         if u.recovery == "activating":
             yield Process("recovery"), True
-        if u.agent.startswith("active:") and state.seen.operators:
-            yield Process("poll"), True  # the serving daemon looks: an operator's command died
+        s = state.seen
+        if u.agent.startswith("active:") and (s.operators or s.pending is not None or s.signal
+                                              or s.state != "converged" or not s.gate):
+            yield Process("poll"), True  # the serving daemon looks: work a command left
         if state.model.operator > 0:
             for command in self.bound.operator_commands:
                 if command in state.model.given:
@@ -520,8 +522,7 @@ class Checker:
             for k in chain:
                 dist[k] = -1
             start = self.states[chain[0]]
-            if cur is None and (start.seen.operators
-                                or self._orphan_beside(self.states[chain[-1]])):
+            if cur is None and start.seen.operators:
                 # An operator's command died mid-way and nothing runs: it waits for the
                 # operator (or the agent's next start); counted and printed, not a violation.
                 self.result.parked += 1
@@ -547,16 +548,6 @@ class Checker:
             if key == after and kind in s.calm_via:
                 return s.calm_via[kind]
         return self.states[after].via
-
-    def _orphan_beside(self, state: State) -> bool:
-        """A signal beside the last-good's agent, up, and the state file the initial one put
-        back (or lost) by `restore`: only an operator's `upgrade` cut before its restart leaves
-        a signal while the last-good runs, so this waits for the operator as that cut command
-        does (`status` says to run `recover`), or for the agent's next start."""
-        seen, now = state.seen, state.tree.file(self.paths[1])
-        return (seen.signal is not None and seen.pending is None
-                and now in (None, self.initial[state.model.units.systemd].file(self.paths[1]))
-                and state.model.units.agent == f"active:{seen.last_good}")
 
     def _parked_words(self, state: State) -> str:
         """A parked configuration in words: the state, the owed transition and how far it got,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -389,26 +390,158 @@ class TestDeadCommand:
         world.systemd.calls.clear()
         return world
 
-    def test_an_upgrade_killed_after_its_signal_is_abandoned_by_the_start_it_restarts(
-            self, tmp_path: Path, waker: Waker) -> None:
+    @staticmethod
+    def _serving(world: World) -> tuple[Daemon, subprocess.Popen[bytes]]:
+        """The daemon serving 1.0.0 with its workload (a real process) running."""
+        daemon = Daemon(world.node, Notifier(""), Waker())
+        daemon.start_workload("1.0.0")
+        assert daemon.workload is not None
+        world.systemd.calls.clear()  # the workload's start asked systemd for its restarts
+        return daemon, daemon.workload
+
+    @staticmethod
+    def _with_workload(world: World) -> None:
+        (world.paths.releases_dir / "1.0.0" / "release.toml").write_text(
+            'version = "1.0.0"\nworkload = ["sleep", "60"]\n')
+
+    def test_an_upgrade_killed_after_its_signal_is_abandoned_in_place(
+            self, tmp_path: Path) -> None:
         """`upgrade` killed after it wrote its signal (gate shut, the candidate not selected):
-        the serving daemon restarts its unit, touching nothing, and that start abandons the
-        upgrade: 1.0.0 selected, no signal, nothing known bad, the gate open."""
+        the serving daemon abandons it itself, with no restart and its workload running
+        throughout: 1.0.0 selected, no signal, nothing known bad, the gate open."""
         world = _world(tmp_path, (("true",),))
+        world.add_release("1.0.0")
+        self._with_workload(world)
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world = self._killed(world, "begin_upgrade", 2, release="2.0.0")
         assert not world.node.effectors.gate.is_open() and world.node.signal() is not None
+        daemon, workload = self._serving(world)
+        try:
+            assert daemon.finish_dead_command()
+            assert ("restart", "agent.service") not in world.systemd.calls
+            doc = world.node.store.read()
+            assert (doc.state, doc.pending, world.node.signal()) == ("converged", None, None)
+            assert world.node.releases.selected() == "1.0.0"
+            assert known_bad.read(world.paths.known_bad_file).marks == {}
+            assert world.node.effectors.gate.is_open()
+            assert daemon.workload is workload and workload.poll() is None
+            assert [e["trigger"] for e in world.node.store.history()][-2:] == [
+                "abandon_upgrade", "settle"]
+        finally:
+            daemon.stop_workload()
+
+    def test_a_full_disk_leaves_the_workload_running_and_is_tried_again(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`upgrade` cut before its signal by a full disk (exit 1, `begin_upgrade` owed): while
+        the disk stays full the serving daemon's looks fail, restart nothing and never exit,
+        its workload running; once space is freed the next look abandons the upgrade and opens
+        the gate."""
+        import errno
+        import os
+
+        world = _world(tmp_path, ())
+        world.add_release("1.0.0")
+        self._with_workload(world)
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "begin_upgrade", 1, release="2.0.0")  # as at write_signal
+        daemon, workload = self._serving(world)
+        state_dir = world.paths.state_file.parent
+        real = os.write
+
+        def full(fd: int, data: bytes) -> int:
+            if Path(os.readlink(f"/proc/self/fd/{fd}")).parent == state_dir:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(fd, data)
+
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(os, "write", full)
+                assert not daemon.finish_dead_command()
+                assert not daemon.finish_dead_command()  # tried again, the file unchanged
+            assert world.systemd.calls == []
+            assert not world.node.effectors.gate.is_open()
+            assert workload.poll() is None
+            assert daemon.finish_dead_command()
+            assert world.systemd.calls.count(("restart", "agent.service")) == 0
+            assert world.node.effectors.gate.is_open() and world.node.signal() is None
+            assert world.node.store.read().pending is None
+            assert daemon.workload is workload and workload.poll() is None
+        finally:
+            daemon.stop_workload()
+
+    def test_a_failure_after_the_gate_opened_shuts_it_until_done(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A full disk at the record of the in-place `settle`, after its `open_gate`: the gate
+        is shut again while `settle` is owed (as a failed start leaves it), and the next look
+        finishes it and opens the gate."""
+        from agent_fsm.errors import DiskError
+
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "begin_upgrade", 2, release="2.0.0")
+        daemon = Daemon(world.node, Notifier(""), Waker())
+        journal = world.node.store.journal
+        append = journal.append
+
+        def full_at_settle(entry: dict[str, object], limit: int) -> None:
+            if entry["trigger"] == "settle":
+                raise DiskError("could not append to the history journal: No space left")
+            append(entry, limit)
+
+        with monkeypatch.context() as m:
+            m.setattr(journal, "append", full_at_settle)
+            assert not daemon.finish_dead_command()
+        assert world.node.store.read().pending.trigger == "settle"  # type: ignore[union-attr]
+        assert not world.node.effectors.gate.is_open()
+        assert daemon.finish_dead_command()
+        assert world.node.store.read().pending is None and world.node.effectors.gate.is_open()
+
+    def test_a_signal_the_state_file_does_not_know_is_rolled_back_in_place(
+            self, tmp_path: Path) -> None:
+        """A signal beside the serving last-good while the state file knows no upgrade (put
+        back from a backup): the daemon's look rolls it back itself (`orphaned_signal`, then
+        `recovered`), no restart, the workload running: no signal, the gate open, 2.0.0 not
+        marked known bad."""
+        world = _world(tmp_path, ())
+        world.add_release("1.0.0")
+        self._with_workload(world)
+        world.installed("1.0.0")
+        backup = world.paths.state_file.read_bytes()
+        world.upgrading("2.0.0")
+        world.paths.state_file.write_bytes(backup)  # restored from before the upgrade
+        world.node.releases.select("1.0.0")  # the candidate's start never came
+        world = world.reopen()
+        world.systemd.calls.clear()
+        daemon, workload = self._serving(world)
+        try:
+            assert daemon.finish_dead_command()
+            assert ("restart", "agent.service") not in world.systemd.calls
+            doc = world.node.store.read()
+            assert (doc.state, doc.pending, world.node.signal()) == ("converged", None, None)
+            assert world.node.releases.selected() == "1.0.0"
+            assert known_bad.read(world.paths.known_bad_file).marks == {}
+            assert world.node.effectors.gate.is_open()
+            assert workload.poll() is None
+            assert [e["trigger"] for e in world.node.store.history()][-2:] == [
+                "orphaned_signal", "recovered"]
+        finally:
+            daemon.stop_workload()
+
+    def test_an_upgrade_killed_after_it_selected_is_finished_by_the_start_it_restarts(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """`upgrade` killed after it selected its candidate: another release must start, so the
+        serving daemon restarts its unit, touching nothing, and that start judges 2.0.0."""
+        world = _world(tmp_path, (("true",),))
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world = self._killed(world, "begin_upgrade", 3, release="2.0.0")
         assert Daemon(world.node, Notifier(""), waker).finish_dead_command()
         assert world.systemd.calls == [("restart", "agent.service")]
         assert world.node.store.read().pending.trigger == "begin_upgrade"  # type: ignore[union-attr]
-        started = world.reopen()  # the start that restart makes
-        assert Daemon(started.node, Notifier(""), waker).startup()
-        doc = started.node.store.read()
-        assert (doc.state, doc.pending, started.node.signal()) == ("converged", None, None)
-        assert started.node.releases.selected() == "1.0.0"
-        assert known_bad.read(started.paths.known_bad_file).marks == {}
-        assert started.node.effectors.gate.is_open()
+        assert world.node.releases.selected() == "2.0.0"
 
     def test_an_install_killed_half_way_is_finished_by_the_start_it_restarts(
             self, tmp_path: Path, waker: Waker) -> None:
@@ -429,11 +562,11 @@ class TestDeadCommand:
         assert started.assets_on_disk() == started.rendered("2.0.0")
         assert started.node.effectors.gate.is_open()
 
-    def test_a_live_command_holding_the_lock_is_left_alone(self, tmp_path: Path,
-                                                            waker: Waker) -> None:
+    def test_a_live_command_holding_the_lock_is_left_alone(
+            self, tmp_path: Path, waker: Waker, caplog: pytest.LogCaptureFixture) -> None:
         """While another process holds the writers' lock (a slow command still running its
-        effects), the daemon neither waits for it nor restarts anything; once the lock is let
-        go with the transition still owed, it restarts its unit."""
+        effects), the daemon neither waits for it nor touches anything; once the lock is let
+        go with the transition still owed, it abandons the upgrade in place."""
         import fcntl
         import os
 
@@ -443,14 +576,21 @@ class TestDeadCommand:
         world = self._killed(world, "begin_upgrade", 2, release="2.0.0")
         daemon = Daemon(world.node, Notifier(""), waker)
         fd = os.open(world.node.store.lock_path, os.O_RDWR)
+        before = world.node.store.path.read_bytes()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # as filelock takes it, on a descriptor of its own
+            caplog.clear()
             assert not daemon.finish_dead_command()
             assert world.systemd.calls == []
+            assert world.node.store.path.read_bytes() == before
+            assert world.node.signal() is not None
+            # It never tried (nor waited for the lock): nothing failed, nothing to log.
+            assert [r.message for r in caplog.records if r.levelname == "ERROR"] == []
         finally:
             os.close(fd)
         assert daemon.finish_dead_command()
-        assert world.systemd.calls == [("restart", "agent.service")]
+        assert world.node.signal() is None and world.node.effectors.gate.is_open()
+        assert ("restart", "agent.service") not in world.systemd.calls
 
     def test_a_transition_of_the_way_back_left_owed_is_not_its_to_act_on(
             self, tmp_path: Path, waker: Waker) -> None:

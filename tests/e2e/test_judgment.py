@@ -94,10 +94,12 @@ def test_an_upgrade_killed_before_it_selects_is_abandoned_with_no_command_by_han
         systemd_sandbox: SystemdSandbox) -> None:
     """`agent-fsm upgrade` SIGKILLed after it shut the gate and wrote its signal, before it
     selected the candidate (a lost ssh session, an OOM): with no command run by hand the node
-    is back on 1.0.0 with the gate open and no signal within the daemon's look and a start,
-    the upgrade abandoned and 2.0.0 not marked known bad; the next `upgrade` is not refused."""
+    is back on 1.0.0 with the gate open and no signal within the daemon's look, the upgrade
+    abandoned by the serving daemon itself (its unit never restarted: the same main pid) and
+    2.0.0 not marked known bad; the next `upgrade` is not refused."""
     lab = installed(systemd_sandbox)
     lab.pack("2.0.0")
+    serving = lab.main_pid()
     t0 = time.time()
     crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
                     env={"AGENT_FSM_FAILPOINT": "begin_upgrade:2"})  # before select_release
@@ -107,6 +109,8 @@ def test_an_upgrade_killed_before_it_selects_is_abandoned_with_no_command_by_han
     assert end["known_bad"] == [], end
     triggers = [h["trigger"] for h in _since(lab, t0)]
     assert "abandon_upgrade" in triggers and "candidate_started" not in triggers, triggers
+    assert lab.main_pid() == serving, lab.why()
+    assert "finished an operator's begin_upgrade" in lab.sb.journal(UNIT), lab.why()
     again = lab.cli("upgrade", "--to", "2.0.0", "--wait", "--timeout", "30", check=False,
                     timeout=45)
     assert again.returncode == 0, output(again) + lab.why()

@@ -189,8 +189,9 @@ class TestNextAction:
 
     def test_an_operators_command_that_died_is_said_to_be_finished_by_the_agent(
             self, world: World) -> None:
-        """An `upgrade` killed after its signal: the advice says the running agent restarts its
-        unit within 5 s to finish it, so no one runs a command by hand."""
+        """An `upgrade` killed after its signal, before it selected: the advice says the
+        running agent abandons it within 5 s, its workload running, so no one runs a command
+        by hand."""
         from tests.helpers import Crash, crash_at
 
         world.installed("1.0.0")
@@ -200,7 +201,7 @@ class TestNextAction:
             world.node.controller.fire("begin_upgrade", release="2.0.0")
         summary = status(world.reopen().node).next.summary
         assert summary.startswith("an interrupted begin_upgrade still owes select_release"), summary
-        assert "the running agent restarts agent.service within 5s to finish it" in summary
+        assert "the running agent abandons it within 5s, its workload left running" in summary
 
 
 class TestJson:

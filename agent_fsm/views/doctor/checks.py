@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ...errors import AgentFsmError, ReleaseError
-from ...machine.vocabulary import StateName
+from ...machine.vocabulary import StateName, Trigger
 from ...node.assets import bin_link
 from ...node.records import hook_failures
 from ...node.releases.pointers import read_manifest
@@ -139,12 +139,16 @@ def _consistency(node: Node) -> list[Finding]:
     if doc.pending is not None:
         operators = node.definition.finished_for_a_dead_command(doc.pending.trigger,
                                                                 doc.pending.args)
+        in_place = doc.pending.trigger == Trigger.begin_upgrade \
+            and node.releases.selected() == node.releases.last_good()
+        how = (f"abandons it within {OWED_CHECK_SECONDS:g}s, its workload left running"
+               if in_place else f"restarts {node.paths.agent_unit_name} within "
+               f"{OWED_CHECK_SECONDS:g}s to finish it")
         out.append(Finding("owed effects", "warn",
                            f"{doc.pending.trigger} stopped after {doc.pending.done} of "
                            f"{len(doc.pending.effects)} effects",
-                           f"an operator's command that died: the running agent restarts "
-                           f"{node.paths.agent_unit_name} within {OWED_CHECK_SECONDS:g}s to "
-                           "finish it (so does the next agent-fsm operation or start)"
+                           f"an operator's command that died: the running agent {how} (so "
+                           "does the next agent-fsm operation or start)"
                            if operators else
                            "the next start of the agent resumes it (or `agent-fsm recover`)"))
     if doc.state in pending and sig is None and doc.pending is None \

@@ -205,11 +205,15 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
                 "run the agent-fsm that wrote it"), (f"{prog} recover",) if back else ())
     elif owed is not None and doc.pending is not None and node.definition \
             .finished_for_a_dead_command(doc.pending.trigger, doc.pending.args):
+        in_place = doc.pending.trigger == Trigger.begin_upgrade \
+            and node.releases.selected() == node.releases.last_good()
+        how = (f"abandons it within {OWED_CHECK_SECONDS:g}s, its workload left running"
+               if in_place else f"restarts {node.paths.agent_unit_name} within "
+               f"{OWED_CHECK_SECONDS:g}s to finish it")
         action = NextAction(
             f"an interrupted {owed['trigger']} still owes {', '.join(owed['effects'])}: once the "
-            f"command that ran it is gone, the running agent restarts "
-            f"{node.paths.agent_unit_name} within {OWED_CHECK_SECONDS:g}s to finish it (as the "
-            f"next agent-fsm operation or daemon start would); then: {action.summary}",
+            f"command that ran it is gone, the running agent {how} (as the next agent-fsm "
+            f"operation or daemon start would); then: {action.summary}",
             action.commands)
     elif owed is not None:
         action = NextAction(
