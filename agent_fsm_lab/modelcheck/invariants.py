@@ -17,6 +17,12 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
   rolled back;
 - `judged-before-trusted`: the last-good is a version judged ok here, or installed or
   activated by an operator;
+- `rolled-back-is-marked`: once a rollback of a version is recorded (`recover`, by the
+  recovery unit or an operator, or `orphaned_signal`), it is marked known bad, so an upgrade to
+  it is refused unless forced; but where the mark's write failed and was let pass (the entry's
+  `skipped` names `mark_known_bad`: the way back never waits on the mark), and once a later
+  upgrade to it was judged ok here (`complete` clears the mark). The rollbacks recorded are
+  the search's ghost set `rolled_back`;
 - and, over the whole graph, `way-back-is-live` (bounded liveness, `search.liveness`).
 """
 
@@ -111,7 +117,8 @@ def look(reader: Reader, rendered: Mapping[str, Mapping[str, bytes]]) -> Seen:
                 operators)
 
 
-def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) -> list[tuple[str, str]]:
+def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str],
+               rolled_back: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if seen.unreadable:
         out.append(("state-file-reads", seen.unreadable))
@@ -130,6 +137,10 @@ def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) ->
     for version in sorted(seen.marks - evidence):
         out.append(("known-bad-has-cause", f"{version} is marked known bad, but it was never "
                     "judged failed, its start never failed and no operator rolled it back"))
+    for version in sorted(rolled_back - seen.marks):
+        out.append(("rolled-back-is-marked", f"{version} rolled back here, but it is not marked "
+                    "known bad (and its mark's write did not fail): an upgrade to it would not "
+                    "be refused"))
     if seen.last_good is not None and seen.last_good not in trusted:
         out.append(("judged-before-trusted", f"{seen.last_good} is last-good, but it was never "
                     "judged ok here nor installed or activated by an operator"))

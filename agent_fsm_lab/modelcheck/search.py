@@ -2,14 +2,16 @@
 configuration, then bounded liveness over the fault-free steps.
 
 A configuration is the node's files (`tree.Tree`) and the model's state (`units.Units`, the
-clock, the faults and operator commands left, and two ghost sets the invariants need: the
-versions with a cause for a known-bad mark, and the versions trusted as last-good). Two
+clock, the faults and operator commands left, and three ghost sets the invariants need: the
+versions with a cause for a known-bad mark, the versions trusted as last-good, and those whose
+rollback was recorded with its mark owed). Two
 configurations with the same digest are one, so the search ends; the bound (faults, operator
 commands, depth) is printed with every result.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import sys
@@ -32,7 +34,7 @@ from . import invariants
 from .invariants import Seen
 from .processes import Fault, Host, Process, Ran, quiet, run
 from .tree import Tree
-from .units import Units
+from .units import Units, start_limit
 
 CLOCK = 1_700_000_000.0
 YEAR = 365 * 86400.0
@@ -52,11 +54,15 @@ class Bound:
     power_at_every_op: bool = False  # power loss at every file operation, not kill points
     max_attempts: int = 2
     earlier_reader: bool = True  # the state files read by the previous release too
+    # the first release's agent unit: as agent-fsm writes it now (no start limit), and as an
+    # older release wrote it (`OLDER_START_LIMIT`), held through an upgrade from that release
+    agent_units: tuple[str, ...] = ("current", "older")
 
     def __str__(self) -> str:
         return (f"bound {self.name}: ≤{self.faults} fault(s) of {len(self.kinds)} kinds, "
                 f"≤{self.operator} operator command(s), depth ≤{self.depth}, releases "
-                f"{', '.join(self.versions)}, systemd {' and '.join(map(str, self.systemds))}")
+                f"{', '.join(self.versions)}, systemd {' and '.join(map(str, self.systemds))}, "
+                f"{self.versions[0]}'s agent unit {' and '.join(self.agent_units)}")
 
 
 BOUNDS = {
@@ -80,6 +86,8 @@ class Config_:
     operator: int
     evidence: frozenset[str]
     trusted: frozenset[str]
+    unit: str = "current"  # the first release's agent unit (`Bound.agent_units`; in the files)
+    rolled_back: frozenset[str] = frozenset()  # rollbacks recorded whose mark was not let pass
 
 
 @dataclass
@@ -93,6 +101,7 @@ class State:
     via: Edge | None = None
     goal: bool = False
     calm: dict[str, tuple[object, ...]] = field(default_factory=dict)  # fault-free steps by process
+    calm_edges: dict[str, Edge] = field(default_factory=dict)  # and what each did (traces)
     expanded: bool = False
 
 
@@ -150,9 +159,23 @@ def _host(root: Path, bound: Bound) -> tuple[Host, Config]:
     return host, config
 
 
-def _initial(host: Host, systemd: int) -> tuple[Tree, dict[str, dict[str, bytes]]]:
+# The agent unit's start limit as releases before issue 23 wrote it (StartLimitIntervalSec=0
+# since): held from such a release, it is what the way back to it runs through.
+OLDER_START_LIMIT = "StartLimitIntervalSec=300\nStartLimitBurst=${max_attempts}"
+
+
+def _older_agent_unit() -> str:
+    from importlib import resources
+
+    text = (resources.files("agent_fsm") / "templates" / "agent.service").read_text()
+    assert text.count("\nStartLimitIntervalSec=0\n") == 1, "the template's start limit moved"
+    return text.replace("\nStartLimitIntervalSec=0\n", f"\n{OLDER_START_LIMIT}\n")
+
+
+def _initial(host: Host, systemd: int, unit: str = "current",
+             ) -> tuple[Tree, dict[str, dict[str, bytes]]]:
     """The node installed on the first release, converged, gate open, its agent running; every
-    release stored."""
+    release stored; `unit` "older": the first release's agent unit has the older start limit."""
     from tests.helpers import make_world
 
     if host.root.exists():
@@ -160,7 +183,8 @@ def _initial(host: Host, systemd: int) -> tuple[Tree, dict[str, dict[str, bytes]
     fake = FakeSystemd(systemd_version=systemd)
     world = make_world(host.root, host.config, fake, FakePublisher(), FakeClock(t=CLOCK))
     for v in host.versions:
-        world.add_release(v)
+        world.add_release(v, agent_unit=_older_agent_unit() if unit == "older"
+                          and v == host.versions[0] else None)
     world.installed(host.versions[0])
     rendered = {v: world.rendered(v) for v in host.versions}
     return Tree.take(host.root), rendered
@@ -172,7 +196,7 @@ class Checker:
         self.progress = progress
         self.states: dict[tuple[object, ...], State] = {}
         self.result = Result(bound)
-        self.rendered: dict[int, dict[str, dict[str, bytes]]] = {}
+        self.rendered: dict[tuple[int, str], dict[str, dict[str, bytes]]] = {}
         self.back: frozenset[str] = frozenset()
         self.seen_violation: set[str] = set()
 
@@ -192,14 +216,17 @@ class Checker:
             self.back = invariants.way_back(probe.definition, frozenset(probe.groups.rolling_back))
             queue: deque[tuple[object, ...]] = deque()
             for systemd in self.bound.systemds:
-                tree, rendered = _initial(host, systemd)
-                self.rendered[systemd] = rendered
-                units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}")
-                model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
-                                frozenset(), frozenset({self.bound.versions[0]}))
-                state = self._state(tree, model, 0, None, None)
-                if state is not None:
-                    queue.append(state.key)
+                for unit in self.bound.agent_units:
+                    tree, rendered = _initial(host, systemd, unit)
+                    self.rendered[systemd, unit] = rendered
+                    # its agent started longer than the start limit's interval ago
+                    units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}",
+                                  limit=start_limit(tree.file(host.agent_unit_rel)))
+                    model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
+                                    frozenset(), frozenset({self.bound.versions[0]}), unit)
+                    state = self._state(tree, model, 0, None, None)
+                    if state is not None:
+                        queue.append(state.key)
             shown = -1
             while queue:
                 key = queue.popleft()
@@ -310,7 +337,7 @@ class Checker:
         self.result.transitions += 1
         if fault is not None:
             self.result.faults += 1
-        evidence, trusted = set(m.evidence), set(m.trusted)
+        evidence, trusted, rolled_back = set(m.evidence), set(m.trusted), set(m.rolled_back)
         fired = []
         for entry in ran.fired:
             trigger = entry.get("trigger")
@@ -326,6 +353,11 @@ class Checker:
                 words += " (skipped: " + "; ".join(f"{s['effect']}: {s['error']}"
                                                    for s in entry["skipped"]) + ")"
             fired.append(words)
+            if trigger in (Trigger.recover, Trigger.orphaned_signal) and to and not any(
+                    s.get("effect") == "mark_known_bad" for s in entry.get("skipped") or ()):
+                rolled_back.add(str(to))  # its mark is owed (unless its write failed: let pass)
+            if trigger in (Trigger.complete, Trigger.complete_queued) and to:
+                rolled_back.discard(str(to))  # judged ok here since: its mark is cleared
             if trigger == Trigger.judge_ok and to and ran.judged and (
                     fault is None or fault.kind != "candidate"):
                 trusted.add(str(to))  # its checks ran in this process, and passed
@@ -343,7 +375,7 @@ class Checker:
             trusted.add(process.version)  # the operator's own hand
         model = Config_(ran.units, m.clock, m.faults - (fault is not None),
                         m.operator - (process.kind not in ("start", "daemon", "recovery")),
-                        frozenset(evidence), frozenset(trusted))
+                        frozenset(evidence), frozenset(trusted), m.unit, frozenset(rolled_back))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
                     ran.code is not None and ran.code == ran.last_good_before)
         assert ran.tree is not None
@@ -352,6 +384,8 @@ class Checker:
             self._violation(name, detail, state, edge, None)
         if "traceback" in ran.end:  # the harness's own failure or the product's: never silent
             self._violation("no-traceback", f"{ran.who} ended with {ran.end}", state, edge, None)
+        if fault is None:
+            state.calm_edges[process.kind] = edge
         before = len(self.states)
         child = self._state(ran.tree, model, state.depth + 1, state.key, edge, live=True)
         if child is None:
@@ -361,13 +395,13 @@ class Checker:
     def _state(self, tree: Tree, model: Config_, depth: int, parent: tuple[object, ...] | None,
                via: Edge | None, *, live: bool = False) -> State | None:
         key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
-               model.faults, model.operator, model.evidence, model.trusted)
+               model.faults, model.operator, model.evidence, model.trusted, model.rolled_back)
         if key in self.states:
             return self.states[key]
         if not live:
             tree.put(self.host.root)
         reader = open_reader(self.host.config, self.host.root, clock=FakeClock(t=model.clock))
-        rendered = self.rendered[model.units.systemd]
+        rendered = self.rendered[model.units.systemd, model.unit]
         seen = invariants.look(reader, rendered)
         state = State(key, tree, model, seen, depth, parent, via)
         state.goal = (seen.state == "converged" and seen.pending is None and seen.signal is None
@@ -377,7 +411,8 @@ class Checker:
                       and model.units.recovery == "inactive")
         self.states[key] = state
         self.result.depth = max(self.result.depth, depth)
-        for name, detail in invariants.violations(seen, model.evidence, model.trusted):
+        for name, detail in invariants.violations(seen, model.evidence, model.trusted,
+                                                  model.rolled_back):
             self._violation(name, detail, state, None, None)
         return state
 
@@ -397,6 +432,15 @@ class Checker:
                 state.calm[kind] = stepped[0]
             return state.calm[kind]
         return None
+
+    def _calm_edge(self, prev: tuple[object, ...], key: tuple[object, ...]) -> Edge | None:
+        """The fault-free step `_next_calm` took from `prev` to `key` (a configuration's `via`
+        is the step that first reached it, from wherever)."""
+        state = self.states[prev]
+        for kind in ("recovery", "daemon", "start"):
+            if state.calm.get(kind) == key and kind in state.calm_edges:
+                return state.calm_edges[kind]
+        return self.states[key].via
 
     def liveness(self) -> None:
         """From every configuration, once faults stop and no operator acts, systemd's own
@@ -439,10 +483,12 @@ class Checker:
                 # operator (or the agent's next start); counted and printed, not a violation.
                 self.result.parked += 1
                 continue
-            walk = [(self.states[k].via, self.states[k].seen.summary() + "; "
-                     + _units_words(self.states[k].model.units)) for k in chain[1:]]
+            walk = [(self._calm_edge(prev, k), self.states[k].seen.summary() + "; "
+                     + _units_words(self.states[k].model.units))
+                    for prev, k in itertools.pairwise(chain)]
             if cur is not None:
-                walk.append((self.states[cur].via, "(back to a configuration above: a loop)"))
+                walk.append((self._calm_edge(chain[-1], cur),
+                             "(back to a configuration above: a loop)"))
             why = "a loop" if cur is not None else "nothing runs any more"
             self._violation("way-back-is-live", "from here, with no fault and no operator, the "
                             f"node never reaches converged with the gate open ({why})", start,
