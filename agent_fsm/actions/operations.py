@@ -146,8 +146,23 @@ def _roll_back(node: Node, _doc: StateDoc) -> Done:
                 f"start limit reset, {node.paths.agent_unit_name} restarted", doc.state)
 
 
-def _nothing_completing(_node: Node, doc: StateDoc) -> Done:
-    return Done("nothing to roll back: the upgrade was judged ok and is completing", doc.state)
+def _nothing_completing(node: Node, doc: StateDoc) -> Done:
+    """Judged ok: the candidate's next start finishes `complete`, nothing to roll back. Unless
+    systemd gave up starting it: an agent unit held from an older release has a start limit
+    (`StartLimitBurst=max_attempts` in 300 s), which the candidate's starts and crashes inside
+    `complete` may use up, leaving the unit `failed` (start-limit-hit) for good. Then its start
+    limit is reset and it is started again, as the way back does (found by the model check).
+    When systemd cannot say, this raises: the recovery unit tries again."""
+    unit = node.paths.agent_unit_name
+    shown = node.effectors.systemd.show(unit, ("ActiveState", "Result"))
+    if shown.get("ActiveState") != "failed":
+        return Done("nothing to roll back: the upgrade was judged ok and is completing",
+                    doc.state)
+    node.effectors.systemd.reset_failed(unit)
+    node.effectors.systemd.start(unit)
+    return Done(f"nothing to roll back: the upgrade was judged ok and is completing; {unit} had "
+                f"failed (result {shown.get('Result') or '?'}): start limit reset and {unit} "
+                "started again to finish it", doc.state)
 
 
 def _nothing_pending(_node: Node, doc: StateDoc) -> Done:
