@@ -147,26 +147,39 @@ def _roll_back(node: Node, _doc: StateDoc) -> Done:
 
 
 def _nothing_completing(node: Node, doc: StateDoc) -> Done:
-    """Judged ok: the candidate's next start finishes `complete`, nothing to roll back. Unless
-    systemd gave up starting it: an agent unit held from an older release has a start limit
-    (`StartLimitBurst=max_attempts` in 300 s), which the candidate's starts and crashes inside
-    `complete` may use up, leaving the unit `failed` (start-limit-hit) for good. Then its start
-    limit is reset and it is started again, as the way back does (found by the model check).
-    When systemd cannot say, this raises: the recovery unit tries again."""
+    return Done("nothing to roll back: the upgrade was judged ok and is completing"
+                + _started_if_given_up(node), doc.state)
+
+
+def _nothing_pending(node: Node, doc: StateDoc) -> Done:
+    return Done("nothing to roll back: no upgrade is pending" + _started_if_given_up(node),
+                doc.state)
+
+
+def _started_if_given_up(node: Node) -> str:
+    """With nothing to roll back, the agent's next start does what is left (a judged-ok
+    candidate's `complete`, a converged agent's `settle`), and a converged agent is restarted
+    for ever. Unless systemd gave up starting it: a unit with a start limit (the unit older
+    releases wrote, `StartLimitBurst=max_attempts` in 300 s, still loaded where a `complete`'s
+    reload failed; a drop-in) is left `failed` (start-limit-hit) for good once its starts are
+    used up. Then its start limit is reset and it is started again, as the way back does
+    (found by the model check); what is done, in words for the message. Where systemd cannot
+    say, the recovery unit's run raises (it is tried again: it runs because the agent unit
+    failed), an operator's is told."""
     unit = node.paths.agent_unit_name
-    shown = node.effectors.systemd.show(unit, ("ActiveState", "Result"))
+    try:
+        shown = node.effectors.systemd.show(unit, ("ActiveState", "Result"))
+    except AgentFsmError as exc:
+        if os.environ.get(reasons.RECOVERY_ENV) == "unit":
+            raise
+        log.warning("could not ask systemd whether %s failed: %s", unit, exc)
+        return ""
     if shown.get("ActiveState") != "failed":
-        return Done("nothing to roll back: the upgrade was judged ok and is completing",
-                    doc.state)
+        return ""
     node.effectors.systemd.reset_failed(unit)
     node.effectors.systemd.start(unit)
-    return Done(f"nothing to roll back: the upgrade was judged ok and is completing; {unit} had "
-                f"failed (result {shown.get('Result') or '?'}): start limit reset and {unit} "
-                "started again to finish it", doc.state)
-
-
-def _nothing_pending(_node: Node, doc: StateDoc) -> Done:
-    return Done("nothing to roll back: no upgrade is pending", doc.state)
+    return (f"; {unit} had failed (result {shown.get('Result') or '?'}): start limit reset and "
+            f"{unit} started again")
 
 
 # What `recover` does from each state, by its `on_recover` in states/agent-upgrade.toml.

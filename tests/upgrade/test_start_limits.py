@@ -11,8 +11,10 @@ import pytest
 
 from agent_fsm.actions.operations import recover
 from agent_fsm.agent.start_check import ALLOW, REFUSE, start_check
+from agent_fsm.errors import SystemdError
 from agent_fsm.node.assets import render
 from agent_fsm.node.config import Config
+from agent_fsm.node.state import reasons
 from agent_fsm.node.state.store import CRASH_LOOP_WINDOW
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
 from agent_fsm.views.status.report import status
@@ -278,6 +280,27 @@ class TestAnOlderUnitsStartLimit:
             ("reset-failed", "agent.service"), ("start", "agent.service")]
         assert done.state == "judged_ok" and "start-limit-hit" in done.message
         assert world.node.releases.selected() == "2.0.0" and world.node.signal() is not None
+
+    def test_recover_starts_a_converged_agent_systemd_gave_up_on(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A converged agent whose unit systemd still has with the older start limit (the
+        reload of `complete` failed) and gave up on: the recovery unit's `recover` resets the
+        limit and starts it, as a converged agent is restarted for ever (found by the model
+        check); where systemd cannot say, that run fails, to be tried again."""
+        world.installed("1.0.0")
+        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
+        world.systemd.shown = {"ActiveState": "failed", "Result": "start-limit-hit"}
+        before = len(world.systemd.calls)
+        done = recover(world.node)
+        assert [c for c in world.systemd.calls[before:] if c[0] != "show"] == [
+            ("reset-failed", "agent.service"), ("start", "agent.service")]
+        assert done.message.startswith("nothing to roll back: no upgrade is pending; "
+                                       "agent.service had failed (result start-limit-hit)")
+        world.systemd.fail = {"show"}
+        with pytest.raises(SystemdError):
+            recover(world.node)
+        monkeypatch.delenv(reasons.RECOVERY_ENV)  # an operator's: told, not failed
+        assert recover(world.node).message == "nothing to roll back: no upgrade is pending"
 
     def test_recover_leaves_a_judged_ok_candidate_that_runs_alone(self, world: World) -> None:
         """While the judged-ok candidate's unit is not failed (it runs or is being restarted),
