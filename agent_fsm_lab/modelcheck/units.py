@@ -15,7 +15,8 @@ What the model keeps of each unit is what the upgrade's rules depend on:
   older release has `StartLimitBurst=max_attempts`), and `NRestarts` of both units;
 - the start limit as systemd applies it (systemd.unit(5), `StartLimitIntervalSec=`): every
   start counts, an automatic restart, a `systemctl start`/`restart` job (queued `--no-block`:
-  the call returns 0, the refusal comes when the job runs) or a boot's; the start after
+  the call returns 0, the refusal comes when the job runs, at once where no process has to
+  stop first, so before the caller's next `systemctl`) or a boot's; the start after
   `StartLimitBurst` of them is refused, and the unit enters `failed` with result
   `start-limit-hit` and stays there (`Restart=` no longer applies) until something starts it
   again after a `reset-failed`, which flushes the count. Every start on one path is taken as
@@ -111,7 +112,12 @@ class Units:
                 # its process is starting: SIGTERM comes, but it runs on until it sees it
                 u = replace(u, agent="stopping:" + u.agent[len("exec:"):])
             elif unit == agent_unit and (verb == "restart" or (verb == "start" and u.running is None)):
-                u = u.start_agent()
+                # The job is queued (`--no-block`) and, with no process to stop first, runs at
+                # once: past the start limit it is refused before the caller's next call.
+                if u.running is None and u.limit is not None and u.starts >= u.limit:
+                    u = u.counted_start().start_limit_hit()
+                else:
+                    u = u.start_agent()
             elif verb == "start" and unit == recovery_unit:
                 u = u.start_recovery()
             elif verb == "reset-failed" and unit == agent_unit:
