@@ -44,7 +44,8 @@ def test_a_candidate_running_the_way_back_is_caught_with_its_trace(
         return Role.last_good if self.command == roles.Command.daemon and got else got
 
     monkeypatch.setattr(roles.Process, "role", broken)
-    result = check(replace(BOUNDS["small"], systemds=(257,), operator_commands=("upgrade",)))
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",)))
     found = {v.name: v for v in result.violations}
     assert "way-back-by-last-good" in found, report(result)
     text = render(found["way-back-by-last-good"])
