@@ -223,7 +223,8 @@ def run(host: Host, tree: Tree, units: Units, clock_t: float, process: Process,
     publisher = FakePublisher(failures=fails)
     sd = ModelSystemd(units, host.agent_unit,
                       fail=frozenset({str(fault.at)}) if fault is not None
-                      and fault.kind == "systemctl" else frozenset())
+                      and fault.kind == "systemctl" else frozenset(),
+                      recovery_unit=host.recovery_unit, unit_file=lambda: _unit_file(host))
     releases = Releases(_node(host, sd, publisher, clock).paths)
     ran = Ran(who=str(process), code=None, units=units, last_good_before=releases.last_good())
     if process.kind == "daemon":

@@ -163,6 +163,8 @@ class ModelSystemd:
     stop: list[bool] = field(default_factory=list)  # set when this process's unit is stopped
     own_unit: str | None = None
     waker: Any = None  # the daemon's: a restart of its own unit stops it
+    recovery_unit: str = ""  # for `show`, which answers after the calls made so far
+    unit_file: Any = None  # () -> the agent unit file's bytes on disk (for a reload's limit)
 
     def _call(self, verb: str, unit: str = "") -> None:
         self.used.add(verb)
@@ -191,7 +193,9 @@ class ModelSystemd:
 
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
         self._call("show", unit)
-        answer = self.units.answer(unit, self.agent_unit)
+        now = self.units.apply(self.calls, self.agent_unit, self.recovery_unit,
+                               self.unit_file() if self.unit_file is not None else None)
+        answer = now.answer(unit, self.agent_unit)
         return {k: v for k, v in answer.items() if k in properties}
 
     def reload_needed(self, units: Sequence[str]) -> bool:
