@@ -302,6 +302,28 @@ class TestAnOlderUnitsStartLimit:
         monkeypatch.delenv(reasons.RECOVERY_ENV)  # an operator's: told, not failed
         assert recover(world.node).message == "nothing to roll back: no upgrade is pending"
 
+    def test_a_rollback_whose_restart_systemd_refused_is_tried_again(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A rollback whose start-limit reset failed (let pass), so that systemd refused its
+        restart and left the agent unit failed: the recovery unit's `recover` fails, to be run
+        again (nothing else would), and the next try resets and restarts (found by the model
+        check)."""
+        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world.systemd.fail = {"reset-failed"}
+        world.systemd.shown = {"ActiveState": "failed", "Result": "start-limit-hit"}
+        with pytest.raises(SystemdError, match=r"did not start agent\.service: it is failed"):
+            recover(world.node)
+        assert world.node.store.read().state == "recovering"
+        world.systemd.fail = set()
+        world.systemd.shown = {"ActiveState": "activating"}
+        before = len(world.systemd.calls)
+        assert recover(world.node).state == "recovering"
+        assert [c for c in world.systemd.calls[before:] if c[0] != "show"] == [
+            ("reset-failed", "agent.service"), ("restart", "agent.service")]
+
     def test_recover_leaves_a_judged_ok_candidate_that_runs_alone(self, world: World) -> None:
         """While the judged-ok candidate's unit is not failed (it runs or is being restarted),
         `recover` asks systemd nothing else: nothing to roll back, nothing restarted."""
