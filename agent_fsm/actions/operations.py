@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AgentFsmError, NotItsRole
+from ..errors import AgentFsmError, NotItsRole, SystemdError
 from ..machine.definition import OnRecover, handlers
 from ..machine.vocabulary import StateName, Trigger
 from ..node.assets import bin_link
@@ -103,6 +103,7 @@ def recover(node: Node) -> Done:
     if (abandoned := node.abandon_cut_upgrade(doc, restart=True)) is not None:
         # An upgrade cut before its candidate started: never finish it (the way back never
         # runs the candidate's path) nor mark a version that never ran.
+        _restart_refused(node, f"the upgrade{_to(doc)} was abandoned")
         return Done(f"the upgrade{_to(doc)} was abandoned before its candidate started: "
                     f"last-good {node.releases.last_good()} selected, nothing marked known "
                     f"bad, {node.paths.agent_unit_name} restarted", abandoned.state)
@@ -114,6 +115,7 @@ def recover(node: Node) -> Done:
     # The signal is read only where it may be an orphan: a damaged one never stops a rollback.
     if doc.state in node.groups.orphan_from and (sig := node.signal()) is not None:
         doc = node.controller.fire(Trigger.orphaned_signal, **reasons.orphaned(doc.state))
+        _restart_refused(node, f"rolled back to last-good {node.releases.last_good()}")
         return Done(f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but the "
                     f"state file knew no upgrade: the candidate was never judged here; rolling "
                     f"back to last-good {node.releases.last_good()}: selected, "
@@ -142,16 +144,66 @@ def retry_delay(node: Node | None) -> float:
 
 def _roll_back(node: Node, _doc: StateDoc) -> Done:
     doc = node.controller.fire(Trigger.recover, **why_recover(node))
+    _restart_refused(node, f"rolled back to last-good {node.releases.last_good()}")
     return Done(f"rolling back to last-good {node.releases.last_good()}: selected, "
                 f"start limit reset, {node.paths.agent_unit_name} restarted", doc.state)
 
 
-def _nothing_completing(_node: Node, doc: StateDoc) -> Done:
-    return Done("nothing to roll back: the upgrade was judged ok and is completing", doc.state)
+def _restart_refused(node: Node, done: str) -> None:
+    """Raise when systemd refused the restart the way back just asked for: the agent unit is
+    `failed` (a unit with a start limit, hit, where the reset before the restart failed:
+    `reset_start_limit` is let pass; a restart job with no process to stop runs at once). The
+    recovery unit then tries again, and its next `recover` resets and restarts: its own run
+    was the one `OnFailure=` would have started, so nothing else would (found by the model
+    check). An operator's run is not asked (the failure starts the recovery unit, which does
+    the same); where systemd cannot say, the rollback is taken as done, as `why_recover` does."""
+    if os.environ.get(reasons.RECOVERY_ENV) != "unit":
+        return
+    unit = node.paths.agent_unit_name
+    try:
+        shown = node.effectors.systemd.show(unit, ("ActiveState", "Result"))
+    except AgentFsmError:
+        return
+    if shown.get("ActiveState") == "failed":
+        raise SystemdError(f"{done}, but systemd did not start {unit}: it is failed (result "
+                           f"{shown.get('Result') or '?'}), its start limit not reset; run "
+                           "`agent-fsm recover` again (the recovery unit does)")
 
 
-def _nothing_pending(_node: Node, doc: StateDoc) -> Done:
-    return Done("nothing to roll back: no upgrade is pending", doc.state)
+def _nothing_completing(node: Node, doc: StateDoc) -> Done:
+    return Done("nothing to roll back: the upgrade was judged ok and is completing"
+                + _started_if_given_up(node), doc.state)
+
+
+def _nothing_pending(node: Node, doc: StateDoc) -> Done:
+    return Done("nothing to roll back: no upgrade is pending" + _started_if_given_up(node),
+                doc.state)
+
+
+def _started_if_given_up(node: Node) -> str:
+    """With nothing to roll back, the agent's next start does what is left (a judged-ok
+    candidate's `complete`, a converged agent's `settle`), and a converged agent is restarted
+    for ever. Unless systemd gave up starting it: a unit with a start limit (the unit older
+    releases wrote, `StartLimitBurst=max_attempts` in 300 s, still loaded where a `complete`'s
+    reload failed; a drop-in) is left `failed` (start-limit-hit) for good once its starts are
+    used up. Then its start limit is reset and it is started again, as the way back does
+    (found by the model check); what is done, in words for the message. Where systemd cannot
+    say, the recovery unit's run raises (it is tried again: it runs because the agent unit
+    failed), an operator's is told."""
+    unit = node.paths.agent_unit_name
+    try:
+        shown = node.effectors.systemd.show(unit, ("ActiveState", "Result"))
+    except AgentFsmError as exc:
+        if os.environ.get(reasons.RECOVERY_ENV) == "unit":
+            raise
+        log.warning("could not ask systemd whether %s failed: %s", unit, exc)
+        return ""
+    if shown.get("ActiveState") != "failed":
+        return ""
+    node.effectors.systemd.reset_failed(unit)
+    node.effectors.systemd.start(unit)
+    return (f"; {unit} had failed (result {shown.get('Result') or '?'}): start limit reset and "
+            f"{unit} started again")
 
 
 # What `recover` does from each state, by its `on_recover` in states/agent-upgrade.toml.

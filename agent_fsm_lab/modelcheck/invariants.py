@@ -22,6 +22,13 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
 - `store-swept`: an add or prune that succeeds leaves the store holding its releases, their
   records and the objects they link, and nothing else: what an earlier one cut midway left is
   gone (checked on each step: `leftovers`);
+- `rolled-back-is-marked`: once a rollback of a version is recorded (`recover`, by the
+  recovery unit or an operator), it is marked known bad, so an upgrade to it is refused unless
+  forced; but not an orphan's (`orphaned_signal`, and a `recover` finishing one: its result's
+  class is `orphaned`, a candidate never judged here), and not where the mark's write failed
+  and was let pass (the entry's `skipped` names `mark_known_bad`: the way back never waits on the mark), and once a later
+  upgrade to it was judged ok here (`complete` clears the mark). The rollbacks recorded are
+  the search's ghost set `rolled_back`;
 - and, over the whole graph, `way-back-is-live` (bounded liveness, `search.liveness`).
 """
 
@@ -162,7 +169,8 @@ def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
     return "; ".join(wrong).replace(where, "releases") or None
 
 
-def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) -> list[tuple[str, str]]:
+def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str],
+               rolled_back: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if seen.unreadable:
         out.append(("state-file-reads", seen.unreadable))
@@ -186,6 +194,10 @@ def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str]) ->
                     "judged failed, its start never failed and no operator rolled it back"))
     if seen.releases is not None:
         out.append(("releases-kept", seen.releases))
+    for version in sorted(rolled_back - seen.marks):
+        out.append(("rolled-back-is-marked", f"{version} rolled back here, but it is not marked "
+                    "known bad (and its mark's write did not fail): an upgrade to it would not "
+                    "be refused"))
     if seen.last_good is not None and seen.last_good not in trusted:
         out.append(("judged-before-trusted", f"{seen.last_good} is last-good, but it was never "
                     "judged ok here nor installed or activated by an operator"))

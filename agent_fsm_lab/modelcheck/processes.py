@@ -240,7 +240,8 @@ def run(host: Host, tree: Tree, units: Units, clock_t: float, process: Process,
     publisher = FakePublisher(failures=fails)
     sd = ModelSystemd(units, host.agent_unit,
                       fail=frozenset({str(fault.at)}) if fault is not None
-                      and fault.kind == "systemctl" else frozenset())
+                      and fault.kind == "systemctl" else frozenset(),
+                      recovery_unit=host.recovery_unit, unit_file=lambda: _unit_file(host))
     releases = Releases(_node(host, sd, publisher, clock).paths)
     ran = Ran(who=str(process), code=None, units=units, last_good_before=releases.last_good())
     if process.kind == "daemon":
@@ -269,7 +270,7 @@ def run(host: Host, tree: Tree, units: Units, clock_t: float, process: Process,
     ran.fired = r.fired
     ran.calls = list(sd.calls)
     if fault is not None and fault.kind in ("power", "power-op"):
-        ran.units = units.boot()
+        ran.units = units.boot(_unit_file(host))
         ran.end += "; the host boots"
     if ran.units.running is None:  # systemd removes the RuntimeDirectory= with the process
         shutil.rmtree(host.root / host.gate_dir_rel, ignore_errors=True)
@@ -317,8 +318,15 @@ def _start(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublis
     """The agent unit starts: RuntimeDirectory= made, ExecStartPre= (the last-good's start
     check, counting a candidate's starts), then ExecStart= resolves `selected`."""
     node = r.watch(_node(host, sd, publisher, clock))
-    (host.root / host.gate_dir_rel).mkdir(parents=True, exist_ok=True)
     ran.units = ran.units.counted_start()
+    if ran.units.start_refused:  # systemd's start limit, before anything of the unit runs
+        ran.who = f"systemd starts {host.agent_unit}: past its start limit"
+        ran.end = ("refused: start request repeated too quickly (result start-limit-hit); "
+                   "OnFailure= starts the recovery unit")
+        ran.unit_failed = True
+        ran.units = ran.units.start_limit_hit()
+        return None
+    (host.root / host.gate_dir_rel).mkdir(parents=True, exist_ok=True)
     last_good = node.releases.last_good()
     ran.who = f"systemd starts {host.agent_unit}: start-check of {last_good}"
     if last_good is None:
@@ -401,7 +409,7 @@ def _daemon(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePubli
         ran.units = units
         ran.end = ran.end or "stopped by the restart of its unit"
     elif behaviour == "stop" and r.judged:
-        ran.units = units.boot()  # a reboot during the judgment: a clean stop, then the boot
+        ran.units = units.boot(_unit_file(host))  # a reboot during the judgment: a clean stop
         ran.end = (ran.end or "exit 0") + "; the host reboots"
     elif behaviour == "hang" and r.judged:
         ran.died = True

@@ -2,14 +2,16 @@
 configuration, then bounded liveness over the fault-free steps.
 
 A configuration is the node's files (`tree.Tree`) and the model's state (`units.Units`, the
-clock, the faults and operator commands left, and two ghost sets the invariants need: the
-versions with a cause for a known-bad mark, and the versions trusted as last-good). Two
+clock, the faults and operator commands left, and three ghost sets the invariants need: the
+versions with a cause for a known-bad mark, the versions trusted as last-good, and those whose
+rollback was recorded with its mark owed). Two
 configurations with the same digest are one, so the search ends; the bound (faults, operator
 commands, depth) is printed with every result.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import sys
@@ -18,7 +20,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from . import invariants, restore
 from .invariants import Seen
 from .processes import STORE_COMMANDS, Fault, Host, Process, Ran, quiet, run, source_dir
 from .tree import Tree
-from .units import Units
+from .units import Units, start_limit
 
 CLOCK = 1_700_000_000.0
 YEAR = 365 * 86400.0
@@ -55,6 +56,9 @@ class Bound:
     power_at_every_op: bool = False  # power loss at every file operation, not kill points
     max_attempts: int = 2
     earlier_reader: bool = True  # the state files read by the previous release too
+    # the first release's agent unit: as agent-fsm writes it now (no start limit), and as an
+    # older release wrote it (`OLDER_START_LIMIT`), held through an upgrade from that release
+    agent_units: tuple[str, ...] = ("current", "older")
 
     def __str__(self) -> str:
         return (f"bound {self.name}: ≤{self.faults} fault(s) of {len(self.kinds)} kinds, "
@@ -62,7 +66,8 @@ class Bound:
                 f"{', '.join(self.versions)}"
                 + (f" (`release add` of {', '.join(self.added)})"
                    if "add" in self.operator_commands else "")
-                + f", systemd {' and '.join(map(str, self.systemds))}")
+                + f", systemd {' and '.join(map(str, self.systemds))}, "
+                f"{self.versions[0]}'s agent unit {' and '.join(self.agent_units)}")
 
 
 BOUNDS = {
@@ -91,6 +96,8 @@ class Config_:
     operator: int
     evidence: frozenset[str]
     trusted: frozenset[str]
+    unit: str = "current"  # the first release's agent unit (`Bound.agent_units`; in the files)
+    rolled_back: frozenset[str] = frozenset()  # rollbacks recorded whose mark was not let pass
     given: frozenset[str] = frozenset()  # the bound's `once` commands given on this path
 
 
@@ -105,7 +112,7 @@ class State:
     via: Edge | None = None
     goal: bool = False
     calm: dict[str, tuple[object, ...]] = field(default_factory=dict)  # fault-free steps by process
-    calm_via: dict[str, Edge] = field(default_factory=dict)  # ... and each one's edge
+    calm_edges: dict[str, Edge] = field(default_factory=dict)  # and what each did (traces)
     expanded: bool = False
 
 
@@ -166,11 +173,25 @@ def _host(root: Path, bound: Bound) -> tuple[Host, Config]:
     return host, config
 
 
-def _initial(host: Host, systemd: int, added: tuple[str, ...] = (),
+# The agent unit's start limit as releases before issue 23 wrote it (StartLimitIntervalSec=0
+# since): held from such a release, it is what the way back to it runs through.
+OLDER_START_LIMIT = "StartLimitIntervalSec=300\nStartLimitBurst=${max_attempts}"
+
+
+def _older_agent_unit() -> str:
+    from importlib import resources
+
+    text = (resources.files("agent_fsm") / "templates" / "agent.service").read_text()
+    assert text.count("\nStartLimitIntervalSec=0\n") == 1, "the template's start limit moved"
+    return text.replace("\nStartLimitIntervalSec=0\n", f"\n{OLDER_START_LIMIT}\n")
+
+
+def _initial(host: Host, systemd: int, added: tuple[str, ...] = (), unit: str = "current",
              ) -> tuple[Tree, dict[str, dict[str, bytes]]]:
     """The node installed on the first release, converged, gate open, its agent running; every
     release stored by `release add` from its directory (which `release add` takes again: the
-    releases share their files but `release.toml`, as packed ones share their code)."""
+    releases share their files but `release.toml`, as packed ones share their code); `unit`
+    "older": the first release's agent unit has the older start limit."""
     from agent_fsm.actions.releases import packing
     from tests.helpers import make_world
     from tests.node.test_release_store import make_release
@@ -182,9 +203,15 @@ def _initial(host: Host, systemd: int, added: tuple[str, ...] = (),
     assert host.sources is not None
     extra = [v for v in added if v not in host.versions]
     for v in [*host.versions, *extra]:
-        if not source_dir(host.sources, v).exists():
+        src = source_dir(host.sources, v)
+        if unit == "older" and v == host.versions[0]:
+            src = host.sources / f"rel-{v}-older-unit"
+            if not src.exists():
+                make_release(host.sources, v, "-older-unit")
+                (src / "assets" / "agent.service").write_text(_older_agent_unit())
+        elif not src.exists():
             make_release(host.sources, v)
-        packing.add(source_dir(host.sources, v), world.node)
+        packing.add(src, world.node)
     world.installed(host.versions[0])
     rendered = {v: world.rendered(v) for v in [*host.versions, *extra]}
     if extra:  # stored only to render them: taken out again, as a prune does
@@ -200,8 +227,8 @@ class Checker:
         self.progress = progress
         self.states: dict[tuple[object, ...], State] = {}
         self.result = Result(bound)
-        self.rendered: dict[int, dict[str, dict[str, bytes]]] = {}
-        self.initial: dict[int, Tree] = {}  # each systemd's first configuration (`restore`)
+        self.rendered: dict[tuple[int, str], dict[str, dict[str, bytes]]] = {}
+        self.initial: dict[tuple[int, str], Tree] = {}  # each first configuration (`restore`)
         self.back: frozenset[str] = frozenset()
         self.seen_violation: set[str] = set()
 
@@ -225,15 +252,18 @@ class Checker:
                 probe.paths.state_dir, probe.paths.state_file, probe.paths.signal_file))
             queue: deque[tuple[object, ...]] = deque()
             for systemd in self.bound.systemds:
-                tree, rendered = _initial(host, systemd, self._added())
-                self.rendered[systemd] = rendered
-                self.initial[systemd] = tree
-                units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}")
-                model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
-                                frozenset(), frozenset({self.bound.versions[0]}))
-                state = self._state(tree, model, 0, None, None)
-                if state is not None:
-                    queue.append(state.key)
+                for unit in self.bound.agent_units:
+                    tree, rendered = _initial(host, systemd, self._added(), unit)
+                    self.rendered[systemd, unit] = rendered
+                    self.initial[systemd, unit] = tree
+                    # its agent started longer than the start limit's interval ago
+                    units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}",
+                                  limit=start_limit(tree.file(host.agent_unit_rel)))
+                    model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
+                                    frozenset(), frozenset({self.bound.versions[0]}), unit=unit)
+                    state = self._state(tree, model, 0, None, None)
+                    if state is not None:
+                        queue.append(state.key)
             shown = -1
             while queue and not self._stop():
                 key = queue.popleft()
@@ -292,6 +322,17 @@ class Checker:
         if not calm_only and m.faults > 0 and "restore" in self.bound.kinds:
             yield from self._restores(state)
 
+    def _orphaned_result(self) -> bool:
+        """Whether the result the step just recorded is an orphan's (`orphaned_signal`, and a
+        `recover` finishing one): its candidate was never judged here, so nothing is marked."""
+        from agent_fsm.node.state import reasons
+
+        try:
+            doc = open_reader(self.host.config, self.host.root).store.read()
+        except Exception:
+            return False
+        return (doc.last_result or {}).get("reason_class") == reasons.ORPHANED
+
     def _restores(self, state: State) -> Iterator[tuple[object, ...]]:
         """Between two steps, the state file (and what travels with it) put back as it was in
         the initial configuration (`restore`): only while a signal exists and the state file
@@ -301,7 +342,7 @@ class Checker:
         if seen.signal is None or (seen.state in self.orphan_from and seen.pending is None):
             return
         paths = self.paths
-        for how, tree in restore.restored(state.tree, self.initial[m.units.systemd],
+        for how, tree in restore.restored(state.tree, self.initial[m.units.systemd, m.unit],
                                           paths[0], paths[1], paths[2]):
             edge = Edge(Process("restore"), Fault("restore", how), restore.WHO[how], (),
                         "no process runs", "")
@@ -389,7 +430,7 @@ class Checker:
         self.result.transitions += 1
         if fault is not None:
             self.result.faults += 1
-        evidence, trusted = set(m.evidence), set(m.trusted)
+        evidence, trusted, rolled_back = set(m.evidence), set(m.trusted), set(m.rolled_back)
         fired = []
         for entry in ran.fired:
             trigger = entry.get("trigger")
@@ -406,6 +447,12 @@ class Checker:
                 words += " (skipped: " + "; ".join(f"{s['effect']}: {s['error']}"
                                                    for s in entry["skipped"]) + ")"
             fired.append(words)
+            if trigger == Trigger.recover and to and not any(
+                    s.get("effect") == "mark_known_bad" for s in entry.get("skipped") or ()) \
+                    and not self._orphaned_result():
+                rolled_back.add(str(to))  # its mark is owed (unless its write failed: let pass)
+            if trigger in (Trigger.complete, Trigger.complete_queued) and to:
+                rolled_back.discard(str(to))  # judged ok here since: its mark is cleared
             if trigger == Trigger.judge_ok and to and ran.judged and (
                     fault is None or fault.kind != "candidate"):
                 trusted.add(str(to))  # its checks ran in this process, and passed
@@ -423,12 +470,11 @@ class Checker:
             trusted.add(process.version)  # the operator's own hand
         model = Config_(ran.units, m.clock, m.faults - (fault is not None),
                         m.operator - (process.kind not in ("start", "daemon", "recovery", "poll")),
-                        frozenset(evidence), frozenset(trusted),
-                        m.given | ({process.kind} & self.bound.once))
+                        frozenset(evidence), frozenset(trusted), unit=m.unit,
+                        rolled_back=frozenset(rolled_back),
+                        given=m.given | ({process.kind} & self.bound.once))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
                     ran.code is not None and ran.code == ran.last_good_before)
-        if fault is None:
-            state.calm_via[process.kind] = edge  # its child's `via` may be another path's
         assert ran.tree is not None
         for name, detail in invariants.step_violations(ran.fired, ran.code,
                                                         ran.last_good_before, self.back):
@@ -440,6 +486,8 @@ class Checker:
                                 f"{', '.join(left)}", state, edge, None)
         if "traceback" in ran.end:  # the harness's own failure or the product's: never silent
             self._violation("no-traceback", f"{ran.who} ended with {ran.end}", state, edge, None)
+        if fault is None:
+            state.calm_edges[process.kind] = edge
         before = len(self.states)
         child = self._state(ran.tree, model, state.depth + 1, state.key, edge, live=True)
         if child is None:
@@ -449,13 +497,14 @@ class Checker:
     def _state(self, tree: Tree, model: Config_, depth: int, parent: tuple[object, ...] | None,
                via: Edge | None, *, live: bool = False) -> State | None:
         key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
-               model.faults, model.operator, model.evidence, model.trusted, model.given)
+               model.faults, model.operator, model.evidence, model.trusted, model.rolled_back,
+               model.given)
         if key in self.states:
             return self.states[key]
         if not live:
             tree.put(self.host.root)
         reader = open_reader(self.host.config, self.host.root, clock=FakeClock(t=model.clock))
-        rendered = self.rendered[model.units.systemd]
+        rendered = self.rendered[model.units.systemd, model.unit]
         seen = invariants.look(reader, rendered)
         state = State(key, tree, model, seen, depth, parent, via)
         state.goal = (seen.state == "converged" and seen.pending is None and seen.signal is None
@@ -465,7 +514,8 @@ class Checker:
                       and model.units.recovery == "inactive")
         self.states[key] = state
         self.result.depth = max(self.result.depth, depth)
-        for name, detail in invariants.violations(seen, model.evidence, model.trusted):
+        for name, detail in invariants.violations(seen, model.evidence, model.trusted,
+                                                  model.rolled_back):
             self._violation(name, detail, state, None, None)
         return state
 
@@ -485,6 +535,15 @@ class Checker:
                 state.calm[kind] = stepped[0]
             return state.calm[kind]
         return None
+
+    def _calm_edge(self, prev: tuple[object, ...], key: tuple[object, ...]) -> Edge | None:
+        """The fault-free step `_next_calm` took from `prev` to `key` (a configuration's `via`
+        is the step that first reached it, from wherever)."""
+        state = self.states[prev]
+        for kind in ("recovery", "daemon", "start"):
+            if state.calm.get(kind) == key and kind in state.calm_edges:
+                return state.calm_edges[kind]
+        return self.states[key].via
 
     def liveness(self) -> None:
         """From every configuration, once faults stop and no operator acts, systemd's own
@@ -529,25 +588,17 @@ class Checker:
                 kind = self._parked_words(start)
                 self.result.parked_kinds[kind] = self.result.parked_kinds.get(kind, 0) + 1
                 continue
-            walk = [(self._calm_via(a, k), self.states[k].seen.summary() + "; "
-                     + _units_words(self.states[k].model.units)) for a, k in pairwise(chain)]
+            walk = [(self._calm_edge(prev, k), self.states[k].seen.summary() + "; "
+                     + _units_words(self.states[k].model.units))
+                    for prev, k in itertools.pairwise(chain)]
             if cur is not None:
-                walk.append((self._calm_via(chain[-1], cur),
+                walk.append((self._calm_edge(chain[-1], cur),
                              "(back to a configuration above: a loop)"))
             why = "a loop" if cur is not None else "nothing runs any more"
             self._violation("way-back-is-live", "from here, with no fault and no operator, the "
                             f"node never reaches converged with the gate open ({why})", start,
                             None, walk)
         self.result.k = worst
-
-    def _calm_via(self, before: tuple[object, ...], after: tuple[object, ...]) -> Edge | None:
-        """The fault-free step from `before` to `after`, for a trace (the first path found to
-        `after`, its `via`, may have come another way: a fault's)."""
-        s = self.states[before]
-        for kind, key in s.calm.items():
-            if key == after and kind in s.calm_via:
-                return s.calm_via[kind]
-        return self.states[after].via
 
     def _parked_words(self, state: State) -> str:
         """A parked configuration in words: the state, the owed transition and how far it got,

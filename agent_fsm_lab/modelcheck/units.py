@@ -11,11 +11,22 @@ What the model keeps of each unit is what the upgrade's rules depend on:
 - the recovery unit is `inactive` or `activating` (a oneshot: started, or restarted after a
   failed `recover`, with `Restart=on-failure` and no start limit);
 - the agent unit's start count against its start limit (read from the unit file on disk at
-  each `daemon-reload`; the unit agent-fsm writes has none), and `NRestarts` of both units;
-- `OnFailure=` with both of systemd's semantics: up to 254 it starts the recovery unit only when
-  the agent unit gives up (its start limit is hit), from 255 on at every failure, automatic
-  restart or not; and what a `daemon-reload` does to the start count: reset up to 254, kept
-  from 255 on. `reset-failed` zeroes both counts.
+  each `daemon-reload` and at a boot; the unit agent-fsm writes has none, one held from an
+  older release has `StartLimitBurst=max_attempts`), and `NRestarts` of both units;
+- the start limit as systemd applies it (systemd.unit(5), `StartLimitIntervalSec=`): every
+  start counts, an automatic restart, a `systemctl start`/`restart` job (queued `--no-block`:
+  the call returns 0, the refusal comes when the job runs, at once where no process has to
+  stop first, so before the caller's next `systemctl`) or a boot's; the start after
+  `StartLimitBurst` of them is refused, and the unit enters `failed` with result
+  `start-limit-hit` and stays there (`Restart=` no longer applies) until something starts it
+  again after a `reset-failed`, which flushes the count. Every start on one path is taken as
+  within the interval (300 s: the worst case; a candidate's starts take seconds each); a boot
+  starts a new count;
+- `OnFailure=` with both of systemd's semantics: entering `failed` starts the recovery unit on
+  every version (up to 254 a unit with `Restart=` enters it only at its start limit), and from
+  255 on so does every failure followed by an automatic restart; and what a `daemon-reload`
+  does to the start count: reset up to 254, kept from 255 on. `reset-failed` zeroes both
+  counts.
 """
 
 from __future__ import annotations
@@ -55,12 +66,22 @@ class Units:
         return self if self.recovery == "activating" else replace(self, recovery="activating")
 
     def agent_failed(self) -> Units:
-        """The agent unit's process failed (exit non-zero, killed, start timeout)."""
-        if self.limit is not None and self.starts >= self.limit:
-            return replace(self, agent="failed").start_recovery()  # both: at the start limit
+        """The agent unit's process failed (exit non-zero, killed, start timeout): `Restart=`
+        queues its automatic restart (which the start limit may refuse: `start_refused`)."""
         up = replace(self, agent="activating",
                      agent_restarts=min(self.agent_restarts + 1, RESTARTS_CAP))
         return up.start_recovery() if self.systemd >= 255 else up
+
+    @property
+    def start_refused(self) -> bool:
+        """The start just counted (`counted_start`) is past the start limit: systemd refuses
+        it ("start request repeated too quickly")."""
+        return self.limit is not None and self.starts > self.limit
+
+    def start_limit_hit(self) -> Units:
+        """The refused start: the unit enters `failed` (result `start-limit-hit`), which starts
+        `OnFailure=` on every systemd; nothing restarts it."""
+        return replace(self, agent="failed").start_recovery()
 
     def recovery_failed(self) -> Units:
         return replace(self, recovery="activating",
@@ -70,13 +91,15 @@ class Units:
         cap = (self.limit or 0) + 1
         return replace(self, starts=min(self.starts + 1, cap))
 
-    def boot(self) -> Units:
-        """Power back on (or a reboot): the enabled agent unit starts, nothing else runs."""
-        return Units(systemd=self.systemd, agent="activating", limit=self.limit)
+    def boot(self, unit_file: bytes | None) -> Units:
+        """Power back on (or a reboot): systemd loads the unit files on disk, the enabled agent
+        unit starts (a new start count), nothing else runs."""
+        return Units(systemd=self.systemd, agent="activating", limit=start_limit(unit_file))
 
     def answer(self, unit: str, agent_unit: str) -> dict[str, str]:
         restarts = self.agent_restarts if unit == agent_unit else self.recovery_restarts
-        result = "exit-code" if unit == agent_unit and self.agent == "failed" else "success"
+        # the agent unit enters `failed` only at its start limit (Restart= restarts it else)
+        result = "start-limit-hit" if unit == agent_unit and self.agent == "failed" else "success"
         return {"NRestarts": str(restarts), "Result": result, "ExecMainStatus": "1",
                 "ActiveState": self.agent.split(":")[0] if unit == agent_unit else self.recovery}
 
@@ -89,7 +112,12 @@ class Units:
                 # its process is starting: SIGTERM comes, but it runs on until it sees it
                 u = replace(u, agent="stopping:" + u.agent[len("exec:"):])
             elif unit == agent_unit and (verb == "restart" or (verb == "start" and u.running is None)):
-                u = u.start_agent()
+                # The job is queued (`--no-block`) and, with no process to stop first, runs at
+                # once: past the start limit it is refused before the caller's next call.
+                if u.running is None and u.limit is not None and u.starts >= u.limit:
+                    u = u.counted_start().start_limit_hit()
+                else:
+                    u = u.start_agent()
             elif verb == "start" and unit == recovery_unit:
                 u = u.start_recovery()
             elif verb == "reset-failed" and unit == agent_unit:
@@ -135,6 +163,8 @@ class ModelSystemd:
     stop: list[bool] = field(default_factory=list)  # set when this process's unit is stopped
     own_unit: str | None = None
     waker: Any = None  # the daemon's: a restart of its own unit stops it
+    recovery_unit: str = ""  # for `show`, which answers after the calls made so far
+    unit_file: Any = None  # () -> the agent unit file's bytes on disk (for a reload's limit)
 
     def _call(self, verb: str, unit: str = "") -> None:
         self.used.add(verb)
@@ -163,7 +193,9 @@ class ModelSystemd:
 
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
         self._call("show", unit)
-        answer = self.units.answer(unit, self.agent_unit)
+        now = self.units.apply(self.calls, self.agent_unit, self.recovery_unit,
+                               self.unit_file() if self.unit_file is not None else None)
+        answer = now.answer(unit, self.agent_unit)
         return {k: v for k, v in answer.items() if k in properties}
 
     def reload_needed(self, units: Sequence[str]) -> bool:

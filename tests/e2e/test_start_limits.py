@@ -96,3 +96,34 @@ def test_a_crashing_candidate_reaches_recovery_after_max_attempts_during_a_reloa
     storm = lab.sb.journal(STORM_UNIT)
     assert storm.count("reloaded") >= 6, storm  # the storm did blow throughout
     assert lab.sb.show(f"{NAME}.service", "ActiveState") == "active"
+
+
+def test_a_rollback_whose_reset_is_refused_on_a_unit_with_a_start_limit_still_converges(
+        node_sandbox: SystemdSandbox) -> None:
+    """On an agent unit that has a start limit again (a drop-in, as older releases wrote it;
+    a burst of one start in 15 s) with `systemctl reset-failed` refused on the way back, systemd
+    refuses the rollback's restart and leaves the unit failed: the recovery unit's `recover`
+    fails and is tried again until the interval has passed, and the node converges on the
+    last-good, instead of staying failed in `recovering` (found by the model check)."""
+    import threading
+
+    from agent_fsm_lab.lab import installed
+
+    lab = installed(node_sandbox, faults=True, max_attempts=3)
+    lab.dropin(UNIT, "lab-start-limit", "[Unit]\nStartLimitIntervalSec=15\nStartLimitBurst=1\n")
+    lab.pack("3.0.0", "unhealthy")
+    done: list[object] = []
+    upgrade = threading.Thread(target=lambda: done.append(lab.cli(
+        "upgrade", "--to", "3.0.0", "--wait", "--timeout", "60", check=False, timeout=75)),
+        daemon=True)
+    upgrade.start()
+    assert wait_until(lambda: int((lab.status()["signal"] or {}).get("attempt") or 0) >= 1,
+                      15), _why(lab)
+    lab.fault("refuse-reset-failed")  # the upgrade's own reset worked; the way back's is refused
+    upgrade.join(80)
+    assert done and getattr(done[0], "returncode", None) == 4, f"{done}" + _why(lab)
+    end = lab.settled(timeout=30)
+    assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)
+    journal = lab.sb.journal()
+    assert "Start request repeated too quickly" in journal, _why(lab)  # the restart refused
+    assert "but systemd did not start agent.service" in journal, _why(lab)  # and tried again

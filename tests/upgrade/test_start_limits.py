@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from agent_fsm.actions.operations import recover
 from agent_fsm.agent.start_check import ALLOW, REFUSE, start_check
+from agent_fsm.errors import SystemdError
 from agent_fsm.node.assets import render
 from agent_fsm.node.config import Config
+from agent_fsm.node.state import reasons
 from agent_fsm.node.state.store import CRASH_LOOP_WINDOW
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
 from agent_fsm.views.status.report import status
@@ -250,6 +253,86 @@ class TestStartCheck:
         world.node.controller.fire("begin_upgrade", release="2.0.0")
         world.paths.signal_file.write_text("{damaged")
         assert main(lambda: world.node) == ALLOW
+
+
+class TestAnOlderUnitsStartLimit:
+    """An agent unit held from an older release still has `StartLimitBurst=max_attempts`."""
+
+    @staticmethod
+    def _judged_ok(world: World) -> World:
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        for trigger, args in (("begin_upgrade", {"release": "2.0.0"}), ("candidate_started", {}),
+                              ("judge_ok", {})):
+            world.node.controller.fire(trigger, **args)
+        return world
+
+    def test_recover_starts_a_judged_ok_candidate_systemd_gave_up_on(self, world: World) -> None:
+        """A candidate judged ok whose crashes inside `complete` used up the unit's start
+        limit: the recovery unit's `recover` resets it and starts the agent, so its next start
+        finishes `complete`, instead of leaving the node failed for good (found by the model
+        check)."""
+        self._judged_ok(world)
+        world.systemd.shown = {"ActiveState": "failed", "Result": "start-limit-hit"}
+        before = len(world.systemd.calls)
+        done = recover(world.node)
+        assert [c for c in world.systemd.calls[before:] if c[0] != "show"] == [
+            ("reset-failed", "agent.service"), ("start", "agent.service")]
+        assert done.state == "judged_ok" and "start-limit-hit" in done.message
+        assert world.node.releases.selected() == "2.0.0" and world.node.signal() is not None
+
+    def test_recover_starts_a_converged_agent_systemd_gave_up_on(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A converged agent whose unit systemd still has with the older start limit (the
+        reload of `complete` failed) and gave up on: the recovery unit's `recover` resets the
+        limit and starts it, as a converged agent is restarted for ever (found by the model
+        check); where systemd cannot say, that run fails, to be tried again."""
+        world.installed("1.0.0")
+        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
+        world.systemd.shown = {"ActiveState": "failed", "Result": "start-limit-hit"}
+        before = len(world.systemd.calls)
+        done = recover(world.node)
+        assert [c for c in world.systemd.calls[before:] if c[0] != "show"] == [
+            ("reset-failed", "agent.service"), ("start", "agent.service")]
+        assert done.message.startswith("nothing to roll back: no upgrade is pending; "
+                                       "agent.service had failed (result start-limit-hit)")
+        world.systemd.fail = {"show"}
+        with pytest.raises(SystemdError):
+            recover(world.node)
+        monkeypatch.delenv(reasons.RECOVERY_ENV)  # an operator's: told, not failed
+        assert recover(world.node).message == "nothing to roll back: no upgrade is pending"
+
+    def test_a_rollback_whose_restart_systemd_refused_is_tried_again(
+            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A rollback whose start-limit reset failed (let pass), so that systemd refused its
+        restart and left the agent unit failed: the recovery unit's `recover` fails, to be run
+        again (nothing else would), and the next try resets and restarts (found by the model
+        check)."""
+        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world.systemd.fail = {"reset-failed"}
+        world.systemd.shown = {"ActiveState": "failed", "Result": "start-limit-hit"}
+        with pytest.raises(SystemdError, match=r"did not start agent\.service: it is failed"):
+            recover(world.node)
+        assert world.node.store.read().state == "recovering"
+        world.systemd.fail = set()
+        world.systemd.shown = {"ActiveState": "activating"}
+        before = len(world.systemd.calls)
+        assert recover(world.node).state == "recovering"
+        assert [c for c in world.systemd.calls[before:] if c[0] != "show"] == [
+            ("reset-failed", "agent.service"), ("restart", "agent.service")]
+
+    def test_recover_leaves_a_judged_ok_candidate_that_runs_alone(self, world: World) -> None:
+        """While the judged-ok candidate's unit is not failed (it runs or is being restarted),
+        `recover` asks systemd nothing else: nothing to roll back, nothing restarted."""
+        self._judged_ok(world)
+        world.systemd.shown = {"ActiveState": "activating", "Result": "exit-code"}
+        before = len(world.systemd.calls)
+        done = recover(world.node)
+        assert [c for c in world.systemd.calls[before:] if c[0] != "show"] == []
+        assert done.message == "nothing to roll back: the upgrade was judged ok and is completing"
 
 
 def _crash_restart(world: World, restarts: int) -> None:
