@@ -26,9 +26,9 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
   recovery unit or an operator), it is marked known bad, so an upgrade to it is refused unless
   forced; but not an orphan's (`orphaned_signal`, and a `recover` finishing one: its result's
   class is `orphaned`, a candidate never judged here), and not where the mark's write failed
-  and was let pass (the entry's `skipped` names `mark_known_bad`: the way back never waits on the mark), and once a later
-  upgrade to it was judged ok here (`complete` clears the mark). The rollbacks recorded are
-  the search's ghost set `rolled_back`;
+  and was let pass (the entry's `skipped` names `mark_known_bad`: the way back never waits on
+  the mark), and once a later upgrade to it was judged ok here (`complete` clears the mark).
+  The rollbacks recorded are the search's ghost set `rolled_back`;
 - and, over the whole graph, `way-back-is-live` (bounded liveness, `search.liveness`).
 """
 
