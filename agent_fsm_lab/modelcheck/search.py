@@ -34,7 +34,7 @@ from . import invariants, restore
 from .invariants import Seen
 from .processes import STORE_COMMANDS, Fault, Host, Process, Ran, quiet, run, source_dir
 from .tree import Tree
-from .units import Units, start_limit
+from .units import Units, start_limit, unit_label
 
 CLOCK = 1_700_000_000.0
 YEAR = 365 * 86400.0
@@ -99,6 +99,9 @@ class Config_:
     unit: str = "current"  # the first release's agent unit (`Bound.agent_units`; in the files)
     rolled_back: frozenset[str] = frozenset()  # rollbacks recorded whose mark was not let pass
     given: frozenset[str] = frozenset()  # the bound's `once` commands given on this path
+    # a reload let pass (`on_error = "log"`) left the agent unit file on disk unloaded: until
+    # systemd loads it (a reload, a boot), an open gate need not wait for it
+    reload_missed: bool = False
 
 
 @dataclass
@@ -257,8 +260,9 @@ class Checker:
                     self.rendered[systemd, unit] = rendered
                     self.initial[systemd, unit] = tree
                     # its agent started longer than the start limit's interval ago
+                    on_disk = tree.file(host.agent_unit_rel)
                     units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}",
-                                  limit=start_limit(tree.file(host.agent_unit_rel)))
+                                  limit=start_limit(on_disk), loaded=unit_label(on_disk))
                     model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
                                     frozenset(), frozenset({self.bound.versions[0]}), unit=unit)
                     state = self._state(tree, model, 0, None, None)
@@ -431,6 +435,7 @@ class Checker:
         if fault is not None:
             self.result.faults += 1
         evidence, trusted, rolled_back = set(m.evidence), set(m.trusted), set(m.rolled_back)
+        reload_missed = m.reload_missed
         fired = []
         for entry in ran.fired:
             trigger = entry.get("trigger")
@@ -444,6 +449,8 @@ class Checker:
                 continue
             self.result.moves.add((str(trigger), str(entry.get("from"))))
             if entry.get("skipped"):
+                reload_missed |= any(str(s.get("effect")).startswith("reload_systemd")
+                                     for s in entry["skipped"])
                 words += " (skipped: " + "; ".join(f"{s['effect']}: {s['error']}"
                                                    for s in entry["skipped"]) + ")"
             fired.append(words)
@@ -472,7 +479,9 @@ class Checker:
                         m.operator - (process.kind not in ("start", "daemon", "recovery", "poll")),
                         frozenset(evidence), frozenset(trusted), unit=m.unit,
                         rolled_back=frozenset(rolled_back),
-                        given=m.given | ({process.kind} & self.bound.once))
+                        given=m.given | ({process.kind} & self.bound.once),
+                        reload_missed=reload_missed and ran.units.loaded != unit_label(
+                            ran.tree.file(self.host.agent_unit_rel) if ran.tree else None))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
                     ran.code is not None and ran.code == ran.last_good_before)
         assert ran.tree is not None
@@ -498,7 +507,7 @@ class Checker:
                via: Edge | None, *, live: bool = False) -> State | None:
         key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
                model.faults, model.operator, model.evidence, model.trusted, model.rolled_back,
-               model.given)
+               model.given, model.reload_missed)
         if key in self.states:
             return self.states[key]
         if not live:
@@ -514,6 +523,13 @@ class Checker:
                       and model.units.recovery == "inactive")
         self.states[key] = state
         self.result.depth = max(self.result.depth, depth)
+        on_disk = unit_label(tree.file(self.host.agent_unit_rel))
+        if (seen.state == "converged" and seen.pending is None and seen.signal is None
+                and seen.gate and model.units.loaded != on_disk and not model.reload_missed):
+            self._violation("gate-after-reload", "the gate is open, nothing owed, and systemd "
+                            f"has not loaded the agent unit file on disk ({on_disk or 'none'}; "
+                            f"loaded: {model.units.loaded or 'none'}), though no reload failed",
+                            state, None, None)
         for name, detail in invariants.violations(seen, model.evidence, model.trusted,
                                                   model.rolled_back):
             self._violation(name, detail, state, None, None)
@@ -700,8 +716,9 @@ def _definition_once(mp: pytest.MonkeyPatch) -> None:
 
 def _units_words(u: Units) -> str:
     limit = "no start limit" if u.limit is None else f"start limit {u.starts}/{u.limit}"
+    loaded = "none" if u.loaded is None else u.loaded.split(":")[0] + "'s"
     return (f"systemd {u.systemd}: agent unit {u.agent} (NRestarts {u.agent_restarts}, "
-            f"{limit}), recovery unit {u.recovery}")
+            f"{limit}, {loaded} unit file loaded), recovery unit {u.recovery}")
 
 
 def check(bound: Bound, progress: Callable[[str], None] | None = None, *,
