@@ -237,3 +237,21 @@ def step_violations(fired: list[dict[str, Any]], code: str | None, last_good: st
                         f"{entry['trigger']} was recorded by code of {code or 'an operator'}, "
                         f"while {last_good} is last-good"))
     return out
+
+
+def installed_violations(command: str, release: str, seen: Seen,
+                         loaded_on_disk: bool) -> list[tuple[str, str]]:
+    """An operator's `install R` or `activate R` that exited 0 (`install-does-it`): R is selected
+    and last-good, its assets are on disk and systemd has loaded its agent unit."""
+    wrong = []
+    if seen.selected != release:
+        wrong.append(f"selected {seen.selected}")
+    if seen.last_good != release:
+        wrong.append(f"last-good {seen.last_good}")
+    if seen.assets != release:
+        wrong.append(f"assets {seen.assets}")
+    if not loaded_on_disk:
+        wrong.append("the agent unit file on disk not loaded by systemd")
+    if not wrong:
+        return []
+    return [("install-does-it", f"`{command} {release}` exited 0, and left: {'; '.join(wrong)}")]

@@ -501,6 +501,12 @@ class Checker:
         child = self._state(ran.tree, model, state.depth + 1, state.key, edge, live=True)
         if child is None:
             return None
+        if process.kind in ("install", "activate") and process.version \
+                and ran.end.startswith("exit 0") and not ran.died:
+            on_disk = unit_label(ran.tree.file(self.host.agent_unit_rel))
+            for name, detail in invariants.installed_violations(
+                    process.kind, process.version, child.seen, ran.units.loaded == on_disk):
+                self._violation(name, detail, state, edge, None)
         return child.key, ran, len(self.states) > before
 
     def _state(self, tree: Tree, model: Config_, depth: int, parent: tuple[object, ...] | None,

@@ -220,3 +220,15 @@ def test_systemd_answers_need_daemon_reload_from_the_unit_it_loaded() -> None:
     disk[0] = b"# Written by agent-fsm 3.0.0. x\n"
     after = sd.units.apply(sd.calls, "a.service", "r.service", disk[0])
     assert after.loaded is not None and after.loaded.startswith("2.0.0:")
+
+
+def test_an_install_that_leaves_the_old_assets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `write_assets` broken on purpose (it writes nothing), the check finds an operator's
+    `install 2.0.0` that exits 0 with 1.0.0's assets still on disk."""
+    monkeypatch.setitem(registry.EFFECTS, "write_assets", lambda _effectors, _step: None)
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("install",)))
+    found = {v.name: v for v in result.violations}
+    assert "install-does-it" in found, report(result)
+    text = render(found["install-does-it"])
+    assert "operator: agent-fsm install 2.0.0" in text and "left: assets 1.0.0" in text
