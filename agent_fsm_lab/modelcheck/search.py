@@ -190,11 +190,12 @@ def _older_agent_unit() -> str:
 
 
 def _initial(host: Host, systemd: int, added: tuple[str, ...] = (), unit: str = "current",
-             ) -> tuple[Tree, dict[str, dict[str, bytes]]]:
+             ) -> tuple[Tree, dict[str, dict[str, bytes]], bool]:
     """The node installed on the first release, converged, gate open, its agent running; every
     release stored by `release add` from its directory (which `release add` takes again: the
     releases share their files but `release.toml`, as packed ones share their code); `unit`
-    "older": the first release's agent unit has the older start limit."""
+    "older": the first release's agent unit has the older start limit. Also whether the install
+    enabled the agent unit."""
     from agent_fsm.actions.releases import packing
     from tests.helpers import make_world
     from tests.node.test_release_store import make_release
@@ -219,7 +220,7 @@ def _initial(host: Host, systemd: int, added: tuple[str, ...] = (), unit: str = 
     rendered = {v: world.rendered(v) for v in [*host.versions, *extra]}
     if extra:  # stored only to render them: taken out again, as a prune does
         packing.prune(world.node, tuple(extra))
-    return Tree.take(host.root), rendered
+    return Tree.take(host.root), rendered, ("enable", host.agent_unit) in fake.calls
 
 
 class Checker:
@@ -256,13 +257,14 @@ class Checker:
             queue: deque[tuple[object, ...]] = deque()
             for systemd in self.bound.systemds:
                 for unit in self.bound.agent_units:
-                    tree, rendered = _initial(host, systemd, self._added(), unit)
+                    tree, rendered, enabled = _initial(host, systemd, self._added(), unit)
                     self.rendered[systemd, unit] = rendered
                     self.initial[systemd, unit] = tree
                     # its agent started longer than the start limit's interval ago
                     on_disk = tree.file(host.agent_unit_rel)
                     units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}",
-                                  limit=start_limit(on_disk), loaded=unit_label(on_disk))
+                                  limit=start_limit(on_disk), loaded=unit_label(on_disk),
+                                  enabled=enabled)
                     model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
                                     frozenset(), frozenset({self.bound.versions[0]}), unit=unit)
                     state = self._state(tree, model, 0, None, None)
@@ -724,7 +726,8 @@ def _units_words(u: Units) -> str:
     limit = "no start limit" if u.limit is None else f"start limit {u.starts}/{u.limit}"
     loaded = "none" if u.loaded is None else u.loaded.split(":")[0] + "'s"
     return (f"systemd {u.systemd}: agent unit {u.agent} (NRestarts {u.agent_restarts}, "
-            f"{limit}, {loaded} unit file loaded), recovery unit {u.recovery}")
+            f"{limit}, {loaded} unit file loaded{'' if u.enabled else ', disabled'}), "
+            f"recovery unit {u.recovery}")
 
 
 def check(bound: Bound, progress: Callable[[str], None] | None = None, *,

@@ -10,6 +10,8 @@ What the model keeps of each unit is what the upgrade's rules depend on:
   restart's start follows), `active:R` or `failed`;
 - the recovery unit is `inactive` or `activating` (a oneshot: started, or restarted after a
   failed `recover`, with `Restart=on-failure` and no start limit);
+- whether the agent unit is enabled (`systemctl enable`; as the first install left it): a boot
+  starts it only then;
 - which agent unit file systemd has loaded (`loaded`: its version and digest, `unit_label`):
   the file on disk at the last `daemon-reload` (at the moment of the call) or boot. systemd runs
   the unit it loaded, not the file on disk, and answers `NeedDaemonReload=` from the two;
@@ -55,6 +57,7 @@ class Units:
     agent_restarts: int = 0  # NRestarts
     recovery_restarts: int = 0
     loaded: str | None = None  # `unit_label` of the agent unit file systemd loaded
+    enabled: bool = True  # the agent unit is enabled (`systemctl enable`): a boot starts it
 
     @property
     def running(self) -> str | None:
@@ -97,10 +100,11 @@ class Units:
         return replace(self, starts=min(self.starts + 1, cap))
 
     def boot(self, unit_file: bytes | None) -> Units:
-        """Power back on (or a reboot): systemd loads the unit files on disk, the enabled agent
-        unit starts (a new start count), nothing else runs."""
-        return Units(systemd=self.systemd, agent="activating", limit=start_limit(unit_file),
-                     loaded=unit_label(unit_file))
+        """Power back on (or a reboot): systemd loads the unit files on disk, the agent unit
+        starts if it is enabled (a new start count), nothing else runs."""
+        return Units(systemd=self.systemd, agent="activating" if self.enabled else "inactive",
+                     limit=start_limit(unit_file), loaded=unit_label(unit_file),
+                     enabled=self.enabled)
 
     def answer(self, unit: str, agent_unit: str) -> dict[str, str]:
         restarts = self.agent_restarts if unit == agent_unit else self.recovery_restarts
@@ -131,6 +135,8 @@ class Units:
                             agent="inactive" if u.agent == "failed" else u.agent)
             elif verb == "reset-failed" and unit == recovery_unit:
                 u = replace(u, recovery_restarts=0)
+            elif verb == "enable" and unit == agent_unit:
+                u = replace(u, enabled=True)
             elif verb == "daemon-reload":
                 # the file as it was at the call (`ModelSystemd` records its label there)
                 label = unit if unit else unit_label(unit_file)
@@ -140,7 +146,7 @@ class Units:
 
     def key(self) -> tuple[object, ...]:
         return (self.systemd, self.agent, self.recovery, self.starts, self.limit,
-                self.agent_restarts, self.recovery_restarts, self.loaded)
+                self.agent_restarts, self.recovery_restarts, self.loaded, self.enabled)
 
 
 _LIMITS: dict[str | None, int | None] = {None: None}  # each label's start limit

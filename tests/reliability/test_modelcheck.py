@@ -232,3 +232,16 @@ def test_an_install_that_leaves_the_old_assets_is_caught(monkeypatch: pytest.Mon
     assert "install-does-it" in found, report(result)
     text = render(found["install-does-it"])
     assert "operator: agent-fsm install 2.0.0" in text and "left: assets 1.0.0" in text
+
+
+def test_an_install_that_leaves_the_agent_unit_disabled_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `enable_unit` broken on purpose (it enables nothing), the check finds that after a
+    power loss nothing starts the agent again: the way back is not live."""
+    monkeypatch.setitem(registry.EFFECTS, "enable_unit", lambda _effectors, _step: None)
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",), kinds=frozenset({"power"})))
+    found = {v.name: v for v in result.violations}
+    assert "way-back-is-live" in found, report(result)
+    text = render(found["way-back-is-live"])
+    assert "the host boots" in text and "disabled" in text and "nothing runs any more" in text
