@@ -102,6 +102,7 @@ class Config_:
     # a reload let pass (`on_error = "log"`) left the agent unit file on disk unloaded: until
     # systemd loads it (a reload, a boot), an open gate need not wait for it
     reload_missed: bool = False
+    judged: tuple[str, str] | None = None  # the last upgrade ended on this path: to, outcome
 
 
 @dataclass
@@ -437,7 +438,7 @@ class Checker:
         if fault is not None:
             self.result.faults += 1
         evidence, trusted, rolled_back = set(m.evidence), set(m.trusted), set(m.rolled_back)
-        reload_missed = m.reload_missed
+        reload_missed, judged = m.reload_missed, m.judged
         fired = []
         for entry in ran.fired:
             trigger = entry.get("trigger")
@@ -462,6 +463,10 @@ class Checker:
                 rolled_back.add(str(to))  # its mark is owed (unless its write failed: let pass)
             if trigger in (Trigger.complete, Trigger.complete_queued) and to:
                 rolled_back.discard(str(to))  # judged ok here since: its mark is cleared
+            if to and trigger in (Trigger.complete, Trigger.complete_queued, Trigger.judge_failed,
+                                  Trigger.recover, Trigger.orphaned_signal):
+                ok = trigger in (Trigger.complete, Trigger.complete_queued)
+                judged = (str(to), "ok" if ok else "rolled_back")  # its result is recorded
             if trigger == Trigger.judge_ok and to and ran.judged and (
                     fault is None or fault.kind != "candidate"):
                 trusted.add(str(to))  # its checks ran in this process, and passed
@@ -482,6 +487,7 @@ class Checker:
                         frozenset(evidence), frozenset(trusted), unit=m.unit,
                         rolled_back=frozenset(rolled_back),
                         given=m.given | ({process.kind} & self.bound.once),
+                        judged=judged,
                         reload_missed=reload_missed and ran.units.loaded != unit_label(
                             ran.tree.file(self.host.agent_unit_rel) if ran.tree else None))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
@@ -515,7 +521,7 @@ class Checker:
                via: Edge | None, *, live: bool = False) -> State | None:
         key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
                model.faults, model.operator, model.evidence, model.trusted, model.rolled_back,
-               model.given, model.reload_missed)
+               model.given, model.reload_missed, model.judged)
         if key in self.states:
             return self.states[key]
         if not live:
@@ -539,7 +545,7 @@ class Checker:
                             f"loaded: {model.units.loaded or 'none'}), though no reload failed",
                             state, None, None)
         for name, detail in invariants.violations(seen, model.evidence, model.trusted,
-                                                  model.rolled_back):
+                                                  model.rolled_back, model.judged):
             self._violation(name, detail, state, None, None)
         return state
 

@@ -245,3 +245,18 @@ def test_an_install_that_leaves_the_agent_unit_disabled_is_caught(
     assert "way-back-is-live" in found, report(result)
     text = render(found["way-back-is-live"])
     assert "the host boots" in text and "disabled" in text and "nothing runs any more" in text
+
+
+def test_an_upgrade_that_settles_without_its_result_recorded_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `publish_result` broken on purpose (it delivers what is queued but records nothing),
+    the check finds the node settled after an upgrade ended ok with no `last_result` naming it
+    in the state file, which `status --json` reports."""
+    monkeypatch.setitem(registry.EFFECTS, "publish_result",
+                        lambda effectors, _step: effectors.publisher.deliver())
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",)))
+    found = {v.name: v for v in result.violations}
+    assert "result-recorded" in found, report(result)
+    text = render(found["result-recorded"])
+    assert "fired complete" in text and "2.0.0 ended ok" in text and "says nothing" in text
