@@ -509,6 +509,15 @@ class Checker:
         child = self._state(ran.tree, model, state.depth + 1, state.key, edge, live=True)
         if child is None:
             return None
+        # (a fault of the candidate's own behaviour, the clock's or the publisher's leaves
+        # systemctl and the process alone: its judgment may be what failed)
+        if (fault is None or fault.kind in ("candidate", "clock", "publisher")) \
+                and ran.units.recovery != "activating" and any(
+                e.get("trigger") == Trigger.judge_failed and not e.get("superseded_by")
+                for e in ran.fired):
+            self._violation("judged-failed-starts-recovery", f"{ran.who} recorded judge_failed "
+                            "and ended with the recovery unit not started: the way back waits "
+                            "on another start", state, edge, None)
         if process.kind in ("install", "activate") and process.version \
                 and ran.end.startswith("exit 0") and not ran.died:
             on_disk = unit_label(ran.tree.file(self.host.agent_unit_rel))

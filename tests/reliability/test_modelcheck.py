@@ -260,3 +260,17 @@ def test_an_upgrade_that_settles_without_its_result_recorded_is_caught(
     assert "result-recorded" in found, report(result)
     text = render(found["result-recorded"])
     assert "fired complete" in text and "2.0.0 ended ok" in text and "says nothing" in text
+
+
+def test_a_failed_judgment_that_leaves_the_recovery_unit_alone_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `start_recovery` broken on purpose (it starts nothing), the check finds, on systemd
+    252 (whose `OnFailure=` waits for the start limit), the candidate's daemon recording
+    judge_failed with the recovery unit not started."""
+    monkeypatch.setitem(registry.EFFECTS, "start_recovery", lambda _effectors, _step: None)
+    result = check(replace(BOUNDS["small"], systemds=(252,), agent_units=("current",),
+                           operator_commands=("upgrade",)))
+    found = {v.name: v for v in result.violations}
+    assert "judged-failed-starts-recovery" in found, report(result)
+    text = render(found["judged-failed-starts-recovery"])
+    assert "fired judge_failed" in text and "recovery unit not started" in text
