@@ -139,7 +139,7 @@ class Units:
                 u = replace(u, enabled=True)
             elif verb == "daemon-reload":
                 # the file as it was at the call (`ModelSystemd` records its label there)
-                label = unit if unit else unit_label(unit_file)
+                label = None if unit == "none" else unit if unit else unit_label(unit_file)
                 u = replace(u, loaded=label, limit=_LIMITS.get(label, start_limit(unit_file)),
                             starts=0 if u.systemd <= 254 else u.starts)
         return u
@@ -200,7 +200,7 @@ class ModelSystemd:
         if verb in self.fail:
             raise SystemdError(f"`systemctl {verb} {unit}` exited 1: injected by the model check")
         if verb == "daemon-reload":  # systemd loads the file as it is now
-            unit = unit_label(self._on_disk()) or ""
+            unit = unit_label(self._on_disk()) or "none"
         self.calls.append((verb, unit))
         if verb == "restart" and unit == self.own_unit:
             self.stop.append(True)
