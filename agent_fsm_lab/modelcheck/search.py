@@ -37,6 +37,9 @@ from .tree import Tree
 from .units import Units, start_limit, unit_label
 
 CLOCK = 1_700_000_000.0
+# the transitions that reload systemd where a unit file changed (`gate-after-reload`)
+RELOADING = frozenset({"install", "activate", "complete", "complete_queued", "recovered",
+                       "settle"})
 YEAR = 365 * 86400.0
 
 
@@ -451,9 +454,11 @@ class Checker:
                 fired.append(words)
                 continue
             self.result.moves.add((str(trigger), str(entry.get("from"))))
+            missed = any(str(s.get("effect")).startswith("reload_systemd")
+                         for s in entry.get("skipped") or ())
+            if missed or trigger in RELOADING:  # the excuse lasts until the next one reloads
+                reload_missed = missed
             if entry.get("skipped"):
-                reload_missed |= any(str(s.get("effect")).startswith("reload_systemd")
-                                     for s in entry["skipped"])
                 words += " (skipped: " + "; ".join(f"{s['effect']}: {s['error']}"
                                                    for s in entry["skipped"]) + ")"
             fired.append(words)
