@@ -64,6 +64,7 @@ class Seen:
     operators: bool = False  # the owed transition is an operator's
     releases: str | None = None  # what `releases-kept` found wrong, if anything
     stored: tuple[str, ...] = ()  # the releases the store shows
+    last_result: tuple[str, str] | None = None  # the state file's `last_result`: to, outcome
 
     def summary(self) -> str:
         sig = "none" if self.signal is None else \
@@ -126,7 +127,15 @@ def look(reader: Reader, rendered: Mapping[str, Mapping[str, bytes]]) -> Seen:
                 None if sig is None else (sig.from_version, sig.to_version, sig.attempt,
                                           sig.starts),
                 reader.gate.is_open(), assets, kept_ok, marks, unreadable, before_close,
-                operators, releases_kept(reader, doc, sig), tuple(reader.releases.versions()))
+                operators, releases_kept(reader, doc, sig), tuple(reader.releases.versions()),
+                _last_result(doc))
+
+
+def _last_result(doc: Any) -> tuple[str, str] | None:
+    last = getattr(doc, "last_result", None)
+    if not isinstance(last, dict):
+        return None
+    return str(last.get("to")), str(last.get("outcome"))
 
 
 def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
@@ -170,8 +179,16 @@ def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
 
 
 def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str],
-               rolled_back: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+               rolled_back: frozenset[str] = frozenset(),
+               judged: tuple[str, str] | None = None) -> list[tuple[str, str]]:
+    """`judged`: the last upgrade whose end was recorded on this path (to, outcome)."""
     out: list[tuple[str, str]] = []
+    if seen.state == "converged" and seen.pending is None and seen.signal is None \
+            and judged is not None and seen.last_result != judged:
+        out.append(("result-recorded", f"settled after the upgrade to {judged[0]} ended "
+                    f"{judged[1]}, but the state file's last_result says "
+                    + ("nothing" if seen.last_result is None else
+                       f"{seen.last_result[0]} {seen.last_result[1]}")))
     if seen.unreadable:
         out.append(("state-file-reads", seen.unreadable))
     # Settled: nothing owed and no signal (a signal the state file does not know, as a restored
@@ -237,3 +254,21 @@ def step_violations(fired: list[dict[str, Any]], code: str | None, last_good: st
                         f"{entry['trigger']} was recorded by code of {code or 'an operator'}, "
                         f"while {last_good} is last-good"))
     return out
+
+
+def installed_violations(command: str, release: str, seen: Seen,
+                         loaded_on_disk: bool) -> list[tuple[str, str]]:
+    """An operator's `install R` or `activate R` that exited 0 (`install-does-it`): R is selected
+    and last-good, its assets are on disk and systemd has loaded its agent unit."""
+    wrong = []
+    if seen.selected != release:
+        wrong.append(f"selected {seen.selected}")
+    if seen.last_good != release:
+        wrong.append(f"last-good {seen.last_good}")
+    if seen.assets != release:
+        wrong.append(f"assets {seen.assets}")
+    if not loaded_on_disk:
+        wrong.append("the agent unit file on disk not loaded by systemd")
+    if not wrong:
+        return []
+    return [("install-does-it", f"`{command} {release}` exited 0, and left: {'; '.join(wrong)}")]

@@ -34,9 +34,12 @@ from . import invariants, restore
 from .invariants import Seen
 from .processes import STORE_COMMANDS, Fault, Host, Process, Ran, quiet, run, source_dir
 from .tree import Tree
-from .units import Units, start_limit
+from .units import Units, start_limit, unit_label
 
 CLOCK = 1_700_000_000.0
+# the transitions that reload systemd where a unit file changed (`gate-after-reload`)
+RELOADING = frozenset({"install", "activate", "complete", "complete_queued", "recovered",
+                       "settle"})
 YEAR = 365 * 86400.0
 
 
@@ -99,6 +102,10 @@ class Config_:
     unit: str = "current"  # the first release's agent unit (`Bound.agent_units`; in the files)
     rolled_back: frozenset[str] = frozenset()  # rollbacks recorded whose mark was not let pass
     given: frozenset[str] = frozenset()  # the bound's `once` commands given on this path
+    # a reload let pass (`on_error = "log"`) left the agent unit file on disk unloaded: until
+    # systemd loads it (a reload, a boot), an open gate need not wait for it
+    reload_missed: bool = False
+    judged: tuple[str, str] | None = None  # the last upgrade ended on this path: to, outcome
 
 
 @dataclass
@@ -187,11 +194,12 @@ def _older_agent_unit() -> str:
 
 
 def _initial(host: Host, systemd: int, added: tuple[str, ...] = (), unit: str = "current",
-             ) -> tuple[Tree, dict[str, dict[str, bytes]]]:
+             ) -> tuple[Tree, dict[str, dict[str, bytes]], bool]:
     """The node installed on the first release, converged, gate open, its agent running; every
     release stored by `release add` from its directory (which `release add` takes again: the
     releases share their files but `release.toml`, as packed ones share their code); `unit`
-    "older": the first release's agent unit has the older start limit."""
+    "older": the first release's agent unit has the older start limit. Also whether the install
+    enabled the agent unit."""
     from agent_fsm.actions.releases import packing
     from tests.helpers import make_world
     from tests.node.test_release_store import make_release
@@ -216,7 +224,7 @@ def _initial(host: Host, systemd: int, added: tuple[str, ...] = (), unit: str = 
     rendered = {v: world.rendered(v) for v in [*host.versions, *extra]}
     if extra:  # stored only to render them: taken out again, as a prune does
         packing.prune(world.node, tuple(extra))
-    return Tree.take(host.root), rendered
+    return Tree.take(host.root), rendered, ("enable", host.agent_unit) in fake.calls
 
 
 class Checker:
@@ -253,12 +261,14 @@ class Checker:
             queue: deque[tuple[object, ...]] = deque()
             for systemd in self.bound.systemds:
                 for unit in self.bound.agent_units:
-                    tree, rendered = _initial(host, systemd, self._added(), unit)
+                    tree, rendered, enabled = _initial(host, systemd, self._added(), unit)
                     self.rendered[systemd, unit] = rendered
                     self.initial[systemd, unit] = tree
                     # its agent started longer than the start limit's interval ago
+                    on_disk = tree.file(host.agent_unit_rel)
                     units = Units(systemd=systemd, agent=f"active:{self.bound.versions[0]}",
-                                  limit=start_limit(tree.file(host.agent_unit_rel)))
+                                  limit=start_limit(on_disk), loaded=unit_label(on_disk),
+                                  enabled=enabled)
                     model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
                                     frozenset(), frozenset({self.bound.versions[0]}), unit=unit)
                     state = self._state(tree, model, 0, None, None)
@@ -431,6 +441,7 @@ class Checker:
         if fault is not None:
             self.result.faults += 1
         evidence, trusted, rolled_back = set(m.evidence), set(m.trusted), set(m.rolled_back)
+        reload_missed, judged = m.reload_missed, m.judged
         fired = []
         for entry in ran.fired:
             trigger = entry.get("trigger")
@@ -443,6 +454,10 @@ class Checker:
                 fired.append(words)
                 continue
             self.result.moves.add((str(trigger), str(entry.get("from"))))
+            missed = any(str(s.get("effect")).startswith("reload_systemd")
+                         for s in entry.get("skipped") or ())
+            if missed or trigger in RELOADING:  # the excuse lasts until the next one reloads
+                reload_missed = missed
             if entry.get("skipped"):
                 words += " (skipped: " + "; ".join(f"{s['effect']}: {s['error']}"
                                                    for s in entry["skipped"]) + ")"
@@ -453,6 +468,10 @@ class Checker:
                 rolled_back.add(str(to))  # its mark is owed (unless its write failed: let pass)
             if trigger in (Trigger.complete, Trigger.complete_queued) and to:
                 rolled_back.discard(str(to))  # judged ok here since: its mark is cleared
+            if to and trigger in (Trigger.complete, Trigger.complete_queued, Trigger.judge_failed,
+                                  Trigger.recover, Trigger.orphaned_signal):
+                ok = trigger in (Trigger.complete, Trigger.complete_queued)
+                judged = (str(to), "ok" if ok else "rolled_back")  # its result is recorded
             if trigger == Trigger.judge_ok and to and ran.judged and (
                     fault is None or fault.kind != "candidate"):
                 trusted.add(str(to))  # its checks ran in this process, and passed
@@ -472,7 +491,10 @@ class Checker:
                         m.operator - (process.kind not in ("start", "daemon", "recovery", "poll")),
                         frozenset(evidence), frozenset(trusted), unit=m.unit,
                         rolled_back=frozenset(rolled_back),
-                        given=m.given | ({process.kind} & self.bound.once))
+                        given=m.given | ({process.kind} & self.bound.once),
+                        judged=judged,
+                        reload_missed=reload_missed and ran.units.loaded != unit_label(
+                            ran.tree.file(self.host.agent_unit_rel) if ran.tree else None))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
                     ran.code is not None and ran.code == ran.last_good_before)
         assert ran.tree is not None
@@ -492,13 +514,28 @@ class Checker:
         child = self._state(ran.tree, model, state.depth + 1, state.key, edge, live=True)
         if child is None:
             return None
+        # (a fault of the candidate's own behaviour, the clock's or the publisher's leaves
+        # systemctl and the process alone: its judgment may be what failed)
+        if (fault is None or fault.kind in ("candidate", "clock", "publisher")) \
+                and ran.units.recovery != "activating" and any(
+                e.get("trigger") == Trigger.judge_failed and not e.get("superseded_by")
+                for e in ran.fired):
+            self._violation("judged-failed-starts-recovery", f"{ran.who} recorded judge_failed "
+                            "and ended with the recovery unit not started: the way back waits "
+                            "on another start", state, edge, None)
+        if process.kind in ("install", "activate") and process.version \
+                and ran.end.startswith("exit 0") and not ran.died:
+            on_disk = unit_label(ran.tree.file(self.host.agent_unit_rel))
+            for name, detail in invariants.installed_violations(
+                    process.kind, process.version, child.seen, ran.units.loaded == on_disk):
+                self._violation(name, detail, state, edge, None)
         return child.key, ran, len(self.states) > before
 
     def _state(self, tree: Tree, model: Config_, depth: int, parent: tuple[object, ...] | None,
                via: Edge | None, *, live: bool = False) -> State | None:
         key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
                model.faults, model.operator, model.evidence, model.trusted, model.rolled_back,
-               model.given)
+               model.given, model.reload_missed, model.judged)
         if key in self.states:
             return self.states[key]
         if not live:
@@ -514,8 +551,15 @@ class Checker:
                       and model.units.recovery == "inactive")
         self.states[key] = state
         self.result.depth = max(self.result.depth, depth)
+        on_disk = unit_label(tree.file(self.host.agent_unit_rel))
+        if (seen.state == "converged" and seen.pending is None and seen.signal is None
+                and seen.gate and model.units.loaded != on_disk and not model.reload_missed):
+            self._violation("gate-after-reload", "the gate is open, nothing owed, and systemd "
+                            f"has not loaded the agent unit file on disk ({on_disk or 'none'}; "
+                            f"loaded: {model.units.loaded or 'none'}), though no reload failed",
+                            state, None, None)
         for name, detail in invariants.violations(seen, model.evidence, model.trusted,
-                                                  model.rolled_back):
+                                                  model.rolled_back, model.judged):
             self._violation(name, detail, state, None, None)
         return state
 
@@ -700,8 +744,10 @@ def _definition_once(mp: pytest.MonkeyPatch) -> None:
 
 def _units_words(u: Units) -> str:
     limit = "no start limit" if u.limit is None else f"start limit {u.starts}/{u.limit}"
+    loaded = "none" if u.loaded is None else u.loaded.split(":")[0] + "'s"
     return (f"systemd {u.systemd}: agent unit {u.agent} (NRestarts {u.agent_restarts}, "
-            f"{limit}), recovery unit {u.recovery}")
+            f"{limit}, {loaded} unit file loaded{'' if u.enabled else ', disabled'}), "
+            f"recovery unit {u.recovery}")
 
 
 def check(bound: Bound, progress: Callable[[str], None] | None = None, *,

@@ -10,9 +10,14 @@ What the model keeps of each unit is what the upgrade's rules depend on:
   restart's start follows), `active:R` or `failed`;
 - the recovery unit is `inactive` or `activating` (a oneshot: started, or restarted after a
   failed `recover`, with `Restart=on-failure` and no start limit);
-- the agent unit's start count against its start limit (read from the unit file on disk at
-  each `daemon-reload` and at a boot; the unit agent-fsm writes has none, one held from an
-  older release has `StartLimitBurst=max_attempts`), and `NRestarts` of both units;
+- whether the agent unit is enabled (`systemctl enable`; as the first install left it): a boot
+  starts it only then;
+- which agent unit file systemd has loaded (`loaded`: its version and digest, `unit_label`):
+  the file on disk at the last `daemon-reload` (at the moment of the call) or boot. systemd runs
+  the unit it loaded, not the file on disk, and answers `NeedDaemonReload=` from the two;
+- the agent unit's start count against its start limit (read from the unit file loaded; the
+  unit agent-fsm writes has none, one held from an older release has
+  `StartLimitBurst=max_attempts`), and `NRestarts` of both units;
 - the start limit as systemd applies it (systemd.unit(5), `StartLimitIntervalSec=`): every
   start counts, an automatic restart, a `systemctl start`/`restart` job (queued `--no-block`:
   the call returns 0, the refusal comes when the job runs, at once where no process has to
@@ -31,6 +36,7 @@ What the model keeps of each unit is what the upgrade's rules depend on:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -50,6 +56,8 @@ class Units:
     limit: int | None = None  # StartLimitBurst of the loaded agent unit; None: no limit
     agent_restarts: int = 0  # NRestarts
     recovery_restarts: int = 0
+    loaded: str | None = None  # `unit_label` of the agent unit file systemd loaded
+    enabled: bool = True  # the agent unit is enabled (`systemctl enable`): a boot starts it
 
     @property
     def running(self) -> str | None:
@@ -92,9 +100,11 @@ class Units:
         return replace(self, starts=min(self.starts + 1, cap))
 
     def boot(self, unit_file: bytes | None) -> Units:
-        """Power back on (or a reboot): systemd loads the unit files on disk, the enabled agent
-        unit starts (a new start count), nothing else runs."""
-        return Units(systemd=self.systemd, agent="activating", limit=start_limit(unit_file))
+        """Power back on (or a reboot): systemd loads the unit files on disk, the agent unit
+        starts if it is enabled (a new start count), nothing else runs."""
+        return Units(systemd=self.systemd, agent="activating" if self.enabled else "inactive",
+                     limit=start_limit(unit_file), loaded=unit_label(unit_file),
+                     enabled=self.enabled)
 
     def answer(self, unit: str, agent_unit: str) -> dict[str, str]:
         restarts = self.agent_restarts if unit == agent_unit else self.recovery_restarts
@@ -125,14 +135,33 @@ class Units:
                             agent="inactive" if u.agent == "failed" else u.agent)
             elif verb == "reset-failed" and unit == recovery_unit:
                 u = replace(u, recovery_restarts=0)
+            elif verb == "enable" and unit == agent_unit:
+                u = replace(u, enabled=True)
             elif verb == "daemon-reload":
-                u = replace(u, limit=start_limit(unit_file),
+                # the file as it was at the call (`ModelSystemd` records its label there)
+                label = None if unit == "none" else unit if unit else unit_label(unit_file)
+                u = replace(u, loaded=label, limit=_LIMITS.get(label, start_limit(unit_file)),
                             starts=0 if u.systemd <= 254 else u.starts)
         return u
 
     def key(self) -> tuple[object, ...]:
         return (self.systemd, self.agent, self.recovery, self.starts, self.limit,
-                self.agent_restarts, self.recovery_restarts)
+                self.agent_restarts, self.recovery_restarts, self.loaded, self.enabled)
+
+
+_LIMITS: dict[str | None, int | None] = {None: None}  # each label's start limit
+
+
+def unit_label(unit_file: bytes | None) -> str | None:
+    """The agent unit file as the model names it: the release that wrote it (its first line)
+    and a digest of its bytes; None when there is no file."""
+    if unit_file is None:
+        return None
+    found = re.match(rb"# Written by agent-fsm (\S+?)\.?\s", unit_file)
+    who = found.group(1).decode(errors="replace") if found else "?"
+    label = f"{who}:{hashlib.sha256(unit_file).hexdigest()[:8]}"
+    _LIMITS.setdefault(label, start_limit(unit_file))
+    return label
 
 
 def start_limit(unit_file: bytes | None) -> int | None:
@@ -170,6 +199,8 @@ class ModelSystemd:
         self.used.add(verb)
         if verb in self.fail:
             raise SystemdError(f"`systemctl {verb} {unit}` exited 1: injected by the model check")
+        if verb == "daemon-reload":  # systemd loads the file as it is now
+            unit = unit_label(self._on_disk()) or "none"
         self.calls.append((verb, unit))
         if verb == "restart" and unit == self.own_unit:
             self.stop.append(True)
@@ -198,9 +229,15 @@ class ModelSystemd:
         answer = now.answer(unit, self.agent_unit)
         return {k: v for k, v in answer.items() if k in properties}
 
+    def _on_disk(self) -> bytes | None:
+        return self.unit_file() if self.unit_file is not None else None
+
     def reload_needed(self, units: Sequence[str]) -> bool:
+        """`NeedDaemonReload=` of the agent unit: its file on disk is not the one loaded (the
+        recovery unit's is not modelled: it changes with the agent unit's, in one write)."""
         self._call("show", " ".join(units))
-        return True
+        now = self.units.apply(self.calls, self.agent_unit, self.recovery_unit, self._on_disk())
+        return now.loaded != unit_label(self._on_disk())
 
     def version(self) -> int:
         return self.units.systemd

@@ -19,12 +19,12 @@ from agent_fsm.machine.reading import shipped
 from agent_fsm.node.records import known_bad
 from agent_fsm.node.releases import tree as release_tree
 from agent_fsm.node.state.store import StateDoc
-from agent_fsm.upgrade import roles
+from agent_fsm.upgrade import registry, roles
 from agent_fsm.wiring import Node
 from agent_fsm_lab.modelcheck.search import BOUNDS, OLDER_START_LIMIT, Checker, Violation, check
 from agent_fsm_lab.modelcheck.timeline import render, report
 from agent_fsm_lab.modelcheck.tree import Tree
-from agent_fsm_lab.modelcheck.units import Units, start_limit
+from agent_fsm_lab.modelcheck.units import ModelSystemd, Units, start_limit, unit_label
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -178,3 +178,88 @@ def test_a_rollback_left_unmarked_is_caught_with_its_trace(monkeypatch: pytest.M
     text = render(found["rolled-back-is-marked"])
     assert "operator: agent-fsm upgrade 2.0.0" in text
     assert "fired recover" in text and "2.0.0 rolled back here" in text
+
+
+def test_a_gate_opened_before_systemd_loaded_the_new_unit_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `reload_systemd` broken on purpose (it asks systemd nothing), the check finds the
+    gate open after an upgrade while systemd still has the last-good's agent unit loaded, and
+    shows the `complete` that wrote the new one."""
+    monkeypatch.setitem(registry.EFFECTS, "reload_systemd", lambda _effectors, _step: None)
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",)))
+    found = {v.name: v for v in result.violations}
+    assert "gate-after-reload" in found, report(result)
+    text = render(found["gate-after-reload"])
+    assert "operator: agent-fsm upgrade 2.0.0" in text and "fired complete" in text
+    assert "1.0.0's unit file loaded" in text
+
+
+def test_systemd_answers_need_daemon_reload_from_the_unit_it_loaded() -> None:
+    """`NeedDaemonReload=` as systemd answers it: false while the file on disk is the one
+    loaded, true once it is rewritten, false again after a `daemon-reload` (which loads the
+    file as it is at the call, not as it is later)."""
+    disk = [b"# Written by agent-fsm 1.0.0. x\n"]
+    sd = ModelSystemd(Units(loaded=unit_label(disk[0])), "a.service", unit_file=lambda: disk[0])
+    assert not sd.reload_needed(["a.service"])
+    disk[0] = b"# Written by agent-fsm 2.0.0. x\n"
+    assert sd.reload_needed(["a.service"])
+    sd.daemon_reload()
+    assert not sd.reload_needed(["a.service"])
+    disk[0] = b"# Written by agent-fsm 3.0.0. x\n"
+    after = sd.units.apply(sd.calls, "a.service", "r.service", disk[0])
+    assert after.loaded is not None and after.loaded.startswith("2.0.0:")
+
+
+def test_an_install_that_leaves_the_old_assets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `write_assets` broken on purpose (it writes nothing), the check finds an operator's
+    `install 2.0.0` that exits 0 with 1.0.0's assets still on disk."""
+    monkeypatch.setitem(registry.EFFECTS, "write_assets", lambda _effectors, _step: None)
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("install",)))
+    found = {v.name: v for v in result.violations}
+    assert "install-does-it" in found, report(result)
+    text = render(found["install-does-it"])
+    assert "operator: agent-fsm install 2.0.0" in text and "left: assets 1.0.0" in text
+
+
+def test_an_install_that_leaves_the_agent_unit_disabled_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `enable_unit` broken on purpose (it enables nothing), the check finds that after a
+    power loss nothing starts the agent again: the way back is not live."""
+    monkeypatch.setitem(registry.EFFECTS, "enable_unit", lambda _effectors, _step: None)
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",), kinds=frozenset({"power"})))
+    found = {v.name: v for v in result.violations}
+    assert "way-back-is-live" in found, report(result)
+    text = render(found["way-back-is-live"])
+    assert "the host boots" in text and "disabled" in text and "nothing runs any more" in text
+
+
+def test_an_upgrade_that_settles_without_its_result_recorded_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `publish_result` broken on purpose (it delivers what is queued but records nothing),
+    the check finds the node settled after an upgrade ended ok with no `last_result` naming it
+    in the state file, which `status --json` reports."""
+    monkeypatch.setitem(registry.EFFECTS, "publish_result",
+                        lambda effectors, _step: effectors.publisher.deliver())
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",)))
+    found = {v.name: v for v in result.violations}
+    assert "result-recorded" in found, report(result)
+    text = render(found["result-recorded"])
+    assert "fired complete" in text and "2.0.0 ended ok" in text and "says nothing" in text
+
+
+def test_a_failed_judgment_that_leaves_the_recovery_unit_alone_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `start_recovery` broken on purpose (it starts nothing), the check finds, on systemd
+    252 (whose `OnFailure=` waits for the start limit), the candidate's daemon recording
+    judge_failed with the recovery unit not started."""
+    monkeypatch.setitem(registry.EFFECTS, "start_recovery", lambda _effectors, _step: None)
+    result = check(replace(BOUNDS["small"], systemds=(252,), agent_units=("current",),
+                           operator_commands=("upgrade",)))
+    found = {v.name: v for v in result.violations}
+    assert "judged-failed-starts-recovery" in found, report(result)
+    text = render(found["judged-failed-starts-recovery"])
+    assert "fired judge_failed" in text and "recovery unit not started" in text

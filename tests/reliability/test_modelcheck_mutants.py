@@ -76,11 +76,14 @@ def test_a_variant_whose_change_makes_no_difference_is_equivalent(
 def test_a_variant_that_differs_on_systemd_252_alone_is_not_equivalent(
         texts: dict[str, str], shipped: frozenset[Any]) -> None:
     """`judge_failed` without `start_recovery` looks equivalent on systemd 257 (its `OnFailure=`
-    starts the recovery at every failure), not on 252, where only the definition starts it."""
+    starts the recovery at every failure), not on 252, where only the definition starts it:
+    `judged-failed-starts-recovery` catches it."""
     vid = "judge_failed: drop effect start_recovery"
     found = mutants.search(vid, texts[vid], BOUND, True)
     outcome, why = mutants.classify(found, shipped)
     assert outcome != "equivalent", why
+    if outcome == "caught":
+        assert why.startswith("judged-failed-starts-recovery"), why
     if outcome == "survived":
         assert {units[0] for _, units in found.behaviour ^ shipped} == {252}, why
 
