@@ -356,7 +356,12 @@ class Checker:
                                           paths[0], paths[1], paths[2]):
             edge = Edge(Process("restore"), Fault("restore", how), restore.WHO[how], (),
                         "no process runs", "")
-            child = self._state(tree, replace(m, faults=m.faults - 1), state.depth + 1,
+            # The whole state dir put back puts back its known-bad record too: the marks the
+            # node made since are gone with it, not dropped by agent-fsm (the first
+            # configuration knows no rollback).
+            back = frozenset() if how == "state-dir" else m.rolled_back
+            child = self._state(tree, replace(m, faults=m.faults - 1, rolled_back=back),
+                                state.depth + 1,
                                 state.key, edge)
             self.result.transitions += 1
             self.result.faults += 1
