@@ -141,7 +141,8 @@ def _last_result(doc: Any) -> tuple[str, str] | None:
 def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
     """`releases-kept`: what is wrong with the releases the node may need, or None. Needed:
     the selected (`ExecStart=` runs it), the last-good (the way back runs its `recover`), while
-    a signal exists its from and to (the judgment runs the candidate), and each release the
+    a signal exists its from and, while the state file knows its upgrade, its to (the judgment
+    runs the candidate; an orphaned signal is rolled back unjudged), and each release the
     owed transition names (its resume selects or promotes it). Each must be stored and pass the
     store's own check (`Releases.verify`: what a start and `status`'s `selected_damaged` run),
     and so must every release the store shows: an add or prune cut midway leaves none half
@@ -156,7 +157,10 @@ def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
     need(reader.releases.last_good(), "last-good")
     if sig is not None:
         need(sig.from_version, "the signal's from")
-        need(sig.to_version, "the signal's to")
+        # The candidate only while the state file knows its upgrade: a signal it does not
+        # know (restored, lost) is rolled back unjudged, and the candidate never runs again.
+        if doc is None or doc.state not in reader.groups.orphan_from or doc.pending is not None:
+            need(sig.to_version, "the signal's to")
     if doc is not None and doc.pending is not None:
         args = doc.pending.args
         owed = f"owed {doc.pending.trigger}"
