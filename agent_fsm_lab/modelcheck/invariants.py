@@ -141,8 +141,8 @@ def _last_result(doc: Any) -> tuple[str, str] | None:
 def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
     """`releases-kept`: what is wrong with the releases the node may need, or None. Needed:
     the selected (`ExecStart=` runs it), the last-good (the way back runs its `recover`), while
-    a signal exists its from and, while the state file knows its upgrade, its to (the judgment
-    runs the candidate; an orphaned signal is rolled back unjudged), and each release the
+    a signal exists its from and, while the candidate may still run (not rolling back, and the
+    state file knows its upgrade), its to (the judgment runs it), and each release the
     owed transition names (its resume selects or promotes it). Each must be stored and pass the
     store's own check (`Releases.verify`: what a start and `status`'s `selected_damaged` run),
     and so must every release the store shows: an add or prune cut midway leaves none half
@@ -157,10 +157,15 @@ def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
     need(reader.releases.last_good(), "last-good")
     if sig is not None:
         need(sig.from_version, "the signal's from")
-        # The candidate only while the state file knows its upgrade: a signal it does not
-        # know (restored, lost) is rolled back unjudged, and the candidate never runs again.
-        if doc is None or doc.state not in reader.groups.orphan_from or doc.pending is not None:
-            need(sig.to_version, "the signal's to")
+    # The candidate only while it may still run (judged, or completing): a rollback needs the
+    # last-good alone, and a signal the state file does not know (restored, lost) is rolled
+    # back unjudged.
+    done_with = set(reader.groups.orphan_from) | set(reader.groups.rolling_back)
+    back = doc is not None and doc.pending is not None and \
+        reader.definition.transition(doc.pending.trigger).dest in reader.groups.rolling_back
+    if sig is not None and (doc is None or (doc.state not in done_with and not back)
+                            or (doc.pending is not None and not back)):
+        need(sig.to_version, "the signal's to")
     if doc is not None and doc.pending is not None:
         args = doc.pending.args
         owed = f"owed {doc.pending.trigger}"
@@ -168,7 +173,8 @@ def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
         need(args.get("from"), owed)
         if isinstance(args.get("upgrade"), dict):
             need(args["upgrade"].get("from"), owed)
-            need(args["upgrade"].get("to"), owed)
+            if not back:
+                need(args["upgrade"].get("to"), owed)
     stored = reader.releases.versions()
     wrong = [f"{v} ({', '.join(why)}) is not stored" for v, why in needed.items()
              if v not in stored]
