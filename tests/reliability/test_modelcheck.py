@@ -21,12 +21,27 @@ from agent_fsm.node.releases import tree as release_tree
 from agent_fsm.node.state.store import StateDoc
 from agent_fsm.upgrade import registry, roles
 from agent_fsm.wiring import Node
-from agent_fsm_lab.modelcheck.search import BOUNDS, OLDER_START_LIMIT, Checker, Violation, check
+from agent_fsm_lab.modelcheck.search import (
+    BOUNDS,
+    OLDER_START_LIMIT,
+    Checker,
+    Result,
+    Violation,
+    check,
+)
 from agent_fsm_lab.modelcheck.timeline import render, report
 from agent_fsm_lab.modelcheck.tree import Tree
 from agent_fsm_lab.modelcheck.units import ModelSystemd, Units, start_limit, unit_label
 
 pytestmark = pytest.mark.timeout(240)
+
+
+def broken_rule(result: Result, name: str) -> str:
+    """The trace of the rule `name` the check found broken, rendered; fails with the whole
+    report when it found that rule kept."""
+    found = {v.name: v for v in result.violations}
+    assert name in found, report(result)
+    return render(found[name])
 
 
 def test_every_interleaving_within_the_small_bound_keeps_the_rules(
@@ -74,9 +89,7 @@ def test_a_candidate_running_the_way_back_is_caught_with_its_trace(
     monkeypatch.setattr(roles.Process, "role", broken)
     result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
                            operator_commands=("upgrade",)))
-    found = {v.name: v for v in result.violations}
-    assert "way-back-by-last-good" in found, report(result)
-    text = render(found["way-back-by-last-good"])
+    text = broken_rule(result, "way-back-by-last-good")
     assert "operator: agent-fsm upgrade 2.0.0" in text
     assert "daemon of 2.0.0" in text and "on disk:" in text
 
@@ -88,9 +101,7 @@ def test_an_add_that_stores_a_release_before_its_files_are_durable_is_caught(
     empty (`releases-kept`), and shows the add, the cut and the store's own words."""
     monkeypatch.setattr(release_tree, "files", SimpleNamespace(sync_filesystem=lambda _d: None))
     result = check(replace(BOUNDS["small"], systemds=(257,), operator_commands=("add",)))
-    found = {v.name: v for v in result.violations}
-    assert "releases-kept" in found, report(result)
-    text = render(found["releases-kept"])
+    text = broken_rule(result, "releases-kept")
     assert "operator: agent-fsm release add 3.0.0 [fault: power-op" in text, text
     assert "3.0.0 is damaged" in text and "does not match its digest" in text, text
 
@@ -111,9 +122,7 @@ def test_a_prune_that_removes_the_last_good_during_a_judgment_is_caught(
     monkeypatch.setattr(packing, "protected", forgetful)
     result = check(replace(BOUNDS["store"], systemds=(257,), faults=0,
                            operator_commands=("upgrade", "prune")))
-    found = {v.name: v for v in result.violations}
-    assert "releases-kept" in found, report(result)
-    text = render(found["releases-kept"])
+    text = broken_rule(result, "releases-kept")
     assert "1.0.0 (last-good, the signal's from) is not stored" in text, text
     assert "operator: agent-fsm release prune --keep 0" in text and "removed 1.0.0" in text
 
@@ -173,9 +182,7 @@ def test_a_rollback_left_unmarked_is_caught_with_its_trace(monkeypatch: pytest.M
     monkeypatch.setattr(known_bad, "mark", lambda _file, _mark: False)
     result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
                            operator_commands=("upgrade",)))
-    found = {v.name: v for v in result.violations}
-    assert "rolled-back-is-marked" in found, report(result)
-    text = render(found["rolled-back-is-marked"])
+    text = broken_rule(result, "rolled-back-is-marked")
     assert "operator: agent-fsm upgrade 2.0.0" in text
     assert "fired recover" in text and "2.0.0 rolled back here" in text
 
@@ -188,9 +195,7 @@ def test_a_gate_opened_before_systemd_loaded_the_new_unit_is_caught(
     monkeypatch.setitem(registry.EFFECTS, "reload_systemd", lambda _effectors, _step: None)
     result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
                            operator_commands=("upgrade",)))
-    found = {v.name: v for v in result.violations}
-    assert "gate-after-reload" in found, report(result)
-    text = render(found["gate-after-reload"])
+    text = broken_rule(result, "gate-after-reload")
     assert "operator: agent-fsm upgrade 2.0.0" in text and "fired complete" in text
     assert "1.0.0's unit file loaded" in text
 
@@ -217,9 +222,7 @@ def test_an_install_that_leaves_the_old_assets_is_caught(monkeypatch: pytest.Mon
     monkeypatch.setitem(registry.EFFECTS, "write_assets", lambda _effectors, _step: None)
     result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
                            operator_commands=("install",)))
-    found = {v.name: v for v in result.violations}
-    assert "install-does-it" in found, report(result)
-    text = render(found["install-does-it"])
+    text = broken_rule(result, "install-does-it")
     assert "operator: agent-fsm install 2.0.0" in text and "left: assets 1.0.0" in text
 
 
@@ -230,9 +233,7 @@ def test_an_install_that_leaves_the_agent_unit_disabled_is_caught(
     monkeypatch.setitem(registry.EFFECTS, "enable_unit", lambda _effectors, _step: None)
     result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
                            operator_commands=("upgrade",), kinds=frozenset({"power"})))
-    found = {v.name: v for v in result.violations}
-    assert "way-back-is-live" in found, report(result)
-    text = render(found["way-back-is-live"])
+    text = broken_rule(result, "way-back-is-live")
     assert "the host boots" in text and "disabled" in text and "nothing runs any more" in text
 
 
@@ -245,9 +246,7 @@ def test_an_upgrade_that_settles_without_its_result_recorded_is_caught(
                         lambda effectors, _step: effectors.publisher.deliver())
     result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
                            operator_commands=("upgrade",)))
-    found = {v.name: v for v in result.violations}
-    assert "result-recorded" in found, report(result)
-    text = render(found["result-recorded"])
+    text = broken_rule(result, "result-recorded")
     assert "fired complete" in text and "2.0.0 ended ok" in text and "says nothing" in text
 
 
@@ -259,7 +258,5 @@ def test_a_failed_judgment_that_leaves_the_recovery_unit_alone_is_caught(
     monkeypatch.setitem(registry.EFFECTS, "start_recovery", lambda _effectors, _step: None)
     result = check(replace(BOUNDS["small"], systemds=(252,), agent_units=("current",),
                            operator_commands=("upgrade",)))
-    found = {v.name: v for v in result.violations}
-    assert "judged-failed-starts-recovery" in found, report(result)
-    text = render(found["judged-failed-starts-recovery"])
+    text = broken_rule(result, "judged-failed-starts-recovery")
     assert "fired judge_failed" in text and "recovery unit not started" in text
