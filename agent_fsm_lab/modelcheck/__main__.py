@@ -58,15 +58,17 @@ def _mutants(substring: str, only: list[str], jobs: int, output: Path | None) ->
 
 
 def summary(verdicts: list[Any], total: float, jobs: int) -> str:
-    from .mutants import UNEXERCISED
+    from .mutants import AT_REST, UNEXERCISED
 
     counts = {k: sum(1 for v in verdicts if v.outcome == k)
-              for k in ("caught", "equivalent", "survived")}
+              for k in ("caught", "equivalent", AT_REST, "survived")}
     idle = sum(1 for v in verdicts if v.outcome == "equivalent" and UNEXERCISED in v.why)
     times = sorted(v.seconds for v in verdicts) or [0.0]
     return (f"{len(verdicts)} variants: {counts['caught']} caught, {counts['equivalent']} "
             f"equivalent ({idle} of them never exercised: the transition they change never "
-            f"fires within the bound), {counts['survived']} survived; {total:.0f} s in all "
+            f"fires within the bound), {counts[AT_REST]} equivalent at rest (the same "
+            f"configurations at rest, every rule kept on the way), {counts['survived']} "
+            f"survived; {total:.0f} s in all "
             f"({jobs} jobs), "
             f"{statistics.median(times):.1f} s median per variant, {times[-1]:.1f} s max; "
             f"{BOUNDS['mutant']}")

@@ -18,14 +18,19 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
   rolled back;
 - `judged-before-trusted`: the last-good is a version judged ok here, or installed or
   activated by an operator;
+- `candidate-is-signalled`: a selected release neither last-good nor trusted is selected only
+  while a signal names it;
+- `way-back-selects-last-good`: rolling back (`recovering`, nothing owed), the last-good is
+  selected;
 - `releases-kept`: the releases the node may need are stored and intact (`releases_kept`);
 - `store-swept`: an add or prune that succeeds leaves the store holding its releases, their
   records and the objects they link, and nothing else: what an earlier one cut midway left is
   gone (checked on each step: `leftovers`);
 - `rolled-back-is-marked`: once a rollback of a version is recorded (`recover`, by the
   recovery unit or an operator), it is marked known bad, so an upgrade to it is refused unless
-  forced; but not an orphan's (`orphaned_signal`, and a `recover` finishing one: its result's
-  class is `orphaned`, a candidate never judged here), and not where the mark's write failed
+  forced; but not an orphan's (`orphaned_signal` from a state that knows no upgrade, and a
+  `recover` finishing one: its result's class is `orphaned`, a candidate never judged here;
+  `orphaned_signal` from a state that knew the upgrade owes the mark), and not where the mark's write failed
   and was let pass (the entry's `skipped` names `mark_known_bad`: the way back never waits on
   the mark), and once a later upgrade to it was judged ok here (`complete` clears the mark).
   The rollbacks recorded are the search's ghost set `rolled_back`;
@@ -225,6 +230,23 @@ def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str],
         out.append(("rolled-back-is-marked", f"{version} rolled back here, but it is not marked "
                     "known bad (and its mark's write did not fail): an upgrade to it would not "
                     "be refused"))
+    # Rolling back, the candidate's code never starts again: the last-good is selected before
+    # the restart that the rollback owes (and a daemon's start runs what is selected).
+    if seen.state == "recovering" and seen.pending is None and seen.unreadable is None \
+            and seen.selected != seen.last_good:
+        out.append(("way-back-selects-last-good", f"rolling back with nothing owed, and "
+                    f"{seen.selected} is selected, not last-good {seen.last_good}: the next "
+                    "start runs the candidate's code"))
+    # A start runs what is selected: a release nobody trusts runs only as a signalled candidate,
+    # its starts counted by the start check and its judgment due.
+    if seen.selected is not None and seen.selected != seen.last_good \
+            and seen.selected not in trusted \
+            and (seen.signal is None or seen.signal[1] != seen.selected):
+        out.append(("candidate-is-signalled", f"{seen.selected} is selected, neither last-good "
+                    f"({seen.last_good}) nor judged ok here nor installed by an operator, and "
+                    + ("no signal names it" if seen.signal is None else
+                       f"the signal names {seen.signal[1]}")
+                    + ": a start would run it unjudged, its starts uncounted"))
     if seen.last_good is not None and seen.last_good not in trusted:
         out.append(("judged-before-trusted", f"{seen.last_good} is last-good, but it was never "
                     "judged ok here nor installed or activated by an operator"))

@@ -3,7 +3,11 @@ makes (tools/mutants.py's `variants`), model-checked at the `mutant` bound (the 
 systemd 252 and 257). A variant is *caught* when it is refused at load or breaks a rule;
 *equivalent* when no rule breaks and every configuration reached shows the same as the shipped
 definition's, on each systemd (the same set of what the node's files say and what the units
-are: the same reachable behaviour); else it *survived*.
+are: the same reachable behaviour; systemd's start count is left out where the agent unit has no
+start limit, `observable`); *equivalent at rest* when no rule breaks anywhere and the
+configurations the node rests in are the same (`at_rest`: the liveness goal), the difference
+only on the way there (an order of effects a crash between them shows, a count kept twice);
+else it *survived*.
 
 A variant's search ends at its first broken rule (`stop_at_first`); one on which the node
 cannot even be installed (the first release's `install` fails) is caught. Two pre-passes need
@@ -33,10 +37,12 @@ from agent_fsm.errors import AgentFsmError, DefinitionError
 from agent_fsm.machine import definition as definition_mod
 
 from .search import BOUNDS, Bound, check
+from .units import KEY_AGENT_RESTARTS, KEY_LIMIT, KEY_STARTS
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "mutants.py"
 SHIPPED = "(the shipped definition)"
 UNEXERCISED = "never exercised"  # in an equivalent's why: the changed transition never fired
+AT_REST = "equivalent-at-rest"  # no rule broken, the same rest configurations, not the same way
 
 
 @dataclass(frozen=True)
@@ -162,8 +168,11 @@ def classify(found: Searched, shipped: frozenset[Any], trigger: str | None = Non
     if found.broken:
         name, detail, steps = found.broken[0]
         return "caught", f"{name} ({steps} steps): {detail}"
-    if found.behaviour == shipped:
+    if observable(found.behaviour) == observable(shipped):
         why = f"the same reachable behaviour ({found.states} configurations)"
+        if found.behaviour != shipped:
+            why += (" but for systemd's start count of an agent unit with no start limit, "
+                    "which nothing shows and nothing acts on")
         if trigger is not None and dropped is not None and (trigger, dropped) not in refused:
             why += (f"; {UNEXERCISED}: {dropped} never refuses {trigger} in the shipped "
                     "definition's search")
@@ -171,7 +180,35 @@ def classify(found: Searched, shipped: frozenset[Any], trigger: str | None = Non
             why += (f"; {UNEXERCISED}: {trigger} never fires"
                     + (f" from {source}" if source else "") + " within the bound")
         return "equivalent", why
+    if at_rest(found.behaviour) == at_rest(shipped):
+        return AT_REST, (f"the same configurations at rest ({len(at_rest(shipped))}), every rule "
+                         "kept on the way: " + _differs(observable(found.behaviour),
+                                                        observable(shipped)))
     return "survived", _differs(found.behaviour, shipped)
+
+
+def observable(behaviour: frozenset[Any]) -> frozenset[Any]:
+    """What each configuration shows, systemd's start count left out where the agent unit
+    loaded has no start limit: no property shows the count, and without a limit it refuses
+    nothing (where a later unit's limit meets it, the configurations there differ)."""
+    return frozenset((seen, units if units[KEY_LIMIT] is not None else
+                      (*units[:KEY_STARTS], None, *units[KEY_STARTS + 1:]))
+                     for seen, units in behaviour)
+
+
+def at_rest(behaviour: frozenset[Any]) -> frozenset[Any]:
+    """The configurations the node rests in (the liveness goal: converged, nothing owed, no
+    signal, the gate open, the last-good's agent running on its assets, no recovery running),
+    systemd's start count and the agent unit's `NRestarts` left out: at rest the start limit's
+    interval passes and systemd forgets the starts, and the serving daemon resets `NRestarts`
+    `stable_after` seconds after a start that followed crashes (`Daemon.forget_crashes`)."""
+    return frozenset((seen, tuple(u for i, u in enumerate(units)
+                                  if i not in (KEY_STARTS, KEY_AGENT_RESTARTS)))
+                     for seen, units in behaviour
+                     if seen.state == "converged" and seen.pending is None and seen.signal is None
+                     and seen.gate and seen.selected == seen.last_good
+                     and seen.assets == seen.selected and units[1] == f"active:{seen.selected}"
+                     and units[2] == "inactive")
 
 
 def _dropped_condition(v: Any) -> str | None:

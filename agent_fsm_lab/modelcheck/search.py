@@ -41,6 +41,10 @@ CLOCK = 1_700_000_000.0
 RELOADING = frozenset({"install", "activate", "complete", "complete_queued", "recovered",
                        "settle"})
 YEAR = 365 * 86400.0
+# The states in which the state file knows no upgrade: a signal found there is an orphan's (the
+# shipped definition's `orphaned_signal` sources; a variant adding one does not make the upgrade
+# its state file knew an orphan).
+KNOWS_NONE = frozenset({"idle", "converged"})
 
 
 @dataclass(frozen=True)
@@ -471,6 +475,10 @@ class Checker:
                     s.get("effect") == "mark_known_bad" for s in entry.get("skipped") or ()) \
                     and not self._orphaned_result():
                 rolled_back.add(str(to))  # its mark is owed (unless its write failed: let pass)
+            if trigger == Trigger.orphaned_signal and to and entry.get("from") not in KNOWS_NONE:
+                # a rollback of an upgrade the state file knew, taken for an orphan's: its
+                # candidate ran here, so its mark is owed as any rollback's
+                rolled_back.add(str(to))
             if trigger in (Trigger.complete, Trigger.complete_queued) and to:
                 rolled_back.discard(str(to))  # judged ok here since: its mark is cleared
             if to and trigger in (Trigger.complete, Trigger.complete_queued, Trigger.judge_failed,

@@ -149,6 +149,10 @@ class Units:
                 self.agent_restarts, self.recovery_restarts, self.loaded, self.enabled)
 
 
+# where `Units.key` holds what `mutants.observable` and `mutants.at_rest` leave out
+KEY_STARTS, KEY_LIMIT, KEY_AGENT_RESTARTS = 3, 4, 5
+
+
 _LIMITS: dict[str | None, int | None] = {None: None}  # each label's start limit
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -260,3 +261,34 @@ def test_a_failed_judgment_that_leaves_the_recovery_unit_alone_is_caught(
                            operator_commands=("upgrade",)))
     text = broken_rule(result, "judged-failed-starts-recovery")
     assert "fired judge_failed" in text and "recovery unit not started" in text
+
+
+def test_a_rollback_that_leaves_the_candidate_selected_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `select_last_good` broken on purpose (it selects nothing), the check finds the node
+    rolling back with the candidate still selected, so the restart the rollback owes would run
+    the candidate's code again, and shows the `recover` that did it."""
+    monkeypatch.setitem(registry.EFFECTS, "select_last_good", lambda _effectors, _step: None)
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",)))
+    text = broken_rule(result, "way-back-selects-last-good")
+    assert "fired recover" in text and "2.0.0 is selected, not last-good 1.0.0" in text
+
+
+def test_an_upgrade_that_selects_its_candidate_without_a_signal_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `write_signal` broken on purpose (it records the upgrade in the state file but
+    leaves no signal on disk), the check finds an operator's `upgrade` that leaves its candidate
+    selected with no signal naming it: the agent's next start would run it unjudged, its starts
+    uncounted."""
+    write = registry.EFFECTS["write_signal"]
+
+    def lost(effectors: Any, step: Any) -> None:
+        write(effectors, step)
+        effectors.paths.signal_file.unlink()
+
+    monkeypatch.setitem(registry.EFFECTS, "write_signal", lost)
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",)))
+    text = broken_rule(result, "candidate-is-signalled")
+    assert "operator: agent-fsm upgrade 2.0.0" in text and "no signal names it" in text

@@ -120,3 +120,40 @@ def test_an_equivalent_whose_change_is_never_tried_says_so(whole: mutants.Search
     assert "never exercised: install never fires from recovering" in why
     outcome, why = mutants.classify(whole, same, "complete")
     assert outcome == "equivalent" and mutants.UNEXERCISED not in why
+
+
+def test_a_variant_that_differs_only_on_the_way_is_equivalent_at_rest(
+        texts: dict[str, str], shipped: frozenset[Any]) -> None:
+    """`install` writing the assets before it promotes the release: a crash between the two
+    shows a configuration the shipped order never does (the new assets, the old last-good, the
+    install owed), every rule holds there, and the resumed install rests where the shipped one
+    does: equivalent at rest, not equivalent."""
+    vid = "install: swap effects promote_last_good <-> write_assets"
+    found = mutants.search(vid, texts[vid], BOUND, True)
+    outcome, why = mutants.classify(found, shipped, "install")
+    assert outcome == mutants.AT_REST, why
+    assert mutants.observable(found.behaviour) != mutants.observable(shipped)
+    assert "owing install" in why and "they differ only while a transition is owed" in why
+
+
+def test_a_start_count_no_start_limit_consults_makes_no_difference(
+        texts: dict[str, str], shipped: frozenset[Any]) -> None:
+    """`begin_upgrade` without `reset_start_limit`: on an agent unit with no start limit the
+    count it leaves is one no property shows and nothing refuses on, so the variant is
+    equivalent, and says what it differed in."""
+    vid = "begin_upgrade: drop effect reset_start_limit"
+    found = mutants.search(vid, texts[vid], BOUND, True)
+    outcome, why = mutants.classify(found, shipped, "begin_upgrade")
+    assert outcome == "equivalent", why
+    assert found.behaviour != shipped and "start count" in why, why
+
+
+def test_a_judged_failure_rolled_back_as_an_orphan_is_caught(
+        texts: dict[str, str], shipped: frozenset[Any]) -> None:
+    """`orphaned_signal` also from `judged_failed`: the recovery unit's `recover` then rolls back
+    a candidate that failed its checks as if the state file had never known it, marking nothing:
+    caught by `rolled-back-is-marked`, an orphan's exemption being only where the state file
+    knows no upgrade."""
+    vid = "orphaned_signal: add source judged_failed"
+    outcome, why = mutants.classify(mutants.search(vid, texts[vid], BOUND, True), shipped)
+    assert (outcome, why.split(" (")[0]) == ("caught", "rolled-back-is-marked"), why
