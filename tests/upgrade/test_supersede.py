@@ -94,6 +94,30 @@ class TestSupersede:
         assert world.node.gate.is_open()
         assert world.node.store.read().state == "converged"
 
+    @pytest.mark.parametrize("cut", range(6))  # before each effect, and before its record
+    def test_a_recover_killed_inside_the_abandonment_never_leaves_the_candidate_unsignalled(
+            self, world: World, cut: int) -> None:
+        """An `upgrade` cut after selecting its candidate, then `recover` killed at each point of
+        its abandonment: at every point the selected release is the last-good or the candidate a
+        signal names (a start in between never runs 2.0.0 unjudged, its starts uncounted), and
+        the next `recover` ends the abandonment on the last-good."""
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.failpoint = crash_at("begin_upgrade", 3)  # signal, 2.0.0 selected
+        with pytest.raises(Crash):
+            world.node.controller.fire("begin_upgrade", release="2.0.0")
+        world = world.reopen()
+        world.node.controller.failpoint = crash_at("abandon_upgrade", cut)
+        with pytest.raises(Crash):
+            recover(world.node)
+        world = world.reopen()
+        selected, sig = world.node.releases.selected(), world.node.signal()
+        assert selected == "1.0.0" or (sig is not None and sig.to_version == selected), \
+            (selected, sig)
+        assert recover(world.node).state == "converged"
+        assert world.node.releases.selected() == "1.0.0" and world.node.signal() is None
+        assert known_bad.read(world.paths.known_bad_file).marks == {}
+
     def test_a_full_disk_during_the_abandonment_never_orphans_the_signal(
             self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
         """A full disk at the second state-file write of `recover`'s abandonment leaves either
