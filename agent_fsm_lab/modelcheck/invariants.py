@@ -8,6 +8,9 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
   bytes (a missing one may still be restored; none other is ever there);
 - `gate-means-done`: the gate open, there is no signal and no owed transition (but one that
   closes the gate and has run none of its effects yet: its write-ahead comes first);
+- `restart-not-refused`: a transition that resets the start limit before its restart does not
+  have that restart refused at the limit, unless its reset was let pass (checked on each step,
+  `search.Checker._step`);
 - `way-back-by-last-good`: a transition of the way back is recorded only by a process running
   the last-good's code (checked on each step: `step_violations`);
 - `state-file-reads`: the state file always reads, by this agent-fsm and by the previous

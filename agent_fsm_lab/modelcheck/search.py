@@ -45,6 +45,9 @@ YEAR = 365 * 86400.0
 # shipped definition's `orphaned_signal` sources; a variant adding one does not make the upgrade
 # its state file knew an orphan).
 KNOWS_NONE = frozenset({"idle", "converged"})
+# The transitions that reset the agent unit's start limit before restarting it (the shipped
+# definition's: a variant dropping the reset does not take its restart out of the rule).
+RESETTING = frozenset({"begin_upgrade", "recover", "abandon_upgrade", "orphaned_signal"})
 
 
 @dataclass(frozen=True)
@@ -536,6 +539,15 @@ class Checker:
             self._violation("judged-failed-starts-recovery", f"{ran.who} recorded judge_failed "
                             "and ended with the recovery unit not started: the way back waits "
                             "on another start", state, edge, None)
+        if ran.units.agent == "failed" and (fault is None or fault.kind != "systemctl"):
+            for entry in ran.fired:
+                if entry.get("trigger") in RESETTING and not entry.get("superseded_by") and not any(
+                        s.get("effect") == "reset_start_limit" for s in entry.get("skipped") or ()):
+                    self._violation("restart-not-refused", f"{ran.who} recorded "
+                                    f"{entry['trigger']}, and systemd refused the restart it "
+                                    "queued at the agent unit's start limit (left failed, "
+                                    "start-limit-hit), though its reset was not let pass",
+                                    state, edge, None)
         if process.kind in ("install", "activate") and process.version \
                 and ran.end.startswith("exit 0") and not ran.died:
             on_disk = unit_label(ran.tree.file(self.host.agent_unit_rel))

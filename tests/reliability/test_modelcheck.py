@@ -292,3 +292,16 @@ def test_an_upgrade_that_selects_its_candidate_without_a_signal_is_caught(
                            operator_commands=("upgrade",)))
     text = broken_rule(result, "candidate-is-signalled")
     assert "operator: agent-fsm upgrade 2.0.0" in text and "no signal names it" in text
+
+
+def test_a_rollback_whose_restart_systemd_refuses_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `reset_start_limit` broken on purpose (it resets nothing), the check finds, through
+    the agent unit an older release wrote (a start limit of two starts), a rollback whose
+    restart systemd refuses at the start limit, the unit left failed, though the reset was not
+    let pass: the way back then waits on the recovery unit's next try."""
+    monkeypatch.setitem(registry.EFFECTS, "reset_start_limit", lambda _effectors, _step: None)
+    result = check(replace(BOUNDS["small"], systemds=(252,), agent_units=("older",),
+                           operator_commands=("upgrade",)))
+    text = broken_rule(result, "restart-not-refused")
+    assert "refused the restart it queued" in text and "start-limit-hit" in text
