@@ -37,6 +37,9 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
   and was let pass (the entry's `skipped` names `mark_known_bad`: the way back never waits on
   the mark), and once a later upgrade to it was judged ok here (`complete` clears the mark).
   The rollbacks recorded are the search's ghost set `rolled_back`;
+- `abandoned-is-not-rolled-back`: an upgrade abandoned before its candidate started is not
+  rolled back afterwards until begun again (checked on each step, with the search's ghost set
+  `abandoned`);
 - and, over the whole graph, `way-back-is-live` (bounded liveness, `search.liveness`).
 """
 

@@ -7,7 +7,9 @@ are: the same reachable behaviour; systemd's start count is left out where the a
 start limit, `observable`); *equivalent at rest* when no rule breaks anywhere and the
 configurations the node rests in are the same (`at_rest`: the liveness goal), the difference
 only on the way there (an order of effects a crash between them shows, a count kept twice);
-else it *survived*.
+neither where a configuration both searches reach rests elsewhere once the faults stop
+(`rests_differ`: the sets may agree while a path ends where the shipped one's does not); else
+it *survived*.
 
 A variant's search ends at its first broken rule (`stop_at_first`); one on which the node
 cannot even be installed (the first release's `install` fails) is caught. Two pre-passes need
@@ -63,6 +65,7 @@ class Searched:
     behaviour: frozenset[Any]
     states: int
     seconds: float
+    rests: frozenset[tuple[Any, Any]] = frozenset()  # (configuration, where it rests)
     moves: frozenset[tuple[str, str]] = frozenset()  # (trigger, from) of every transition fired
     refusals: frozenset[tuple[str, str]] = frozenset()  # (trigger, condition) that refused it
 
@@ -111,7 +114,7 @@ def search(vid: str, text: str | None, bound: Bound, stop_at_first: bool) -> Sea
                             frozenset(), 0, time.monotonic() - began)
     broken = tuple((v.name, v.detail, len(v.trace) - 1) for v in result.violations)
     return Searched(vid, "", broken, result.behaviour, result.states, time.monotonic() - began,
-                    frozenset(result.moves), frozenset(refusals))
+                    result.rests, frozenset(result.moves), frozenset(refusals))
 
 
 def _recording(name: str, fn: Any, refusals: set[tuple[str, str]]) -> Any:
@@ -159,15 +162,21 @@ def exercised(found: Searched, trigger: str, source: str | None) -> bool:
 
 def classify(found: Searched, shipped: frozenset[Any], trigger: str | None = None,
              source: str | None = None, dropped: str | None = None,
-             refused: frozenset[tuple[str, str]] = frozenset()) -> tuple[str, str]:
+             refused: frozenset[tuple[str, str]] = frozenset(),
+             rests: frozenset[tuple[Any, Any]] | None = None) -> tuple[str, str]:
     """(outcome, why) of a variant changing `trigger`'s transition (adding `source`, or
     dropping the condition `dropped`, if given), from its search and the shipped definition's
-    reachable behaviour (`refused`: the (trigger, condition) pairs that refused there)."""
+    reachable behaviour (`refused`: the (trigger, condition) pairs that refused there; `rests`:
+    where each of its configurations rests, which an equivalent's must match wherever both
+    reach a configuration; None: not compared)."""
     if found.refused:
         return "caught", found.refused
     if found.broken:
         name, detail, steps = found.broken[0]
         return "caught", f"{name} ({steps} steps): {detail}"
+    elsewhere = "" if rests is None else rests_differ(found.rests, rests)
+    if elsewhere:
+        return "survived", elsewhere
     if observable(found.behaviour) == observable(shipped):
         why = f"the same reachable behaviour ({found.states} configurations)"
         if found.behaviour != shipped:
@@ -187,13 +196,42 @@ def classify(found: Searched, shipped: frozenset[Any], trigger: str | None = Non
     return "survived", _differs(found.behaviour, shipped)
 
 
+def rests_differ(mine: frozenset[tuple[Any, Any]], shipped: frozenset[tuple[Any, Any]]) -> str:
+    """Where a configuration both searches reach rests differently once the faults stop (what
+    it shows, and at rest what the one it rests in shows), in words; "" when none does. The sets
+    of configurations may agree while a path ends elsewhere: this compares each path's end."""
+    def table(rests: frozenset[tuple[Any, Any]]) -> dict[Any, set[Any]]:
+        out: dict[Any, set[Any]] = {}
+        for shown, rest in rests:
+            out.setdefault(_observable(shown), set()).add(_at_rest(rest))
+        return out
+
+    a, b = table(mine), table(shipped)
+    for shown in sorted(a.keys() & b.keys(), key=repr):
+        if a[shown] != b[shown]:
+            seen, there = shown[0], min(a[shown] - b[shown] or a[shown], key=repr)[0]
+            return (f"no rule broken, but from a configuration the shipped definition reaches too "
+                    f"({seen.summary()}) the node rests elsewhere once the faults stop: "
+                    f"{there.summary()}, last result {there.last_result}")
+    return ""
+
+
+def _observable(item: tuple[Any, Any]) -> tuple[Any, Any]:
+    seen, units = item
+    return seen, (units if units[KEY_LIMIT] is not None else
+                  (*units[:KEY_STARTS], None, *units[KEY_STARTS + 1:]))
+
+
+def _at_rest(item: tuple[Any, Any]) -> tuple[Any, Any]:
+    seen, units = item
+    return seen, tuple(u for i, u in enumerate(units) if i not in (KEY_STARTS, KEY_AGENT_RESTARTS))
+
+
 def observable(behaviour: frozenset[Any]) -> frozenset[Any]:
     """What each configuration shows, systemd's start count left out where the agent unit
     loaded has no start limit: no property shows the count, and without a limit it refuses
     nothing (where a later unit's limit meets it, the configurations there differ)."""
-    return frozenset((seen, units if units[KEY_LIMIT] is not None else
-                      (*units[:KEY_STARTS], None, *units[KEY_STARTS + 1:]))
-                     for seen, units in behaviour)
+    return frozenset(_observable(item) for item in behaviour)
 
 
 def at_rest(behaviour: frozenset[Any]) -> frozenset[Any]:
@@ -202,9 +240,7 @@ def at_rest(behaviour: frozenset[Any]) -> frozenset[Any]:
     systemd's start count and the agent unit's `NRestarts` left out: at rest the start limit's
     interval passes and systemd forgets the starts, and the serving daemon resets `NRestarts`
     `stable_after` seconds after a start that followed crashes (`Daemon.forget_crashes`)."""
-    return frozenset((seen, tuple(u for i, u in enumerate(units)
-                                  if i not in (KEY_STARTS, KEY_AGENT_RESTARTS)))
-                     for seen, units in behaviour
+    return frozenset(_at_rest((seen, units)) for seen, units in behaviour
                      if seen.state == "converged" and seen.pending is None and seen.signal is None
                      and seen.gate and seen.selected == seen.last_good
                      and seen.assets == seen.selected and units[1] == f"active:{seen.selected}"
@@ -262,7 +298,7 @@ def run(only: Callable[[str], bool] = lambda _id: True, *, jobs: int = 2,
         for found in found_all:
             v = by_id[found.id]
             outcome, why = classify(found, base.behaviour, v.trigger, _added_source(v),
-                                    _dropped_condition(v), base.refusals)
+                                    _dropped_condition(v), base.refusals, base.rests)
             yield Verdict(found.id, outcome, why, found.seconds)
 
 

@@ -113,6 +113,7 @@ class Config_:
     # systemd loads it (a reload, a boot), an open gate need not wait for it
     reload_missed: bool = False
     judged: tuple[str, str] | None = None  # the last upgrade ended on this path: to, outcome
+    abandoned: frozenset[str] = frozenset()  # upgrades abandoned and not begun again since
 
 
 @dataclass
@@ -164,6 +165,8 @@ class Result:
     parked: int = 0  # an operator's command died mid-way, nothing runs: waits for an operator
     parked_kinds: dict[str, int] = field(default_factory=dict)  # what those are, in words
     behaviour: frozenset[object] = frozenset()  # what every configuration showed (mutants)
+    # (what a configuration showed, what the one it rests in once the faults stop showed)
+    rests: frozenset[tuple[object, object]] = frozenset()
     earlier: str = "not asked"  # what the previous release's reader was given
     stopped: bool = False  # ended at its first violation (`stop_at_first`): the figures are partial
 
@@ -246,6 +249,7 @@ class Checker:
         self.initial: dict[tuple[int, str], Tree] = {}  # each first configuration (`restore`)
         self.back: frozenset[str] = frozenset()
         self.seen_violation: set[str] = set()
+        self.rest: dict[tuple[object, ...], tuple[object, ...]] = {}  # where each one rests
 
     # Exploring ------------------------------------------------------------------------------
     def run(self) -> Result:
@@ -301,6 +305,8 @@ class Checker:
                                     probe.paths.signal_file.relative_to(root))
         self.result.states = len(self.states)
         self.result.behaviour = frozenset((s.seen, s.model.units.key()) for s in self.states.values())
+        shows = {k: (s.seen, s.model.units.key()) for k, s in self.states.items()}
+        self.result.rests = frozenset((shows[k], shows[r]) for k, r in self.rest.items())
         self.result.seconds = time.monotonic() - began
         return self.result
 
@@ -453,8 +459,8 @@ class Checker:
         if fault is not None:
             self.result.faults += 1
         evidence, trusted, rolled_back = set(m.evidence), set(m.trusted), set(m.rolled_back)
-        reload_missed, judged = m.reload_missed, m.judged
-        fired = []
+        reload_missed, judged, abandoned = m.reload_missed, m.judged, set(m.abandoned)
+        fired, broke = [], []
         for entry in ran.fired:
             trigger = entry.get("trigger")
             self.result.fired.add(str(trigger))
@@ -464,7 +470,17 @@ class Checker:
             if entry.get("superseded_by"):
                 words = f"{trigger} superseded by {entry['superseded_by']}"
                 fired.append(words)
+                if trigger == Trigger.begin_upgrade and entry.get("release") \
+                        and entry["superseded_by"] == Trigger.abandon_upgrade:
+                    abandoned.add(str(entry["release"]))  # its candidate never started
                 continue
+            if trigger == Trigger.begin_upgrade and to:
+                abandoned.discard(str(to))
+            if trigger in (Trigger.recover, Trigger.orphaned_signal) and to \
+                    and str(to) in abandoned:
+                broke.append(("abandoned-is-not-rolled-back", f"{trigger} rolled back the "
+                              f"upgrade to {to}, which was abandoned before its candidate "
+                              "started (and not begun again)"))
             self.result.moves.add((str(trigger), str(entry.get("from"))))
             missed = any(str(s.get("effect")).startswith("reload_systemd")
                          for s in entry.get("skipped") or ())
@@ -508,14 +524,15 @@ class Checker:
                         frozenset(evidence), frozenset(trusted), unit=m.unit,
                         rolled_back=frozenset(rolled_back),
                         given=m.given | ({process.kind} & self.bound.once),
-                        judged=judged,
+                        judged=judged, abandoned=frozenset(abandoned),
                         reload_missed=reload_missed and ran.units.loaded != unit_label(
                             ran.tree.file(self.host.agent_unit_rel) if ran.tree else None))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
                     ran.code is not None and ran.code == ran.last_good_before)
         assert ran.tree is not None
-        for name, detail in invariants.step_violations(ran.fired, ran.code,
-                                                        ran.last_good_before, self.back):
+        for name, detail in [*invariants.step_violations(ran.fired, ran.code,
+                                                          ran.last_good_before, self.back),
+                             *broke]:
             self._violation(name, detail, state, edge, None)
         if process.kind in STORE_COMMANDS and fault is None and ran.end.startswith("exit 0"):
             left = invariants.leftovers(self.host.root / self.releases_rel)
@@ -560,7 +577,7 @@ class Checker:
                via: Edge | None, *, live: bool = False) -> State | None:
         key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
                model.faults, model.operator, model.evidence, model.trusted, model.rolled_back,
-               model.given, model.reload_missed, model.judged)
+               model.given, model.reload_missed, model.judged, model.abandoned)
         if key in self.states:
             return self.states[key]
         if not live:
@@ -642,9 +659,11 @@ class Checker:
             if cur is not None and (cur in dist or self.states[cur].goal):
                 d = dist.get(cur, 0)
                 dist.setdefault(cur, d)
+                rest = self.rest.setdefault(cur, cur)
                 for k in reversed(chain):
                     d += 1
                     dist[k] = d
+                    self.rest[k] = rest
                 worst = max(worst, dist[key])
                 continue
             for k in chain:

@@ -305,3 +305,20 @@ def test_a_rollback_whose_restart_systemd_refuses_is_caught(
                            operator_commands=("upgrade",)))
     text = broken_rule(result, "restart-not-refused")
     assert "refused the restart it queued" in text and "start-limit-hit" in text
+
+
+def test_an_abandoned_upgrade_rolled_back_later_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `abandon_upgrade`'s `clear_signal` broken on purpose (it leaves the signal), the check
+    finds an upgrade cut before its candidate started, abandoned by the serving daemon's look,
+    then rolled back as an orphan: a rollback recorded for a version that never ran."""
+    clear = registry.EFFECTS["clear_signal"]
+
+    def kept(effectors: Any, step: Any) -> None:
+        if step.trigger != "abandon_upgrade":
+            clear(effectors, step)
+
+    monkeypatch.setitem(registry.EFFECTS, "clear_signal", kept)
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",)))
+    text = broken_rule(result, "abandoned-is-not-rolled-back")
+    assert "fired abandon_upgrade" in text and "fired orphaned_signal" in text

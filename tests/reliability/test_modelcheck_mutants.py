@@ -157,3 +157,17 @@ def test_a_judged_failure_rolled_back_as_an_orphan_is_caught(
     vid = "orphaned_signal: add source judged_failed"
     outcome, why = mutants.classify(mutants.search(vid, texts[vid], BOUND, True), shipped)
     assert (outcome, why.split(" (")[0]) == ("caught", "rolled-back-is-marked"), why
+
+
+def test_a_variant_one_of_whose_paths_rests_elsewhere_is_not_equivalent(
+        whole: mutants.Searched) -> None:
+    """The same configurations, but from one of them the node rests, once the faults stop,
+    where the shipped definition's does not (a path sent to another end the shipped one reaches
+    by another way): not equivalent, and the verdict names the configuration."""
+    rests = sorted(whole.rests, key=repr)
+    shown, rest = next((s, r) for s, r in rests if r[0].last_result is None)
+    other = next(r for _, r in rests if r[0].last_result is not None)
+    moved = replace(whole, rests=(whole.rests - {(shown, rest)}) | {(shown, other)})
+    outcome, why = mutants.classify(moved, whole.behaviour, rests=whole.rests)
+    assert outcome == "survived" and "rests elsewhere" in why, why
+    assert mutants.classify(whole, whole.behaviour, rests=whole.rests)[0] == "equivalent"
