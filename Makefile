@@ -30,7 +30,9 @@ lint: $(STAMP)
 	$(VENV)/bin/agent-fsm diagram --check
 
 # The suite runs on four workers: most e2e time is systemd waiting (timeouts, restarts), so two
-# cores carry four. Tests that share a booted fleet are one xdist_group (--dist loadgroup).
+# cores carry four. A module whose tests share one costly module fixture (a guide walked in a
+# booted sandbox, an upgraded node, a packed release, the README's commands) is one xdist_group
+# (--dist loadgroup), so the fixture is made once, not once per worker.
 PYTEST_PARALLEL ?= -n 4 --dist loadgroup
 
 # Lint, the collection's sanity and the Debian 13 node's build (~70 s on a new machine) do not

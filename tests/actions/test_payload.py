@@ -24,6 +24,8 @@ from tests.actions.test_signing import ALLOWED, keygen, trusting
 from tests.helpers import DEFAULT_CONFIG, World, make_world, one_line
 from tests.node.test_release_store import make_release
 
+pytestmark = pytest.mark.xdist_group("packed-payload")  # its module fixture is made once (Makefile)
+
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
 needs_ssh_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None,

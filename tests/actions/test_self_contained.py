@@ -17,6 +17,8 @@ from agent_fsm.errors import ConfigError
 from agent_fsm.node.config import load
 from tests.helpers import World
 
+pytestmark = pytest.mark.xdist_group("packed-self-contained")  # its module fixture is made once (Makefile)
+
 CHECKOUT = Path(agent_fsm.__file__).resolve().parents[1]
 NODE_PYTHON = Path("/usr/bin/python3")
 needs_node_python = pytest.mark.skipif(not NODE_PYTHON.exists(),

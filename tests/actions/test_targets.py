@@ -21,6 +21,8 @@ from agent_fsm.errors import ReleaseError
 from agent_fsm.node.assets.kept import KIND
 from tests.actions.test_abi import interpreter, node_with, with_extension
 
+pytestmark = pytest.mark.xdist_group("packed-targets")  # its module fixture is made once (Makefile)
+
 HOST_PYTHON = Path(sys.executable).resolve()
 MACHINE = os.uname().machine
 HERE = f"cp3{sys.version_info[1]}-{MACHINE}"

@@ -14,6 +14,8 @@ import pytest
 from agent_fsm.actions.releases.packing import pack
 from tests.helpers import env_with_stub_systemctl
 
+pytestmark = pytest.mark.xdist_group("packed-install-from")  # its module fixture is made once (Makefile)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -32,6 +32,8 @@ from tests.cli.test_cli import command_paths
 from tests.views.test_history import ENTRY_KEYS
 from tests.views.test_metrics import FAMILIES, types
 
+pytestmark = pytest.mark.xdist_group("readme-run")  # its module fixture is made once (Makefile)
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 OPERATIONS = (ROOT / "docs" / "operations.md").read_text()

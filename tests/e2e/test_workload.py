@@ -24,7 +24,7 @@ from agent_fsm_lab.lab import NAME, UNIT, Lab
 from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
 from tests.e2e.conftest import NODES, require_sandbox
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("workload-node")]  # one module fixture
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark.append(pytest.mark.timeout(150))  # a safety net only: every wait is bounded
 

@@ -34,7 +34,7 @@ from agent_fsm_lab.lab import SERVICE_PATH
 from agent_fsm_lab.sandbox import SystemdSandbox, python_paths
 from tests.e2e.conftest import require_sandbox
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("your-agent-guide")]  # one module fixture
 if importlib.util.find_spec("pytest_timeout") is not None:
     pytestmark.append(pytest.mark.timeout(300))  # a safety net: every block's run is bounded
 

@@ -44,6 +44,8 @@ from agent_fsm.node.state import validate
 from agent_fsm.system.systemd import Systemctl
 from tests.helpers import make_world
 
+pytestmark = pytest.mark.xdist_group("injection-base")  # its module fixture is made once (Makefile)
+
 ROOT = Path(__file__).resolve().parents[2]
 ANALYZE = shutil.which("systemd-analyze")
 MANAGER = next((p for p in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd")
