@@ -24,7 +24,8 @@ With --modelcheck-first, the model check (`python -m agent_fsm_lab.modelcheck --
 the snapshot first, docs/reliability.md) judges the variants before the suite does: one it
 catches (a rule of docs/design.md broken, within its bound) is killed at stage "modelcheck"
 without running the suite; the others run the suite as without it, and the table notes the
-model check's verdict on a survivor ("equivalent": the same reachable behaviour within its bound).
+model check's verdict on a survivor ("equivalent": the same reachable behaviour within its bound;
+"equivalent-at-rest": every rule kept and the same configurations at rest, not the same way).
 The model check is deterministic and the unmutated definition must pass it first (its baseline).
 
 Exit status: 0 when every variant is killed, 1 when some survive, are flaky or time out, 2 when
