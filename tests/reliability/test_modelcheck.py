@@ -5,8 +5,9 @@ shortest trace as a timeline. `make modelcheck` runs the deep bound."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agent_fsm import files
 from agent_fsm.actions.releases import packing
 from agent_fsm.machine.definition import Role
 from agent_fsm.machine.reading import shipped
@@ -322,3 +324,18 @@ def test_an_abandoned_upgrade_rolled_back_later_is_caught(monkeypatch: pytest.Mo
                            operator_commands=("upgrade",)))
     text = broken_rule(result, "abandoned-is-not-rolled-back")
     assert "fired abandon_upgrade" in text and "fired orphaned_signal" in text
+
+
+def test_a_full_disk_that_escapes_as_a_traceback_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With agent-fsm's translation of a failing write broken on purpose (an OSError passes out
+    raw instead of the one-line DiskError that says what to free), the check finds a process
+    ending in a traceback at the full disk, and names it."""
+    @contextlib.contextmanager
+    def raw(*_args: Any, **_kwargs: Any) -> Iterator[None]:
+        yield
+
+    monkeypatch.setattr(files, "_disk", raw)
+    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                           operator_commands=("upgrade",), kinds=frozenset({"enospc"})))
+    text = broken_rule(result, "no-traceback")
+    assert "traceback: OSError: [Errno 28] No space left on device" in text
