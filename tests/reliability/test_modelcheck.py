@@ -37,6 +37,10 @@ from agent_fsm_lab.modelcheck.tree import Tree
 from agent_fsm_lab.modelcheck.units import ModelSystemd, Units, start_limit, unit_label
 
 pytestmark = pytest.mark.timeout(240)
+# The small bound cut to what a rule broken on purpose needs: one `upgrade`, systemd 257, the
+# agent unit as written now (each test widens it where its rule needs more).
+ONE_UPGRADE = replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
+                      operator_commands=("upgrade",))
 
 
 def broken_rule(result: Result, name: str) -> str:
@@ -90,8 +94,7 @@ def test_a_candidate_running_the_way_back_is_caught_with_its_trace(
         return Role.last_good if self.command == roles.Command.daemon and got else got
 
     monkeypatch.setattr(roles.Process, "role", broken)
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("upgrade",)))
+    result = check(ONE_UPGRADE)
     text = broken_rule(result, "way-back-by-last-good")
     assert "operator: agent-fsm upgrade 2.0.0" in text
     assert "daemon of 2.0.0" in text and "on disk:" in text
@@ -183,8 +186,7 @@ def test_a_rollback_left_unmarked_is_caught_with_its_trace(monkeypatch: pytest.M
     finds a rollback recorded with its version not marked known bad, and shows the recover
     that rolled it back."""
     monkeypatch.setattr(known_bad, "mark", lambda _file, _mark: False)
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("upgrade",)))
+    result = check(ONE_UPGRADE)
     text = broken_rule(result, "rolled-back-is-marked")
     assert "operator: agent-fsm upgrade 2.0.0" in text
     assert "fired recover" in text and "2.0.0 rolled back here" in text
@@ -196,8 +198,7 @@ def test_a_gate_opened_before_systemd_loaded_the_new_unit_is_caught(
     gate open after an upgrade while systemd still has the last-good's agent unit loaded, and
     shows the `complete` that wrote the new one."""
     monkeypatch.setitem(registry.EFFECTS, "reload_systemd", lambda _effectors, _step: None)
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("upgrade",)))
+    result = check(ONE_UPGRADE)
     text = broken_rule(result, "gate-after-reload")
     assert "operator: agent-fsm upgrade 2.0.0" in text and "fired complete" in text
     assert "1.0.0's unit file loaded" in text
@@ -223,8 +224,7 @@ def test_an_install_that_leaves_the_old_assets_is_caught(monkeypatch: pytest.Mon
     """With `write_assets` broken on purpose (it writes nothing), the check finds an operator's
     `install 2.0.0` that exits 0 with 1.0.0's assets still on disk."""
     monkeypatch.setitem(registry.EFFECTS, "write_assets", lambda _effectors, _step: None)
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("install",)))
+    result = check(replace(ONE_UPGRADE, operator_commands=("install",)))
     text = broken_rule(result, "install-does-it")
     assert "operator: agent-fsm install 2.0.0" in text and "left: assets 1.0.0" in text
 
@@ -234,8 +234,7 @@ def test_an_install_that_leaves_the_agent_unit_disabled_is_caught(
     """With `enable_unit` broken on purpose (it enables nothing), the check finds that after a
     power loss nothing starts the agent again: the way back is not live."""
     monkeypatch.setitem(registry.EFFECTS, "enable_unit", lambda _effectors, _step: None)
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("upgrade",), kinds=frozenset({"power"})))
+    result = check(replace(ONE_UPGRADE, kinds=frozenset({"power"})))
     text = broken_rule(result, "way-back-is-live")
     assert "the host boots" in text and "disabled" in text and "nothing runs any more" in text
 
@@ -247,8 +246,7 @@ def test_an_upgrade_that_settles_without_its_result_recorded_is_caught(
     in the state file, which `status --json` reports."""
     monkeypatch.setitem(registry.EFFECTS, "publish_result",
                         lambda effectors, _step: effectors.publisher.deliver())
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("upgrade",)))
+    result = check(ONE_UPGRADE)
     text = broken_rule(result, "result-recorded")
     assert "fired complete" in text and "2.0.0 ended ok" in text and "says nothing" in text
 
@@ -259,8 +257,7 @@ def test_a_failed_judgment_that_leaves_the_recovery_unit_alone_is_caught(
     252 (whose `OnFailure=` waits for the start limit), the candidate's daemon recording
     judge_failed with the recovery unit not started."""
     monkeypatch.setitem(registry.EFFECTS, "start_recovery", lambda _effectors, _step: None)
-    result = check(replace(BOUNDS["small"], systemds=(252,), agent_units=("current",),
-                           operator_commands=("upgrade",)))
+    result = check(replace(ONE_UPGRADE, systemds=(252,)))
     text = broken_rule(result, "judged-failed-starts-recovery")
     assert "fired judge_failed" in text and "recovery unit not started" in text
 
@@ -271,8 +268,7 @@ def test_a_rollback_that_leaves_the_candidate_selected_is_caught(
     rolling back with the candidate still selected, so the restart the rollback owes would run
     the candidate's code again, and shows the `recover` that did it."""
     monkeypatch.setitem(registry.EFFECTS, "select_last_good", lambda _effectors, _step: None)
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("upgrade",)))
+    result = check(ONE_UPGRADE)
     text = broken_rule(result, "way-back-selects-last-good")
     assert "fired recover" in text and "2.0.0 is selected, not last-good 1.0.0" in text
 
@@ -290,8 +286,7 @@ def test_an_upgrade_that_selects_its_candidate_without_a_signal_is_caught(
         effectors.paths.signal_file.unlink()
 
     monkeypatch.setitem(registry.EFFECTS, "write_signal", lost)
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("upgrade",)))
+    result = check(ONE_UPGRADE)
     text = broken_rule(result, "candidate-is-signalled")
     assert "operator: agent-fsm upgrade 2.0.0" in text and "no signal names it" in text
 
@@ -303,8 +298,7 @@ def test_a_rollback_whose_restart_systemd_refuses_is_caught(
     restart systemd refuses at the start limit, the unit left failed, though the reset was not
     let pass: the way back then waits on the recovery unit's next try."""
     monkeypatch.setitem(registry.EFFECTS, "reset_start_limit", lambda _effectors, _step: None)
-    result = check(replace(BOUNDS["small"], systemds=(252,), agent_units=("older",),
-                           operator_commands=("upgrade",)))
+    result = check(replace(ONE_UPGRADE, systemds=(252,), agent_units=("older",)))
     text = broken_rule(result, "restart-not-refused")
     assert "refused the restart it queued" in text and "start-limit-hit" in text
 
@@ -320,8 +314,7 @@ def test_an_abandoned_upgrade_rolled_back_later_is_caught(monkeypatch: pytest.Mo
             clear(effectors, step)
 
     monkeypatch.setitem(registry.EFFECTS, "clear_signal", kept)
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("upgrade",)))
+    result = check(ONE_UPGRADE)
     text = broken_rule(result, "abandoned-is-not-rolled-back")
     assert "fired abandon_upgrade" in text and "fired orphaned_signal" in text
 
@@ -335,7 +328,6 @@ def test_a_full_disk_that_escapes_as_a_traceback_is_caught(monkeypatch: pytest.M
         yield
 
     monkeypatch.setattr(files, "_disk", raw)
-    result = check(replace(BOUNDS["small"], systemds=(257,), agent_units=("current",),
-                           operator_commands=("upgrade",), kinds=frozenset({"enospc"})))
+    result = check(replace(ONE_UPGRADE, kinds=frozenset({"enospc"})))
     text = broken_rule(result, "no-traceback")
     assert "traceback: OSError: [Errno 28] No space left on device" in text
