@@ -119,8 +119,15 @@ RestartSec=100ms
     first = int(sb.show("e2e-sleeper.service", "MainPID"))
     assert first > 0, sb.diagnostics("e2e-sleeper.service")
     host_pid = sb.host_pid(first)
-    cmdline = Path(f"/proc/{host_pid}/cmdline").read_bytes().split(b"\0")
-    assert cmdline[:2] == [b"/bin/sleep", b"infinity"], cmdline
+
+    # `systemctl start` of a Type=simple unit returns once systemd has forked: until the child
+    # execs, its command line is systemd's "(sleep)" placeholder (seen on 257).
+    def execed() -> bool:
+        cmdline = Path(f"/proc/{host_pid}/cmdline").read_bytes().split(b"\0")
+        return cmdline[:2] == [b"/bin/sleep", b"infinity"]
+
+    sb.wait_for(execed, timeout=10, what="e2e-sleeper.service's main process to exec /bin/sleep",
+                units=["e2e-sleeper.service"])  # fmt: skip
 
     os.kill(host_pid, signal.SIGKILL)
 
