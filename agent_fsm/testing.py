@@ -51,6 +51,7 @@ class FakeSystemd:
     fail: set[str] = field(default_factory=set)
     on_call: Callable[[str, str], None] | None = None
     shown: dict[str, str] = field(default_factory=dict)  # what `show` answers
+    shown_for: dict[str, dict[str, str]] = field(default_factory=dict)  # ... for these units
     loaded_fresh: bool = False  # what `reload_needed` answers: not needed (True), or needed
     systemd_version: int = 252  # what `version` answers (asked: `versions_asked`, not `calls`)
     versions_asked: int = 0
@@ -79,7 +80,8 @@ class FakeSystemd:
 
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
         self._call("show", unit)
-        return {k: v for k, v in self.shown.items() if k in properties}
+        answer = self.shown_for.get(unit, self.shown)
+        return {k: v for k, v in answer.items() if k in properties}
 
     def reload_needed(self, units: Sequence[str]) -> bool:
         self._call("show", " ".join(units))

@@ -18,6 +18,7 @@ from ..machine.vocabulary import StateName, Trigger
 from ..node.assets import bin_link
 from ..node.state import reasons
 from ..node.state.store import StateDoc
+from ..upgrade import units
 from ..wiring import Node
 
 log = logging.getLogger("agent_fsm")
@@ -52,6 +53,27 @@ def _on_path(node: Node) -> str:
     if link.state == "ok":
         return f"; agent-fsm on PATH: {link.words()}"
     return f"; {link.words()}"
+
+
+def wait_for_recovery(node: Node, timeout: float | None = None,
+                      on_wait: Callable[[str], None] | None = None, poll: float = 0.5) -> float:
+    """Wait, at most `timeout` seconds (RECOVERY_WAIT if None), while the recovery unit is at
+    work, which `begin_upgrade` refuses (`recovery_idle`); `on_wait(its state)` once, when it
+    is. Returns the seconds waited. A recovery unit that outlives an upgrade is one whose try
+    failed and tries again: its next try finds nothing pending and ends it, so an upgrade
+    begun right after a rollback (or just after the fault that failed the try) waits a little
+    instead of being refused."""
+    limit = RECOVERY_WAIT if timeout is None else timeout
+    t0 = time.monotonic()
+    told = False
+    while (now := units.recovery_at_work(node.effectors)) is not None:
+        if not told and on_wait is not None:
+            on_wait(now)
+        told = True
+        if time.monotonic() - t0 >= limit:
+            break
+        time.sleep(poll)
+    return time.monotonic() - t0 if told else 0.0
 
 
 def begin_upgrade(node: Node, version: str, *, force: bool = False) -> StateDoc:
@@ -93,6 +115,9 @@ WAY_BACK_LOCK_WAIT = 60.0
 # again: RETRY_FIRST, doubled with each of the unit's restarts, at most RETRY_MAX.
 RETRY_FIRST = 2.0
 RETRY_MAX = 30.0
+# How long `upgrade` waits for a recovery unit still at work (`wait_for_recovery`): its longest
+# wait between tries, its RestartSec= (1 s) and a try that finds nothing pending.
+RECOVERY_WAIT = RETRY_MAX + 15.0
 
 
 def recover(node: Node) -> Done:

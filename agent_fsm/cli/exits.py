@@ -17,10 +17,10 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 EXIT_CODES = """\
 Exit codes: 0 success; 1 error (one line on stderr says what and what to do); 2 usage;
-3 refused (the gate is closed, an upgrade is pending, the command is not allowed in the current
-state; a hold, an inhibitor, a known-bad version or a `before` hook, or a release that is
-unsigned or built for another Python); 4 (`upgrade --wait`) the candidate was judged failed and
-the node rolled back.
+3 refused (the gate is closed, an upgrade is pending, the recovery unit is still at work, the
+command is not allowed in the current state; a hold, an inhibitor, a known-bad version or a
+`before` hook, or a release that is unsigned or built for another Python); 4 (`upgrade --wait`)
+the candidate was judged failed and the node rolled back.
 """
 
 

@@ -150,10 +150,14 @@ def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600
                 force: bool = False) -> int:
     """`agent-fsm upgrade --to V [--wait] [--timeout S]`: start an upgrade; with --wait follow it
     to its judgment (0 converged; RolledBack, 4, when the node rolled back)."""
-    from ..actions.operations import begin_upgrade, follow
+    from ..actions.operations import RECOVERY_WAIT, begin_upgrade, follow, wait_for_recovery
     from ..errors import RolledBack
 
     node = opts.node()
+    recovery = node.paths.recovery_unit_name
+    wait_for_recovery(node, on_wait=lambda now: say(
+        f"waiting for {recovery} to finish ({now}): it is still at work for the last upgrade "
+        f"(at most {RECOVERY_WAIT:.0f}s; then the upgrade is refused, exit 3)"))
     if force:  # said before it happens, so the journal of the shell shows what was overridden
         from ..actions.holds import overridden
         from ..node.records import known_bad

@@ -41,6 +41,7 @@ CONDITIONS: Mapping[str, Condition] = _by_name(
     releases.release_exists, releases.not_selected, releases.last_good_selected,
     holds.not_held, holds.not_inhibited,
     known_bad.not_known_bad,
+    units.recovery_idle,
 )
 
 EFFECTS: Mapping[str, Effect] = _by_name(

@@ -1,5 +1,6 @@
 """What the machine asks systemd of the agent's units: reset the agent unit's start limit,
-restart and enable it, start the recovery unit, and have systemd read the unit files again.
+restart and enable it, start the recovery unit, and have systemd read the unit files again;
+and whether the recovery unit is still at work, which refuses a new upgrade (`recovery_idle`).
 
 `reload_systemd` is unconditional, where every asset was just written (`install`, `activate`,
 `complete`). Nothing relies on a reload's side effects: up to systemd 254 a `daemon-reload`
@@ -18,11 +19,51 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import AgentFsmError
+from ..errors import AgentFsmError, Refused
 from ..machine.engine import Step
 from .effectors import Effectors
 
 log = logging.getLogger("agent_fsm")
+
+
+# A unit's ActiveState while it is at work: a oneshot's try runs ("activating"), or waits to be
+# started again after a failed one ("activating", sub-state "auto-restart"; on systemd 255+ it
+# passes through "failed-before-auto-restart" on the way).
+AT_WORK = frozenset({"activating", "active", "deactivating", "reloading", "refreshing"})
+
+
+def recovery_at_work(effectors: Effectors) -> str | None:
+    """The recovery unit's state ("activating (auto-restart)") while it is at work, else None;
+    None too when systemd cannot say (logged): nothing is known to be at work."""
+    unit = effectors.paths.recovery_unit_name
+    try:
+        shown = effectors.systemd.show(unit, ("ActiveState", "SubState"))
+    except (AgentFsmError, OSError) as exc:
+        log.info("could not ask systemd whether %s is at work: %s", unit, exc)
+        return None
+    active, sub = shown.get("ActiveState", ""), shown.get("SubState", "")
+    if active in AT_WORK or "auto-restart" in sub:
+        return f"{active} ({sub})" if sub else active
+    return None
+
+
+def recovery_idle(effectors: Effectors, step: Step) -> AgentFsmError | None:
+    """Refuse a new upgrade while the recovery unit is at work. It was started for the upgrade
+    before, and a try of it that failed (a held lock, a refused restart) tries again even when
+    that upgrade has ended another way (the last-good's own start, an operator's `recover`):
+    finding this upgrade's candidate being judged, it would roll it back as the one that failed
+    and mark it known bad. Its next try finds nothing pending and it stops; `upgrade` waits
+    for that first (`operations.wait_for_recovery`). No `--force` goes past it."""
+    now = recovery_at_work(effectors)
+    if now is None:
+        return None
+    unit = effectors.paths.recovery_unit_name
+    return Refused(
+        f"{unit} is still at work ({now}): it was started for the last upgrade and would roll "
+        f"this one back as the one that failed; wait until `systemctl is-active {unit}` says "
+        "inactive (its next try, within about 30 s, finds nothing pending and ends it), then "
+        "upgrade again"
+    )
 
 
 def reset_start_limit(effectors: Effectors, step: Step) -> None:

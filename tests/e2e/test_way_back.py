@@ -322,3 +322,40 @@ def test_hanging_publisher_never_rolls_back_a_good_upgrade(
     assert (end["selected"], end["last_good"], end["signal"]) == ("2.0.0", "2.0.0", None)
     assert end["last_result"]["outcome"] == "ok"
     assert any(r["to"] == "2.0.0" and r["outcome"] == "ok" for r in lab.published())
+
+
+# 8. The recovery unit still trying again when the node has converged ------------------------
+def test_recovery_still_trying_never_rolls_back_the_next_upgrade(
+        node_sandbox: SystemdSandbox) -> None:
+    """A recovery unit whose try failed (its restart refused by systemctl) is still at work,
+    waiting to try again, when the node has already converged on the last-good by itself (the
+    agent unit's own restart started it). An upgrade begun then waits for the recovery unit to
+    finish (its next try finds nothing pending) and is judged on its own: it converges, the
+    recovery unit never rolls it back, and nothing is marked known bad."""
+    lab = installed(node_sandbox, faults=True, max_attempts=1, soak=8)
+    lab.pack("2.0.0", "crash")
+    lab.pack("3.0.0")
+    lab.cli("upgrade", "--to", "2.0.0", timeout=30)
+    lab.fault("refuse-restart")  # the upgrade's own restart is queued already
+    tried = "the recovery unit tries again"
+    assert wait_until(lambda: tried in lab.sb.journal(RECOVERY_UNIT), 30), lab.why()
+    # The try that failed waits before it exits (2 s); stopped there, it cannot try again yet.
+    waiting = lab.sb.host_pid(int(lab.sb.show(RECOVERY_UNIT, "MainPID")))
+    os.kill(waiting, signal.SIGSTOP)
+    try:
+        back = lab.settled(timeout=30)  # the last-good's own start converged the node
+        assert (back["selected"], back["last_result"]["outcome"]) == ("1.0.0", "rolled_back")
+        assert lab.sb.show(RECOVERY_UNIT, "ActiveState") == "activating", lab.why()
+        lab.fault("refuse-restart", on=False)
+        upgrade = Upgrade(lab, "3.0.0", timeout=60)
+        began = wait_until(lambda: lab.status()["state"] != "converged", 3)
+    finally:
+        os.kill(waiting, signal.SIGCONT)
+    proc = upgrade.result(90)
+    assert not began, "the upgrade began while the recovery unit was at work\n" + output(proc)
+    assert proc.returncode == 0, output(proc) + lab.why()
+    assert f"waiting for {RECOVERY_UNIT}" in proc.stdout, output(proc)
+    end = lab.settled(timeout=15)
+    assert (end["selected"], end["last_good"], end["signal"]) == ("3.0.0", "3.0.0", None)
+    assert [bad["version"] for bad in end["known_bad"]] == ["2.0.0"]
+    assert "nothing to roll back: no upgrade is pending" in lab.sb.journal(RECOVERY_UNIT)

@@ -42,12 +42,13 @@ class TestOrder:
     def test_begin_upgrade_closes_the_gate_and_resets_the_start_limit_before_restarting(
             self, world: World) -> None:
         """The gate is closed before the candidate starts, and the start-limit count is reset
-        before the restart (else a sixth start within the interval fails)."""
+        before the restart (else a sixth start within the interval fails); whether the recovery
+        unit is at work is asked first, before anything changed (the gate still open)."""
         world.installed("1.0.0")
         world.add_release("2.0.0")
         seen = self._observe(world)
         world.node.controller.fire("begin_upgrade", release="2.0.0")
-        assert seen == [("reset-failed", False), ("restart", False)]
+        assert seen == [("show", True), ("reset-failed", False), ("restart", False)]
         assert not world.node.gate.is_open()
 
     @pytest.mark.parametrize("trigger", ["activate", "install"])

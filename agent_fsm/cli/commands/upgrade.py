@@ -41,7 +41,9 @@ def upgrade(
 
     Refused (exit 3) while the startup gate is closed or another upgrade is pending, and, unless
     --force, while upgrades are held, a workload's inhibitor exists, or the version is known bad
-    (it rolled back on this node; `agent-fsm status` lists them all).
+    (it rolled back on this node; `agent-fsm status` lists them all). A recovery unit still at
+    work for the last upgrade is waited for first (45 s at most, then exit 3, even with
+    --force): its next try would roll this upgrade back.
 
     Example: agent-fsm upgrade --to 2.0.0 --wait --timeout 300
     """
