@@ -133,7 +133,9 @@ class TestDaemonStartsIt:
         try:
             assert daemon.startup()
             end = time.monotonic() + 10
-            while not out.exists() and time.monotonic() < end:
+            # the shell creates the file (`>`) before echo writes its line: wait for the line
+            while not (out.exists() and out.read_text().endswith("\n")) \
+                    and time.monotonic() < end:
                 time.sleep(0.05)
             assert out.read_text().split() == [str(release / "payload"), str(release), "v1.0.0",
                                                "test", str(release / "payload")]
