@@ -101,11 +101,13 @@ mutants: $(STAMP)
 
 # The model check at its deep bound (docs/reliability.md, "The model check"): every interleaving
 # of one node's processes, systemd's units and up to two faults, on the real code; 3-7 minutes;
-# then its store bound (two operator commands: an upgrade beside release add and prune), 2-4.
+# then its store bound (two operator commands: an upgrade beside release add and prune), 2-4;
+# then its again bound (two upgrades, one after the other), under a minute.
 # Its small bound runs in `make test` (tests/reliability/test_modelcheck.py, ~20 s alone).
 modelcheck: $(STAMP)
 	$(PY) -m agent_fsm_lab.modelcheck --bound deep
 	$(PY) -m agent_fsm_lab.modelcheck --bound store
+	$(PY) -m agent_fsm_lab.modelcheck --bound again
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build

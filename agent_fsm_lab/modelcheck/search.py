@@ -90,6 +90,9 @@ BOUNDS = {
     # while the candidate is judged; an add or a prune cut midway, then the upgrade)
     "store": Bound("store", faults=1, operator=2, depth=16,
                    operator_commands=("upgrade", "add", "prune"), once=frozenset({"upgrade"})),
+    # one upgrade after another on one path (2.0.0, then back to 1.0.0): whatever the first
+    # left at work (a recovery unit its refused start queued) meets the second
+    "again": Bound("again", faults=1, operator=2, depth=16, operator_commands=("upgrade",)),
     # each variant of the definition (`--mutants`): the small bound, on both systemds (their
     # `OnFailure=` differs: a variant equivalent on one may not be on the other)
     "mutant": Bound("mutant", faults=1, operator=1, depth=14, earlier_reader=False),

@@ -331,3 +331,20 @@ def test_a_full_disk_that_escapes_as_a_traceback_is_caught(monkeypatch: pytest.M
     result = check(replace(ONE_UPGRADE, kinds=frozenset({"enospc"})))
     text = broken_rule(result, "no-traceback")
     assert "traceback: OSError: [Errno 28] No space left on device" in text
+
+
+def test_a_recovery_still_at_work_never_rolls_back_the_next_upgrade(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two upgrades on one path (the `again` bound, cut to systemd 252 and a full disk): a start
+    of 2.0.0 refused on the full disk queues the recovery unit, the next start runs 2.0.0, judged
+    ok, converged; an upgrade back to 1.0.0 then is refused while that recovery unit is at work,
+    so its `recover` never rolls the new candidate back. With `recovery_idle` broken on purpose
+    (it always holds), the check finds the rollback, 1.0.0 marked known bad though it never ran."""
+    again = replace(BOUNDS["again"], systemds=(252,), agent_units=("current",),
+                    kinds=frozenset({"enospc"}))
+    kept = check(again)
+    assert not kept.violations, "\n\n" + report(kept)
+    monkeypatch.setitem(registry.CONDITIONS, "recovery_idle", lambda _effectors, _step: None)
+    text = broken_rule(check(again), "known-bad-has-cause")
+    assert "operator: agent-fsm upgrade 1.0.0" in text, text
+    assert "recovery unit: recover of 2.0.0" in text and "fired recover candidate_running" in text
