@@ -26,10 +26,11 @@ from .effectors import Effectors
 log = logging.getLogger("agent_fsm")
 
 
-# A unit's ActiveState while it is at work: a oneshot's try runs ("activating"), or waits to be
-# started again after a failed one ("activating", sub-state "auto-restart"; on systemd 255+ it
-# passes through "failed-before-auto-restart" on the way).
-AT_WORK = frozenset({"activating", "active", "deactivating", "reloading", "refreshing"})
+# The recovery unit's ActiveState while it is at work: a oneshot's try runs ("activating"), or
+# waits to be started again after a failed one ("activating", sub-state "auto-restart"; on
+# systemd 255+ it passes through "failed-before-auto-restart" on the way). A oneshot is "active"
+# only once done (kept so by a drop-in's `RemainAfterExit=yes`): not at work.
+AT_WORK = frozenset({"activating", "deactivating"})
 
 
 def recovery_at_work(effectors: Effectors) -> str | None:

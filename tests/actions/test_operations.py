@@ -100,11 +100,12 @@ class TestRecoveryAtWork:
     @pytest.mark.parametrize("shown", [
         {"ActiveState": "inactive", "SubState": "dead"},
         {"ActiveState": "failed", "SubState": "failed"},  # stopped by hand mid-try: no next try
+        {"ActiveState": "active", "SubState": "exited"},  # done, kept by RemainAfterExit=yes
         {},  # a unit systemd does not know (a stub systemctl)
-    ], ids=["inactive", "failed", "unknown"])
+    ], ids=["inactive", "failed", "done", "unknown"])
     def test_an_upgrade_goes_on_when_the_recovery_unit_rests(
             self, world: World, shown: dict[str, str]) -> None:
-        """An inactive, failed or unknown recovery unit does not hold an upgrade back."""
+        """An inactive, failed, done or unknown recovery unit does not hold an upgrade back."""
         world.installed("1.0.0").add_release("2.0.0")
         world.systemd.shown_for["agent-recovery.service"] = shown
         assert begin_upgrade(world.node, "2.0.0").state == "candidate_running"
