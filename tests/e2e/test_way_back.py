@@ -325,6 +325,26 @@ def test_hanging_publisher_never_rolls_back_a_good_upgrade(
 
 
 # 8. The recovery unit still trying again when the node has converged ------------------------
+def _stopped_in_its_wait(lab: Lab, timeout: float = 30) -> int:
+    """SIGSTOP the recovery unit's try that failed while it waits (2 s, growing) before it exits
+    for systemd to start it again: stopped there, it cannot try again. It is that try when each
+    try started so far (`NRestarts` + 1) has said it failed. Returns its host PID."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid, tries = (int(lab.sb.show(RECOVERY_UNIT, p)) for p in ("MainPID", "NRestarts"))
+        failed = lab.sb.journal(RECOVERY_UNIT).count("the recovery unit tries again")
+        if pid and failed == tries + 1:
+            host_pid = lab.sb.host_pid(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(host_pid, signal.SIGSTOP)
+                if int(lab.sb.show(RECOVERY_UNIT, "MainPID")) == pid:
+                    return host_pid
+                os.kill(host_pid, signal.SIGCONT)
+        time.sleep(0.1)
+    raise AssertionError(f"no failed try of {RECOVERY_UNIT} waiting within {timeout}s\n"
+                         + lab.why())
+
+
 def test_recovery_still_trying_never_rolls_back_the_next_upgrade(
         node_sandbox: SystemdSandbox) -> None:
     """A recovery unit whose try failed (its restart refused by systemctl) is still at work,
@@ -339,11 +359,7 @@ def test_recovery_still_trying_never_rolls_back_the_next_upgrade(
     lab.pack("3.0.0")
     lab.cli("upgrade", "--to", "2.0.0", timeout=30)
     lab.fault("refuse-restart")  # the upgrade's own restart is queued already
-    tried = "the recovery unit tries again"
-    assert wait_until(lambda: tried in lab.sb.journal(RECOVERY_UNIT), 30), lab.why()
-    # The try that failed waits before it exits (2 s); stopped there, it cannot try again yet.
-    waiting = lab.sb.host_pid(int(lab.sb.show(RECOVERY_UNIT, "MainPID")))
-    os.kill(waiting, signal.SIGSTOP)
+    waiting = _stopped_in_its_wait(lab)
     try:
         back = lab.settled(timeout=30)  # the last-good's own start converged the node
         assert (back["selected"], back["last_result"]["outcome"]) == ("1.0.0", "rolled_back")
