@@ -20,6 +20,7 @@ import unicodedata
 # Control, format (bidi overrides, zero-width), surrogate, line and paragraph separators.
 _CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 MAX_SHOWN = 200  # characters of one untrusted value in a human view, unless its caller says
+MAX_LINE = 1000  # characters of one message of agent-fsm's that quotes such values (an error)
 CUT = "…"
 
 
