@@ -23,6 +23,7 @@ from ..node.check_config import Check as CheckSpec
 from ..node.check_config import HttpCheck
 from ..node.config import Judgment
 from ..system import http_probe, proc
+from ..untrusted import quoted
 
 CHECK_INTERVAL = 1.0  # the longest wait between two runs of the checks
 # A check failing at first is re-run soon, then less and less often: a workload is usually ready
@@ -59,7 +60,8 @@ CUT = 1.0  # an HTTP check given less than this by the deadline, which then time
 def run_check(check: CheckSpec, env: dict[str, str], timeout: float) -> tuple[bool, str]:
     """Run one check: a command in a process group of its own (killed whole at `timeout`),
     passing on exit 0, or an HTTP check's GET (within its own timeout, if shorter). Returns
-    (passed, what it said)."""
+    (passed, what it said): agent-fsm's words, with the check's own (its last line of output,
+    a server's Location or first line of body) in double quotes."""
     if isinstance(check, HttpCheck):
         return http_probe.get(check.url, check.status, min(timeout, check.timeout_seconds))
     argv: Sequence[str] = check
@@ -68,7 +70,7 @@ def run_check(check: CheckSpec, env: dict[str, str], timeout: float) -> tuple[bo
     except proc.CouldNotRun as exc:
         return False, f"{argv[0]}: {exc.reason}"
     return done.returncode == 0, f"{argv[0]} exited {done.returncode}" + (
-        f": {done.tail}" if done.tail else "")
+        f": {quoted(done.tail)}" if done.tail else "")
 
 
 def _checks(judgment: Judgment, clock: Timer, check: Check, end: float,

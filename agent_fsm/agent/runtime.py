@@ -14,15 +14,20 @@ import sys
 import time
 from types import FrameType
 
+from ..untrusted import shown
+
+MAX_LOG = 4000  # characters of one journal line
 PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
             logging.CRITICAL: 2}
 
 
 class JournalFormatter(logging.Formatter):
-    """`<N>message`: journald reads the priority from the prefix."""
+    """`<N>message`: journald reads the priority from the prefix. The message is one line, its
+    control characters visible (`untrusted.shown`): a line break in a value it quotes would
+    start a journal entry of its own, with a priority prefix of that value's choosing."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return f"<{PRIORITY.get(record.levelno, 6)}>{record.getMessage()}"
+        return f"<{PRIORITY.get(record.levelno, 6)}>{shown(record.getMessage(), MAX_LOG)}"
 
 
 def setup_logging() -> None:

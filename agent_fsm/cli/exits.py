@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..errors import EXIT_ERROR, AgentFsmError, NeedsRoot
+from ..untrusted import MAX_LINE, shown
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
@@ -41,7 +42,9 @@ def guarded(run: Callable[[], int | None]) -> int:
 
 
 def _say(exc: BaseException) -> None:
-    sys.stderr.write(f"agent-fsm: {needs_root(exc, sys.argv[1:]) or exc}\n")
+    """The error as one line: messages quote paths, files and commands' words, so its control
+    characters (line breaks too) are written visibly and it is cut to MAX_LINE."""
+    sys.stderr.write(f"agent-fsm: {shown(needs_root(exc, sys.argv[1:]) or exc, MAX_LINE)}\n")
     sys.stderr.flush()
 
 

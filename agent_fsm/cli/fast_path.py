@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..machine.vocabulary import Trigger
+from ..untrusted import MAX_LINE, shown
 from .exits import guarded
 from .options import Globals
 
@@ -84,7 +85,7 @@ def run_recover(opts: Globals) -> int:
 
 
 def _said(message: str) -> None:
-    sys.stdout.write(message + "\n")
+    sys.stdout.write(shown(message, MAX_LINE) + "\n")
     sys.stdout.flush()
 
 
@@ -99,7 +100,8 @@ def _hold_off(node: Node | None, exc: Exception) -> int:
 
     expected = isinstance(exc, (AgentFsmError, OSError))
     delay = retry_delay(node)
-    sys.stderr.write(f"agent-fsm: {exc}\n" if expected else traceback.format_exc())
+    sys.stderr.write(f"agent-fsm: {shown(exc, MAX_LINE)}\n" if expected
+                     else traceback.format_exc())
     sys.stderr.write(f"agent-fsm: the rollback is not done; the recovery unit tries again in "
                      f"about {delay + 1:.0f}s\n")
     sys.stderr.flush()
@@ -142,7 +144,7 @@ def run_status_json(opts: Globals) -> int:
 
 
 def say(line: str) -> None:
-    sys.stdout.write(line + "\n")
+    sys.stdout.write(shown(line, MAX_LINE) + "\n")
     sys.stdout.flush()  # --wait reports each step as it happens
 
 

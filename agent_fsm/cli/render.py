@@ -1,6 +1,10 @@
 """Output for people: the consoles, and the views of status, history and doctor as rich text.
 
 Plain when piped (and not wrapped at 80 columns there), no styling at all with NO_COLOR.
+Text agent-fsm did not write (a release's workload words, reasons, errors quoting files or a
+command's output) is shown through `untrusted.shown`, each value cut to its bound; the consoles
+interpret no markup or emoji codes, and show any control character that still reaches them
+written visibly, so nothing printed here can move the cursor, retitle or clear a terminal.
 """
 
 from __future__ import annotations
@@ -10,22 +14,37 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.live import Live
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from ..machine.vocabulary import StateName
+from ..node.state.reasons import MAX_REASON
+from ..untrusted import MAX_LINE, quoted, shown
 from ..views.status.report import span
 
 if TYPE_CHECKING:
     from ..views.doctor.checks import Finding
     from ..views.history import History
     from ..views.status.report import Status
+
+
+class _Console(Console):
+    """A console that shows control characters in what it prints as `untrusted.shown` does;
+    rich's own escapes (styles, cursor moves of a live view) are not text and pass."""
+
+    def render(self, renderable: RenderableType,
+               options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for seg in super().render(renderable, options):
+            if seg.control is None and seg.text != "\n" and not seg.text.isprintable():
+                seg = Segment(shown(seg.text, None, keep="\n"), seg.style)
+            yield seg
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -35,8 +54,8 @@ def _console(*, stderr: bool = False) -> Console:
     plain = os.environ.get("NO_COLOR", "") != ""
     stream = sys.stderr if stderr else sys.stdout
     width = None if os.environ.get("COLUMNS") or stream.isatty() else 160
-    return Console(stderr=stderr, color_system=None if plain else "auto", highlight=False,
-                   width=width)
+    return _Console(stderr=stderr, color_system=None if plain else "auto", highlight=False,
+                    markup=False, emoji=False, width=width)
 
 
 out = _console()
@@ -94,14 +113,16 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     table.add_row("now", st.situation)
     if st.config_fallback:
         f = st.config_fallback
-        table.add_row("config", Text(f"{f['error']}; the way back uses last-good {f['version']}'s "
-                                     f"settings kept in {f['kept']}; operator commands refuse "
+        table.add_row("config", Text(f"{shown(f['error'], MAX_LINE)}; the way back uses last-good "
+                                     f"{f['version']}'s settings kept in {shown(f['kept'])}; "
+                                     "operator commands refuse "
                                      "the file until it is fixed", style="red"))
     role = " (the candidate)" if st.candidate and st.selected == st.candidate else ""
     table.add_row("selected", (st.selected or "—") + role)
     table.add_row("last-good", st.last_good or "—")
     if st.selected_damaged:
-        table.add_row("damaged", Text(f"{st.selected_damaged['problem']}", style="red"))
+        table.add_row("damaged", Text(shown(st.selected_damaged["problem"], MAX_LINE),
+                                      style="red"))
     if st.candidate:
         table.add_row("candidate", st.candidate)
     if st.signal:
@@ -125,7 +146,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     if st.workload is not None:
         table.add_row("workload", workload_view(st.workload))
     if st.units is not None and st.units.writes_error:
-        table.add_row("writes", Text(f"failing: {st.units.writes_error}", style="red"))
+        table.add_row("writes", Text(f"failing: {shown(st.units.writes_error, MAX_LINE)}",
+                                     style="red"))
     if st.outbox and st.outbox["queued"]:
         since = st.outbox["publisher_unreachable_since"]
         table.add_row("outbox", Text(
@@ -141,7 +163,7 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         result.append(words(r["outcome"]), style=style)
         result.append(f" at {when(r['time'])} ({span(st.time - r['time'])} ago)")
         if r.get("reason_class"):
-            result.append(f" — {words(r['reason_class'])}: {r['reason']}")
+            result.append(f" — {words(shown(r['reason_class']))}: {shown(r['reason'], MAX_REASON)}")
         table.add_row("last result", result)
     else:
         table.add_row("last result", "none yet")
@@ -151,40 +173,42 @@ def status_view(st: Status, diff: bool) -> RenderableType:
                                          f"{when(c['since'])}, the last {span(st.time - c['last'])}"
                                          " ago", style="red"))
     if st.owed:
-        table.add_row("owed", f"{st.owed['trigger']}: {', '.join(st.owed['effects'])} "
-                      "(resumed by the next start)")
+        table.add_row("owed", Text(f"{shown(st.owed['trigger'])}: "
+                                   f"{shown(', '.join(st.owed['effects']))} (resumed by the next "
+                                   "start)"))
     for s in st.skipped:
-        table.add_row("skipped", Text(f"{s['effect']} during {s['trigger']} at {when(s['time'])}: "
-                                      f"{s['error']}", style="yellow"))
+        table.add_row("skipped", Text(f"{shown(s['effect'])} during {shown(s['trigger'])} at "
+                                      f"{when(s['time'])}: {shown(s['error'], MAX_LINE)}",
+                                      style="yellow"))
     for k in st.known_bad[0]:  # each refused by `upgrade` unless --force
-        table.add_row("known bad", Text(f"{k['version']}: rolled back at {when(k['time'])} "
-                                        f"({words(k['reason_class'])}: {k['reason']})",
-                                        style="red"))
+        table.add_row("known bad", Text(f"{shown(k['version'])}: rolled back at {when(k['time'])} "
+                                        f"({words(shown(k['reason_class']))}: "
+                                        f"{shown(k['reason'], MAX_REASON)})", style="red"))
     if st.known_bad[1]:
-        table.add_row("known bad", Text(st.known_bad[1], style="yellow"))
+        table.add_row("known bad", Text(shown(st.known_bad[1], MAX_LINE), style="yellow"))
     for h in st.hooks:  # the host's [hooks]: run before or after these transitions
-        row = Text(f"{h['when']}.{h['trigger']}: {shlex.join(h['argv'])}")
+        row = Text(f"{h['when']}.{h['trigger']}: {shown(shlex.join(h['argv']), MAX_LINE)}")
         if h["failed"]:
-            row.append(f"; last run failed at {when(h['failed']['time'])}: {h['failed']['error']}",
-                       style="red")
+            row.append(f"; last run failed at {when(h['failed']['time'])}: "
+                       f"{shown(h['failed']['error'], MAX_LINE)}", style="red")
         table.add_row("hook", row)
     can = commands(st.allowed)
     table.add_row("commands", ", ".join(can) + " (allowed now)" if can else
                   "none of install, activate, upgrade, recover may run now")
-    nxt = Text(st.next.summary)
+    nxt = Text(shown(st.next.summary, MAX_LINE))
     if st.next.commands:
         nxt.append(": ")
-        nxt.append("; ".join(st.next.commands), style="bold cyan")
+        nxt.append(shown("; ".join(st.next.commands), MAX_LINE), style="bold cyan")
     table.add_row("next", nxt)
     parts: list[RenderableType] = [table]
     if diff:
         diffs = [a.diff for a in st.assets if a.diff]
         for d in diffs:
             parts.append(Text(""))
-            for line in d.splitlines():
+            for line in d.splitlines():  # of a release's templates: untrusted text too
                 style = ("green" if line.startswith("+") else "red" if line.startswith("-")
                          else "cyan" if line.startswith("@@") else "")
-                parts.append(Text(line, style=style))
+                parts.append(Text(shown(line, MAX_LINE), style=style))
         if not diffs:
             parts.append(Text(f"\nno asset differs from what {st.assets_compared_with} would "
                               "write" if st.assets_compared_with else "\nno release selected"))
@@ -197,20 +221,21 @@ def workload_view(w: dict[str, Any]) -> Text:
     text = Text()
     if w["running"]:
         text.append("running", style="green")
-        text.append(f" as {w['user']}, pid {w['pid']}, since {w['since']}")
+        text.append(f" as {shown(w['user'])}, pid {w['pid']}, since {shown(w['since'])}")
     else:
         text.append("not running", style="red")
-        text.append(f" (runs as {w['user']})")
+        text.append(f" (runs as {shown(w['user'])})")
     last = w["last_exit"]
     if last is not None:
         how = f"killed by {last['signal']}" if last["signal"] else f"exited with status {last['code']}"
-        text.append(f"; last {how} at {last['time']}")
+        text.append(f"; last {shown(how)} at {shown(last['time'])}")
     if w["restarts"]:
         text.append(f"; {w['restarts']} restart(s) of the unit")
-    text.append(f"\n{shlex.join(w['command'])}", style="dim")
+    text.append(f"\n{shown(shlex.join(w['command']), MAX_LINE)}", style="dim")
     paths = w.get("writable_paths") or {}
     if paths.get("configured") and not paths.get("in_unit"):
-        text.append(f"\nwritable paths {', '.join(paths['configured'])} are not in the agent "
+        text.append(f"\nwritable paths {shown(', '.join(paths['configured']), MAX_LINE)} are not "
+                    "in the agent "
                     "unit on disk yet: written at the next start that converges the assets, "
                     "granted from the unit's start after that", style="yellow")
     return text
@@ -220,17 +245,18 @@ def units_view(st: Status) -> Text:
     """The agent and recovery units as systemd sees them, or why that is unknown."""
     u = st.units
     if u is None or u.error is not None or u.agent is None or u.recovery is None:
-        return Text(f"unit state unknown: {u.error if u else 'not read'}", style="dim")
+        return Text(f"unit state unknown: {shown(u.error, MAX_LINE) if u else 'not read'}",
+                    style="dim")
     text = Text()
     for i, unit in enumerate((u.agent, u.recovery)):
         if i:
             text.append("; ")
         style = "red" if unit.failed else "yellow" if unit.retrying else ""
-        text.append(f"{unit.unit} {unit.words()}", style=style)
+        text.append(f"{shown(unit.unit)} {shown(unit.words())}", style=style)
         if unit.retrying and unit.next_try_in_seconds is not None:
             text.append(f", next try in {span(unit.next_try_in_seconds)}", style=style)
     if u.last_error:
-        text.append(f"\nlast error: {u.last_error}", style="red")
+        text.append(f"\nlast error: {shown(u.last_error, MAX_LINE)}", style="red")
     return text
 
 
@@ -240,12 +266,14 @@ def hold_view(st: Status) -> Text:
     if h is None:
         return Text("none")
     if h["error"]:
-        return Text(f"{h['error']}: `agent-fsm unhold`", style="red")
+        return Text(f"{shown(h['error'], MAX_LINE)}: `agent-fsm unhold`", style="red")
     end = "until lifted" if h["until"] is None else f"until {when(h['until'])}"
     if h["expired"]:
-        return Text(f"expired ({end}; no longer counts): {h['reason']!r}; remove it with "
+        return Text(f"expired ({end}; no longer counts): {quoted(h['reason'], MAX_REASON)}; "
+                    "remove it with "
                     "`agent-fsm unhold`", style="dim")
-    return Text(f"upgrades held since {when(h['since'])} {end}: {h['reason']!r}; lift with "
+    return Text(f"upgrades held since {when(h['since'])} {end}: {quoted(h['reason'], MAX_REASON)}"
+                "; lift with "
                 "`agent-fsm unhold` (or override once with `upgrade --force`)", style="yellow")
 
 
@@ -254,14 +282,16 @@ def inhibitors_view(st: Status) -> Text:
     text = Text("" if st.inhibitors else "none")
     for i in st.inhibitors:
         pid = "" if i["pid"] is None else f" (pid {i['pid']})"
+        name, reason, file = shown(i["name"]), quoted(i["reason"]), shown(i["file"])
         if i["stale"]:
-            text.append(f"{i['name']}{pid}: {i['reason']!r}: stale, pid {i['pid']} is gone, not "
-                        f"honoured; remove it: rm {i['file']}\n", style="dim")
+            text.append(f"{name}{pid}: {reason}: stale, pid {i['pid']} is gone, not "
+                        f"honoured; remove it: rm {file}\n", style="dim")
         elif i["error"]:
-            text.append(f"{i['file']}: {i['error']}; remove it: rm {i['file']}\n", style="red")
+            text.append(f"{file}: {shown(i['error'], MAX_LINE)}; remove it: rm {file}\n",
+                        style="red")
         else:
-            text.append(f"{i['name']}{pid}: {i['reason']!r}: refuses upgrades until its workload "
-                        f"removes {i['file']}\n", style="yellow")
+            text.append(f"{name}{pid}: {reason}: refuses upgrades until its workload "
+                        f"removes {file}\n", style="yellow")
     text.rstrip()
     return text
 
@@ -275,17 +305,18 @@ def assets_view(st: Status) -> Text:
     text = Text(f"held: the last-good's, kept byte for byte until the upgrade is judged; "
                 f"compared with what {v} would write\n" if held else
                 f"compared with what {v} would write\n" if v else "")
-    width = max(len(a.path) for a in st.assets)
-    for a in st.assets:
+    paths = [shown(a.path) for a in st.assets]
+    width = max(len(p) for p in paths)
+    for a, path in zip(st.assets, paths, strict=True):
         what = words[a.compared].format(v=v)
         style = {"same": "", "differs": "yellow", "mode_differs": "yellow",
                  "missing": "red", "unknown": "dim"}[a.compared]
-        text.append(f"{a.path:<{width}}  ")
+        text.append(f"{path:<{width}}  ")
         text.append(what + ("  (held)" if a.held else ""), style=style)
         text.append("\n")
     if st.assets_error:
-        text.append(f"could not render {st.assets_compared_with}'s assets: {st.assets_error}\n",
-                    style="red")
+        text.append(f"could not render {st.assets_compared_with}'s assets: "
+                    f"{shown(st.assets_error, MAX_LINE)}\n", style="red")
     drift = any(a.compared in ("differs", "mode_differs") for a in st.assets)
     if drift and st.state == StateName.converged and not st.signal:
         text.append("the daemon's next start rewrites the ones that differ\n", style="dim")
@@ -297,10 +328,10 @@ def watch(read: Callable[[], Status], view: Callable[[Status], RenderableType],
           as_json: bool, interval: float, count: int | None) -> None:
     """Refresh until interrupted (or `count` refreshes): live on a terminal, else one snapshot
     per interval (JSON: one object per line)."""
-    shown = 0
+    frames = 0
 
     def more() -> bool:
-        return count is None or shown < count
+        return count is None or frames < count
 
     try:
         if as_json or not out.is_terminal:
@@ -309,12 +340,12 @@ def watch(read: Callable[[], Status], view: Callable[[Status], RenderableType],
                 if as_json:
                     print(json.dumps(data.to_json()), flush=True)
                 else:
-                    if shown:
+                    if frames:
                         out.print()
                     out.print(Text(f"— {when(data.time)}", style="dim"))
                     show(view(data))
                     out.file.flush()
-                shown += 1
+                frames += 1
                 if more():
                     time.sleep(interval)
             return
@@ -324,11 +355,11 @@ def watch(read: Callable[[], Status], view: Callable[[Status], RenderableType],
                                           " Ctrl-C to stop", style="dim"))
 
         with Live(frame(read()), console=out, auto_refresh=False) as live:
-            shown = 1
+            frames = 1
             while more():
                 time.sleep(interval)
                 live.update(frame(read()), refresh=True)
-                shown += 1
+                frames += 1
     except KeyboardInterrupt:
         pass  # the way to stop watching; not an error
 
@@ -338,30 +369,30 @@ def show_history(h: History) -> None:
     """The kept transitions as a table, or a line saying there are none (and why)."""
     if not h.entries:
         what = f"of an upgrade to {h.upgrade} " if h.upgrade else ""
-        out.print(f"no transitions {what}in the kept history ({h.kept} kept, at most {h.limit})",
-                  markup=False)
+        out.print(f"no transitions {shown(what)}in the kept history ({h.kept} kept, at most "
+                  f"{h.limit})")
         return
-    title = f"history of the upgrades to {h.upgrade}" if h.upgrade else "history"
+    title = f"history of the upgrades to {shown(h.upgrade)}" if h.upgrade else "history"
     table = Table(title=title + " (times in UTC)", title_justify="left")
     for col in ("time", "trigger", "from → to", "versions", "lasted", "why"):
         table.add_column(col, no_wrap=col not in ("lasted", "why"))
     for e in h.entries:
-        versions = f"{e.upgrade[0]} → {e.upgrade[1]}" if e.upgrade else (e.release or "")
+        versions = shown(f"{e.upgrade[0]} → {e.upgrade[1]}" if e.upgrade else (e.release or ""))
         lasted = "" if e.lasted is None else span(e.lasted) + (" so far" if e.current else "")
-        move = Text(f"{e.source} → ")
-        move.append(e.dest, style=TONE_STYLE.get(h.tones.get(e.dest, ""), ""))
+        move = Text(f"{shown(e.source)} → ")
+        move.append(shown(e.dest), style=TONE_STYLE.get(h.tones.get(e.dest, ""), ""))
         stamp = datetime.fromtimestamp(e.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        why = "" if e.reason is None else f"{words(e.reason[0])}: {e.reason[1]}"
+        why = "" if e.reason is None else \
+            f"{words(shown(e.reason[0]))}: {shown(e.reason[1], MAX_REASON)}"
         if e.superseded_by:  # owed, never finished: the way back replaced it
-            why = f"superseded by {e.superseded_by}" + (
-                f" ({', '.join(e.unknown)} unknown here)" if e.unknown else "")
+            why = f"superseded by {shown(e.superseded_by)}" + (
+                f" ({shown(', '.join(e.unknown))} unknown here)" if e.unknown else "")
         if e.crash_loop is not None:  # one entry for a crash loop: its count, since when
             first = datetime.fromtimestamp(e.crash_loop[1], UTC).strftime("%Y-%m-%d %H:%M:%S")
             why = f"crash loop: {e.crash_loop[0]} restarts since {first}, the last at {stamp}"
-        table.add_row(stamp, e.trigger, move, versions, lasted, why)
+        table.add_row(stamp, shown(e.trigger), move, versions, lasted, why)
     show(table)
-    shown = len(h.entries)
-    if h.kept >= h.limit and shown == h.kept:
+    if h.kept >= h.limit and len(h.entries) == h.kept:
         out.print(Text(f"older transitions were trimmed (history_limit = {h.limit})",
                        style="dim"))
 
@@ -373,6 +404,7 @@ def show_doctor(findings: Sequence[Finding]) -> None:
         table.add_column(col)
     mark = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
     for f in findings:
-        detail = f.detail + (f"\n→ {f.fix}" if f.fix and f.level != "ok" else "")
-        table.add_row(mark[f.level], f.check, detail)
+        detail = shown(f.detail, MAX_LINE) + (
+            f"\n→ {shown(f.fix, MAX_LINE)}" if f.fix and f.level != "ok" else "")
+        table.add_row(mark[f.level], shown(f.check), detail)
     out.print(table)

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import ConfigError
+from ..untrusted import control_character
 from .hook_config import absolute_argv
-from .quoting import control_character
 
 DEFAULT_STATUS = 200
 DEFAULT_TIMEOUT = 5.0

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import ConfigError
+from ..untrusted import control_character
 from .check_config import Check
 from .check_config import parse as parse_checks
 from .check_config import to_table as checks_table
 from .hook_config import HookConfig
 from .hook_config import parse as parse_hooks
-from .quoting import control_character
 
 DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")
 CONFIG_ENV = "AGENT_FSM_CONFIG"

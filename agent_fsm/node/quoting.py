@@ -28,21 +28,12 @@ from __future__ import annotations
 
 import re
 import shlex
-import unicodedata
 
-# Control, format (bidi overrides, zero-width), surrogate, line and paragraph separators.
-_CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+from ..untrusted import control_character
+
 _TOKEN = re.compile(r"[A-Za-z0-9:_.+-]+")
 _WORD_NEEDS_QUOTES = frozenset(" \t\n\r\"'\\;")
 _NOT_IN_UNIT_PATH = frozenset("\"'\\$")
-
-
-def control_character(value: str) -> str | None:
-    """The first control character of `value` as `U+XXXX`, or None."""
-    for ch in value:
-        if unicodedata.category(ch) in _CONTROL_CATEGORIES:
-            return f"U+{ord(ch):04X}"
-    return None
 
 
 def _no_control(value: str) -> None:

@@ -8,9 +8,16 @@ only, imported when a check runs: the daemon without HTTP checks never loads it 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-_SNIPPET = 200  # bytes of a failing answer's body quoted in the reason
+from ..untrusted import quoted
+
+if TYPE_CHECKING:
+    from email.message import Message
+    from http.client import HTTPException
+
+_SNIPPET = 200  # bytes of a failing answer's body read for the reason
+_QUOTED = 100  # characters of the server's own words (a Location, a line of its body) quoted
 
 
 def get(url: str, expected: int, timeout: float) -> tuple[bool, str]:
@@ -31,6 +38,7 @@ def get(url: str, expected: int, timeout: float) -> tuple[bool, str]:
 
 
 def _get(url: str, expected: int, timeout: float) -> tuple[bool, str]:
+    import http.client
     import ssl
     import urllib.error
     import urllib.request
@@ -46,27 +54,70 @@ def _get(url: str, expected: int, timeout: float) -> tuple[bool, str]:
     what = f"GET {url}: expected {expected}, got"
     try:
         with opener.open(request, timeout=timeout) as answer:
-            code, body, location = answer.status, b"", None
-            if code != expected:
-                body = answer.read(_SNIPPET)
+            return _answered(url, expected, answer.status, answer.headers, answer)
     except urllib.error.HTTPError as exc:  # a status urllib calls an error: still an answer
         with exc:
-            code, location = exc.code, exc.headers.get("Location")
-            try:
-                body = exc.read(_SNIPPET) if code != expected else b""
-            except (OSError, ValueError):
-                body = b""
+            return _answered(url, expected, exc.code, exc.headers, exc)
     except urllib.error.URLError as exc:
         return False, f"{what} {_why(exc.reason, timeout)}"
-    except (OSError, ValueError) as exc:  # a read timing out, a reset, a malformed answer
+    except http.client.HTTPException as exc:  # a status line or headers that are not HTTP
+        return False, f"{what} {_malformed(exc)}"
+    except (OSError, ValueError) as exc:  # a read timing out, a reset
         return False, f"{what} {_why(exc, timeout)}"
+
+
+class _Body(Protocol):
+    def read(self, size: int) -> bytes: ...
+
+
+def _answered(url: str, expected: int, code: int, headers: Message,
+              body: _Body) -> tuple[bool, str]:
+    """The check's outcome for an answer with status `code`: what agent-fsm says of it, with the
+    server's own words (its Location, its body's first line) quoted, bounded and with control
+    characters visible. An answer whose headers break HTTP's syntax is malformed and fails."""
+    from http.client import HTTPException
+
+    what = f"GET {url}: expected {expected}, got"
+    wrong = _bad_headers(headers)
+    if wrong is not None:
+        return False, f"{what} a malformed answer ({wrong})"
     if code == expected:
         return True, f"GET {url} answered {code}"
     said = f"{code}"
+    location = headers.get("Location")
     if 300 <= code < 400:
-        said += f" (a redirect{f' to {location}' if location else ''}, not followed)"
-    text = body.decode("utf-8", "replace").strip().splitlines()
-    return False, f"{what} {said}" + (f": {text[0]}" if text else "")
+        said += f" (a redirect{f' to {quoted(location, _QUOTED)}' if location else ''}, " \
+                "not followed)"
+    try:
+        start = body.read(_SNIPPET)
+    except (OSError, ValueError, HTTPException):
+        start = b""
+    lines = start.decode("utf-8", "replace").strip().splitlines()
+    return False, f"{what} {said}" + (f": {quoted(lines[0].strip(), _QUOTED)}" if lines else "")
+
+
+def _bad_headers(headers: Message) -> str | None:
+    """What breaks HTTP's header syntax in `headers` (strict: obsolete line folding too), or
+    None. Folded lines would otherwise reach the reason as lines of their own."""
+    if headers.defects:
+        return "a header line that is not `name: value`"
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value:
+            return f"header {quoted(name, 40)} folded over lines, an obsolete syntax"
+    return None
+
+
+def _malformed(exc: HTTPException) -> str:
+    """A malformed answer in agent-fsm's words; of the server's, only its first line, quoted."""
+    from http.client import BadStatusLine, LineTooLong
+
+    if isinstance(exc, LineTooLong):
+        return "a malformed answer (a line of its headers was too long)"
+    if isinstance(exc, BadStatusLine):
+        line = str(exc.args[0]).rstrip("\r\n") if exc.args else ""
+        return f"a malformed answer (its first line is not an HTTP status line: " \
+               f"{quoted(line, _QUOTED)})"
+    return f"a malformed answer ({type(exc).__name__})"
 
 
 def _why(reason: object, timeout: float) -> str:

@@ -8,6 +8,16 @@ from __future__ import annotations
 import os
 import socket
 
+from ..untrusted import shown
+
+MAX_STATUS = 1000  # characters of `STATUS=` (what `systemctl status` shows)
+
+
+def _status(text: str) -> str:
+    """`STATUS=text` as one line: a line break in it would be a field of its own (`READY=1`,
+    `MAINPID=`), so its control characters are written visibly."""
+    return f"STATUS={shown(text, MAX_STATUS)}"
+
 
 class Notifier:
     def __init__(self, address: str | None = None) -> None:
@@ -33,14 +43,14 @@ class Notifier:
         return True
 
     def ready(self, status: str) -> bool:
-        return self.send("READY=1", f"STATUS={status}")
+        return self.send("READY=1", _status(status))
 
     def status(self, status: str) -> bool:
-        return self.send(f"STATUS={status}")
+        return self.send(_status(status))
 
     def extend_timeout(self, seconds: float, status: str) -> bool:
         """Ask for `seconds` more before the current start (or stop) times out."""
-        return self.send(f"EXTEND_TIMEOUT_USEC={int(seconds * 1_000_000)}", f"STATUS={status}")
+        return self.send(f"EXTEND_TIMEOUT_USEC={int(seconds * 1_000_000)}", _status(status))
 
     def stopping(self) -> bool:
         return self.send("STOPPING=1", "STATUS=stopping")

@@ -3,12 +3,13 @@ failing one says in the judgment's reason (what was expected, what came)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import socket
 import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from agent_fsm.agent.judge import judge, run_check
 from agent_fsm.node.check_config import HttpCheck
 from agent_fsm.node.config import Judgment
+from agent_fsm.node.state import reasons
 from agent_fsm.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(30)
@@ -83,7 +85,7 @@ class TestHttpCheck:
         line."""
         ok, why = run_check(HttpCheck(f"http://{server}/down"), {}, 5)
         assert not ok
-        assert why == f"GET http://{server}/down: expected 200, got 503: down for maintenance"
+        assert why == f'GET http://{server}/down: expected 200, got 503: "down for maintenance"'
 
     def test_the_status_asked_for_is_the_one_that_passes(self, server: str) -> None:
         """A check may expect another status: 503 expected, 503 passes and 200 fails."""
@@ -95,7 +97,7 @@ class TestHttpCheck:
         ok, why = run_check(HttpCheck(f"http://{server}/moved"), {}, 5)
         assert not ok
         assert why.startswith(f"GET http://{server}/moved: expected 200, got 302 "
-                              "(a redirect to /healthz, not followed)")
+                              '(a redirect to "/healthz", not followed)')
 
     def test_connection_refused(self, closed_port: int) -> None:
         """Nothing listening: the check fails with "connection refused"."""
@@ -142,7 +144,7 @@ class TestHttpCheck:
                         check=lambda spec, timeout: run_check(spec, {}, timeout))
         assert not verdict.ok and verdict.reason_class == "check_failed"
         assert verdict.reason == (f"checks still failing at the deadline: GET http://{server}"
-                                  "/down: expected 200, got 503: down for maintenance")
+                                  '/down: expected 200, got 503: "down for maintenance"')
 
 
 class TestReasonAtTheDeadline:
@@ -174,3 +176,109 @@ class TestReasonAtTheDeadline:
                                 attempt=1, clock=Clock(), check=check)
         assert not verdict.ok
         assert verdict.reason.endswith("got 503: down for maintenance"), verdict.reason
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[[bytes], str]]:
+    """`answer(raw)`: the URL of a server on 127.0.0.1 that reads a request and sends `raw` as
+    its whole answer, then closes the connection (once per request, as often as asked)."""
+    sockets: list[socket.socket] = []
+
+    def answer(raw: bytes) -> str:
+        listener = socket.create_server(("127.0.0.1", 0))
+        sockets.append(listener)
+
+        def serve() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    conn, _ = listener.accept()
+                    with conn:
+                        conn.settimeout(5)
+                        conn.recv(65536)
+                        conn.sendall(raw)
+        threading.Thread(target=serve, daemon=True).start()
+        return f"http://127.0.0.1:{listener.getsockname()[1]}/healthz"
+
+    yield answer
+    for s in sockets:
+        s.close()
+
+
+def _recorded(url: str) -> str:
+    """The reason a node records for a candidate whose only check is a GET of `url`."""
+    j = Judgment(deadline_seconds=0.5, soak_seconds=0, max_attempts=2,
+                 checks=(HttpCheck(url, timeout_seconds=5),))
+    verdict = judge(j, attempt=1, clock=FakeClock(),
+                    check=lambda spec, timeout: run_check(spec, {}, timeout))
+    assert not verdict.ok
+    return reasons.one_line(verdict.reason)  # as `upgrade.results` records it
+
+
+AT_DEADLINE = "checks still failing at the deadline: GET "
+FORGED = "checks passed and it stayed up 30s"
+
+
+class TestAnAnswerIsUntrustedText:
+    """Whatever answers on the port writes only the quoted part of the reason: bounded, its
+    control characters visible, and never a line of its own."""
+
+    def test_a_folded_location_is_a_malformed_answer(self, raw_server: Callable[[bytes], str]
+                                                     ) -> None:
+        """A Location header folded over two lines (obsolete syntax) makes the answer malformed:
+        the reason says so in agent-fsm's words, and the folded line's text is not in it."""
+        url = raw_server(b"HTTP/1.1 302 Found\r\nLocation: /login\r\n " + FORGED.encode()
+                         + b"\r\nContent-Length: 0\r\n\r\n")
+        why = _recorded(url)
+        assert why == (f"{AT_DEADLINE}{url}: expected 200, got a malformed answer (header "
+                       '"Location" folded over lines, an obsolete syntax)')
+        assert FORGED not in why
+
+    def test_a_header_line_without_a_colon_is_a_malformed_answer(
+            self, raw_server: Callable[[bytes], str]) -> None:
+        """A header line that is not `name: value` makes the answer malformed (the lines after
+        it are not taken for the body)."""
+        url = raw_server(b"HTTP/1.1 503 Down\r\nnot a header\r\nContent-Length: 5\r\n\r\n"
+                         + FORGED.encode())
+        assert _recorded(url) == (f"{AT_DEADLINE}{url}: expected 200, got a malformed answer "
+                                  "(a header line that is not `name: value`)")
+
+    def test_control_characters_are_shown_visibly_in_quotes(
+            self, raw_server: Callable[[bytes], str]) -> None:
+        """Terminal escapes, backspace, a bidi override and a `"` in the Location and the body's
+        first line come out written visibly, inside the quotes that mark the server's words."""
+        url = raw_server(b"HTTP/1.1 302 Found\r\nLocation: /a\x1b]0;title\x07\x1b[2J\r\n"
+                         b"Content-Length: 40\r\n\r\nx\x08\xe2\x80\xaeb\", not followed); "
+                         b"ok\r\nsecond line")
+        why = _recorded(url)
+        assert why == (f'{AT_DEADLINE}{url}: expected 200, got 302 (a redirect to '
+                       r'"/a\x1b]0;title\x07\x1b[2J", not followed): "x\x08\u202eb\", '
+                       r'not followed); ok"')
+        assert not any(c in why for c in "\x1b\x07\x08\r\n\u202e")
+
+    def test_an_enormous_header_line_is_a_malformed_answer_at_once(
+            self, raw_server: Callable[[bytes], str]) -> None:
+        """A header line of 100 000 bytes fails the check as a malformed answer, not as a
+        timeout after the check's whole timeout_seconds."""
+        url = raw_server(b"HTTP/1.1 200 OK\r\nX-Junk: " + b"\x1b[2J" * 25_000 + b"\r\n\r\n")
+        assert run_check(HttpCheck(url, timeout_seconds=5), {}, 5) == (
+            False, f"GET {url}: expected 200, got a malformed answer (a line of its headers "
+                   "was too long)")
+
+    def test_an_enormous_body_is_quoted_within_its_bound(
+            self, raw_server: Callable[[bytes], str]) -> None:
+        """A megabyte of escape sequences as the body is quoted cut to 100 characters, and the
+        recorded reason stays within MAX_REASON."""
+        url = raw_server(b"HTTP/1.1 503 Down\r\n\r\n" + b"\x1b]0;title\x07" * 100_000)
+        why = _recorded(url)
+        quoted_body = why.split(": expected 200, got 503: ", 1)[1]
+        assert quoted_body.startswith(r'"\x1b]0;title\x07') and quoted_body.endswith('…"')
+        assert len(quoted_body) <= 102 and len(why) <= reasons.MAX_REASON
+        assert "\x1b" not in why
+
+    def test_a_status_line_that_is_not_http(self, raw_server: Callable[[bytes], str]) -> None:
+        """An answer whose first line is not an HTTP status line is malformed, and that line is
+        all the reason quotes of it, visibly."""
+        url = raw_server(b"\x1b]0;title\x07SSH-2.0\r\nLocation: /x\r\n\r\n")
+        assert _recorded(url) == (f"{AT_DEADLINE}{url}: expected 200, got a malformed answer "
+                                  "(its first line is not an HTTP status line: "
+                                  r'"\x1b]0;title\x07SSH-2.0")')

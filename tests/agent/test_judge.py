@@ -59,7 +59,7 @@ class TestJudge:
         ok, _ = run_check(["sh", "-c", 'test "$AGENT_FSM_VERSION" = 2.0.0'],
                           {"AGENT_FSM_VERSION": "2.0.0"}, 10)
         bad, msg = run_check(["sh", "-c", "echo nope >&2; exit 3"], {}, 10)
-        assert ok and not bad and msg == "sh exited 3: nope"
+        assert ok and not bad and msg == 'sh exited 3: "nope"'
 
 
 class TestMonotonic:

@@ -1,4 +1,5 @@
-"""sd_notify over a real datagram socket, by path and in the abstract namespace."""
+"""sd_notify over a real datagram socket, by path and in the abstract namespace; the journal's
+lines."""
 
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ class TestNotifier:
             assert Notifier(address).stopping()
             assert sock.recv(4096) == b"STOPPING=1\nSTATUS=stopping"
 
+    def test_a_status_is_one_field_whatever_it_quotes(self, tmp_path: Path) -> None:
+        """A status quoting text with a line break (a check's answer) stays one `STATUS=` field:
+        its `MAINPID=1` line is not a field systemd would act on."""
+        address = str(tmp_path / "notify")
+        with _receiver(address) as sock:
+            assert Notifier(address).status("judged failed: got \"x\nMAINPID=1\x1b[2J\"")
+            assert sock.recv(4096) == b'STATUS=judged failed: got "x\\nMAINPID=1\\x1b[2J"'
+
     def test_without_socket_nothing_is_sent(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Outside systemd there is no socket and notifying is a no-op."""
         monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
@@ -41,3 +50,17 @@ class TestNotifier:
         assert watchdog_interval() == 5.0
         monkeypatch.setenv("WATCHDOG_PID", "1")
         assert watchdog_interval() is None
+
+
+class TestJournalLines:
+    def test_a_logged_value_cannot_start_a_journal_entry(self) -> None:
+        """A value quoted in a log message with a line break and a priority prefix stays on the
+        message's line, written visibly: journald sees one entry, at the message's priority."""
+        import logging
+
+        from agent_fsm.agent.runtime import JournalFormatter
+
+        record = logging.LogRecord("agent_fsm", logging.INFO, __file__, 1,
+                                   "candidate judged failed: %s", ("x\n<0>fake\x1b[2J",), None)
+        assert JournalFormatter().format(record) == \
+            "<6>candidate judged failed: x\\n<0>fake\\x1b[2J"

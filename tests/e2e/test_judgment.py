@@ -259,7 +259,7 @@ def test_an_http_check_rolls_back_a_503_and_passes_a_200(
     assert failed.returncode == 4, output(failed) + lab.why()
     result = lab.settled()["last_result"]
     assert (result["outcome"], result["reason_class"]) == ("rolled_back", "check_failed")
-    assert f"GET {url}: expected 200, got 503: down for maintenance" in result["reason"], result
+    assert f"GET {url}: expected 200, got 503: \"down for maintenance\"" in result["reason"], result
     pack("3.0.0", 200)
     lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "40")
     end = lab.settled()

@@ -50,7 +50,7 @@ class TestJudgedFailed:
         operations.recover(world.node)  # the recovery unit: the judged reason stays
         r = last(world)
         assert r["reason_class"] == "check_failed" and r["outcome"] == "rolled_back"
-        assert "probe exited 7: db: connection refused" in str(r["reason"])
+        assert 'probe exited 7: "db: connection refused"' in str(r["reason"])
 
     @pytest.mark.parametrize(("kwargs", "cls"), [
         ({"attempt": 3}, "crashed"),
@@ -191,8 +191,9 @@ class TestCarried:
 
 
 def test_a_long_or_multi_line_reason_is_kept_as_one_bounded_line() -> None:
-    """A reason is its last non-empty line, printable, at most MAX_REASON characters."""
-    assert reasons.one_line("first\n\nlast one\n") == "last one"
+    """A reason is all of its text on one line, line breaks and control characters written
+    visibly, at most MAX_REASON characters: no line of it can stand alone as the reason."""
+    assert reasons.one_line("first\n\nlast one\n") == "first\\n\\nlast one"
     assert len(reasons.one_line("x" * 2000)) == reasons.MAX_REASON
-    assert reasons.one_line("a\x1bb") == "a?b"
+    assert reasons.one_line("a\x1bb") == "a\\x1bb"
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ...errors import EXIT_USAGE
+from ...untrusted import MAX_LINE, shown
 from .. import options, render
 from ..render import out
 
@@ -36,7 +37,7 @@ def hold(
         check_reason(reason)
         end = None if until is None else parse_until(until, node.clock.now())
     except ValueError as exc:
-        sys.stderr.write(f"agent-fsm: hold: {exc}; nothing was changed\n")
+        sys.stderr.write(f"agent-fsm: hold: {shown(exc, MAX_LINE)}; nothing was changed\n")
         raise typer.Exit(EXIT_USAGE) from None
     done = do_hold(node, reason, end)
     if as_json:

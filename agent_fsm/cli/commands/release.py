@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ...node.state.reasons import MAX_REASON
+from ...untrusted import MAX_LINE, shown
 from .. import options, render
 from ..exits import EXIT_CODES
 from ..render import out
@@ -186,13 +188,13 @@ def add_from(node: Node, source: str) -> Added:
     if added.image is not None:
         show_image(added.image)
     verb = "already stored at" if added.already and not added.replaced else "stored at"
-    note = f"; it replaced the stored copy: {added.replaced}" if added.replaced else ""
+    note = f"; it replaced the stored copy: {shown(added.replaced, MAX_LINE)}" \
+        if added.replaced else ""
     if (added.path / "release.sig").is_file():  # the stored digest covers it, the signed not
         from ...actions.releases import trust
 
         note = f"; its release.sig signs {trust.digest(added.path)}{note}"
-    out.print(f"release {added.version} {verb} {added.path} ({added.digest}{note})",
-              markup=False)
+    out.print(f"release {added.version} {verb} {shown(added.path)} ({shown(added.digest)}{note})")
     return added
 
 
@@ -248,22 +250,22 @@ def release_list(
                   "`agent-fsm release add DIR`", markup=False)
     for r in rows:
         marks = [m for m, on in (("selected", r["selected"]), ("last-good", r["last_good"])) if on]
-        line = f"{r['version']}  {r['digest'] or 'no digest'}"
+        line = f"{shown(r['version'])}  {shown(r['digest'] or 'no digest')}"
         line += f"  ({', '.join(marks)})" if marks else ""
         if not r["digest_recorded"] and r["intact"]:
             line += "  (stored before digests were kept; recorded when next selected)"
-        line += f"  DAMAGED: {r['problem']}" if r["problem"] else ""
+        line += f"  DAMAGED: {shown(r['problem'], MAX_LINE)}" if r["problem"] else ""
         k = bad.get(str(r["version"]))
         if k:  # `upgrade --to` refuses it unless --force
             line += f"  KNOWN BAD: rolled back {render.when(k['time'])} " \
-                    f"({render.words(k['reason_class'])}: " \
-                    f"{k['reason']}; upgrade refuses it unless --force)"
+                    f"({render.words(shown(k['reason_class']))}: " \
+                    f"{shown(k['reason'], MAX_REASON)}; upgrade refuses it unless --force)"
         out.print(line, markup=False)
         if str(r["version"]) in covered:
-            out.print(f"  covers {covered[str(r['version'])]}", markup=False)
+            out.print(f"  covers {shown(covered[str(r['version'])], MAX_LINE)}")
         for i in read(node, str(r["version"])):
-            out.print(f"  image {i.id} ({i.reference}, manifest {i.digest or 'unknown'})",
-                      markup=False, soft_wrap=True)
+            out.print(f"  image {shown(i.id)} ({shown(i.reference)}, manifest "
+                      f"{shown(i.digest or 'unknown')})", soft_wrap=True)
 
 
 @app.command("prune", epilog=EXIT_CODES)

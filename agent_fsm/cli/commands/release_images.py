@@ -11,12 +11,14 @@ from ...actions.releases import images as image_releases
 from ...actions.releases import origins
 from ...errors import ReleaseError
 from ...system.podman import REGISTRY, STORE, ImageRef, Podman, parse_reference
+from ...untrusted import MAX_LINE, shown
 from .. import options
 from ..render import out
 
 
 def _say(line: str) -> None:
-    out.print(line, markup=False, soft_wrap=True)  # whole lines: ids and paths are grepped
+    """One line of ids, references and podman's words (none of them agent-fsm's)."""
+    out.print(shown(line, MAX_LINE), soft_wrap=True)  # whole lines: ids and paths are grepped
 
 
 def show_image(image: origins.Image) -> None:

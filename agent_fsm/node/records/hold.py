@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 from ... import files
 from ...errors import DocumentError, Refused
+from ...untrusted import control_character
 from ..paths import Paths
-from ..quoting import control_character
 from ..state import validate
 from ..state.document_file import Kind
 

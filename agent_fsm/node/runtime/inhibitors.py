@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 from ... import files
 from ...errors import Refused
+from ...untrusted import control_character
 from ..paths import Paths
-from ..quoting import control_character
 
 MAX_BYTES = 4096
 MAX_PID = 2**22  # the kernel's highest pid_max

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...untrusted import shown
+
 MAX_REASON = 500  # characters of a reason kept: one line, cut with an ellipsis
 
 # Each class, and when a result gets it (docs/operations.md lists the same).
@@ -27,10 +29,9 @@ RECOVERY_ENV = "AGENT_FSM_RECOVERY"
 
 
 def one_line(text: str) -> str:
-    """`text` as a reason is kept: its last non-empty line, at most MAX_REASON characters."""
-    lines = [ln.strip() for ln in text.replace("\r", "\n").split("\n") if ln.strip()]
-    line = "".join(c if c.isprintable() else "?" for c in (lines[-1] if lines else ""))
-    return line if len(line) <= MAX_REASON else line[:MAX_REASON - 1] + "…"
+    """`text` as a reason is kept: all of it on one line (a line break, as every control
+    character, written visibly: no line of it stands alone), at most MAX_REASON characters."""
+    return shown(text.strip(), MAX_REASON)
 
 
 def from_unit(unit: str, shown: Mapping[str, str],
