@@ -145,6 +145,33 @@ def keep(paths: Paths, version: str, rendered: tuple[Asset, ...]) -> None:
                    for name, a in sorted(contents.items())},
     }
     KIND.write(paths.last_good_assets, body)
+    _keep_python(paths)
+
+
+def _keep_python(paths: Paths) -> bool:
+    """Keep the settings' `python` where the launcher reads it, one absolute path on one line
+    (`config` refuses a `python` with whitespace or control characters); whether it changed."""
+    python = f"{paths.config.python}\n".encode()
+    if files.read_bytes(paths.last_good_python) == python:
+        return False
+    files.atomic_write(paths.last_good_python, python, FILE_MODE)
+    return True
+
+
+def refresh(paths: Paths, kept: KeptAssets) -> bool:
+    """Keep the settings of `paths.config`, read valid, with the copy `kept` (the last-good's):
+    the way back then runs with the settings the node last read valid, never older ones (a user
+    or a secret the operator has changed since). Whether anything was written."""
+    settings = config_mod.to_table(paths.config)
+    wrote = kept.settings != settings
+    if wrote:
+        body: dict[str, Any] = {
+            "version": kept.version, "rendered_for": kept.rendered_for, "settings": settings,
+            "assets": {name: {"mode": mode, "content": base64.b64encode(content).decode()}
+                       for name, (mode, content) in sorted(kept.contents.items())},
+        }
+        KIND.write(paths.last_good_assets, body)
+    return _keep_python(paths) or wrote
 
 
 def discard(path: Path) -> bool:
