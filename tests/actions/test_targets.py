@@ -195,7 +195,7 @@ class TestKeptPython:
         where = self._keep(tmp_path, HOST_PYTHON)
         proc = run(release, Path("/nonexistent/python3"), tmp_path)
         assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
-        assert f"running {HOST_PYTHON}, the `python` kept in {where}" in proc.stderr
+        assert f"running {HOST_PYTHON}, the `python` kept with the last-good's settings in {where}" in proc.stderr
 
     def test_a_kept_python_with_non_ascii_characters_is_run(self, packed: Path,
                                                             tmp_path: Path) -> None:
@@ -208,7 +208,7 @@ class TestKeptPython:
         self._keep(tmp_path, python)
         proc = run(release, Path("/nonexistent/python3"), tmp_path)
         assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
-        assert f"running {python}, the `python` kept in" in proc.stderr
+        assert f"running {python}, the `python` kept with the last-good's settings in" in proc.stderr
 
     def test_the_workloads_variable_named_python_is_never_run(self, packed: Path,
                                                               tmp_path: Path) -> None:
@@ -223,7 +223,7 @@ class TestKeptPython:
         assert f'"python":"{evil}"' in (tmp_path / "state" / "last-good-assets.json").read_text()
         proc = run(release, Path("/nonexistent/python3"), tmp_path)
         assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
-        assert f"running {HOST_PYTHON}, the `python` kept in" in proc.stderr
+        assert f"running {HOST_PYTHON}, the `python` kept with the last-good's settings in" in proc.stderr
         assert not marker.exists()
 
     def test_without_a_kept_python_the_error_stays(self, packed: Path, tmp_path: Path) -> None:

@@ -196,7 +196,8 @@ if [ ! -x "$python" ]; then
         exit 1
     fi
     echo "agent-fsm: the interpreter $(visible "$python") (the config's \\`python\\`) is not" \\
-        "executable; running $(visible "$good"), the \\`python\\` kept in $(visible "$kept")" >&2
+        "executable; running $(visible "$good"), the \\`python\\` kept with the" \\
+        "last-good's settings in $(visible "$kept")" >&2
     python=$good
 fi
 # Only the release's lib/, never the caller's; no __pycache__ written into the store (a stored
