@@ -195,7 +195,8 @@ class TestKeptPython:
         where = self._keep(tmp_path, HOST_PYTHON)
         proc = run(release, Path("/nonexistent/python3"), tmp_path)
         assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
-        assert f"running {HOST_PYTHON}, the `python` kept with the last-good's settings in {where}" in proc.stderr
+        assert f"running {HOST_PYTHON}, the `python` kept with the last-good's settings in " \
+            f"{where}" in proc.stderr
 
     def test_a_kept_python_with_non_ascii_characters_is_run(self, packed: Path,
                                                             tmp_path: Path) -> None:
