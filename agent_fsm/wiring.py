@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from .errors import IllegalTransition
+from .errors import AssetError, IllegalTransition
 from .machine.definition import Definition
 from .machine.hooks import check as check_hooks
 from .machine.vocabulary import Groups, Trigger, count_rules, groups
@@ -81,6 +81,35 @@ class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/d
                 **({} if restart else {"no_start": True}))
         except IllegalTransition:  # the upgrade went on meanwhile (read unlocked): not cut
             return None
+
+    def keep_settings(self) -> bool:
+        """Keep this config, read valid, as the last-good's settings (`kept.refresh`), when the
+        node is settled on its last-good (no signal, nothing owed: the code running is the
+        last-good's, never a candidate's) and no writer holds the lock (one try, no wait: the
+        next read keeps them), run as root. Whether they were written; DiskError when the
+        disk fails it (the caller goes on: the next read tries again)."""
+        import os
+
+        from .node.assets import kept
+
+        if self.config.fallback is not None or os.geteuid() != 0 \
+                or not self.paths.last_good_assets.exists():
+            return False  # a read-only command of another user, or nothing kept to refresh
+        with self.store.locked_if_free() as got:
+            if not got:
+                return False
+            doc = self.store.read()
+            last_good = self.releases.last_good()
+            if doc.pending is not None or self.signal() is not None or last_good is None \
+                    or self.releases.selected() != last_good:
+                return False
+            try:
+                copy = kept.read(self.paths.last_good_assets)
+            except AssetError:
+                return False  # damaged: left untouched; the next promotion writes it again
+            if copy is None or copy.version != last_good:
+                return False
+            return kept.refresh(self.paths, copy)
 
     def on_the_way_back(self) -> bool:
         """Whether a daemon start here is on a signal's way back: the candidate was given up

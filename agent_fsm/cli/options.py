@@ -5,6 +5,7 @@ Kept free of typer and rich: the `status --json` fast path (entry.py) uses it as
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -29,7 +30,9 @@ class Globals(NamedTuple):
         wrong all the same gives way to the last-good's kept settings (`config.fallback` says
         so; the daemon uses them only on a signal's way back: `Node.on_the_way_back`).
         `command`: which process this is (`upgrade.roles.Command`; default: an operator's), for
-        the roles' checks."""
+        the roles' checks. A config read valid is kept as the last-good's settings
+        (`Node.keep_settings`): a fallback never runs with settings older than it."""
+        from ..errors import AgentFsmError
         from ..node import config as config_mod
         from ..upgrade.roles import Command
         from ..wiring import open_node
@@ -38,8 +41,13 @@ class Globals(NamedTuple):
         if way_back:
             from ..node.assets.kept import way_back_config
 
-            return open_node(way_back_config(self.config, self.root), self.root, command=role)
-        return open_node(config_mod.load(self.config, self.root), self.root, command=role)
+            node = open_node(way_back_config(self.config, self.root), self.root, command=role)
+        else:
+            node = open_node(config_mod.load(self.config, self.root), self.root, command=role)
+        # A full or read-only disk stops nothing: the next read keeps them.
+        with contextlib.suppress(AgentFsmError, OSError):
+            node.keep_settings()
+        return node
 
     def reader(self, *, way_back: bool = False) -> Reader:
         """The node these options name, wired for reading only (`status`, with or without

@@ -428,26 +428,44 @@ def load(path: Path | None, root: Path | None = None, *, lenient: bool = False,
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {source} is not valid TOML: {exc}") from None
     config = parse(data, source, lenient=lenient, quiet=quiet)
-    if "python" in data:
-        _launcher_reads(source, text, data["python"])
+    _launcher_reads(source, text, data.get("python"))
     return config
 
 
 # How a release's bin/agent-fsm reads `python` before any Python runs (`vendoring._READ_PYTHON`
-# is the same rule in sed): a top-level `python = "..."` on its own line, before any table.
-_PYTHON_LINE = re.compile(r'[ \t]*python[ \t]*=[ \t]*"([^"]*)"[ \t]*(#.*)?')
-_TABLE_LINE = re.compile(r"[ \t]*\[")
+# is the same rule in sed): lines split at LF only; the reading stops at the first table header
+# or line holding `{`, `"""` or `'''` (before it, no value spans lines but an array, which holds
+# no key, and every key is the root table's), or at the first line that begins `python =`,
+# whose value it takes when it is a basic string without escapes or control characters.
+_SPACE = " \t\n\v\f\r"  # sed's [[:space:]]
+_PYTHON_START = re.compile(f"[{_SPACE}]*python[{_SPACE}]*=")
+_PYTHON_LINE = re.compile(f'[{_SPACE}]*python[{_SPACE}]*=[{_SPACE}]*"([^"\\\\\x00-\x1f\x7f]*)"'
+                          f"[{_SPACE}]*(#.*)?", re.S)
+_TABLE = re.compile(f"[{_SPACE}]*\\[")
+_STOPS = ("{", '"""', "'''")
+
+
+def launcher_python(text: str) -> str | None:
+    """The `python` a release's bin/agent-fsm reads from config text; None: it reads none."""
+    for line in text.split("\n"):
+        if _TABLE.match(line) or any(stop in line for stop in _STOPS):
+            return None
+        if _PYTHON_START.match(line):
+            found = _PYTHON_LINE.fullmatch(line)
+            return None if found is None else found.group(1)
+    return None
 
 
 def _launcher_reads(source: Path, text: str, value: Any) -> None:
-    for line in text.splitlines():
-        if _TABLE_LINE.match(line):
-            break
-        found = _PYTHON_LINE.fullmatch(line)
-        if found:
-            if found.group(1) == value:
-                return
-            break
+    """Refuse a file whose `python` the launcher would read otherwise than TOML does."""
+    if launcher_python(text) == value:
+        return
+    if value is None:
+        raise ConfigError(
+            f"config {source}: a line reads as `python` to a release's bin/agent-fsm, which "
+            "finds it before Python starts, but TOML reads no `python` there; move that text "
+            "below the first table")
     raise ConfigError(
-        f'config {source}: write `python` as one line `python = "{value}"` before any table: '
-        "a release's bin/agent-fsm reads it there before Python starts")
+        f'config {source}: write `python` as one line `python = "{value}"` before any table, '
+        "inline table or multi-line string: a release's bin/agent-fsm reads it there "
+        "before Python starts")

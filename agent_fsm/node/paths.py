@@ -103,6 +103,11 @@ class Paths(NamedTuple):
         return self.state_dir / "last-good-assets.json"
 
     @property
+    def last_good_python(self) -> Path:
+        """The kept settings' `python`, one line: what a release's bin/agent-fsm falls back to."""
+        return self.state_dir / "last-good-python"
+
+    @property
     def systemd_file(self) -> Path:
         """The host's systemd version as last asked, with the boot it was asked in (`render`)."""
         return self.state_dir / "systemd.json"

@@ -164,6 +164,8 @@ class TestPythonKey:
     @pytest.mark.parametrize("text", [
         '"python" = "/usr/bin/python3"\n',
         "python = '/usr/bin/python3'\n",
+        'publish_command = ["""/bin/true"""]\npython = "/usr/bin/python3"\n',
+        'workload = { user = "nobody" }\npython = "/usr/bin/python3"\n',
     ])
     def test_a_python_the_launcher_cannot_read_is_refused(self, tmp_path: Path,
                                                           text: str) -> None:

@@ -16,9 +16,12 @@ import pytest
 
 from agent_fsm.actions.releases import abi
 from agent_fsm.actions.releases.packing import add, pack
-from agent_fsm.actions.releases.vendoring import launcher
+from agent_fsm.actions.releases.vendoring import KEPT_PYTHON, launcher
 from agent_fsm.errors import ReleaseError
-from agent_fsm.node.assets.kept import KIND
+from agent_fsm.node.assets import kept
+from agent_fsm.node.assets.kept import KeptAssets
+from agent_fsm.node.config import Config, WorkloadConfig
+from agent_fsm.node.paths import Paths
 from tests.actions.test_abi import interpreter, node_with, with_extension
 
 pytestmark = pytest.mark.xdist_group("packed-targets")  # its module fixture is made once (Makefile)
@@ -170,23 +173,30 @@ class TestLauncher:
 
 class TestKeptPython:
     def _stored(self, packed: Path, tmp_path: Path) -> Path:
-        """The release as a store holds it: `<state_dir>/releases/6.0.0`."""
+        """The release as a store holds it: `<state_dir>/releases/6.0.0`, the state dir 0700."""
         release = tmp_path / "state" / "releases" / "6.0.0"
         shutil.copytree(packed, release, symlinks=True)
+        (tmp_path / "state").chmod(0o700)
         return release
+
+    def _keep(self, tmp_path: Path, python: Path, **workload: object) -> Path:
+        """Keep `python` (and `workload`'s settings) as the node keeps the settings it read."""
+        config = Config(state_dir=tmp_path / "state", python=python,
+                        workload=WorkloadConfig(**workload))  # type: ignore[arg-type]
+        copy = KeptAssets("5.0.0", {}, {})
+        assert kept.refresh(Paths(config), copy)
+        return tmp_path / "state" / KEPT_PYTHON
 
     def test_a_broken_python_falls_back_to_the_last_goods(self, packed: Path,
                                                           tmp_path: Path) -> None:
         """The live config names a python that is not there: the launcher runs the one kept
-        with the last-good's settings, and says so on stderr."""
+        with the settings the node last read valid, and says so on stderr."""
         release = self._stored(packed, tmp_path)
-        kept = tmp_path / "state" / "last-good-assets.json"
-        KIND.write(kept, {"version": "5.0.0", "rendered_for": {"python": "/old/python3"},
-                          "settings": {"name": "agent", "python": str(HOST_PYTHON)},
-                          "assets": {}})
+        where = self._keep(tmp_path, HOST_PYTHON)
         proc = run(release, Path("/nonexistent/python3"), tmp_path)
         assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
-        assert f"running {HOST_PYTHON}, the `python` kept with the last-good's" in proc.stderr
+        assert f"running {HOST_PYTHON}, the `python` kept with the last-good's settings in " \
+            f"{where}" in proc.stderr
 
     def test_a_kept_python_with_non_ascii_characters_is_run(self, packed: Path,
                                                             tmp_path: Path) -> None:
@@ -196,31 +206,26 @@ class TestKeptPython:
         python = tmp_path / "pythön" / "python3"
         python.parent.mkdir()
         python.symlink_to(HOST_PYTHON)
-        kept = tmp_path / "state" / "last-good-assets.json"
-        KIND.write(kept, {"version": "5.0.0", "rendered_for": {},
-                          "settings": {"name": "agent", "python": str(python)}, "assets": {}})
-        body = KIND.read(kept, check=lambda data, schema: None)  # its checksum holds
-        assert body is not None and body["settings"]["python"] == str(python)
+        self._keep(tmp_path, python)
         proc = run(release, Path("/nonexistent/python3"), tmp_path)
         assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
-        assert f"running {python}, the `python` kept with the last-good's" in proc.stderr
+        assert f"running {python}, the `python` kept with the last-good's settings in" in proc.stderr
 
-    def test_a_kept_python_the_launcher_cannot_read_is_refused_in_one_line(
-            self, packed: Path, tmp_path: Path) -> None:
-        """A kept python written with a JSON escape (`\\u00f6`: releases before this one wrote
-        non-ASCII so) is never run half-read: one line says so and names the file."""
+    def test_the_workloads_variable_named_python_is_never_run(self, packed: Path,
+                                                              tmp_path: Path) -> None:
+        """Kept settings whose `[workload] environment` has a `python` variable: with the live
+        config's python broken, the launcher runs the kept `python`, never that variable."""
         release = self._stored(packed, tmp_path)
-        python = tmp_path / "pythön" / "python3"
-        python.parent.mkdir()
-        python.symlink_to(HOST_PYTHON)
-        kept = tmp_path / "state" / "last-good-assets.json"
-        kept.write_text(json.dumps({"kind": "kept-assets", "schema": 1, "settings": {
-            "name": "agent", "python": str(python)}}, sort_keys=True, separators=(",", ":")))
-        assert "\\u00f6" in kept.read_text()
+        marker = tmp_path / "evil-ran"
+        evil = tmp_path / "evil"
+        evil.write_text(f"#!/bin/sh\ntouch {marker}\nexec {HOST_PYTHON} \"$@\"\n")
+        evil.chmod(0o755)
+        self._keep(tmp_path, HOST_PYTHON, environment=(("python", str(evil)),))
+        assert f'"python":"{evil}"' in (tmp_path / "state" / "last-good-assets.json").read_text()
         proc = run(release, Path("/nonexistent/python3"), tmp_path)
-        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
-        assert f"the `python` kept with the last-good's settings in {kept} has a JSON escape " \
-            "(\\), which this launcher does not read" in proc.stderr, proc.stderr
+        assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
+        assert f"running {HOST_PYTHON}, the `python` kept with the last-good's settings in" in proc.stderr
+        assert not marker.exists()
 
     def test_without_a_kept_python_the_error_stays(self, packed: Path, tmp_path: Path) -> None:
         """No kept settings (or their python gone too): one line naming the config's python."""
@@ -229,16 +234,21 @@ class TestKeptPython:
         assert proc.returncode == 1 and proc.stderr.count("\n") == 1
         assert "/nonexistent/python3 (the config's `python`) is not executable" in proc.stderr
 
+    def test_outside_a_closed_store_no_kept_python_is_read(self, packed: Path,
+                                                           tmp_path: Path) -> None:
+        """A release beside a kept python, in a state dir others may enter, never falls back."""
+        release = self._stored(packed, tmp_path)
+        self._keep(tmp_path, HOST_PYTHON)
+        (tmp_path / "state").chmod(0o755)
+        proc = run(release, Path("/nonexistent/python3"), tmp_path)
+        assert proc.returncode == 1 and "is not executable" in proc.stderr, proc.stderr
+
     @pytest.mark.parametrize("mode", [0o664, 0o646])
     def test_a_kept_file_others_can_write_is_not_trusted(self, packed: Path, tmp_path: Path,
                                                          mode: int) -> None:
-        """Kept settings writable by group or others never choose the interpreter."""
+        """A kept python writable by group or others never chooses the interpreter."""
         release = self._stored(packed, tmp_path)
-        kept = tmp_path / "state" / "last-good-assets.json"
-        KIND.write(kept, {"version": "5.0.0", "rendered_for": {},
-                          "settings": {"name": "agent", "python": str(HOST_PYTHON)},
-                          "assets": {}})
-        kept.chmod(mode)
+        self._keep(tmp_path, HOST_PYTHON).chmod(mode)
         proc = run(release, Path("/nonexistent/python3"), tmp_path)
         assert proc.returncode == 1 and "is not executable" in proc.stderr, proc.stderr
 

@@ -69,7 +69,7 @@ def command_lines() -> list[str]:
     lines = []
     for block in blocks(section("Commands"), "sh"):
         lines += [line.strip() for line in block.splitlines()
-                  if line.strip() and is_agent_fsm(line.split()[0])]
+                  if line.strip() and is_agent_fsm(shlex.split(line, comments=True)[0])]
     return lines
 
 
@@ -111,6 +111,8 @@ class Host:
             agent.parent.mkdir(parents=True, exist_ok=True)
             agent.write_text("#!/bin/sh\nexec sleep infinity\n")
             agent.chmod(0o755)
+        self.made = tmp / "made"
+        self.made.mkdir(mode=0o700)
         self.bin = tmp / "bin"
         self.bin.mkdir()
         (self.bin / "systemctl").write_text(FAKE_SYSTEMCTL)
@@ -128,7 +130,10 @@ class Host:
         return open_node(config_mod.load(self.config), self.root, systemd=FakeSystemd())
 
     def place(self, word: str) -> str:
-        """An absolute path in the README names the host; here it goes below the temp dir."""
+        """An absolute path in the README names the host; here it goes below the temp dir.
+        `$d`, the README's `mktemp -d`, is a directory only root can write, as that one."""
+        if word.startswith("$d/"):
+            return str(self.made / word.removeprefix("$d/"))
         return str(self.tmp / "host" / word.lstrip("/")) if word.startswith("/") else word
 
     def argv(self, line: str) -> list[str]:

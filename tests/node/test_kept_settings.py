@@ -198,3 +198,29 @@ class TestOperators:
         assert "the way back uses last-good 1.0.0's settings" in " ".join(human.split())
         cfg.write_text(GOOD)
         assert json.loads(_run(world, cfg, "status", "--json").stdout)["config_fallback"] is None
+
+
+class TestKeptCurrent:
+    def test_a_fallback_runs_the_workload_as_the_user_last_read_valid(
+            self, tmp_path: Path) -> None:
+        """The operator sets `user = "nobody"` (valid, read by a root command), then breaks the
+        config mid-upgrade: the way back runs the workload as nobody, never as root again."""
+        world, cfg = _node(tmp_path)
+        assert kept.read(world.paths.last_good_assets).settings["workload"].get("user") is None
+        cfg.write_text(GOOD + '[workload]\nuser = "nobody"\n')
+        assert _run(world, cfg, "history").returncode == 0
+        world.upgrading("2.0.0")
+        cfg.write_text(WRONG["not TOML"])
+        config = kept.way_back_config(cfg, world.root, quiet=True)
+        assert config.fallback is not None
+        assert config.workload.user == "nobody"
+
+    def test_a_candidates_run_keeps_nothing(self, tmp_path: Path) -> None:
+        """While an upgrade is pending, a config read valid is not kept: only the last-good's
+        code, settled, writes the settings its way back runs with."""
+        world, cfg = _node(tmp_path)
+        world.upgrading("2.0.0")
+        before = world.paths.last_good_assets.read_bytes()
+        cfg.write_text(GOOD + '[workload]\nuser = "nobody"\n')
+        assert _run(world, cfg, "history").returncode == 0
+        assert world.paths.last_good_assets.read_bytes() == before

@@ -92,10 +92,16 @@ def vendor(lib: Path) -> list[str]:
     return sorted(out)
 
 
-# Reads `python = "/path"` from the config before Python runs: a top-level key on its own line,
-# before the first table (`config.load` refuses a `python` written any other way).
-_READ_PYTHON = (r"""sed -n -e '/^[[:space:]]*\[/q' -e 's/^[[:space:]]*python[[:space:]]*=[[:space:]]*"""
-                r""""\([^"]*\)"[[:space:]]*\(#.*\)\{0,1\}$/\1/p'""")
+# Reads `python = "/path"` from the config before Python runs, exactly as TOML reads it or not at
+# all: before the first table header or line holding `{`, `"""` or `'''`, no value spans lines
+# but an array (which holds no key) and every key is the root table's, so a line there that is
+# `python = "..."` (a basic string without escapes or control characters, an optional comment)
+# is the key itself, its value the bytes between the quotes. The first `python =` line ends the
+# reading, taken or not. `config.load` refuses a file this reads otherwise than TOML.
+_READ_PYTHON = ("LC_ALL=C sed -n -e '/^[[:space:]]*\\[/q' -e '/{/q' -e '/\"\"\"/q' -e \"/'''/q\" "
+                "-e '/^[[:space:]]*python[[:space:]]*=/{' -e 's/^[[:space:]]*python[[:space:]]*="
+                "[[:space:]]*\"\\([^\"\\\\[:cntrl:]]*\\)\"[[:space:]]*\\(#.*\\)\\{0,1\\}$/\\1/p' "
+                "-e q -e '}'")
 
 # The interpreter runs isolated (-I: no PYTHON* variables, no user site, no script directory;
 # -S: no site-packages of the node; -B: nothing written into the stored release) with the
@@ -113,51 +119,85 @@ _BOOT = ("import os, runpy, sys\n"
          "sys.path.insert(0, sys.argv.pop(1))\n"
          "runpy.run_module(\"agent_fsm\", run_name=\"__main__\", alter_sys=True)\n")
 
-# The python kept with the last-good's settings (`node.assets.kept`, one line of sorted JSON in
-# `<state_dir>/last-good-assets.json`, next to the store `<state_dir>/releases/`): the last
-# "python" key is the settings' one. Non-ASCII is written as UTF-8 (`KIND.utf8`); an escape still
-# there (a `"` or `\` in the path, or a file an older release wrote) is refused, never half-read.
-_KEPT_PYTHON = r"""sed -n 's/.*"python":"\([^"]*\)".*/\1/p'"""
+# The python kept with the settings the node last read valid (`node.assets.kept`): one absolute
+# path on one line, in the state dir the stored release is in (`<state_dir>/releases/<version>`).
+KEPT_PYTHON = "last-good-python"
 
 LAUNCHER = """#!/bin/sh
 # agent-fsm release {version}: runs this release's own agent-fsm and the libraries in its lib/
 # with the node's interpreter: the config's `python` (the config is found as agent-fsm finds
-# it: --config FILE, else $AGENT_FSM_CONFIG, else /etc/agent-fsm/config.toml), else {default}.
+# it: a leading --config FILE, else $AGENT_FSM_CONFIG, else /etc/agent-fsm/config.toml), else
+# {default}.
 : "${{PATH:=/usr/sbin:/usr/bin:/sbin:/bin}}"
-here=$(dirname "$(readlink -f "$0")")
-lib=$(dirname "$here")/lib
+me=$(readlink -f "$0")
+here=${{me%/*}}
+top=${{here%/*}}
+lib=$top/lib
+releases=${{top%/*}}
+state=${{releases%/*}}
+if [ -O / ]; then uid=0; else uid=$(id -u); fi
+visible() {{ printf '%s' "$1" | LC_ALL=C tr '\\000-\\037\\177' '?'; }}
+# No code of this release runs before its tree is proven root's (or the caller's) alone: every
+# directory from / down to the release owned so and writable by no one else, or sticky (no one
+# else can rename or remove root's entries in /tmp); and bin/ and lib/, what runs, owned so,
+# writable by no one else, nothing but files and directories. In a store whose state dir is
+# closed to others (`<state_dir>/releases/<version>`), no one else can reach a file below, and
+# agent-fsm wrote each one so (`node.releases.store`): that walk is spared on every start.
+stored=
+if [ "${{releases##*/}}" = releases ] \\
+        && [ -n "$(find "$state" -maxdepth 0 ! -perm /077 -print 2>/dev/null)" ]; then
+    stored=yes
+fi
+unsafe() {{
+    p=$top
+    set --
+    while [ -n "$p" ]; do set -- "$@" "$p"; p=${{p%/*}}; done
+    find / "$@" -maxdepth 0 \\( ! -user 0 ! -user "$uid" -o -perm /022 ! \\( -type d -perm -1000 \\) \\) \\
+        -print -quit 2>/dev/null || echo "$top"
+    [ -n "$stored" ] || find "$here" "$lib" \\( ! -user 0 ! -user "$uid" -o -perm /022 \\
+        -o ! -type f ! -type d \\) -print -quit 2>/dev/null || echo "$lib"
+}}
+bad=$(unsafe)
+if [ -n "$bad" ]; then
+    echo "agent-fsm: refusing to run release $(visible "$top"): $(visible "${{bad%%
+*}}") is not root's alone (another user owns it, others may write it, or it is a link);" \\
+        "unpack releases into a new directory only root can write (d=\\$(mktemp -d))" >&2
+    exit 1
+fi
 config=${{AGENT_FSM_CONFIG:-/etc/agent-fsm/config.toml}}
-prev=
-for arg in "$@"; do
-    case $prev in --config) config=$arg ;; esac
-    case $arg in --config=*) config=${{arg#--config=}} ;; esac
-    prev=$arg
-done
+configured() {{  # the global options, before the command, as agent-fsm reads them
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --config|--root) [ "$1" = --root ] || config=${{2-}}; shift; [ $# -eq 0 ] || shift ;;
+            --config=*) config=${{1#--config=}}; shift ;;
+            --) return ;;
+            -*) shift ;;
+            *) return ;;
+        esac
+    done
+}}
+configured "$@"
 python=$({read_python} "$config" 2>/dev/null)
 python=${{python:-{default}}}
 if [ ! -x "$python" ]; then
     # A wrong `python` in the live config must not stop the way back: the one kept with the
-    # last-good's settings, when this release is in a store and the file is the caller's own,
-    # writable by no one else.
-    releases=$(dirname "$(dirname "$here")")
-    kept=$(dirname "$releases")/last-good-assets.json
+    # settings the node last read valid, when this release is in a store and the file is the
+    # caller's own, writable by no one else (its directories are proven above).
+    kept=$state/{kept_python}
     good=
-    if [ "${{releases##*/}}" = releases ] && [ -n "$(find "$kept" -prune -type f -user "$(id -u)" \
-            ! -perm -020 ! -perm -002 2>/dev/null)" ]; then
-        good=$({kept_python} "$kept" 2>/dev/null)
+    if [ -n "$stored" ] && [ -n "$(find "$kept" -prune -type f -user "$uid" ! -perm /022 \\
+            2>/dev/null)" ]; then
+        IFS= read -r good < "$kept" || good=
     fi
-    case $good in *\\\\*)  # a JSON escape: sed does not decode it, and half a path is no path
-        printf '%s %s %s\\n' "agent-fsm: the interpreter $python (the config's \\`python\\`) is" \\
-            "not executable, and the \\`python\\` kept with the last-good's settings in $kept has" \\
-            "a JSON escape (\\\\), which this launcher does not read: fix the config's \\`python\\`" >&2
-        exit 1 ;;
-    esac
+    case $good in /*) ;; *) good= ;; esac
     if [ -z "$good" ] || [ ! -x "$good" ]; then
-        echo "agent-fsm: the interpreter $python (the config's \\`python\\`) is not executable" >&2
+        echo "agent-fsm: the interpreter $(visible "$python") (the config's \\`python\\`) is not" \\
+            "executable" >&2
         exit 1
     fi
-    echo "agent-fsm: the interpreter $python (the config's \\`python\\`) is not executable;" \
-        "running $good, the \\`python\\` kept with the last-good's settings in $kept" >&2
+    echo "agent-fsm: the interpreter $(visible "$python") (the config's \\`python\\`) is not" \\
+        "executable; running $(visible "$good"), the \\`python\\` kept with the" \\
+        "last-good's settings in $(visible "$kept")" >&2
     python=$good
 fi
 # Only the release's lib/, never the caller's; no __pycache__ written into the store (a stored
@@ -174,7 +214,7 @@ def launcher(version: str, targets: tuple[str, ...] = ("any",)) -> str:
                         covers=covers(targets))
     assert "'" not in boot, "the launcher quotes it in single quotes"
     return LAUNCHER.format(version=version, default=DEFAULT_PYTHON, read_python=_READ_PYTHON,
-                           kept_python=_KEPT_PYTHON, boot=boot)
+                           kept_python=KEPT_PYTHON, boot=boot)
 
 
 # What `daemon`, `recover` and `upgrade` import (the fast path): compiled at pack, so that a start

@@ -3,9 +3,11 @@ release and no config that a later hand may have broken.
 
 When a release is promoted to last-good, the bytes and modes it renders for this host are kept
 in one file, `<state_dir>/last-good-assets.json`, with its version, the host values they were
-rendered with and the host's settings then (`settings`: every key of the config, as
-`config.to_table` writes them). One file written atomically: the kept assets and settings are
-always one release's, never a mix. When the live config is wrong (a value out of range, a file
+rendered with and the host's settings (`settings`: every key of the config, as
+`config.to_table` writes them), which every config read valid while the node is settled on the
+last-good refreshes (`refresh`); their `python` alone is in `<state_dir>/last-good-python`, one
+line, for a release's bin/agent-fsm, which reads no JSON. One file written atomically: the kept
+assets are always one release's, never a mix. When the live config is wrong (a value out of range, a file
 that is not TOML), the way back (`recover`, and the last-good's daemon on a signal's way back)
 runs with these settings (`way_back_config`), says so in its log and in `status`, and operator
 commands keep refusing the live file. While an upgrade is pending, a missing asset is restored
@@ -145,6 +147,33 @@ def keep(paths: Paths, version: str, rendered: tuple[Asset, ...]) -> None:
                    for name, a in sorted(contents.items())},
     }
     KIND.write(paths.last_good_assets, body)
+    _keep_python(paths)
+
+
+def _keep_python(paths: Paths) -> bool:
+    """Keep the settings' `python` where the launcher reads it, one absolute path on one line
+    (`config` refuses a `python` with whitespace or control characters); whether it changed."""
+    python = f"{paths.config.python}\n".encode()
+    if files.read_bytes(paths.last_good_python) == python:
+        return False
+    files.atomic_write(paths.last_good_python, python, FILE_MODE)
+    return True
+
+
+def refresh(paths: Paths, kept: KeptAssets) -> bool:
+    """Keep the settings of `paths.config`, read valid, with the copy `kept` (the last-good's):
+    the way back then runs with the settings the node last read valid, never older ones (a user
+    or a secret the operator has changed since). Whether anything was written."""
+    settings = config_mod.to_table(paths.config)
+    wrote = kept.settings != settings
+    if wrote:
+        body: dict[str, Any] = {
+            "version": kept.version, "rendered_for": kept.rendered_for, "settings": settings,
+            "assets": {name: {"mode": mode, "content": base64.b64encode(content).decode()}
+                       for name, (mode, content) in sorted(kept.contents.items())},
+        }
+        KIND.write(paths.last_good_assets, body)
+    return _keep_python(paths) or wrote
 
 
 def discard(path: Path) -> bool:
@@ -200,7 +229,7 @@ def _check(data: dict[str, Any], schema: int) -> None:
 
 KIND = Kind("kept-assets", "kept assets file", "the kept copy", SCHEMA, _check, MAX_BYTES,
             FILE_MODE, oldest=1, always_signed=True,  # schema 1 had its checksum already
-            utf8=True)  # the launcher reads `settings.python` with sed
+            utf8=True)
 
 
 # The way back's config -------------------------------------------------------------------------

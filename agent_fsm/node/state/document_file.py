@@ -138,8 +138,7 @@ class Kind(NamedTuple):
     mode: int  # the mode written
     oldest: int = 0  # the oldest schema read; 0 is a file from before it had one
     always_signed: bool = False  # had a checksum before the format: none is refused
-    # Non-ASCII written as UTF-8, not as \u escapes: for a reader without JSON (the launcher
-    # reads the kept assets' `python` with sed). Every reader checks the bytes as they are.
+    # Non-ASCII written as UTF-8, not as \u escapes. Every reader checks the bytes as they are.
     utf8: bool = False
 
     def encode(self, body: dict[str, Any]) -> bytes:
