@@ -87,10 +87,13 @@ diagram: $(STAMP)
 	$(VENV)/bin/agent-fsm diagram --write
 
 # A user's install (README, "Set-up"): the wheel and the sdist into $(DIST)/, built by the venv's
-# hatchling, offline; then `pipx install dist/agent_fsm-VERSION-py3-none-any.whl`. Earlier builds
-# there are removed first, so that one wheel matches `dist/agent_fsm-*.whl`.
+# hatchling (offline once the venv has it; a user's venv gets hatchling alone, not the test
+# extras); then `pipx install dist/agent_fsm-VERSION-py3-none-any.whl`. Earlier builds there are
+# removed first, so that one wheel matches `dist/agent_fsm-*.whl`.
 DIST ?= dist
-dist: $(STAMP)
+dist:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c 'import hatchling' 2>/dev/null || $(PY) -m pip install -q 'hatchling>=1.25'
 	rm -f $(DIST)/agent_fsm-*.whl $(DIST)/agent_fsm-*.tar.gz
 	$(PY) -m hatchling build -d $(DIST)
 

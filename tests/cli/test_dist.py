@@ -57,8 +57,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     dist.mkdir()
     work.mkdir()
     (dist / "agent_fsm-0.0.1-py3-none-any.whl").write_bytes(b"an older build")
-    made = _run(["make", "--no-print-directory", "-C", ROOT, "-o", f"{sys.prefix}/.installed",
-                 "dist", f"VENV={sys.prefix}", f"PY={sys.executable}", f"DIST={dist}"], cwd=work)
+    made = _run(["make", "--no-print-directory", "-C", ROOT, "dist", f"VENV={sys.prefix}",
+                 f"PY={sys.executable}", f"DIST={dist}"], cwd=work)
     assert made.returncode == 0, made.stdout + made.stderr
     new = _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=work)
     assert new.returncode == 0, new.stderr
@@ -78,13 +78,17 @@ class TestMakeDist:
 
     def test_the_installed_wheels_help_runs(self, installed: Installed) -> None:
         """The venv's `agent-fsm --help` lists the commands, `--version` names this version,
-        and agent-fsm is imported from the venv, not from the checkout."""
+        `diagram` draws the machine from the definition the wheel carries, and agent-fsm is
+        imported from the venv, not from the checkout."""
         agent = installed.venv / "bin" / "agent-fsm"
         helped = _run([agent, "--help"], cwd=installed.work)
         assert helped.returncode == 0 and helped.stderr == "", helped.stderr
         assert "release" in helped.stdout and "upgrade" in helped.stdout
         version = _run([agent, "--version"], cwd=installed.work)
         assert (version.returncode, version.stdout) == (0, f"agent-fsm {VERSION}\n"), version.stderr
+        drawn = _run([agent, "diagram"], cwd=installed.work)
+        assert drawn.returncode == 0, drawn.stderr
+        assert drawn.stdout.startswith("stateDiagram-v2\n") and "idle --> converged" in drawn.stdout
         where = _run([installed.venv / "bin" / "python", "-c",
                       "import agent_fsm; print(agent_fsm.__file__)"], cwd=installed.work)
         assert Path(where.stdout.strip()).is_relative_to(installed.venv), where.stdout
