@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint unit e2e node257 demo diagram bench mutants modelcheck clean system-packages sanity test-clock test-future
+.PHONY: test lint unit e2e node257 demo diagram dist bench mutants modelcheck clean system-packages sanity test-clock test-future
 
 # Debian packages the suite uses for real (graphviz renders the svg diagram; podman builds, loads
 # and removes release images in a private store; faketime moves the clock for `test-clock`).
@@ -85,6 +85,17 @@ demo: $(STAMP)
 
 diagram: $(STAMP)
 	$(VENV)/bin/agent-fsm diagram --write
+
+# A user's install (README, "Set-up"): the wheel and the sdist into $(DIST)/, built by the venv's
+# hatchling (offline once the venv has it; a user's venv gets hatchling alone, not the test
+# extras); then `pipx install dist/agent_fsm-VERSION-py3-none-any.whl`. Earlier builds there are
+# removed first, so that one wheel matches `dist/agent_fsm-*.whl`.
+DIST ?= dist
+dist:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c 'import hatchling' 2>/dev/null || $(PY) -m pip install -q 'hatchling>=1.25'
+	rm -f $(DIST)/agent_fsm-*.whl $(DIST)/agent_fsm-*.tar.gz
+	$(PY) -m hatchling build -d $(DIST)
 
 # Not part of `make test`: figures, not assertions (docs/benchmarks.md). As root, ~5 minutes;
 # prints the table, writes bench/results.json and the chart bench/ratios.svg (neither committed).
