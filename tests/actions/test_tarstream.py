@@ -169,7 +169,7 @@ def _member(draw: st.DrawFn, *, small: bool = False) -> bytes:
 def _extended(draw: st.DrawFn, *, small: bool = False) -> bytes:
     kind = draw(st.sampled_from([b"x", b"g", b"X", b"L", b"K"]))
     if kind in (b"L", b"K"):
-        data = b"n" * draw(st.sampled_from([1, 300] if small else [1, 300, 70_000, 1 << 20])) \
+        data = b"n" * draw(st.sampled_from([1, 300] if small else [1, 300, 70_000, 600_000, 1 << 20])) \
             + b"\0"
     else:
         records = draw(st.lists(st.sampled_from([

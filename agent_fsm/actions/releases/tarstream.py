@@ -123,13 +123,9 @@ class Reader:
             first = min([offset, *(at for at, _ in pending.values())])
             member = self._member(name, kind, mode, size, linkname, first, pending)
             pending = {}
-            has_data = member.kind not in _NO_DATA
-            self._left = member.size if has_data else 0
+            self._left = 0 if member.kind in _NO_DATA else member.size
+            self._count(self._left)
             self._padding = -self._left % BLOCK
-            self.counted += self._left
-            if self.counted > self.max_bytes:
-                raise BadArchive(f"its files and extended headers hold more than "
-                                 f"{self.max_bytes >> 20} MiB (the store's limit)")
             yield member
 
     def data(self) -> Iterator[bytes]:
@@ -152,13 +148,17 @@ class Reader:
             raise BadArchive(f"its {what} header at byte {offset} declares {size} bytes (more "
                              f"than {EXTENDED_MAX >> 10} KiB: no name needs that many): a "
                              "damaged or hostile archive")
-        self.counted += size
-        if self.counted > self.max_bytes:
-            raise BadArchive(f"its files and extended headers hold more than "
-                             f"{self.max_bytes >> 20} MiB (the store's limit)")
+        self._count(size)
         data = self._read(size)
         self._read(-size % BLOCK)
         return data
+
+    def _count(self, size: int) -> None:
+        """Count `size` bytes of data or extended header, before they are read."""
+        if self.counted + size > self.max_bytes:
+            raise BadArchive(f"its files and extended headers hold more than "
+                             f"{self.max_bytes >> 20} MiB (the store's limit)")
+        self.counted += size
 
     def _member(self, name: str, kind: bytes, mode: int, size: int, linkname: str, offset: int,
                 pending: dict[bytes, tuple[int, bytes]]) -> Member:
