@@ -24,6 +24,7 @@ from agent_fsm.errors import BadArchive, ReleaseError
 from agent_fsm.node.releases import tree
 from tests.actions import hostile_tars as h
 from tests.actions.test_payload import with_payload
+from tests.actions.test_sources import nothing_stored
 from tests.helpers import World
 from tests.node.test_release_store import CONFIG
 
@@ -143,6 +144,32 @@ class TestRealArchives:
             tar.addfile(dot)
         with pytest.raises(ReleaseError, match=f"more than {entries + 2} members"):
             add_source(str(archive), world.node)
+
+
+class TestMembers:
+    @pytest.mark.parametrize(("case", "says"), [
+        ("sparse", "member 'r/big' is a sparse file; a release holds regular files"),
+        ("pax sparse", "member 'r/big' is a sparse file; a release holds regular files"),
+        ("long part", f"member 'r/{'n' * 198}'… (302 characters) has a name longer than 255 "
+                      "bytes"),
+        ("unknown type", "member 'r/v' is of tar type b'V'; a release holds regular files"),
+    ])
+    def test_a_member_the_store_cannot_hold_is_refused_naming_it(
+            self, world: World, tmp_path: Path, case: str, says: str) -> None:
+        """A sparse file (GNU or pax), a name part longer than a file system takes (shown cut
+        short) or a member of an unknown tar type is refused in one line naming it."""
+        member = {"sparse": h.member(b"r/big", b"x", b"S"),
+                  "pax sparse": h.pax(h.pax_record(b"GNU.sparse.map", b"0,1"))
+                  + h.member(b"r/big", b"x"),
+                  "long part": h.pax(h.pax_record(b"path", b"r/" + b"n" * 300))
+                  + h.member(b"r/x", b"x"),
+                  "unknown type": h.member(b"r/v", b"", b"V")}[case]
+        archive = h.write(tmp_path / "a.tar", [(h.member(b"r/", kind=b"5") + member + h.end(),
+                                                1)], "")
+        with pytest.raises(ReleaseError) as refused:
+            add_source(str(archive), world.node)
+        assert "\n" not in str(refused.value) and says in str(refused.value), str(refused.value)
+        assert nothing_stored(world)
 
 
 # What the property test reads within: few members and bytes, so a generated archive passes them.
