@@ -3,14 +3,15 @@ one, or an image. `add_source` takes any of them, as `release add` and `install 
 
 An archive is a tar file, plain or compressed (gzip, bzip2, xz: told by its content, as tar
 does), holding a release at its top or in a single top directory: the rules the fleet
-collection's `agent_fsm.fleet.release` module applies to the archives it is given. Each member
-is checked as it is read, before it is written, and the first one refused is named in one line:
-an absolute name, a `..` component, a control character in its name, anything but a regular
-file or a directory (a symlink, a hard link, a device, a FIFO), a file or a tree over the
-store's limits (`tree`). It is unpacked
-into a private directory inside the store (`release_store.scratch`, 0700) and stored from there
-as a directory is (`packing.add`: the same normalizing copy, checks and digest); whatever is
-refused, nothing is left behind.
+collection's `agent_fsm.fleet.release` module applies to the archives it is given. It is read
+as a stream within the store's limits (`tarstream`: every member and header counted, nothing
+kept but the member being read). Each member is checked as it is read, before it is written,
+and the first one refused is named in one line: an absolute name, a `..` component, a control
+character in its name, a name part over _NAME_MAX bytes, anything but a regular file or a
+directory (a symlink, a hard link, a device, a FIFO, a sparse file), a file or a tree over the
+store's limits (`tree`). It is unpacked into a private directory inside the store
+(`release_store.scratch`, 0700) and stored from there as a directory is (`packing.add`: the
+same normalizing copy, checks and digest); whatever is refused, nothing is left behind.
 """
 
 from __future__ import annotations
