@@ -10,8 +10,10 @@
     ├── SignalError                the upgrade signal file is unreadable
     ├── KnownBadDamaged            known-bad.json is damaged; it is left untouched
     ├── ReleaseError               a release is missing or its manifest is invalid
-    │   └── BadTree                a release tree holds what the store refuses (a symlink, a
-    │                              device, a loose mode) or is over its limits (callers re-word it)
+    │   ├── BadTree                a release tree holds what the store refuses (a symlink, a
+    │   │                          device, a loose mode) or is over its limits (callers re-word it)
+    │   └── BadArchive             a release archive is not tar, damaged, or over the reader's
+    │                              bounds (one clause; callers name the archive)
     ├── AssetError                 a service asset could not be rendered, restored or kept
     ├── UnsafePath                 a path to write is a symlink, or a directory others may write
     │   └── NeedsRoot              the state dir is root's and this process is not (the CLI says
@@ -106,6 +108,10 @@ class BadTree(ReleaseError):
 
     def __init__(self, path: Path, why: str) -> None:
         super().__init__(f"{path} {why}")
+
+
+class BadArchive(ReleaseError):
+    """A tar archive refused while it is read: why, as a clause ("it is not a tar archive")."""
 
 
 class AssetError(AgentFsmError):

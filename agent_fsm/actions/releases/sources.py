@@ -3,42 +3,36 @@ one, or an image. `add_source` takes any of them, as `release add` and `install 
 
 An archive is a tar file, plain or compressed (gzip, bzip2, xz: told by its content, as tar
 does), holding a release at its top or in a single top directory: the rules the fleet
-collection's `agent_fsm.fleet.release` module applies to the archives it is given. Each member
-is checked as it is read, before it is written, and the first one refused is named in one line:
-an absolute name, a `..` component, a control character in its name, anything but a regular
-file or a directory (a symlink, a hard link, a device, a FIFO), a file or a tree over the
-store's limits (`tree`). It is unpacked
-into a private directory inside the store (`release_store.scratch`, 0700) and stored from there
-as a directory is (`packing.add`: the same normalizing copy, checks and digest); whatever is
-refused, nothing is left behind.
+collection's `agent_fsm.fleet.release` module applies to the archives it is given. It is read
+as a stream within the store's limits (`tarstream`: every member and header counted, nothing
+kept but the member being read). Each member is checked as it is read, before it is written,
+and the first one refused is named in one line: an absolute name, a `..` component, a control
+character in its name, a name part over _NAME_MAX bytes, anything but a regular file or a
+directory (a symlink, a hard link, a device, a FIFO, a sparse file), a file or a tree over the
+store's limits (`tree`). It is unpacked into a private directory inside the store
+(`release_store.scratch`, 0700) and stored from there as a directory is (`packing.add`: the
+same normalizing copy, checks and digest); whatever is refused, nothing is left behind.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import tarfile
-import zlib
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
-from ...errors import ReleaseError
+from ...errors import BadArchive, ReleaseError
 from ...node.releases import store as release_store
 from ...node.releases import tree
 from ...system.podman import parse_reference
 from ...wiring import Node
-from . import images, packing
+from . import images, packing, tarstream
 
 MANIFEST = "release.toml"
-_CHUNK = 1 << 16
 _NOTHING = "nothing was stored"
-# What a damaged or truncated archive raises, by its compression (bz2 raises OSError).
-_UNREADABLE: tuple[type[Exception], ...] = (tarfile.TarError, EOFError, zlib.error)
-try:  # a Python built without lzma reads no .tar.xz (tarfile says so)
-    import lzma
-    _UNREADABLE += (lzma.LZMAError,)
-except ImportError:  # pragma: no cover
-    pass
+_SHOWN = 200  # characters of a member's name a refusal shows
+_NAME_MAX = 255  # bytes of one name in a path (ext4, xfs, btrfs, tmpfs)
 SOURCES = ("a release directory (from `agent-fsm release pack`), a tar archive of one (.tar, "
            ".tar.gz, .tgz), or an image (oci-archive:FILE, docker-archive:FILE, "
            "containers-storage:REF, docker://REF)")
@@ -80,89 +74,87 @@ def unpack(archive: Path, into: Path) -> None:
     checked before it is written (see the module docstring); ReleaseError naming the first one
     refused. Files are written 0755 when the member has an x bit, else 0644 (the store gives
     the modes again); owners, times and other bits in the archive are not kept."""
-    try:  # the compression told by the content
-        opened = tarfile.open(archive, "r")  # noqa: SIM115 (closed by the `with` below)
-    except _UNREADABLE:  # its words list each method tried, on several lines
-        _refuse(archive, "it is not a tar archive (plain, or compressed with gzip, bzip2 or xz)")
+    try:
+        raw = open(archive, "rb")  # noqa: SIM115 (closed by the `with` below)
     except OSError as exc:
         raise ReleaseError(f"cannot read release archive {archive}: {exc.strerror or exc}; "
                            + _NOTHING) from None
-    entries = total = 0
+    # Every member counts, the archive's own top (`./`) and a top directory too.
+    limits = {"max_members": tree.MAX_ENTRIES + 2, "max_bytes": tree.MAX_RELEASE_BYTES}
     try:
-        with opened as tar:
+        with raw, tarstream.Reader(raw, **limits) as tar:
             os.mkdir(into, 0o700)
-            for member in tar:
+            for member in tar.members():
                 rel = _checked(archive, member)
                 if not rel.parts:  # the archive's own top, "." or "./"
                     continue
-                entries += 1
-                if entries > tree.MAX_ENTRIES:
-                    _refuse(archive, f"it holds more than {tree.MAX_ENTRIES} files and "
-                                     "directories (the store's limit)")
                 target = into.joinpath(*rel.parts)
                 try:
-                    if member.isdir():
+                    if member.kind == tarstream.DIRECTORY:
                         os.makedirs(target, 0o700, exist_ok=True)
                         continue
                     if member.size > tree.MAX_FILE_BYTES:
-                        _refuse(archive, f"member {member.name!r} is larger than "
+                        _refuse(archive, f"member {_shown(member.name)} is larger than "
                                          f"{tree.MAX_FILE_BYTES >> 20} MiB (the store's limit)")
-                    total += member.size
-                    if total > tree.MAX_RELEASE_BYTES:
-                        _refuse(archive, f"it holds more than {tree.MAX_RELEASE_BYTES >> 20} MiB "
-                                         "of files (the store's limit)")
                     os.makedirs(target.parent, 0o700, exist_ok=True)
-                    _write(tar, member, target)
+                    _write(tar.data(), member, target)
                 except (FileExistsError, NotADirectoryError):
-                    _refuse(archive, f"member {member.name!r} is in the archive twice, or "
+                    _refuse(archive, f"member {_shown(member.name)} is in the archive twice, or "
                                      "below a file of the same name")
-    except _UNREADABLE as exc:
-        _refuse(archive, f"it cannot be read to its end as a tar archive (damaged or "
-                         f"truncated?): {' '.join(str(exc).split())}")
+    except BadArchive as exc:
+        _refuse(archive, str(exc))
     except OSError as exc:
         raise ReleaseError(f"cannot unpack release archive {archive} into the store: {exc}; "
                            + _NOTHING) from None
 
 
-def _checked(archive: Path, member: tarfile.TarInfo) -> PurePosixPath:
+def _shown(name: str) -> str:
+    """A member's name as a refusal shows it: quoted, control characters escaped, a long one
+    cut short."""
+    return repr(name) if len(name) <= _SHOWN else f"{name[:_SHOWN]!r}… ({len(name)} characters)"
+
+
+_KINDS = {b"2": "a symlink", b"1": "a hard link", b"3": "a device", b"4": "a device",
+          b"6": "a FIFO", tarstream.SPARSE: "a sparse file"}
+
+
+def _checked(archive: Path, member: tarstream.Member) -> PurePosixPath:
     """The member's path relative to the archive's top; refused (one line naming it) when it
     is absolute, has a `..` component, or is not a regular file or a directory."""
-    name = member.name
+    name, shown = member.name, _shown(member.name)
     path = PurePosixPath(name)
     if path.is_absolute():
-        _refuse(archive, f"member {name!r} is an absolute path (a release's members are "
+        _refuse(archive, f"member {shown} is an absolute path (a release's members are "
                          "relative to its top)")
     if ".." in path.parts:
-        _refuse(archive, f"member {name!r} has a `..` component (it could land outside the "
+        _refuse(archive, f"member {shown} has a `..` component (it could land outside the "
                          "release)")
     if not all(part.isprintable() for part in path.parts):  # as the store refuses it
-        _refuse(archive, f"member {name!r} has a name with a control character or not UTF-8")
-    if member.isfile() or member.isdir():
+        _refuse(archive, f"member {shown} has a name with a control character or not UTF-8")
+    if member.kind in (tarstream.FILE, tarstream.DIRECTORY):
         if len(path.parts) > tree.MAX_DEPTH + 2:  # a top directory, then the release
-            _refuse(archive, f"member {name!r} is nested more than {tree.MAX_DEPTH} directories "
+            _refuse(archive, f"member {shown} is nested more than {tree.MAX_DEPTH} directories "
                              "deep (the store's limit)")
+        if any(len(os.fsencode(part)) > _NAME_MAX for part in path.parts):
+            _refuse(archive, f"member {shown} has a name longer than {_NAME_MAX} bytes (more "
+                             "than a file system takes)")
         return path
-    what = (f"a symlink (to {member.linkname!r})" if member.issym() else
-            f"a hard link (to {member.linkname!r})" if member.islnk() else
-            "a device" if member.ischr() or member.isblk() else
-            "a FIFO" if member.isfifo() else f"of tar type {member.type!r}")
-    _refuse(archive, f"member {name!r} is {what}; a release holds regular files and directories "
+    what = _KINDS.get(member.kind, f"of tar type {member.kind!r}")
+    if member.kind in (b"1", b"2"):
+        what += f" (to {_shown(member.linkname)})"
+    _refuse(archive, f"member {shown} is {what}; a release holds regular files and directories "
                      "only")
 
 
-def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
-    source = tar.extractfile(member)
-    if source is None:  # not a file (checked before): nothing to read
-        raise tarfile.ExtractError(f"member {member.name!r} has no data")
+def _write(data: Iterator[bytes], member: tarstream.Member, target: Path) -> None:
     mode = tree.EXEC_MODE if member.mode & 0o111 else tree.FILE_MODE
     out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                   0o600)
     try:
-        with source:
-            while chunk := source.read(_CHUNK):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out, view):]
+        for chunk in data:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view):]
         os.fchmod(out, mode)
     finally:
         os.close(out)
