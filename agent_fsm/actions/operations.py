@@ -86,10 +86,17 @@ def begin_upgrade(node: Node, version: str, *, force: bool = False) -> StateDoc:
                                     **({"force": True} if force else {}))
 
 
-def why_recover(node: Node) -> dict[str, str]:
-    """Why this rollback, as the result records it: the recovery unit (its environment says so)
-    reads the agent unit's end from systemd; anyone else is an operator. Never raises: the way
-    back does not wait on systemd's answer."""
+def why_recover(node: Node, doc: StateDoc) -> dict[str, str]:
+    """Why this rollback of the upgrade `doc` knows, as the result records it: its signal lost
+    (gone, unreadable: the candidate was never judged); else the recovery unit (its
+    environment says so) reads the agent unit's end from systemd; anyone else is an operator.
+    Never raises: the way back does not wait on systemd's answer nor on the signal."""
+    try:  # the start check's count: a damaged signal never stops a rollback
+        sig = node.signal()
+    except AgentFsmError as exc:
+        return reasons.signal_lost(doc.state, str(exc))
+    if sig is None:
+        return reasons.signal_lost(doc.state, f"{node.paths.signal_file} is gone")
     if os.environ.get(reasons.RECOVERY_ENV) != "unit":
         return {"reason": "rolled back by hand with `agent-fsm recover`", "reason_class": "manual"}
     unit = node.paths.agent_unit_name
@@ -98,11 +105,7 @@ def why_recover(node: Node) -> dict[str, str]:
     except AgentFsmError:
         shown = {}
     most = node.config.judgment.max_attempts
-    try:  # the start check's count: a damaged signal never stops a rollback
-        sig = node.signal()
-    except AgentFsmError:
-        sig = None
-    refused = most if sig is not None and sig.starts > most else None
+    refused = most if sig.starts > most else None
     reason, why = reasons.from_unit(unit, shown, refused)
     return {"reason": reason, "reason_class": why}
 
@@ -167,8 +170,8 @@ def retry_delay(node: Node | None) -> float:
     return min(RETRY_FIRST * 2.0 ** min(max(restarts, 0), 16), RETRY_MAX)
 
 
-def _roll_back(node: Node, _doc: StateDoc) -> Done:
-    doc = node.controller.fire(Trigger.recover, **why_recover(node))
+def _roll_back(node: Node, doc: StateDoc) -> Done:
+    doc = node.controller.fire(Trigger.recover, **why_recover(node, doc))
     _restart_refused(node, f"rolled back to last-good {node.releases.last_good()}")
     return Done(f"rolling back to last-good {node.releases.last_good()}: selected, "
                 f"start limit reset, {node.paths.agent_unit_name} restarted", doc.state)

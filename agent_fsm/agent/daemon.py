@@ -6,9 +6,11 @@ states/agent-upgrade.toml says, by ON_START (the names in words: `definition.MEA
 diagrams/agent-upgrade.md). Judging a candidate: hold the last-good's assets (write only missing
 ones), count the attempt, judge it; judged ok -> publish, clear the signal, write its assets,
 reload, promote, open the gate; judged failed -> record the result, keep the signal, start the
-recovery unit, exit 1. A stop (SIGTERM: `systemctl stop`, a reboot) during the judgment is no
-verdict: the signal stays, nothing is recorded, the process exits 0, and the next start judges
-again with one more attempt counted, as after a power cut.
+recovery unit, exit 1. A candidate whose signal is gone or cannot be read, at its start or
+when its verdict comes, is not judged: it starts the recovery unit and exits 1. A stop
+(SIGTERM: `systemctl stop`, a reboot) during the judgment is no verdict: the signal stays,
+nothing is recorded, the process exits 0, and the next start judges again with one more
+attempt counted, as after a power cut.
 
 Only the last-good's code runs the way back: the engine refuses (NotItsRole) a transition that is
 not this process's role to fire or finish (`by` in states/; the role from the release this
@@ -37,12 +39,13 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 
-from ..errors import AgentFsmError, NotItsRole, StopRequested
+from ..errors import AgentFsmError, NotItsRole, SignalError, StopRequested
 from ..machine.definition import OnStart, Role, handlers
 from ..machine.vocabulary import StateName, Trigger
 from ..node.assets.render import RELEASES_VIEW
 from ..node.releases import workload as workload_command
 from ..node.runtime import workload as workload_state
+from ..node.runtime.signal import UpgradeSignal
 from ..node.state import reasons
 from ..node.state.store import CRASH_LOOP_WINDOW, OWED_CHECK_SECONDS, StateDoc
 from ..system import workload as workload_proc
@@ -358,11 +361,13 @@ class Daemon:
         log.error("nothing is installed: run `agent-fsm install --version V` first")
         return False
 
-    def judge_candidate(self, _doc: StateDoc, version: str) -> bool:
+    def judge_candidate(self, doc: StateDoc, version: str) -> bool:
         controller = self.node.controller
+        if isinstance(sig := self._signal(), str):
+            return self.not_judged(doc, version, sig)
         controller.fire(Trigger.candidate_started)
-        sig = self.node.signal()
-        assert sig is not None
+        if isinstance(sig := self._signal(), str):
+            return self.not_judged(doc, version, sig)
         self.status(f"judging candidate {version} (attempt {sig.attempt}); holding the "
                     "last-good's assets")
         judgment = self.node.config.judgment
@@ -384,6 +389,9 @@ class Daemon:
                         "and the next start judges it again", version, verdict.reason)
             self.stop_workload()
             return True
+        if verdict.ok and isinstance(lost := self._signal(), str):
+            self.stop_workload()
+            return self.not_judged(doc, version, lost)
         if verdict.ok:
             self.status(f"candidate {version} judged ok: {verdict.reason}")
             controller.fire(Trigger.judge_ok)
@@ -395,6 +403,32 @@ class Daemon:
         self.stop_workload()
         controller.fire(Trigger.judge_failed, reason=verdict.reason,
                         reason_class=verdict.reason_class)
+        return False
+
+    def _signal(self) -> UpgradeSignal | str:
+        """The pending upgrade's signal, or why there is none to judge by: gone, unreadable."""
+        try:
+            sig = self.node.signal()
+        except SignalError as exc:
+            return f"its upgrade signal cannot be read ({exc})"
+        return sig if sig is not None else \
+            f"its upgrade signal {self.node.paths.signal_file} is gone"
+
+    def not_judged(self, doc: StateDoc, version: str, why: str) -> bool:
+        """A candidate whose signal is lost is not judged: its starts cannot be counted, nor a
+        verdict recorded where the start check and `recover` read it. Start the recovery unit
+        (the last-good's way back; this process fires nothing of it) and exit 1; the
+        last-good's start check refuses the next start and starts it too."""
+        unit = self.node.paths.recovery_unit_name
+        log.error("candidate %s is not judged: %s, while the state file (%s) knows its upgrade; "
+                  "starting %s to roll back to the last-good", version, why, doc.state, unit)
+        self.notifier.status(f"candidate {version} not judged: its upgrade signal is lost; "
+                             f"starting {unit}")
+        try:
+            self.node.effectors.systemd.start(unit)
+        except AgentFsmError as exc:
+            log.warning("could not start %s (%s): the last-good's start check starts it at the "
+                        "next start", unit, exc)
         return False
 
     def _stopped(self, verdict: judge_mod.Verdict) -> bool:
@@ -497,7 +531,9 @@ class Daemon:
         if self.dead_command.in_place(doc):
             return self.finish_in_place(doc)
         owed = doc.pending
-        assert owed is not None
+        if owed is None:  # what `in_place` found at the look is gone since: look again
+            self.dead_command.again()
+            return False
         unit = self.node.paths.agent_unit_name
         left = ", ".join(owed.effects[owed.done:])
         log.warning("an operator's %s was left owed at effect %d of %d (%s not run) and no "

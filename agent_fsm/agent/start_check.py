@@ -13,10 +13,14 @@ host reloads systemd (252), and a converged agent that crashes twice is left fai
   refused (exit 1): the candidate's code does not run again. systemd restarts the unit as it
   does after any failure, each refused start asks for recovery again (so a recovery unit that
   could not start is retried), and once `recover` has selected the last-good the start goes on;
-- when the state dir cannot be written (full, read-only: `DiskError`), the start cannot be
-  counted and the candidate could not record a verdict either: the check starts the recovery
-  unit and refuses the start, as at the bound, so the way back is tried (and retried by the
-  recovery unit's own `Restart=`) while the fault lasts, not the candidate uncounted;
+- when the start cannot be counted while the state file knows an upgrade that `recover` rolls
+  back (its state, or the one a transition owed leads to, is among `recover`'s sources): the
+  signal is gone (deleted, lost to the disk), it cannot be read (damaged, a newer schema), or
+  the state dir cannot be written (full, read-only: `DiskError`), the candidate would run
+  uncounted and could not record a verdict either. The check starts the recovery unit and
+  refuses the start, as at the bound, so the way back is tried (and retried by the recovery
+  unit's own `Restart=`) while the fault lasts, not the candidate uncounted. A candidate
+  judged ok (`judged_ok`) is not among them: its `complete` clears the signal itself;
 - otherwise (no upgrade pending, the last-good selected: the way back, or the candidate judged
   ok already: its start only finishes `complete`) it does nothing.
 
@@ -29,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..errors import AgentFsmError, DiskError
+from ..errors import AgentFsmError, DiskError, SignalError
 from ..machine.vocabulary import StateName
 from ..node.runtime import signal
 from ..system.systemd import Systemctl, Systemd
@@ -42,38 +46,70 @@ REFUSE = 1
 
 
 def start_check(node: Node | Reader, systemd: Systemd | None = None) -> int:
-    """Count this start of a candidate; ALLOW it, or REFUSE it once its starts are used up
-    (after starting the recovery unit through `systemd`: the config's systemctl if None). It
-    needs no more of the node than a reader's parts and the writers' lock: none of the engine,
-    on the path of every start."""
-    sig = node.signal()
-    if sig is None:
-        return ALLOW
-    selected = node.releases.selected()
-    if selected is None or selected == node.releases.last_good() or selected != sig.to_version:
-        return ALLOW  # the way back (the last-good starts), or nothing to count yet
-    candidate = sig.to_version
+    """Count this start of a candidate; ALLOW it, or REFUSE it once its starts are used up or
+    when it cannot be counted (after starting the recovery unit through `systemd`: the config's
+    systemctl if None). It needs no more of the node than a reader's parts and the writers'
+    lock: none of the engine, on the path of every start."""
+    if _last_good_starts(node):
+        return ALLOW  # the way back, or a converged agent: nothing to count
+    try:
+        sig = node.signal()
+    except SignalError:
+        sig = None  # decided under the lock, with the state file
+    if sig is not None and node.releases.selected() != sig.to_version:
+        return ALLOW  # nothing to count yet
     try:
         with node.store.locked():
-            sig = node.signal()  # again, under the writers' lock: `recover` may have moved on
-            if sig is None or node.releases.selected() != sig.to_version:
-                return ALLOW
-            if node.store.read().state == StateName.judged_ok:
-                return ALLOW  # judged already: this start only finishes `complete`
-            sig = sig._replace(starts=sig.starts + 1)
-            signal.write(node.paths.signal_file, sig)
+            # Again, under the writers' lock: `recover` may have moved on.
+            counted = _count(node)
     except DiskError as exc:
-        log.error("could not count this start of candidate %s (%s): starting %s and refusing "
-                  "this start", candidate, exc, node.paths.recovery_unit_name)
+        counted = f"the state dir cannot be written ({exc})"
+    if isinstance(counted, str):
+        log.error("could not count this start of candidate %s: %s; starting %s and refusing "
+                  "this start", node.releases.selected(), counted, node.paths.recovery_unit_name)
         return _refuse(node, systemd)
+    if counted is None:
+        return ALLOW
     most = node.config.judgment.max_attempts
-    if sig.starts <= most:
-        log.info("start %d of candidate %s (of %d allowed)", sig.starts, sig.to_version, most)
+    if counted.starts <= most:
+        log.info("start %d of candidate %s (of %d allowed)", counted.starts, counted.to_version,
+                 most)
         return ALLOW
     log.error("candidate %s started %d times, more than max_attempts (%d): starting %s and "
-              "refusing this start", sig.to_version, sig.starts, most,
+              "refusing this start", counted.to_version, counted.starts, most,
               node.paths.recovery_unit_name)
     return _refuse(node, systemd)
+
+
+def _last_good_starts(node: Node | Reader) -> bool:
+    selected = node.releases.selected()
+    return selected is None or selected == node.releases.last_good()
+
+
+def _count(node: Node | Reader) -> signal.UpgradeSignal | str | None:
+    """Count this start in the signal, the caller holding the writers' lock: the signal as
+    counted; None when there is nothing to count; why the start cannot be counted while the
+    state file knows an upgrade the way back rolls back. DiskError when the count cannot be
+    written."""
+    if _last_good_starts(node):
+        return None
+    doc = node.store.read()
+    try:
+        sig = node.signal()
+    except SignalError as exc:
+        lost = f"its upgrade signal cannot be read ({exc})"
+    else:
+        if sig is not None:
+            if node.releases.selected() != sig.to_version or doc.state == StateName.judged_ok:
+                return None  # not its signal, or judged already: this start only finishes `complete`
+            sig = sig._replace(starts=sig.starts + 1)
+            signal.write(node.paths.signal_file, sig)
+            return sig
+        lost = f"its upgrade signal {node.paths.signal_file} is gone"
+    back = node.groups.recover_from
+    known = doc.state in back or (doc.pending is not None and doc.pending.dest in back)
+    owed = f", {doc.pending.trigger} owed" if doc.pending is not None else ""
+    return f"{lost}, while the state file ({doc.state}{owed}) knows its upgrade" if known else None
 
 
 def _refuse(node: Node | Reader, systemd: Systemd | None) -> int:

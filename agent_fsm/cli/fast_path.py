@@ -117,9 +117,9 @@ def hand_over(node: Node, opts: Globals) -> None:
     last-good's, or runs from no stored release, or the last-good has no launcher."""
     process = node.controller.process
     last_good = node.releases.last_good()
-    if process is None or process.release is None or last_good in (None, process.release):
+    if process is None or process.release is None or last_good is None \
+            or last_good == process.release:
         return
-    assert last_good is not None
     launcher = node.releases.path(last_good) / "bin" / "agent-fsm"
     if not os.access(launcher, os.X_OK):
         return  # the engine refuses what is not this release's to run, saying so
@@ -153,7 +153,7 @@ def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600
     """`agent-fsm upgrade --to V [--wait] [--timeout S]`: start an upgrade; with --wait follow it
     to its judgment (0 converged; RolledBack, 4, when the node rolled back)."""
     from ..actions.operations import RECOVERY_WAIT, begin_upgrade, follow, wait_for_recovery
-    from ..errors import RolledBack
+    from ..errors import RolledBack, StateFileError
 
     node = opts.node()
     recovery = node.paths.recovery_unit_name
@@ -169,7 +169,9 @@ def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600
             say(f"--force: going past {what}")
     doc = begin_upgrade(node, to, force=force)
     up = doc.upgrade
-    assert up is not None
+    if up is None:
+        raise StateFileError(f"the upgrade to {to} began, but the state file {node.paths.state_file} "
+                             "names no upgrade; run `agent-fsm status`")
     say(f"upgrade {up.from_version} → {up.to_version} started; the candidate is being judged")
     if not wait:
         return 0

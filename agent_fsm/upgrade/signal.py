@@ -25,7 +25,7 @@ def no_upgrade_pending(effectors: Effectors, step: Step) -> AgentFsmError | None
 def upgrade_signalled(effectors: Effectors, step: Step) -> AgentFsmError | None:
     if effectors.signal() is not None:
         return None
-    return Refused("no upgrade signal exists; nothing to roll back")
+    return Refused(f"no upgrade signal exists at {effectors.paths.signal_file}")
 
 
 def write_signal(effectors: Effectors, step: Step) -> None:

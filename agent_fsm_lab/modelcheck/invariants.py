@@ -22,7 +22,9 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
 - `judged-before-trusted`: the last-good is a version judged ok here, or installed or
   activated by an operator;
 - `candidate-is-signalled`: a selected release neither last-good nor trusted is selected only
-  while a signal names it;
+  while a signal names it, or, once the signal was lost on this path (the `signal` fault),
+  while the state file still knows the upgrade (the start check refuses its starts and the way
+  back selects the last-good);
 - `way-back-selects-last-good`: rolling back (`recovering`, nothing owed), the last-good is
   selected;
 - `releases-kept`: the releases the node may need are stored and intact (`releases_kept`);
@@ -201,8 +203,10 @@ def releases_kept(reader: Reader, doc: Any, sig: Any) -> str | None:
 
 def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str],
                rolled_back: frozenset[str] = frozenset(),
-               judged: tuple[str, str] | None = None) -> list[tuple[str, str]]:
-    """`judged`: the last upgrade whose end was recorded on this path (to, outcome)."""
+               judged: tuple[str, str] | None = None, *,
+               signal_lost: bool = False) -> list[tuple[str, str]]:
+    """`judged`: the last upgrade whose end was recorded on this path (to, outcome);
+    `signal_lost`: the signal was lost on this path (the `signal` fault)."""
     out: list[tuple[str, str]] = []
     if seen.state == "converged" and seen.pending is None and seen.signal is None \
             and judged is not None and seen.last_result != judged:
@@ -245,9 +249,11 @@ def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str],
                     "start runs the candidate's code"))
     # A start runs what is selected: a release nobody trusts runs only as a signalled candidate,
     # its starts counted by the start check and its judgment due.
+    known = seen.state not in ("idle", "converged") or seen.pending is not None
     if seen.selected is not None and seen.selected != seen.last_good \
             and seen.selected not in trusted \
-            and (seen.signal is None or seen.signal[1] != seen.selected):
+            and (seen.signal is None or seen.signal[1] != seen.selected) \
+            and not (signal_lost and seen.signal is None and known):
         out.append(("candidate-is-signalled", f"{seen.selected} is selected, neither last-good "
                     f"({seen.last_good}) nor judged ok here nor installed by an operator, and "
                     + ("no signal names it" if seen.signal is None else

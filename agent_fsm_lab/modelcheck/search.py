@@ -59,7 +59,8 @@ class Bound:
     versions: tuple[str, ...] = ("1.0.0", "2.0.0")
     systemds: tuple[int, ...] = (252, 257)
     kinds: frozenset[str] = frozenset({"crash", "power", "enospc", "systemctl", "lock",
-                                       "publisher", "candidate", "clock", "restore"})
+                                       "publisher", "candidate", "clock", "restore",
+                                       "signal"})
     operator_commands: tuple[str, ...] = ("upgrade", "recover", "install", "activate")
     added: tuple[str, ...] = ("2.0.0", "3.0.0")  # what `release add` takes (packed at the start)
     once: frozenset[str] = frozenset()  # operator commands given at most once on a path
@@ -117,6 +118,7 @@ class Config_:
     reload_missed: bool = False
     judged: tuple[str, str] | None = None  # the last upgrade ended on this path: to, outcome
     abandoned: frozenset[str] = frozenset()  # upgrades abandoned and not begun again since
+    signal_lost: bool = False  # the upgrade's signal was lost on this path (`signal`)
 
 
 @dataclass
@@ -347,6 +349,8 @@ class Checker:
                     yield child.key
         if not calm_only and m.faults > 0 and "restore" in self.bound.kinds:
             yield from self._restores(state)
+        if not calm_only and m.faults > 0 and "signal" in self.bound.kinds:
+            yield from self._signal_lost(state)
 
     def _orphaned_result(self) -> bool:
         """Whether the result the step just recorded is an orphan's (`orphaned_signal`, and a
@@ -383,6 +387,23 @@ class Checker:
             self.result.faults += 1
             if child is not None:
                 yield child.key
+
+    def _signal_lost(self, state: State) -> Iterator[tuple[object, ...]]:
+        """Between two steps, the upgrade's signal lost (`signal`: a check or an operator
+        deletes it, the disk loses it) while the state file knows the upgrade: the way back
+        must roll it back from what the state file names alone."""
+        seen, m = state.seen, state.model
+        if seen.signal is None or (seen.state in self.orphan_from and seen.pending is None):
+            return
+        tree = Tree(tuple(e for e in state.tree.entries if e[0] != self.paths[2]))
+        edge = Edge(Process("lose"), Fault("signal", "lost"), "the upgrade signal is deleted",
+                    (), "no process runs", "")
+        child = self._state(tree, replace(m, faults=m.faults - 1, signal_lost=True),
+                            state.depth + 1, state.key, edge)
+        self.result.transitions += 1
+        self.result.faults += 1
+        if child is not None:
+            yield child.key
 
     def _processes(self, state: State) -> Iterator[tuple[Process, bool]]:
         u = state.model.units
@@ -528,6 +549,7 @@ class Checker:
                         rolled_back=frozenset(rolled_back),
                         given=m.given | ({process.kind} & self.bound.once),
                         judged=judged, abandoned=frozenset(abandoned),
+                        signal_lost=m.signal_lost,
                         reload_missed=reload_missed and ran.units.loaded != unit_label(
                             ran.tree.file(self.host.agent_unit_rel) if ran.tree else None))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
@@ -580,7 +602,8 @@ class Checker:
                via: Edge | None, *, live: bool = False) -> State | None:
         key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
                model.faults, model.operator, model.evidence, model.trusted, model.rolled_back,
-               model.given, model.reload_missed, model.judged, model.abandoned)
+               model.given, model.reload_missed, model.judged, model.abandoned,
+               model.signal_lost)
         if key in self.states:
             return self.states[key]
         if not live:
@@ -604,7 +627,8 @@ class Checker:
                             f"loaded: {model.units.loaded or 'none'}), though no reload failed",
                             state, None, None)
         for name, detail in invariants.violations(seen, model.evidence, model.trusted,
-                                                  model.rolled_back, model.judged):
+                                                  model.rolled_back, model.judged,
+                                                  signal_lost=model.signal_lost):
             self._violation(name, detail, state, None, None)
         return state
 

@@ -333,6 +333,31 @@ def test_a_full_disk_that_escapes_as_a_traceback_is_caught(monkeypatch: pytest.M
     assert "traceback: OSError: [Errno 28] No space left on device" in text
 
 
+def test_a_lost_signal_that_leaves_the_candidate_restarting_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the way back from a lost signal broken on purpose (the start check lets a start it
+    cannot count go on, the candidate's daemon dies on the missing signal), the check finds the
+    signal deleted while the upgrade is pending and the candidate restarted for ever on
+    systemd 252, each start ending in a traceback."""
+    from agent_fsm.agent import daemon, start_check
+
+    count = start_check._count
+
+    def counts_none(node: Any) -> Any:
+        counted = count(node)
+        return None if isinstance(counted, str) else counted
+
+    def dies(*_args: Any) -> bool:
+        raise AssertionError("no signal")
+
+    monkeypatch.setattr(start_check, "_count", counts_none)
+    monkeypatch.setattr(daemon.Daemon, "not_judged", dies)
+    # On 252, where `OnFailure=` waits for a failure for good, which never comes.
+    result = check(replace(ONE_UPGRADE, systemds=(252,), kinds=frozenset({"signal"})))
+    text = broken_rule(result, "way-back-is-live")
+    assert "[fault: signal lost]" in text and "traceback: AssertionError" in text
+
+
 def test_a_recovery_still_at_work_never_rolls_back_the_next_upgrade(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Two upgrades on one path (the `again` bound, cut to systemd 252 and a full disk): a start

@@ -239,8 +239,9 @@ class TestStartCheck:
         assert result["reason"].startswith("agent.service failed 3 start(s) in a row")
 
     def test_a_check_that_fails_unexpectedly_lets_the_start_go_on(self, world: World) -> None:
-        """A start check that cannot run (a config it cannot read, a damaged signal) lets the
-        start go on rather than keep the agent down."""
+        """A start check that cannot run (a config it cannot read, a state file it cannot
+        read) lets the start go on rather than keep the agent down (a signal it cannot read
+        while the state file knows the upgrade refuses it: tests/upgrade/test_lost_signal.py)."""
         from agent_fsm.agent.start_check import main
         from agent_fsm.errors import ConfigError
 
@@ -251,7 +252,8 @@ class TestStartCheck:
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world.node.controller.fire("begin_upgrade", release="2.0.0")
-        world.paths.signal_file.write_text("{damaged")
+        world.paths.signal_file.unlink()
+        world.paths.state_file.write_text("{damaged")
         assert main(lambda: world.node) == ALLOW
 
 

@@ -20,7 +20,8 @@ CLASSES: dict[str, str] = {
     "stopped": "the agent was stopped while the candidate was being judged (recorded only "
                "before a stop was no verdict: now the next start judges it again)",
     "manual": "an operator ran `agent-fsm recover`",
-    "orphaned": "a signal without an upgrade in the state file: the candidate was never judged",
+    "orphaned": "a signal without an upgrade in the state file, or an upgrade in the state file "
+                "whose signal was lost: the candidate was never judged",
     "unknown": "no reason was recorded (a result from before reasons were kept)",
 }
 PROPERTIES = ("Result", "ExecMainStatus", "NRestarts")
@@ -72,10 +73,21 @@ def publish_given_up(error: str, seconds: float, since: float) -> dict[str, Any]
             "publisher_unreachable_since": since}
 
 
-ORPHANED = "orphaned"  # the class of an orphaned signal's rollback: never judged, never marked
+# The class of an orphaned signal's rollback and of a lost signal's: never judged, never marked.
+ORPHANED = "orphaned"
 
 
 def orphaned(state: str) -> dict[str, str]:
     """The reason recorded for a signal that the state file, in `state`, knew nothing of."""
     return {"reason_class": ORPHANED,
             "reason": f"an upgrade signal existed but the state file ({state}) knew no upgrade"}
+
+
+def signal_lost(state: str, how: str) -> dict[str, str]:
+    """The reason recorded for an upgrade the state file, in `state`, knew, whose signal was
+    lost (`how`: gone, or why it cannot be read): its starts could not be counted nor its
+    verdict kept, so it rolled back unjudged. Of the orphans' class, which every release's
+    reader knows."""
+    return {"reason_class": ORPHANED,
+            "reason": one_line(f"the upgrade signal was lost ({how}) while the state file "
+                               f"({state}) knew the upgrade: rolled back unjudged")}
