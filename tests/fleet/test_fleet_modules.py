@@ -343,7 +343,7 @@ def run_module(tmp_path: Path, **args: Any) -> tuple[dict[str, Any], int]:
     done = subprocess.run([sys.executable, "-c", _PEAK, str(out), sys.executable, release.__file__,
                            str(args_file)], env=env, capture_output=True, timeout=150, check=True)
     answer = out.read_text().strip()
-    assert answer.startswith("{"), answer[:2000]
+    assert answer.startswith("{"), f"the module printed no result: {done.stderr[-2000:]!r}"
     return json.loads(answer), int(done.stdout) * 1024
 
 
