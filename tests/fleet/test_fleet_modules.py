@@ -187,13 +187,15 @@ class TestRelease:
         result = _run(release.main, capsys, src=str(src), remote_src=True, config=str(node["config"]))
         assert (result["failed"], result["refused"]) == (True, True)
 
-    def test_archive_is_handed_to_agent_fsm_as_it_is(self, node: dict[str, Path], fake: FakeAgentFsm,
-                                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_archive_is_handed_to_agent_fsm_as_it_is(
+            self, node: dict[str, Path], fake: FakeAgentFsm, tmp_path: Path,
+            capsys: pytest.CaptureFixture[str]) -> None:
         """On a node with an agent-fsm, an archive is given to `release add` unread, and the
         version returned is the one its answer names."""
         archive = tmp_path / "r.tar.gz"
         archive.write_bytes(b"not even read by the module")
-        fake.on("release add", (0, f"release 2.0.0 stored at {node['state']}/releases/2.0.0 (sha256:ab)\n", ""))
+        said = f"release 2.0.0 stored at {node['state']}/releases/2.0.0 (sha256:ab)\n"
+        fake.on("release add", (0, said, ""))
         result = _run(release.main, capsys, src=str(archive), remote_src=True, config=str(node["config"]))
         assert (result["changed"], result["version"]) == (True, "2.0.0"), result
         assert result["path"] == str(node["state"] / "releases" / "2.0.0")
@@ -208,11 +210,13 @@ class TestRelease:
         result = _run(release.main, capsys, src=str(archive), remote_src=True, config=str(node["config"]),
                       _ansible_check_mode=True)
         assert (result["changed"], "version" in result) == (True, False), result
-        assert result["msg"] == f"release archive {archive} would be stored (an archive is not read in check mode)"
+        assert result["msg"] == (f"release archive {archive} would be stored (an archive is not read "
+                                 "in check mode)")
         assert fake.calls == []
 
-    def test_archive_on_an_idle_node_is_refused_unread(self, node: dict[str, Path], fake: FakeAgentFsm,
-                                                       tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_archive_on_an_idle_node_is_refused_unread(
+            self, node: dict[str, Path], fake: FakeAgentFsm, tmp_path: Path,
+            capsys: pytest.CaptureFixture[str]) -> None:
         """On a node with no agent-fsm, a user's archive (even a good one) fails in one line
         saying to give `binary` or a directory, and nothing is unpacked or run."""
         node["binary"].unlink()
@@ -264,8 +268,9 @@ class TestRelease:
         assert "'../escaped' is not a plain file or directory inside the archive" in result["msg"]
         assert fake.calls == []
 
-    def test_packed_directory_with_a_link_is_refused(self, node: dict[str, Path], fake: FakeAgentFsm,
-                                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_packed_directory_with_a_link_is_refused(
+            self, node: dict[str, Path], fake: FakeAgentFsm, tmp_path: Path,
+            capsys: pytest.CaptureFixture[str]) -> None:
         """A release directory holding a symlink (a release holds files and directories only),
         packed by the action plugin, fails the task before anything is extracted or run."""
         node["binary"].unlink()

@@ -16,8 +16,9 @@ description:
   - Idempotent, a release already stored with the same content is reported unchanged.
     The same version stored with other content is refused by agent-fsm and the task fails with
     RV(refused=true).
-  - The agent-fsm run is O(binary) if given, else the selected release's C(bin/agent-fsm), else (an idle node)
-    the copied release's own C(bin/agent-fsm), so a node needs only its C(python3) to be bootstrapped.
+  - The agent-fsm run is O(binary) if given, else the selected release's C(bin/agent-fsm), else (an idle node
+    given a release directory) the release's own C(bin/agent-fsm), so a node needs only its C(python3) to be
+    bootstrapped.
   - An archive is read by that agent-fsm alone (C(agent-fsm release add ARCHIVE) reads it as a stream,
     within bounds), never by the module. So a node with no agent-fsm yet is bootstrapped from a release
     directory (on the controller, or on the node with O(remote_src)), or with O(binary); an archive given
@@ -43,6 +44,13 @@ options:
     description:
       - The C(agent-fsm) program to run on the node.
     type: path
+  _packed:
+    description:
+      - Set by the action plugin alone (a task cannot set it) when O(src) is the tar archive it made of a
+        release directory on the controller, the one archive the module unpacks itself (on a node with no
+        agent-fsm to read it).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - agent_fsm.fleet.node
 attributes:
@@ -56,7 +64,7 @@ attributes:
     description:
       - Says whether the version is stored already and stores nothing. A release directory on the
         controller is not even copied (its version is read there and the node's status asked).
-        An archive is not read in check mode (only agent-fsm reads an archive, and only to store it): it is
+        An archive is not read in check mode (only agent-fsm reads an archive, and only to store it), so it is
         reported as would be stored, with no RV(version).
   diff_mode:
     support: none
@@ -82,7 +90,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 version:
-  description: The release's version, from its C(release.toml) (for an archive, as agent-fsm's answer names it).
+  description: The release's version, from its C(release.toml) (an archive's as agent-fsm's answer names it).
   returned: when the release could be read (not for an archive in check mode)
   type: str
   sample: 2.1.0
@@ -208,7 +216,7 @@ def main():
             remote_src=dict(type="bool", default=False),
             config=dict(type="path"),
             binary=dict(type="path"),
-            _packed=dict(type="bool", default=False),  # set by the action plugin alone
+            _packed=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
