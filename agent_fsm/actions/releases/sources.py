@@ -2,8 +2,8 @@
 one, or an image. `add_source` takes any of them, as `release add` and `install --from` do.
 
 An archive is a tar file, plain or compressed (gzip, bzip2, xz: told by its content, as tar
-does), holding a release at its top or in a single top directory: the rules the fleet
-collection's `agent_fsm.fleet.release` module applies to the archives it is given. It is read
+does), holding a release at its top or in a single top directory (the fleet collection's
+`agent_fsm.fleet.release` module hands the archives it is given to `release add`). It is read
 as a stream within the store's limits (`tarstream`: every member and header counted, nothing
 kept but the member being read). Each member is checked as it is read, before it is written,
 and the first one refused is named in one line: an absolute name, a `..` component, a control

@@ -66,7 +66,9 @@ class ActionModule(ActionBase):
                 self._fixup_perms2((self._connection._shell.tmpdir, remote))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            args.update(src=remote, remote_src=True)
+            # The module unpacks an archive only if it is this tar of a directory (on a node with no
+            # agent-fsm to read it): a user's archive is read by the node's agent-fsm alone.
+            args.update(src=remote, remote_src=True, _packed=archive != source)
             result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)

@@ -131,6 +131,12 @@ def free_bytes(path):
     return stat.f_bavail * stat.f_frsize
 
 
+def shown(text):
+    """`text` as a message shows it: as it is when printable, else quoted with its control
+    characters escaped (a path names no line break or terminal escape into a message)."""
+    return text if text.isprintable() else repr(text)
+
+
 def last_line(*texts):
     """The last non-empty line of the first text that has one (agent-fsm's one error line)."""
     for text in texts:
