@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -46,16 +45,29 @@ class _Console(Console):
                 seg = Segment(shown(seg.text, None, keep="\n"), seg.style)
             yield seg
 
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # Piped, the text is plain (rich styles only a terminal): a table's padding at the
+        # ends of its lines is spaces a script would have to strip.
+        text = super()._render_buffer(buffer)
+        return text if self.is_terminal else "\n".join(
+            line.rstrip(" ") for line in text.split("\n"))
+
+
+# Piped, a line is as long as what it says: a table's columns take their whole values and no
+# line is wrapped (grep, logs and scripts read whole lines), whatever COLUMNS says.
+PIPED_WIDTH = 1 << 16
+
 
 def _console(*, stderr: bool = False) -> Console:
     # NO_COLOR (https://no-color.org): no colour and no other styling either, so no escapes.
     # Piped output is plain already: rich styles only a terminal.
-    # Piped, lines are not wrapped at 80 columns (grep and logs read whole lines).
     plain = os.environ.get("NO_COLOR", "") != ""
-    stream = sys.stderr if stderr else sys.stdout
-    width = None if os.environ.get("COLUMNS") or stream.isatty() else 160
-    return _Console(stderr=stderr, color_system=None if plain else "auto", highlight=False,
-                    markup=False, emoji=False, width=width)
+    console = _Console(stderr=stderr, color_system=None if plain else "auto", highlight=False,
+                       markup=False, emoji=False)
+    if not console.is_terminal:
+        console.soft_wrap = True
+        console.width = PIPED_WIDTH
+    return console
 
 
 out = _console()
@@ -88,14 +100,8 @@ def commands(triggers: Sequence[str]) -> list[str]:
 
 
 def show(renderable: RenderableType) -> None:
-    """Print for people; piped, without the padding rich adds to the ends of lines."""
-    if out.is_terminal:
-        out.print(renderable)
-        return
-    with out.capture() as captured:
-        out.print(renderable)
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
-    sys.stdout.flush()
+    """Print for people (piped: whole lines, no padding at their ends)."""
+    out.print(renderable)
 
 
 # status ---------------------------------------------------------------------------------------
