@@ -26,6 +26,7 @@ from rich.text import Text
 from ..machine.vocabulary import StateName
 from ..node.state.reasons import MAX_REASON
 from ..untrusted import MAX_LINE, quoted, shown
+from ..views.status.advice import restarts
 from ..views.status.report import span
 
 if TYPE_CHECKING:
@@ -175,9 +176,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         table.add_row("last result", "none yet")
     if st.crash_loop:
         c = st.crash_loop
-        table.add_row("crash loop", Text(f"crash-looping: {c['restarts']} restarts since "
-                                         f"{when(c['since'])}, the last {span(st.time - c['last'])}"
-                                         " ago", style="red"))
+        table.add_row("crash loop" if c["restarts"] > 1 else "restarted", Text(restarts(
+            c["restarts"], when(c["since"]), f"{span(st.time - c['last'])} ago"), style="red"))
     if st.owed:
         table.add_row("owed", Text(f"{shown(st.owed['trigger'])}: "
                                    f"{shown(', '.join(st.owed['effects']))} (resumed by the next "
@@ -395,7 +395,7 @@ def show_history(h: History) -> None:
                 f" ({shown(', '.join(e.unknown))} unknown here)" if e.unknown else "")
         if e.crash_loop is not None:  # one entry for a crash loop: its count, since when
             first = datetime.fromtimestamp(e.crash_loop[1], UTC).strftime("%Y-%m-%d %H:%M:%S")
-            why = f"crash loop: {e.crash_loop[0]} restarts since {first}, the last at {stamp}"
+            why = restarts(e.crash_loop[0], first, f"at {stamp}")
         table.add_row(stamp, shown(e.trigger), move, versions, lasted, why)
     show(table)
     if h.kept >= h.limit and len(h.entries) == h.kept:
