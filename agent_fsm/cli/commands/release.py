@@ -292,7 +292,7 @@ def release_prune(
     Never removed, whatever is asked: the selected, the last-good, both ends of a pending
     upgrade, and every version a transition interrupted by a crash still names (`status` shows
     it as owed). With no arguments, releases newer than the selected are kept too (staged for a
-    coming upgrade) and the older ones removed. With --keep N, the N newest of the others are
+    coming upgrade), but for the known-bad ones, and the older ones removed. With --keep N, the N newest of the others are
     kept and the rest removed, staged ones included. With VERSION..., exactly those are
     removed; if any is protected, the prune is refused (exit 3) and nothing is removed. A
     damaged state file refuses the prune (exit 1). One line per release: `removed V` or
