@@ -40,8 +40,8 @@ def _piped(node: tuple[Path, Path, dict[str, str]], view: str, columns: str | No
     if columns is not None:
         env["COLUMNS"] = columns
     done = subprocess.run([sys.executable, "-m", "agent_fsm", "--config", str(cfg), "--root",
-                           str(root), *view.split()], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+                           str(root), *view.split()], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
     return done.stdout
 
 

@@ -212,9 +212,10 @@ def release_list(
     --force). A signed release shows the digest its release.sig signs too: the release digest
     `release pack` and `release digest` print (for an unsigned one it is the digest shown).
     --json: a list of {version, selected, last_good, digest, digest_recorded, signed_digest,
-    intact, problem, images, known_bad, covers}; signed_digest: null when unsigned; images: the images it was added from, each {reference, id,
-    digest, added}; known_bad: null or {version, time, reason, reason_class}; covers: the
-    targets of its python.toml (["any"]: every CPython 3.11+), null without one.
+    intact, problem, images, known_bad, covers}; signed_digest: null when unsigned; images:
+    the images it was added from, each {reference, id, digest, added}; known_bad: null or
+    {version, time, reason, reason_class}; covers: the targets of its python.toml (["any"]:
+    every CPython 3.11+), null without one.
 
     Example: agent-fsm release list --json
     """
@@ -292,11 +293,11 @@ def release_prune(
     Never removed, whatever is asked: the selected, the last-good, both ends of a pending
     upgrade, and every version a transition interrupted by a crash still names (`status` shows
     it as owed). With no arguments, releases newer than the selected are kept too (staged for a
-    coming upgrade), but for the known-bad ones, and the older ones removed. With --keep N, the N newest of the others are
-    kept and the rest removed, staged ones included. With VERSION..., exactly those are
-    removed; if any is protected, the prune is refused (exit 3) and nothing is removed. A
-    damaged state file refuses the prune (exit 1). One line per release: `removed V` or
-    `kept V (why)`. The images releases were added from go with them, except those agent-fsm
+    coming upgrade), but for the known-bad ones, and the older ones removed. With --keep N, the
+    N newest of the others are kept and the rest removed, staged ones included. With VERSION...,
+    exactly those are removed; if any is protected, the prune is refused (exit 3) and nothing is
+    removed. A damaged state file refuses the prune (exit 1). One line per release: `removed V`
+    or `kept V (why)`. The images releases were added from go with them, except those agent-fsm
     did not put into podman's store (docs/containers.md); one podman will not remove stays
     recorded, is named, and makes the exit 1. The store keeps identical files of its releases
     once; the files no stored release uses any more are freed (`freed`: files and bytes).
