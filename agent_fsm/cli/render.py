@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from rich.text import Text
 from ..machine.vocabulary import StateName
 from ..node.state.reasons import MAX_REASON
 from ..untrusted import MAX_LINE, quoted, shown
+from ..views.status.advice import restarts
 from ..views.status.report import span
 
 if TYPE_CHECKING:
@@ -46,16 +46,29 @@ class _Console(Console):
                 seg = Segment(shown(seg.text, None, keep="\n"), seg.style)
             yield seg
 
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # Piped, the text is plain (rich styles only a terminal): a table's padding at the
+        # ends of its lines is spaces a script would have to strip.
+        text = super()._render_buffer(buffer)
+        return text if self.is_terminal else "\n".join(
+            line.rstrip(" ") for line in text.split("\n"))
+
+
+# Piped, a line is as long as what it says: a table's columns take their whole values and no
+# line is wrapped (grep, logs and scripts read whole lines), whatever COLUMNS says.
+PIPED_WIDTH = 1 << 16
+
 
 def _console(*, stderr: bool = False) -> Console:
     # NO_COLOR (https://no-color.org): no colour and no other styling either, so no escapes.
     # Piped output is plain already: rich styles only a terminal.
-    # Piped, lines are not wrapped at 80 columns (grep and logs read whole lines).
     plain = os.environ.get("NO_COLOR", "") != ""
-    stream = sys.stderr if stderr else sys.stdout
-    width = None if os.environ.get("COLUMNS") or stream.isatty() else 160
-    return _Console(stderr=stderr, color_system=None if plain else "auto", highlight=False,
-                    markup=False, emoji=False, width=width)
+    console = _Console(stderr=stderr, color_system=None if plain else "auto", highlight=False,
+                       markup=False, emoji=False)
+    if not console.is_terminal:
+        console.soft_wrap = True
+        console.width = PIPED_WIDTH
+    return console
 
 
 out = _console()
@@ -88,14 +101,8 @@ def commands(triggers: Sequence[str]) -> list[str]:
 
 
 def show(renderable: RenderableType) -> None:
-    """Print for people; piped, without the padding rich adds to the ends of lines."""
-    if out.is_terminal:
-        out.print(renderable)
-        return
-    with out.capture() as captured:
-        out.print(renderable)
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
-    sys.stdout.flush()
+    """Print for people (piped: whole lines, no padding at their ends)."""
+    out.print(renderable)
 
 
 # status ---------------------------------------------------------------------------------------
@@ -169,9 +176,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         table.add_row("last result", "none yet")
     if st.crash_loop:
         c = st.crash_loop
-        table.add_row("crash loop", Text(f"crash-looping: {c['restarts']} restarts since "
-                                         f"{when(c['since'])}, the last {span(st.time - c['last'])}"
-                                         " ago", style="red"))
+        table.add_row("crash loop" if c["restarts"] > 1 else "restarted", Text(restarts(
+            c["restarts"], when(c["since"]), f"{span(st.time - c['last'])} ago"), style="red"))
     if st.owed:
         table.add_row("owed", Text(f"{shown(st.owed['trigger'])}: "
                                    f"{shown(', '.join(st.owed['effects']))} (resumed by the next "
@@ -389,7 +395,7 @@ def show_history(h: History) -> None:
                 f" ({shown(', '.join(e.unknown))} unknown here)" if e.unknown else "")
         if e.crash_loop is not None:  # one entry for a crash loop: its count, since when
             first = datetime.fromtimestamp(e.crash_loop[1], UTC).strftime("%Y-%m-%d %H:%M:%S")
-            why = f"crash loop: {e.crash_loop[0]} restarts since {first}, the last at {stamp}"
+            why = restarts(e.crash_loop[0], first, f"at {stamp}")
         table.add_row(stamp, shown(e.trigger), move, versions, lasted, why)
     show(table)
     if h.kept >= h.limit and len(h.entries) == h.kept:

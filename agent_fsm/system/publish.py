@@ -69,8 +69,9 @@ class Publisher(Protocol):
         """Keep the result locally and durably, queued for delivery; never runs a command."""
 
     def deliver(self) -> int:
-        """Deliver the queued results, oldest first; the number delivered. Raises
-        PublishError at the first that fails (it and the later ones stay queued)."""
+        """Deliver the queued results, oldest first; the number delivered (0 when there is no
+        command to deliver to: the queue is only emptied). Raises PublishError at the first
+        that fails (it and the later ones stay queued)."""
 
     def publish(self, result: Result) -> None:
         """Record the result, then deliver everything queued (it included)."""
@@ -135,8 +136,8 @@ class RecordPublisher:
             payload = self._payload(path)
             if self.command:
                 self._run(payload)
+                delivered += 1
             files.remove(path)
-            delivered += 1
         return delivered
 
     def publish(self, result: Result) -> None:

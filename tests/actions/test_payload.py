@@ -143,8 +143,8 @@ class TestPack:
         assert not output.exists() and not list(output.parent.glob(".out.packing*"))
 
     def test_pack_prints_the_signed_digest(self, tmp_path: Path) -> None:
-        """`release pack --payload` says what it packed with the digest `release digest`
-        prints; the payload is there."""
+        """`release pack --payload` says what it packed, naming its release digest: the one
+        `release digest` prints; the payload is there."""
         out = tmp_path / "myagent-2.0.0"
         packed = cli("release", "pack", "--version", "2.0.0", "--output", str(out),
                      "--payload", str(agent_source(tmp_path)))
@@ -152,7 +152,8 @@ class TestPack:
         digest = cli("release", "digest", str(out))
         assert digest.returncode == 0, digest.stderr
         assert re.fullmatch(r"sha256:[0-9a-f]{64}\n", digest.stdout)
-        assert f"packed release 2.0.0 in {out} ({digest.stdout.strip()})" in packed.stdout
+        assert f"packed release 2.0.0 in {out} (release digest {digest.stdout.strip()})" \
+            in packed.stdout
         assert (out / "payload" / "bin" / "myagent").is_file()
 
 

@@ -95,6 +95,23 @@ class TestPrune:
                                      "10.0.0": ("staged: newer than the selected 2.0.0",)}
         assert world.node.releases.versions() == ["10.0.0", "2.0.0", "3.0.0"]
 
+    def test_a_known_bad_release_is_not_staged(self, world: World) -> None:
+        """By default a release that rolled back here goes, newer than the selected or not, as
+        the dry run says first; a newer one not known bad stays staged."""
+        from agent_fsm.actions import operations
+
+        world.installed("1.0.0").upgrading("2.0.0")
+        world.node.controller.fire("judge_failed", reason="checks failing",
+                                   reason_class="check_failed")
+        operations.recover(world.node)
+        world.node.controller.fire("recovered")
+        world.add_release("3.0.0")
+        dry = _cli(world, "--dry-run")
+        assert dry.returncode == 0 and "would remove 2.0.0" in dry.stdout.splitlines(), dry.stdout
+        result = prune(world.node)
+        assert result.removed == ("2.0.0",)
+        assert dict(result.kept)["3.0.0"] == ("staged: newer than the selected 1.0.0",)
+
     def test_keep_n_keeps_the_n_newest_besides_the_protected(self, world: World) -> None:
         """`--keep 1` keeps the protected and the newest other, removing staged ones beyond it."""
         world.add_release("1.0.0")

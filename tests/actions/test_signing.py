@@ -3,6 +3,7 @@ listed SSH key signed (real ssh-keygen keys, real signatures), and doctor checks
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -189,3 +190,29 @@ class TestCommandLine:
         refused = cli("release", "add", str(make_release(tmp_path)))
         assert refused.returncode == 3 and refused.stderr.count("\n") == 1, refused.stderr
         assert "not signed" in refused.stderr and "Traceback" not in refused.stderr
+
+    def test_list_shows_the_digest_pack_printed(self, tmp_path: Path,
+                                                keys: dict[str, Path]) -> None:
+        """For a signed release, the release digest CI saw (`release digest`, as `release
+        pack` prints it) is on the node's `release list` line and in its --json
+        `signed_digest`."""
+        root = tmp_path / "root"
+        trusting(root, keys["ops"])
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(f'allowed_signers = "{ALLOWED}"\n' + CONFIG)
+        env = {k: v for k, v in os.environ.items() if k != "AGENT_FSM_CONFIG"}
+
+        def cli(*args: str) -> str:
+            done = subprocess.run([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
+                                   "--root", str(root), *args], cwd=ROOT, env=env, text=True,
+                                  capture_output=True, timeout=120, check=False)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        release = signed(tmp_path, keys["ops"])
+        ci = cli("release", "digest", str(release)).strip()
+        cli("release", "add", str(release))
+        [line] = cli("release", "list").splitlines()
+        assert line.startswith("1.0.0  ") and f"release.sig signs {ci}" in line, line
+        [row] = json.loads(cli("release", "list", "--json"))
+        assert row["signed_digest"] == ci and row["digest"] != ci

@@ -112,6 +112,21 @@ class TestRecordPublisher:
         return RecordPublisher(tmp_path / "state" / "results", (str(cmd),), timeout=5,
                                document=RESULT)
 
+    def test_without_a_command_nothing_is_said_delivered(
+            self, world: World, waker: Waker, caplog: pytest.LogCaptureFixture) -> None:
+        """With no publish_command, the daemon's delivery empties the outbox and logs no
+        "delivered N result(s)": there was nowhere to deliver to."""
+        world.installed("1.0.0")
+        pub = RecordPublisher(world.paths.results_dir, (), outbox=world.paths.outbox_dir,
+                              document=RESULT)
+        world.node.effectors.publisher = pub
+        pub.record(Result("1.0.0", "2.0.0", "rolled_back", 1_700_000_000.5, 1_700_000_010.0))
+        assert len(pub.queued()) == 1
+        with caplog.at_level("INFO"):
+            assert Daemon(world.node, Notifier(""), waker).deliver_results() is None
+        assert pub.queued() == [] and pub.deliver() == 0
+        assert "delivered" not in caplog.text, caplog.text
+
     def test_record_is_local_and_durable_and_delivery_empties_the_outbox(
             self, tmp_path: Path) -> None:
         """record() writes the result and queues it without running the command; deliver()

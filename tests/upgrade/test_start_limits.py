@@ -363,6 +363,25 @@ class TestCrashLoop:
         assert st.to_json()["crash_loop"] == st.crash_loop
         assert st.next.summary.startswith("crash-looping: 40 restarts since ")
 
+    def test_one_restart_is_not_called_a_loop(self, world: World,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+        """After one restart, status and history say "restarted once after a crash", never
+        crash loop; from the second on, "crash-looping: 2 restarts since"."""
+        from agent_fsm.cli import render as cli_render
+        from agent_fsm.views.history import history
+
+        world.installed("1.0.0")
+        _crash_restart(world, 1)
+        st = status(world.node)
+        assert st.next.summary.startswith("restarted once after a crash, 0.0s ago;")
+        cli_render.show(cli_render.status_view(st, diff=False))
+        cli_render.show_history(history(world.node))
+        shown = capsys.readouterr().out
+        assert shown.count("restarted once after a crash") == 3, shown
+        assert "crash loop" not in shown and "crash-looping" not in shown, shown
+        _crash_restart(world, 2)
+        assert status(world.node).next.summary.startswith("crash-looping: 2 restarts since ")
+
     def test_a_start_by_hand_ends_the_loop(self, world: World) -> None:
         """A start that follows no crash is an entry of its own, and the next crash begins a
         new loop: status no longer says crash-looping in between."""

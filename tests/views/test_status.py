@@ -167,6 +167,14 @@ class TestNextAction:
         assert nxt.summary.startswith("wait: 1.0.0 restarts through agent.service")
         assert "agent-fsm recover" in nxt.commands
 
+    def test_allowed_lists_only_what_an_operator_may_run(self, world: World) -> None:
+        """`allowed` holds the operator's triggers the state allows, none of the candidate's or
+        the daemon's: mid-upgrade only `recover`."""
+        world.installed("1.0.0").upgrading("2.0.0")
+        assert status(world.node).allowed == ("recover",)
+        world.node.controller.fire("judge_failed")
+        assert status(world.node).allowed == ("recover",)
+
     def test_converged_suggests_an_upgrade_to_the_newest_stored(self, world: World) -> None:
         """Converged with a newer release stored, the next action is upgrading to it."""
         world.installed("2.0.0")

@@ -22,6 +22,7 @@ from typing import Any
 from ... import files
 from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError
 from ...node.assets import render as assets
+from ...node.records import known_bad
 from ...node.releases import objects as release_objects
 from ...node.releases import store as release_store
 from ...node.releases import tree
@@ -270,7 +271,7 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
 
     Never removed: the `protected` releases. Then, by what is asked:
     - nothing: releases newer than the selected (staged for a coming upgrade) are kept too, and
-      the older ones removed;
+      the older ones and the known-bad ones removed;
     - `keep=N`: the N newest of the others are kept, the rest removed (staged ones too);
     - `names`: exactly those are removed; if any is protected or not stored, the whole prune is
       refused (Refused, ReleaseError) and nothing is removed.
@@ -308,9 +309,10 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
             if keep is not None:
                 for v in others[max(len(others) - keep, 0):]:
                     why[v] = [f"within --keep {keep}"]
-            else:
+            else:  # a known-bad release is no coming upgrade: `upgrade` refuses it
                 selected = releases.selected()
-                for v in others:
+                coming = known_bad.without(node.paths, tuple(others))
+                for v in coming:
                     if selected is None:
                         why[v] = ["staged: nothing is selected yet"]
                     elif natural_key(v) > natural_key(selected):

@@ -89,7 +89,8 @@ def release_pack(
                 payload=payload)
     signed = f", signed with {sign_key}" if sign_key is not None else ""
     need = abi.read(path) or abi.Needs()
-    out.print(f"packed release {version} in {path} ({trust.digest(path)}{signed}); it covers "
+    out.print(f"packed release {version} in {path} (release digest {trust.digest(path)}{signed}); "
+              "it covers "
               f"{abi.covers(need.targets, need.requires_python)}", markup=False, soft_wrap=True)
 
 
@@ -208,10 +209,13 @@ def release_list(
     Each release is checked against the digest recorded when it was added; one that no longer
     matches is marked DAMAGED with what differs (it is refused when selected or rendered).
     A version that rolled back on this node is marked KNOWN BAD (`upgrade` refuses it unless
-    --force). --json: a list of {version, selected, last_good, digest, digest_recorded, intact,
-    problem, images, known_bad, covers}; images: the images it was added from, each {reference, id,
-    digest, added}; known_bad: null or {version, time, reason, reason_class}; covers: the
-    targets of its python.toml (["any"]: every CPython 3.11+), null without one.
+    --force). A signed release shows the digest its release.sig signs too: the release digest
+    `release pack` and `release digest` print (for an unsigned one it is the digest shown).
+    --json: a list of {version, selected, last_good, digest, digest_recorded, signed_digest,
+    intact, problem, images, known_bad, covers}; signed_digest: null when unsigned; images:
+    the images it was added from, each {reference, id, digest, added}; known_bad: null or
+    {version, time, reason, reason_class}; covers: the targets of its python.toml (["any"]:
+    every CPython 3.11+), null without one.
 
     Example: agent-fsm release list --json
     """
@@ -237,6 +241,7 @@ def release_list(
         check = releases.integrity(v, seen)
         rows.append({"version": v, "selected": v == selected, "last_good": v == last_good,
                      "digest": check.digest, "digest_recorded": check.recorded,
+                     "signed_digest": check.signed,
                      "intact": check.problem is None, "problem": check.problem,
                      "images": [i.to_json() for i in read(node, v)], "known_bad": bad.get(v),
                      "covers": None if (need := needs(v)) is None else list(need.targets)})
@@ -252,6 +257,7 @@ def release_list(
         marks = [m for m, on in (("selected", r["selected"]), ("last-good", r["last_good"])) if on]
         line = f"{shown(r['version'])}  {shown(r['digest'] or 'no digest')}"
         line += f"  ({', '.join(marks)})" if marks else ""
+        line += f"  release.sig signs {shown(r['signed_digest'])}" if r["signed_digest"] else ""
         if not r["digest_recorded"] and r["intact"]:
             line += "  (stored before digests were kept; recorded when next selected)"
         line += f"  DAMAGED: {shown(r['problem'], MAX_LINE)}" if r["problem"] else ""
@@ -287,11 +293,11 @@ def release_prune(
     Never removed, whatever is asked: the selected, the last-good, both ends of a pending
     upgrade, and every version a transition interrupted by a crash still names (`status` shows
     it as owed). With no arguments, releases newer than the selected are kept too (staged for a
-    coming upgrade) and the older ones removed. With --keep N, the N newest of the others are
-    kept and the rest removed, staged ones included. With VERSION..., exactly those are
-    removed; if any is protected, the prune is refused (exit 3) and nothing is removed. A
-    damaged state file refuses the prune (exit 1). One line per release: `removed V` or
-    `kept V (why)`. The images releases were added from go with them, except those agent-fsm
+    coming upgrade), but for the known-bad ones, and the older ones removed. With --keep N, the
+    N newest of the others are kept and the rest removed, staged ones included. With VERSION...,
+    exactly those are removed; if any is protected, the prune is refused (exit 3) and nothing is
+    removed. A damaged state file refuses the prune (exit 1). One line per release: `removed V`
+    or `kept V (why)`. The images releases were added from go with them, except those agent-fsm
     did not put into podman's store (docs/containers.md); one podman will not remove stays
     recorded, is named, and makes the exit 1. The store keeps identical files of its releases
     once; the files no stored release uses any more are freed (`freed`: files and bytes).

@@ -23,6 +23,7 @@ from typing import NamedTuple
 from ... import files
 from ...errors import BadTree, ReleaseError
 from ..paths import Paths
+from . import signing
 from . import store as release_store
 from . import tree as release_tree
 from . import workload as workload_command
@@ -88,6 +89,7 @@ class Integrity(NamedTuple):
     digest: str | None  # recorded when it was added; else (stored before digests) as it is now
     recorded: bool
     problem: str | None  # why it would be refused; None when intact
+    signed: str | None = None  # the digest its release.sig signs; None when unsigned
 
 
 class Releases:
@@ -175,9 +177,10 @@ class Releases:
             except BadTree:
                 was = None
             return Integrity(None if was is None else release_store.digest(was), was is not None,
-                             str(exc))
-        return Integrity(release_store.digest(checked.recorded or checked.manifest),
-                         checked.recorded is not None, None)
+                             str(exc), None if was is None else signing.signed_digest(was))
+        manifest = checked.recorded or checked.manifest
+        return Integrity(release_store.digest(manifest), checked.recorded is not None, None,
+                         signing.signed_digest(manifest))
 
     def _pointer(self, link: Path) -> str | None:
         try:

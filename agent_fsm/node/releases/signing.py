@@ -42,6 +42,16 @@ def message(release: Path, *, stored: bool) -> bytes:
     return release_store.digest(release_store.manifest(entries)).encode("ascii")
 
 
+def signed_digest(manifest_bytes: bytes) -> str | None:
+    """The digest a stored release's `release.sig` signs, from the manifest recorded for it
+    (its line left out: what `message` computes from the tree); None when it has none."""
+    line = f" {SIGNATURE}\n".encode()
+    entries = manifest_bytes.splitlines(keepends=True)
+    kept = [e for e in entries if not (e.startswith(b"f ") and e.endswith(line)
+                                       and e.count(b" ") == 4)]
+    return None if len(kept) == len(entries) else release_store.digest(b"".join(kept))
+
+
 def signature(release: Path) -> Path | None:
     """The release's `release.sig`, or None when it has none. Raises ValueError when it is not
     a regular file within MAX_SIGNATURE_BYTES."""

@@ -81,15 +81,23 @@ def next_action(node: Node | Reader, doc: StateDoc, sig: UpgradeSignal | None, g
     return ADVICE[on_start](seen)
 
 
+def restarts(count: int, since: str, last: str) -> str:
+    """Starts after a crash in words by their count, `last` saying when the latest was ("3m
+    ago", "at T"): one restart is not a loop."""
+    return (f"restarted once after a crash, {last}" if count == 1 else
+            f"crash-looping: {count} restarts since {since}, the last {last}")
+
+
 def crash_looping(action: NextAction, loop: dict[str, Any], now: float, unit: str) -> NextAction:
-    """`action` after the words for a crash loop: "crash-looping: N restarts since T"."""
-    from datetime import UTC, datetime  # only for a node in a crash loop
+    """`action` after the words for the starts after a crash (`restarts`)."""
+    from datetime import UTC, datetime  # only for a node restarted after a crash
 
     since = datetime.fromtimestamp(loop["since"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    how = ("see why it crashed in its journal" if loop["restarts"] == 1 else
+           "systemd keeps restarting it, with growing delays where it can: see why in its journal")
+    words = restarts(loop["restarts"], since, f"{span(now - loop['last'])} ago")
     return NextAction(
-        f"crash-looping: {loop['restarts']} restarts since {since} (the last "
-        f"{span(now - loop['last'])} ago); systemd keeps restarting {unit}, with growing "
-        f"delays where it can: see why in its journal; then: {action.summary}",
+        f"{words}; {unit}: {how}; then: {action.summary}",
         (f"journalctl -u {unit} -n 50", *action.commands))
 
 

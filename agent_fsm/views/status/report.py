@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...errors import ReleaseError
 from ...machine.definition import situation
-from ...machine.vocabulary import Trigger
+from ...machine.vocabulary import COMMANDS, Trigger
 from ...node.records import hold, hook_failures, known_bad
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
@@ -61,7 +61,7 @@ class Status(NamedTuple):
     last_result: dict[str, Any] | None
     owed: dict[str, Any] | None
     skipped: tuple[dict[str, Any], ...]  # effects let fail since the last cycle began
-    allowed: tuple[str, ...]
+    allowed: tuple[str, ...]  # the operator's triggers the state allows (`vocabulary.COMMANDS`)
     next: NextAction
     hold: dict[str, Any] | None  # `agent-fsm hold`: null or {reason, since, until, ...}
     inhibitors: tuple[dict[str, Any], ...]  # the workloads' inhibitor files, stale ones marked
@@ -257,7 +257,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
                                          "publisher_unreachable_since": None, **doc.last_result},
         owed=owed,
         skipped=tuple(doc.skipped),
-        allowed=node.definition.triggers_from(doc.state),
+        allowed=tuple(t for t in node.definition.triggers_from(doc.state) if t in COMMANDS),
         next=action,
         hold=hold.view(node.paths, now),
         inhibitors=inhibitors.view(node.paths),
