@@ -327,8 +327,8 @@ class TestEveryKind:
 
     def test_every_file_in_a_used_state_dir_is_a_document(self, node: World) -> None:
         """After an upgrade rolled back, with every kind written, each file in the state dir is
-        a document of a known kind (but for the journal, the locks, the pointers and the release
-        store's own records)."""
+        a document of a known kind (but for the journal, the locks, the pointers, the release
+        store's own records and the launcher's one-line `last-good-python`, which a shell reads)."""
         node.upgrading("2.0.0")
         node.node.controller.fire("judge_failed")
         node.node.controller.fire("recover")
@@ -341,7 +341,8 @@ class TestEveryKind:
         seen = set()
         for path in sorted(state_dir.rglob("*")):
             if path.is_symlink() or path.is_dir() or path.suffix == ".lock" \
-                    or path.name == "history.jsonl" or (path.is_relative_to(releases) and (
+                    or path.name == "history.jsonl" or path == node.paths.last_good_python \
+                    or (path.is_relative_to(releases) and (
                         path.parent.name in (".digests", ".hashed")
                         or path.relative_to(releases).parts[0] != ".images")):
                 continue
