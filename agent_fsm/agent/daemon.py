@@ -36,6 +36,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from ..errors import AgentFsmError, NotItsRole, StopRequested
 from ..machine.definition import OnStart, Role, handlers
@@ -216,8 +217,9 @@ class Daemon:
         if not self._restarts_asked:
             self.restarts, self._restarts_asked = self.automatic_restarts(), True
         try:
-            self.workload = workload_proc.start(command, cwd=cwd, env=env, who=who,
-                                                output=stream)
+            self.workload = workload_proc.start(
+                command, cwd=cwd, env=env, who=who, output=stream,
+                read_only=self.kept_from_workload(), unconfined=log.warning)
         finally:
             if stream is not None:
                 stream.close()  # the workload holds its own copy
@@ -225,6 +227,14 @@ class Daemon:
             version, command, who.name, True, self.workload.pid,
             workload_state.iso(time.time()), self.restarts, self.last_exit, os.getpid())
         self._record_workload()
+
+    def kept_from_workload(self) -> tuple[Path, ...]:
+        """What the workload sees read-only whatever its user: agent-fsm's directories (the
+        state dir with the store, the recovery script's, the units', the gate's), below
+        `--root` where they really are. A `writable_paths` entry inside one stays read-only."""
+        paths, config = self.node.paths, self.node.config
+        return tuple(paths.real(d) for d in (config.state_dir, config.lib_dir, config.unit_dir,
+                                             config.run_dir))
 
     def _record_workload(self) -> None:
         if self.workload_record is None:
