@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ..errors import AgentFsmError, NotItsRole, StopRequested
+from ..errors import AgentFsmError, NotItsRole, ReleaseError, StopRequested
 from ..machine.definition import OnStart, Role, handlers
 from ..machine.vocabulary import StateName, Trigger
 from ..node.assets.render import RELEASES_VIEW
@@ -48,6 +48,7 @@ from ..node.state import reasons
 from ..node.state.store import CRASH_LOOP_WINDOW, OWED_CHECK_SECONDS, StateDoc
 from ..system import workload as workload_proc
 from ..system.notify import Notifier, watchdog_interval
+from ..upgrade.releases import way_back
 from ..wiring import Node
 from . import judge as judge_mod
 from .publishing import PUBLISH_RETRY_FIRST, PUBLISH_RETRY_MAX, open_gate_after_judgment
@@ -438,6 +439,17 @@ class Daemon:
     def finish_recovery(self, doc: StateDoc, selected: str) -> bool:
         if selected != self.node.releases.last_good():
             return self.start_recovery_unit(doc, selected)
+        try:
+            with self.node.store.locked():  # a file put back from an intact copy, if need be
+                way_back(self.node.effectors, None, selected, fall_back=False)
+        except ReleaseError as exc:
+            # Damaged beyond repair: the recovery unit's `recover` falls back to the newest
+            # intact known-good release (`select_last_good`) and restarts the agent unit.
+            log.error("last-good %s cannot be run: %s; starting recovery, which falls back to "
+                      "the newest intact known-good release", selected, exc)
+            self.notifier.status(f"last-good {selected} is damaged; starting recovery")
+            self.node.effectors.systemd.start(self.node.paths.recovery_unit_name)
+            return False
         self.status(f"back on last-good {selected}: clearing the signal, writing assets")
         return self._fire_and_serve(Trigger.recovered, selected)
 

@@ -102,6 +102,11 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     table.add_row("last-good", st.last_good or "—")
     if st.selected_damaged:
         table.add_row("damaged", Text(f"{st.selected_damaged['problem']}", style="red"))
+    if st.way_back:
+        w = st.way_back
+        when = datetime.fromtimestamp(w["time"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        table.add_row("way back", Text(f"{w['words']} ({when})",
+                                       style="yellow" if w["action"] == "repaired" else "red"))
     if st.candidate:
         table.add_row("candidate", st.candidate)
     if st.signal:

@@ -108,10 +108,11 @@ def outermost(paths: Sequence[str]) -> list[str]:
 def preparer(read_only: Sequence[str], cwd: str, uid: int | None, gid: int | None,
              groups: Sequence[int] | None, report: int) -> Callable[[], None]:
     """What the child runs between fork and exec (`subprocess.Popen(preexec_fn=...)`): the
-    namespace with `read_only` read-only (absolute real paths; a missing one is skipped) and the
-    capabilities dropped (nothing of that when `read_only` is empty), `cwd` entered, then the account switched (None: kept). A failure
-    writes its step and errno to the descriptor `report` ("step\\0errno") and raises, so that
-    Popen raises in the parent. Everything it calls is resolved before the fork."""
+    namespace with `read_only` read-only (absolute real paths; a missing one is skipped) and
+    the capabilities dropped (nothing of that when `read_only` is empty), `cwd` entered, then
+    the account switched (None: kept). A failure writes its step and errno to the descriptor
+    `report` ("step\\0errno") and raises, so that Popen raises in the parent. Everything it
+    calls is resolved before the fork."""
     libc = _libc()
     mount, unshare, prctl = libc.mount, libc.unshare, libc.prctl
     mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,

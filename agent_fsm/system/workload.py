@@ -160,12 +160,13 @@ def _start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], who: Account,
             os.close(tell)
             tell = -1
             refused = confine.refused(report)
+            why: Exception = exc
             if refused is not None and refused.step.startswith("enter its directory"):
-                exc = OSError(refused.errno, f"{os.strerror(refused.errno)}: {str(cwd)!r}")
+                why = OSError(refused.errno, f"{os.strerror(refused.errno)}: {str(cwd)!r}")
             elif refused is not None and read_only:
                 raise refused from None
             raise WorkloadError(f"the workload {argv[0]!r} could not start as {who.words()} in "
-                                f"{cwd}: {exc}") from None
+                                f"{cwd}: {why}") from None
     finally:
         os.close(report)
         if tell >= 0:

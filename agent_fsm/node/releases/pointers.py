@@ -163,6 +163,24 @@ class Releases:
                 f"replaces a damaged copy, or remove it with `agent-fsm release prune {version}`"
             ) from None
 
+    def mend(self, version: str) -> list[tuple[str, Path]]:
+        """`verify`, and where a file of the release is not what was stored, put it back from
+        an intact copy in the store (`store.repair`; the caller holds the writers' lock).
+        Returns (file, the copy it came from) for each file put back: none when it was intact.
+        ReleaseError, as `verify` says it, when it is damaged beyond that."""
+        try:
+            self.verify(version)
+            return []
+        except ReleaseError as damaged:
+            try:
+                fixed = release_store.repair(self.paths.releases_dir, version)
+            except (BadTree, OSError) as exc:
+                raise ReleaseError(f"{damaged}; not repaired: {exc}") from None
+        if self._once is not None:
+            self._once.pop(version, None)
+        self.verify(version)
+        return fixed
+
     def integrity(self, version: str, seen: release_tree.Hashed | None = None) -> Integrity:
         """Hash the whole release against its digest (what `release list` and `doctor` show);
         `seen`: files hashed by this run's earlier calls, which a file shared with an earlier
