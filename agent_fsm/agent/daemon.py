@@ -439,19 +439,20 @@ class Daemon:
     def finish_recovery(self, doc: StateDoc, selected: str) -> bool:
         if selected != self.node.releases.last_good():
             return self.start_recovery_unit(doc, selected)
-        try:
-            with self.node.store.locked():  # a file put back from an intact copy, if need be
-                way_back(self.node.effectors, None, selected, fall_back=False)
-        except ReleaseError as exc:
-            # Damaged beyond repair: the recovery unit's `recover` falls back to the newest
-            # intact known-good release (`select_last_good`) and restarts the agent unit.
-            log.error("last-good %s cannot be run: %s; starting recovery, which falls back to "
-                      "the newest intact known-good release", selected, exc)
-            self.notifier.status(f"last-good {selected} is damaged; starting recovery")
-            self.node.effectors.systemd.start(self.node.paths.recovery_unit_name)
-            return False
-        self.status(f"back on last-good {selected}: clearing the signal, writing assets")
-        return self._fire_and_serve(Trigger.recovered, selected)
+        with self.node.releases.checked_once():  # this check serves the start's others
+            try:
+                with self.node.store.locked():  # a file put back from an intact copy, if need be
+                    way_back(self.node.effectors, None, selected, fall_back=False)
+            except ReleaseError as exc:
+                # Damaged beyond repair: the recovery unit's `recover` falls back to the newest
+                # intact known-good release (`select_last_good`) and restarts the agent unit.
+                log.error("last-good %s cannot be run: %s; starting recovery, which falls back "
+                          "to the newest intact known-good release", selected, exc)
+                self.notifier.status(f"last-good {selected} is damaged; starting recovery")
+                self.node.effectors.systemd.start(self.node.paths.recovery_unit_name)
+                return False
+            self.status(f"back on last-good {selected}: clearing the signal, writing assets")
+            return self._fire_and_serve(Trigger.recovered, selected)
 
     def converge_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
         self.status("converging the service assets")

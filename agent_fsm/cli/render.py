@@ -104,8 +104,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         table.add_row("damaged", Text(f"{st.selected_damaged['problem']}", style="red"))
     if st.way_back:
         w = st.way_back
-        when = datetime.fromtimestamp(w["time"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        table.add_row("way back", Text(f"{w['words']} ({when})",
+        stamp = datetime.fromtimestamp(w["time"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        table.add_row("way back", Text(f"{w['words']} ({stamp})",
                                        style="yellow" if w["action"] == "repaired" else "red"))
     if st.candidate:
         table.add_row("candidate", st.candidate)

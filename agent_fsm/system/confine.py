@@ -25,7 +25,6 @@ A step the kernel refuses (no CAP_SYS_ADMIN for the daemon) makes the start fail
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 from collections.abc import Callable, Sequence
@@ -66,7 +65,9 @@ class _CapData(ctypes.Structure):
 
 
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # The symbols this process has loaded, libc's among them (`ctypes.util` would bring
+    # shutil and tempfile into the daemon to find its file).
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _unescape(field: str) -> str:

@@ -11,6 +11,7 @@ import pytest
 from agent_fsm.actions.operations import recover
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.records import known_good
+from agent_fsm.views.doctor.checks import doctor
 from agent_fsm.views.status.report import status
 from tests.helpers import World
 
@@ -88,6 +89,9 @@ class TestFallBack:
         assert world.node.paths.last_good_assets.exists()
         shown = status(world.node).to_json()
         assert (shown["way_back"]["action"], shown["way_back"]["to"]) == ("fell_back", "1.0.0")
+        said = [f for f in doctor(world.node, check_systemd=False) if f.check == "way back"]
+        assert [(f.level, f.detail.split(" (")[0]) for f in said] == \
+            [("warn", "last-good 2.0.0 was damaged beyond repair")]
 
     def test_with_no_intact_known_good_the_rollback_fails_saying_so(self, world: World) -> None:
         """When every known-good release is damaged too, `recover` fails in one line naming

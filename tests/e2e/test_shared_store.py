@@ -129,3 +129,5 @@ def test_a_last_good_damaged_at_the_rollback_falls_back_to_an_intact_known_good(
         ("3.0.0", "rolled_back")
     assert "was damaged beyond repair" in lab.sb.journal(RECOVERY_UNIT), lab.why()
     assert lab.health.read_text() == "1.0.0\n"  # 1.0.0's workload runs
+    doctor = lab.cli("doctor", check=False)
+    assert "last-good 2.0.0 was damaged beyond repair" in doctor.stdout, output(doctor)
