@@ -208,6 +208,8 @@ out = dict([
     attempt("state file", lambda: append(os.path.join(state, "state.json"))),
     attempt("new file in the state dir", lambda: append(os.path.join(state, "new"))),
     attempt("remount the state dir rw", remount),
+    attempt("through the daemon's root",
+            lambda: append(f"/proc/{os.getppid()}/root{os.path.join(state, 'new')}")),
     attempt("writable path", lambda: append(os.path.join(os.path.dirname(report), "mine"))),
 ])
 with open(report, "w") as f:
@@ -254,7 +256,8 @@ class TestReadOnlyView:
         tries = self._tries(world, report, waker)
         assert tries == {"shipped file, from its cwd": "EROFS", "state file": "EROFS",
                          "new file in the state dir": "EROFS",
-                         "remount the state dir rw": "EPERM", "writable path": "written"}
+                         "remount the state dir rw": "EPERM",
+                         "through the daemon's root": "EACCES", "writable path": "written"}
         assert (release / "payload" / "data.log").read_bytes() == b"shipped\n"
         world.node.releases.verify("1.0.0")  # intact: raises otherwise
         # The view was the workload's alone: the daemon still writes its state dir.
