@@ -10,7 +10,7 @@ and runs ``ansible-playbook`` with the repository's collection (``ansible/``)::
         run = fleet.playbook("agent_fsm.fleet.rollout", version="1.0.0", src=src)
         assert run.returncode == 0, run.output
 
-A good release's workload writes ``<state_dir>/health`` with its version (found from the
+A good release's workload writes ``<test_dir>/health.d/health`` with its version (found from the
 release directory it is given), which the nodes' health check reads; `Fleet.unhealthy` makes one
 node's check fail whatever the release, as a node-specific fault would.
 """
@@ -121,7 +121,7 @@ class Fleet:
         """The node's health check also fails while `<test_dir>/unhealthy` exists."""
         flag = lab.dir / "unhealthy"
         check = (f'test ! -e {flag} && '
-                 f'test "$(cat {lab.state_dir / "health"} 2>/dev/null)" = "$AGENT_FSM_VERSION"')
+                 f'test "$(cat {lab.health} 2>/dev/null)" = "$AGENT_FSM_VERSION"')
         line = f'checks = [["/bin/sh", "-c", {json.dumps(check)}]]'
         text, count = re.subn(r"^checks = .*$", lambda _: line, lab.config.read_text(), flags=re.MULTILINE)
         if count != 1:

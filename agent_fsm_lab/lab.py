@@ -4,7 +4,8 @@
 the sandbox's test directory, its units in the sandbox's private unit directory, a health check
 from the host's config. It packs releases of four kinds:
 
-- good: its workload writes `<state_dir>/health` with its version, so the check passes;
+- good: its workload writes `<test_dir>/health.d/health` with its version, so the check passes
+  (the workload sees the state dir read-only; the lab's drop-in lets the unit write health.d);
 - unhealthy: its workload never writes the health file, and it ships broken assets;
 - crash: its binary exits 3 at start, and it ships broken assets;
 - silent: its binary runs but never sends READY=1 (systemd's start timeout judges it);
@@ -132,11 +133,11 @@ mv "$tmp" "$outbox/$(date +%s%N)-$$.json"
 # a run makes each once, and each lab gets a copy of its own.
 PACK_CACHE_ENV = "AGENT_FSM_LAB_PACK_CACHE"
 
-# The good kind's workload: the health file is `<state_dir>/health` (the store keeps a release
-# in `<state_dir>/releases/<version>`), named without any one node's path, so one packed release
-# serves every lab of a run.
+# The good kind's workload: the health file is `<test_dir>/health.d/health` (the store keeps a
+# release in `<test_dir>/state/releases/<version>`), named without any one node's path, so one
+# packed release serves every lab of a run.
 GOOD_WORKLOAD = ("/bin/sh", "-c",
-                 'echo "$AGENT_FSM_VERSION" > "$AGENT_FSM_RELEASE_DIR/../../health"; '
+                 'echo "$AGENT_FSM_VERSION" > "$AGENT_FSM_RELEASE_DIR/../../../health.d/health"; '
                  "exec sleep infinity")
 
 
@@ -203,7 +204,14 @@ class Lab:
         extra.setdefault("bin_link", str(self.bin_link))
         if faults:
             extra.setdefault("publish_command", [str(self._setup_faults())])
-        health = self.state_dir / "health"
+        # The workloads' health file: outside the state dir, which a workload sees read-only;
+        # the agent unit may write its directory (a drop-in, so every release's unit has it).
+        self.health = self.dir / "health.d" / "health"
+        self.health.parent.mkdir(mode=0o777, exist_ok=True)
+        self.health.parent.chmod(0o777)  # a workload of any user may say it is healthy
+        self.dropin(UNIT, "lab-health", f"[Service]\nReadWritePaths=-{self.health.parent}\n",
+                    reload=False)
+        health = self.health
         check = f'test "$(cat {health} 2>/dev/null)" = "$AGENT_FSM_VERSION"'
         self.config.write_text(
             f'name = "{NAME}"\n'

@@ -38,8 +38,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
-from ..errors import AgentFsmError, NotItsRole, SignalError, StopRequested
+from ..errors import AgentFsmError, NotItsRole, ReleaseError, SignalError, StopRequested
 from ..machine.definition import OnStart, Role, handlers
 from ..machine.vocabulary import StateName, Trigger
 from ..node.assets.render import RELEASES_VIEW
@@ -50,6 +51,7 @@ from ..node.state import reasons
 from ..node.state.store import CRASH_LOOP_WINDOW, OWED_CHECK_SECONDS, StateDoc
 from ..system import workload as workload_proc
 from ..system.notify import Notifier, watchdog_interval
+from ..upgrade.releases import way_back
 from ..wiring import Node
 from . import judge as judge_mod
 from .publishing import PUBLISH_RETRY_FIRST, PUBLISH_RETRY_MAX, open_gate_after_judgment
@@ -219,8 +221,9 @@ class Daemon:
         if not self._restarts_asked:
             self.restarts, self._restarts_asked = self.automatic_restarts(), True
         try:
-            self.workload = workload_proc.start(command, cwd=cwd, env=env, who=who,
-                                                output=stream)
+            self.workload = workload_proc.start(
+                command, cwd=cwd, env=env, who=who, output=stream,
+                read_only=self.kept_from_workload(), unconfined=log.warning)
         finally:
             if stream is not None:
                 stream.close()  # the workload holds its own copy
@@ -228,6 +231,14 @@ class Daemon:
             version, command, who.name, True, self.workload.pid,
             workload_state.iso(time.time()), self.restarts, self.last_exit, os.getpid())
         self._record_workload()
+
+    def kept_from_workload(self) -> tuple[Path, ...]:
+        """What the workload sees read-only whatever its user: agent-fsm's directories (the
+        state dir with the store, the recovery script's, the units', the gate's), below
+        `--root` where they really are. A `writable_paths` entry inside one stays read-only."""
+        paths, config = self.node.paths, self.node.config
+        return tuple(paths.real(d) for d in (config.state_dir, config.lib_dir, config.unit_dir,
+                                             config.run_dir))
 
     def _record_workload(self) -> None:
         if self.workload_record is None:
@@ -462,8 +473,20 @@ class Daemon:
     def finish_recovery(self, doc: StateDoc, selected: str) -> bool:
         if selected != self.node.releases.last_good():
             return self.start_recovery_unit(doc, selected)
-        self.status(f"back on last-good {selected}: clearing the signal, writing assets")
-        return self._fire_and_serve(Trigger.recovered, selected)
+        with self.node.releases.checked_once():  # this check serves the start's others
+            try:
+                with self.node.store.locked():  # a file put back from an intact copy, if need be
+                    way_back(self.node.effectors, None, selected, fall_back=False)
+            except ReleaseError as exc:
+                # Damaged beyond repair: the recovery unit's `recover` falls back to the newest
+                # intact known-good release (`select_last_good`) and restarts the agent unit.
+                log.error("last-good %s cannot be run: %s; starting recovery, which falls back "
+                          "to the newest intact known-good release", selected, exc)
+                self.notifier.status(f"last-good {selected} is damaged; starting recovery")
+                self.node.effectors.systemd.start(self.node.paths.recovery_unit_name)
+                return False
+            self.status(f"back on last-good {selected}: clearing the signal, writing assets")
+            return self._fire_and_serve(Trigger.recovered, selected)
 
     def converge_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
         self.status("converging the service assets")

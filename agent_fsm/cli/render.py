@@ -130,6 +130,10 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     if st.selected_damaged:
         table.add_row("damaged", Text(shown(st.selected_damaged["problem"], MAX_LINE),
                                       style="red"))
+    if st.way_back:
+        w = st.way_back
+        table.add_row("way back", Text(f"{shown(w['words'], MAX_LINE)} ({when(w['time'])})",
+                                       style="yellow" if w["action"] == "repaired" else "red"))
     if st.candidate:
         table.add_row("candidate", st.candidate)
     if st.signal:

@@ -118,6 +118,11 @@ class Paths(NamedTuple):
         return self.state_dir / "hold.json"
 
     @property
+    def known_good_file(self) -> Path:
+        """The versions promoted here, and what the way back last did to a damaged last-good."""
+        return self.state_dir / "known-good.json"
+
+    @property
     def known_bad_file(self) -> Path:
         """The versions that rolled back here, and rollbacks by reason class."""
         return self.state_dir / "known-bad.json"

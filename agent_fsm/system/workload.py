@@ -20,11 +20,12 @@ import os
 import pwd
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import WorkloadError
+from . import confine
 
 JOURNAL_STDOUT = Path("/run/systemd/journal/stdout")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -114,15 +115,59 @@ def journal_stream(identifier: str, socket_path: Path = JOURNAL_STDOUT) -> socke
 
 
 def start(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], who: Account,
-          output: socket.socket | None) -> subprocess.Popen[bytes]:
+          output: socket.socket | None, read_only: Sequence[Path] = (),
+          unconfined: Callable[[str], None] = lambda _why: None) -> subprocess.Popen[bytes]:
     """Start the workload as `who`, in `cwd`, with exactly `env`; stdout and stderr into
-    `output` (inherited when None); stdin from /dev/null. WorkloadError if it cannot start."""
+    `output` (inherited when None); stdin from /dev/null; `read_only` (real paths) read-only
+    in its own mount namespace, whatever its user (`confine`). Where the kernel refuses that
+    view, an account that could write those paths without it (root, or the daemon's own, which
+    owns the store) is not started (WorkloadError, one line); another account is started
+    without it, `unconfined` told why: the state dir is 0700 and the store's files are the
+    daemon's, so file permissions keep it out. WorkloadError if it cannot start."""
+    if read_only:
+        try:
+            return _start(argv, cwd, env, who, output, read_only)
+        except confine.Refused as exc:
+            if who.uid in (0, os.geteuid()):
+                raise WorkloadError(
+                    f"the workload {argv[0]!r} was not started: as {who.words()} it could write "
+                    f"agent-fsm's state dir and stored releases, and the kernel refused its "
+                    f"read-only view of them ({exc}); let the agent unit keep CAP_SYS_ADMIN (no "
+                    "CapabilityBoundingSet= without it) or set `[workload] user` to another "
+                    "account") from None
+            unconfined(f"the kernel refused the workload's read-only view of agent-fsm's "
+                       f"directories ({exc}); starting it without one, as {who.words()}: file "
+                       "permissions keep that account out of the state dir and the store")
+    return _start(argv, cwd, env, who, output, ())
+
+
+def _start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], who: Account,
+           output: socket.socket | None, read_only: Sequence[Path]) -> subprocess.Popen[bytes]:
     out = output.fileno() if output is not None else None
+    switch = who.change
+    report, tell = os.pipe()  # both close at exec: the child writes a refused step into `tell`
     try:
-        return subprocess.Popen(
-            list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-            user=who.uid if who.change else None, group=who.gid if who.change else None,
-            extra_groups=list(who.groups) if who.change else None)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise WorkloadError(f"the workload {argv[0]!r} could not start as {who.words()} in "
-                            f"{cwd}: {exc}") from None
+        prepare = confine.preparer([str(p) for p in read_only], str(cwd),
+                                   who.uid if switch else None, who.gid if switch else None,
+                                   list(who.groups) if switch else None, tell)
+        try:
+            # The child enters `cwd` and switches the account itself, after its namespace is
+            # made: a directory entered before would stay on the writable mount.
+            return subprocess.Popen(
+                list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                preexec_fn=prepare)
+        except (OSError, subprocess.SubprocessError) as exc:
+            os.close(tell)
+            tell = -1
+            refused = confine.refused(report)
+            why: Exception = exc
+            if refused is not None and refused.step.startswith("enter its directory"):
+                why = OSError(refused.errno, f"{os.strerror(refused.errno)}: {str(cwd)!r}")
+            elif refused is not None and read_only:
+                raise refused from None
+            raise WorkloadError(f"the workload {argv[0]!r} could not start as {who.words()} in "
+                                f"{cwd}: {why}") from None
+    finally:
+        os.close(report)
+        if tell >= 0:
+            os.close(tell)

@@ -5,11 +5,15 @@ last-good."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from ..errors import AgentFsmError, Refused, ReleaseError
 from ..machine.engine import Step
 from ..node.assets import kept as kept_assets
+from ..node.records import known_bad, known_good
+from ..node.state.reasons import one_line
+from ..system.publish import Result
 from .effectors import Effectors
 
 log = logging.getLogger("agent_fsm")
@@ -44,10 +48,87 @@ def select_release(effectors: Effectors, step: Step) -> None:
 
 
 def select_last_good(effectors: Effectors, step: Step) -> None:
+    """Select the last-good. One that fails its check is mended first (`way_back`): repaired
+    from intact copies in the store, or, beyond that, the newest intact known-good release is
+    made the last-good and selected instead; the way back never stops on one damaged file."""
     last_good = effectors.releases.last_good()
     if last_good is None:
         raise ReleaseError("there is no last-good release to roll back to")
-    effectors.releases.select(last_good)
+    effectors.releases.select(way_back(effectors, step, last_good))
+
+
+def way_back(effectors: Effectors, step: Step | None, last_good: str, *,
+             fall_back: bool = True) -> str:
+    """The release the way back goes to: `last_good`, mended if it must be, else the newest
+    known-good release that is intact (or repaired), not known bad, and not the pending
+    upgrade's candidate, promoted to last-good here. Says what it did in the log, the
+    known-good record (`status`, `doctor`) and the recorded result (`step`'s, when given).
+    ReleaseError when the last-good is damaged and no known-good release is intact (or
+    `fall_back` is False: only a transition of the way back moves the last-good)."""
+    try:
+        fixed = effectors.releases.mend(last_good)
+    except ReleaseError as damaged:
+        if not fall_back:
+            raise
+        return _fall_back(effectors, step, last_good, damaged)
+    if fixed:
+        names = tuple(rel for rel, _ in fixed)
+        event = known_good.WayBack(effectors.clock.now(), last_good, "repaired", last_good,
+                                   names, "; ".join(f"{rel} from {src}" for rel, src in fixed))
+        log.error("the way back: %s", event.words())
+        _tell(effectors, step, event)
+    return last_good
+
+
+def _fall_back(effectors: Effectors, step: Step | None, last_good: str,
+               damaged: ReleaseError) -> str:
+    releases, paths = effectors.releases, effectors.paths
+    record = known_good.read_or_empty(paths.known_good_file)
+    # Never the candidate, nor a version that rolled back here (a damaged known-bad record
+    # reads as none: the candidate is still left out).
+    avoid = {last_good, *(m["version"] for m in known_bad.view(paths)[0])}
+    if step is not None:
+        with contextlib.suppress(AgentFsmError):
+            avoid.add(effectors.pending_upgrade(step).to_version)
+    tried = []
+    for version in known_good.newest_first(record):
+        if version in avoid or not releases.exists(version):
+            continue
+        try:
+            releases.mend(version)
+        except ReleaseError as exc:
+            tried.append(f"{version}: {exc}")
+            continue
+        failed = kept_assets.keep_release(paths, releases, version)
+        if failed is not None:
+            log.error("release %s's assets cannot be kept for the way back: %s", version, failed)
+        releases.promote(version)
+        known_good.promoted(paths.known_good_file, version, effectors.clock.now())
+        event = known_good.WayBack(effectors.clock.now(), last_good, "fell_back", version, (),
+                                   one_line(str(damaged)))
+        log.error("the way back: %s", event.words())
+        _tell(effectors, step, event)
+        return version
+    raise ReleaseError(f"{damaged}; no known-good release to fall back to is intact"
+                       + (f" ({'; '.join(tried)})" if tried else
+                          " (none other was promoted here)")) from None
+
+
+def _tell(effectors: Effectors, step: Step | None, event: known_good.WayBack) -> None:
+    """Record the way back's repair or fallback where `status` and the result show it; a
+    record that cannot be written is logged, never a failed way back."""
+    try:
+        known_good.took_way_back(effectors.paths.known_good_file, event)
+    except AgentFsmError as exc:
+        log.warning("could not record the way back in %s: %s", effectors.paths.known_good_file,
+                    exc)
+    if step is None or not step.doc.last_result:
+        return
+    step.doc.last_result = {**step.doc.last_result, "way_back": event.words()}
+    try:
+        effectors.publisher.record(Result.from_json(step.doc.last_result))
+    except AgentFsmError as exc:
+        log.warning("could not record the way back in the result: %s", exc)
 
 
 def promote_last_good(effectors: Effectors, step: Step) -> None:
@@ -62,3 +143,8 @@ def promote_last_good(effectors: Effectors, step: Step) -> None:
     if failed is not None:
         log.error("release %s's assets cannot be kept for the way back: %s", selected, failed)
     effectors.releases.promote(selected)
+    try:  # where the way back may fall back to: never a failed promotion
+        known_good.promoted(effectors.paths.known_good_file, selected, effectors.clock.now())
+    except AgentFsmError as exc:
+        log.warning("could not note release %s as known good in %s: %s", selected,
+                    effectors.paths.known_good_file, exc)

@@ -3,8 +3,11 @@ starting a real workload process in its directory with its words expanded."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -182,3 +185,112 @@ class TestDaemonStartsIt:
         assert daemon.run() == 1 and daemon.workload is None
         assert any("'no-such-agent-user' does not exist" in f for f in sent if
                    f.startswith("STATUS=failed: ")), sent
+
+
+# A workload that tries to write what agent-fsm keeps and says how each try ended.
+TRIES = r"""
+import errno, json, os, subprocess, sys
+state, report = sys.argv[1], sys.argv[2]
+def attempt(name, f):
+    try:
+        f()
+        return name, "written"
+    except OSError as exc:
+        return name, errno.errorcode.get(exc.errno, str(exc.errno))
+def append(path):
+    with open(path, "ab") as f:
+        f.write(b"appended by the workload\n")
+def remount():
+    if subprocess.run(["mount", "-o", "remount,rw", state], capture_output=True).returncode:
+        raise PermissionError(errno.EPERM, "mount refused")
+out = dict([
+    attempt("shipped file, from its cwd", lambda: append("data.log")),
+    attempt("state file", lambda: append(os.path.join(state, "state.json"))),
+    attempt("new file in the state dir", lambda: append(os.path.join(state, "new"))),
+    attempt("remount the state dir rw", remount),
+    attempt("through the daemon's root",
+            lambda: append(f"/proc/{os.getppid()}/root{os.path.join(state, 'new')}")),
+    attempt("writable path", lambda: append(os.path.join(os.path.dirname(report), "mine"))),
+])
+with open(report, "w") as f:
+    json.dump(out, f)
+"""
+
+
+class TestReadOnlyView:
+    def _world(self, tmp_path: Path, **workload: object):  # type: ignore[no-untyped-def]
+        writable = tmp_path / "writable"
+        writable.mkdir(mode=0o777)
+        writable.chmod(0o777)
+        config = Config(name="agent", workload=WorkloadConfig(writable_paths=(writable,),
+                                                              **workload))  # type: ignore[arg-type]
+        world = make_world(tmp_path / "root", config)
+        release = world.add_release("1.0.0")
+        (release / "payload").mkdir()
+        (release / "payload" / "data.log").write_bytes(b"shipped\n")
+        (release / "payload" / "tries.py").write_text(TRIES)
+        report = writable / "report.json"
+        (release / "release.toml").write_text(
+            f'version = "1.0.0"\nworkload = ["{sys.executable}", "tries.py", '
+            f'"{world.paths.state_dir}", "{report}"]\n')
+        world.node.controller.fire("install", release="1.0.0")
+        return world, release, report
+
+    def _tries(self, world, report: Path, waker: Waker) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        daemon = Daemon(world.node, Notifier(""), waker)
+        try:
+            assert daemon.startup()
+            assert daemon.workload is not None
+            daemon.workload.wait(timeout=30)
+        finally:
+            daemon.stop_workload()
+        return json.loads(report.read_text())  # type: ignore[no-any-return]
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="a root workload needs a root daemon")
+    def test_a_root_workload_cannot_write_the_store_or_the_state_dir(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """A workload running as root, started as the daemon starts it, is refused (EROFS,
+        EPERM) every write to its stored release and the state dir, remounting included, and
+        writes its writable path; the release is byte for byte what was stored."""
+        world, release, report = self._world(tmp_path)
+        tries = self._tries(world, report, waker)
+        assert tries == {"shipped file, from its cwd": "EROFS", "state file": "EROFS",
+                         "new file in the state dir": "EROFS",
+                         "remount the state dir rw": "EPERM",
+                         "through the daemon's root": "EACCES", "writable path": "written"}
+        assert (release / "payload" / "data.log").read_bytes() == b"shipped\n"
+        world.node.releases.verify("1.0.0")  # intact: raises otherwise
+        # The view was the workload's alone: the daemon still writes its state dir.
+        assert str(world.paths.state_dir) not in Path("/proc/self/mountinfo").read_text()
+        (world.paths.state_dir / "probe").write_bytes(b"")
+        (world.paths.state_dir / "probe").unlink()
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="dropping a capability needs root")
+    @pytest.mark.parametrize(("user", "said"), [
+        ("root", "refused: the workload '/bin/true' was not started: as root (uid 0, gid 0) it "
+                 "could write agent-fsm's state dir and stored releases, and the kernel refused "
+                 "its read-only view of them (unshare(CLONE_NEWNS): Operation not permitted)"),
+        ("nobody", "unconfined: the kernel refused the workload's read-only view of agent-fsm's "
+                   "directories (unshare(CLONE_NEWNS): Operation not permitted); starting it "
+                   "without one, as nobody (uid 65534, gid 65534)")])
+    def test_without_cap_sys_admin_only_a_foreign_account_starts(
+            self, tmp_path: Path, user: str, said: str) -> None:
+        """A daemon the kernel refuses a mount namespace does not start a workload that could
+        write the store without it (root), in one line saying what to do; another account's
+        starts, and the daemon is told why it has no read-only view."""
+        code = ("import sys; from pathlib import Path; from agent_fsm.system import workload as w\n"
+                "who = w.account(sys.argv[1], None, 'config x')\n"
+                "try:\n"
+                "    p = w.start(['/bin/true'], cwd=Path('/'), env={}, who=who, output=None,\n"
+                "                read_only=[Path(sys.argv[2])],\n"
+                "                unconfined=lambda why: print('unconfined:', why))\n"
+                "    print('started', p.wait())\n"
+                "except Exception as exc:\n"
+                "    print('refused:', exc)\n")
+        done = subprocess.run(
+            ["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--",
+             sys.executable, "-c", code, user, str(tmp_path)],
+            capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2])
+        lines = done.stdout.splitlines()
+        assert lines[0].startswith(said), done
+        assert lines[1:] == ([] if user == "root" else ["started 0"]), done

@@ -92,7 +92,7 @@ def _earlier_tree(commit: str, into: Path) -> Path:
 
 
 def _workload(lab: Lab, healthy: bool) -> str:
-    health = lab.state_dir / "health"
+    health = lab.health
     return f'/bin/sh -c \'echo "$AGENT_FSM_VERSION" > {health}; exec sleep infinity\'' \
         if healthy else "/bin/sh -c 'exec sleep infinity'"
 

@@ -78,7 +78,7 @@ def test_releases_from_images_upgrade_roll_back_and_prune_their_images(
     missing image or archive is one line, exit 1."""
     images = Images(systemd_sandbox, _podman_or_skip())
     lab = Lab(systemd_sandbox, deadline=4, soak=0, config_extra={"podman": images.prefix})
-    health = lab.state_dir / "health"
+    health = lab.health
     workload = shlex.join(["/bin/sh", "-c", f'echo "$AGENT_FSM_VERSION" > {health}; '
                                             "exec sleep infinity"])
     # 1.0.0: packed by agent-fsm into an oci-archive (its directory kept too), then added.

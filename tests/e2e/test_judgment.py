@@ -137,7 +137,7 @@ def test_a_clock_step_during_the_soak_does_not_judge_early(
     at the step: the candidate is judged failed and the node rolls back."""
     lab = installed(systemd_sandbox, soak=20)
     stamp = _clock_step(lab)
-    health = lab.state_dir / "health"
+    health = lab.health
     lab.pack("2.0.0", workload=("/bin/sh", "-c",
                                 f'echo "$AGENT_FSM_VERSION" > {health}; sleep 6; exit 1'))
     upgrade = lab.cli("upgrade", "--to", "2.0.0", timeout=30)
@@ -161,7 +161,7 @@ def test_a_clock_step_back_during_the_soak_does_not_stretch_it(
     candidate converges, neither rolled back nor restarted."""
     lab = installed(systemd_sandbox, soak=5)
     stamp = _clock_step(lab)
-    health = lab.state_dir / "health"
+    health = lab.health
     lab.pack("2.0.0")
     t0 = time.time()
     upgrade = lab.cli("upgrade", "--to", "2.0.0", timeout=30)

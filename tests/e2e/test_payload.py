@@ -67,7 +67,7 @@ def test_payload_signed_stored_damaged_and_refused(systemd_sandbox: SystemdSandb
         """Pack `version` with the payload SRC, its script naming its version (so that no two
         releases hold the same bytes there)."""
         agent = src / "bin" / "agent.sh"
-        agent.write_text(AGENT.format(version=version, health=lab.state_dir / "health"))
+        agent.write_text(AGENT.format(version=version, health=lab.health))
         agent.chmod(0o750)
         out = lab.packs / version
         proc = lab.cli("release", "pack", "--version", version, "--output", str(out),
@@ -103,7 +103,7 @@ def test_payload_signed_stored_damaged_and_refused(systemd_sandbox: SystemdSandb
     assert stored_digest != signed_digest and stored_digest in again.stdout  # the same content
     assert lab.cli("release", "digest", str(release)).stdout.strip() == signed_digest
     lab.install("1.0.0")
-    assert (lab.state_dir / "health").read_text() == "1.0.0\n"
+    assert (lab.health).read_text() == "1.0.0\n"
 
     # 2.0.0 packed unsigned: refused; signed afterwards, its digest verifies by hand; stored.
     release = pack("2.0.0")

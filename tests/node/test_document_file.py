@@ -23,7 +23,7 @@ from agent_fsm.errors import (
     StateFileError,
 )
 from agent_fsm.node.assets import kept, render
-from agent_fsm.node.records import hold, hook_failures, known_bad
+from agent_fsm.node.records import hold, hook_failures, known_bad, known_good
 from agent_fsm.node.runtime import signal
 from agent_fsm.node.state import document_file, store, validate
 from agent_fsm.node.state.document_file import Kind, checksum
@@ -241,6 +241,14 @@ CASES = {
                                         lambda: known_bad.read(w.paths.known_bad_file)),
                       lambda w: known_bad.write(w.paths.known_bad_file,
                                                 known_bad.read(w.paths.known_bad_file))),
+    # a damaged record is read as empty (no fallback known): the way back never stops on it
+    "known-good": Case(known_good.KIND, lambda w: w.paths.known_good_file,
+                       lambda w: known_good.promoted(w.paths.known_good_file, "1.0.0", 10.0),
+                       lambda w: _dumps({"versions": {"1.0.0": 10.0}, "way_back": None}),
+                       lambda w: known_good.read(w.paths.known_good_file),
+                       lambda w: "" if known_good.read_or_empty(
+                           w.paths.known_good_file).versions == {} else "read",
+                       lambda w: known_good.promoted(w.paths.known_good_file, "1.0.0", 10.0)),
     # a damaged record is read as none (the next write replaces it): `status` shows no failure
     "hook-failures": Case(hook_failures.KIND,
                           lambda w: w.paths.state_dir / hook_failures.FILE_NAME,
@@ -308,7 +316,7 @@ class TestEveryKind:
         path.write_bytes(damaged)
         said = case.refused(node)
         assert path.read_bytes() == damaged
-        if name not in ("hook-failures", "systemd"):  # read as none
+        if name not in ("hook-failures", "systemd", "known-good"):  # read as none
             assert str(path) in said and "checksum" in said and "\n" not in said, said
 
     @pytest.mark.parametrize("name", list(CASES))

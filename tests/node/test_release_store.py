@@ -202,12 +202,14 @@ class TestDigest:
         assert world.node.releases.selected() is None
 
     def test_the_way_back_refuses_a_tampered_last_good(self, world: World, tmp_path: Path) -> None:
-        """A last-good changed after it was added is not selected by recover; re-adding it
+        """A last-good changed after it was added, with no intact copy of the file in the
+        store and no other known-good release, is not selected by recover; re-adding it
         replaces the damaged copy and recover then goes back to it."""
         rel = make_release(tmp_path)
         add(rel, world.node)
         world.installed("1.0.0").upgrading("2.0.0")
         TAMPER["changed bytes"](stored(world))
+        TAMPER["changed bytes"](world.paths.releases_dir / "2.0.0")  # its only other copy
         with pytest.raises(ReleaseError, match=r"release 1\.0\.0 is not what was stored"):
             world.node.controller.fire("recover")
         again = add(rel, world.node)

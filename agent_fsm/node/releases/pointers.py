@@ -120,7 +120,11 @@ class Releases:
     def checked_once(self) -> Iterator[None]:
         """Within the block each release is checked at most once: the daemon's start renders
         the selected release's assets and starts its workload milliseconds apart, and a check
-        walks the whole tree (~1,000 entries) even when no file needs hashing again."""
+        walks the whole tree (~1,000 entries) even when no file needs hashing again. Inside
+        another such block it is that block."""
+        if self._once is not None:
+            yield
+            return
         self._once = {}
         try:
             yield
@@ -164,6 +168,22 @@ class Releases:
                 f"with `agent-fsm release add DIR` (DIR: release {version}'s directory), which "
                 f"replaces a damaged copy, or remove it with `agent-fsm release prune {version}`"
             ) from None
+
+    def mend(self, version: str) -> list[tuple[str, Path]]:
+        """`verify`, and where a file of the release is not what was stored, put it back from
+        an intact copy in the store (`store.repair`; the caller holds the writers' lock).
+        Returns (file, the copy it came from) for each file put back: none when it was intact.
+        ReleaseError, as `verify` says it, when it is damaged beyond that."""
+        try:
+            self._checked(version)
+            return []
+        except ReleaseError as damaged:
+            try:
+                fixed = release_store.repair(self.paths.releases_dir, version)
+            except (BadTree, OSError) as exc:
+                raise ReleaseError(f"{damaged}; not repaired: {exc}") from None
+        self._checked(version)
+        return fixed
 
     def integrity(self, version: str, seen: release_tree.Hashed | None = None) -> Integrity:
         """Hash the whole release against its digest (what `release list` and `doctor` show);

@@ -47,6 +47,7 @@ later agent-fsm must keep (docs/state-files.md has the state file's core in full
 | `upgrade-signal.json` (`signal`)         | `signal`        | 1      | no schema            |
 | `hold.json` (`hold`)                     | `hold`          | 1      | no schema            |
 | `known-bad.json` (`known_bad`)           | `known-bad`     | 1      | no schema            |
+| `known-good.json` (`known_good`)         | `known-good`    | 1      | (new)                |
 | `hook-failures.json` (`hook_failures`)   | `hook-failures` | 1      | 1, no checksum       |
 | `last-good-assets.json` (`kept`)         | `kept-assets`   | 1      | 1                    |
 | `systemd.json` (`assets.render`)         | `systemd`       | 1      | (new)                |

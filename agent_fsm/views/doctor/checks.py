@@ -11,7 +11,7 @@ from pathlib import Path
 from ...errors import AgentFsmError, ReleaseError
 from ...machine.vocabulary import StateName, Trigger
 from ...node.assets import bin_link
-from ...node.records import hook_failures
+from ...node.records import hook_failures, known_good
 from ...node.releases.pointers import read_manifest
 from ...node.state import validate
 from ...node.state.store import OWED_CHECK_SECONDS
@@ -359,11 +359,32 @@ def _workload(node: Node) -> list[Finding]:
                            "account"))
     else:
         out.append(Finding("workload", "ok", f"the workload runs as {who.words()}"))
+    kept = (node.config.state_dir, node.config.lib_dir, node.config.unit_dir,
+            node.config.run_dir)
     for path in settings.writable_paths:
-        if not node.paths.real(path).exists():
+        inside = next((d for d in kept if path == d or d in path.parents), None)
+        if inside is not None:
+            out.append(Finding("workload", "warn", f"writable path {path} is inside agent-fsm's "
+                               f"{inside}, which the workload sees read-only whatever its user",
+                               "give the workload a directory of its own outside agent-fsm's"))
+        elif not node.paths.real(path).exists():
             out.append(Finding("workload", "warn", f"writable path {path} does not exist: the "
                                "unit skips it", f"mkdir -p {path} && chown {who.name} {path}"))
     return out
+
+
+def _way_back(node: Node) -> list[Finding]:
+    """What the way back last did to a damaged last-good, while that release is still
+    damaged (`records.known_good`)."""
+    event = known_good.read_or_empty(node.paths.known_good_file).way_back
+    if event is None or not node.releases.exists(event.release):
+        return []
+    problem = node.releases.integrity(event.release).problem
+    if problem is None:
+        return []
+    return [Finding("way back", "warn", event.words(),
+                    f"add release {event.release} again (`agent-fsm release add DIR`), or "
+                    f"`agent-fsm release prune {event.release}` if nothing needs it")]
 
 
 def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -> list[Finding]:
@@ -376,6 +397,7 @@ def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -
     findings += _consistency(node)
     findings += _bin_link(node)
     findings += _releases(node)
+    findings += _way_back(node)
     findings += _skipped(node)
     findings += _hooks(node)
     findings += _journal(node)

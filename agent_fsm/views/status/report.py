@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ...errors import ReleaseError
 from ...machine.definition import situation
 from ...machine.vocabulary import COMMANDS, Trigger
-from ...node.records import hold, hook_failures, known_bad
+from ...node.records import hold, hook_failures, known_bad, known_good
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
 from ...node.runtime import workload as workload_state
@@ -75,6 +75,9 @@ class Status(NamedTuple):
     config_fallback: dict[str, str] | None = None
     crash_loop: dict[str, Any] | None = None  # null, or {restarts, since, last}
     workload: dict[str, Any] | None = None  # null (none declared), or `runtime.workload.view`
+    # What the way back last did to a damaged last-good: null, or {time, release, action
+    # ("repaired", "fell_back"), to, files, more, reason, words} (`records.known_good`).
+    way_back: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +114,7 @@ class Status(NamedTuple):
             "config_fallback": self.config_fallback,
             "crash_loop": self.crash_loop,
             "workload": self.workload,
+            "way_back": self.way_back,
         }
 
 
@@ -269,7 +273,13 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         config_fallback=None if node.config.fallback is None else node.config.fallback.to_json(),
         crash_loop=loop,
         workload=work,
+        way_back=_way_back(node),
     )
+
+
+def _way_back(node: Node | Reader) -> dict[str, Any] | None:
+    event = known_good.read_or_empty(node.paths.known_good_file).way_back
+    return None if event is None else {**event.to_json(), "words": event.words()}
 
 
 def _utc(ts: float) -> str:
