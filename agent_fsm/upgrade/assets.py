@@ -1,6 +1,11 @@
 """The service assets as transitions write them (rendering them: `node.assets`); systemd reads
 them when `units.reload_systemd` follows.
 
+`apply_settings` runs before an upgrade's signal is written: the last-good's templates (its
+release, in the store while it is last-good), rendered with the node's current settings, are
+written where they differ and kept as its copy, so the candidate is judged under the config the
+operator wrote (the start timeout, restart delay and workload paths of the unit systemd starts
+it through). `settings_apply` refuses the upgrade up front when they cannot be rendered.
 `hold_assets` keeps the last-good's files while an upgrade is pending, writing only missing
 ones, from the last-good's kept copy. `write_assets` writes the selected release's assets
 whatever is on disk, `converge_assets` those that differ (content or mode). Both keep the
@@ -12,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import AgentFsmError
+from ..errors import AgentFsmError, AssetError, Refused, ReleaseError
 from ..machine.engine import Step
 from ..node.assets import bin_link
 from ..node.assets import kept as kept_assets
@@ -20,6 +25,36 @@ from ..node.assets import render as assets
 from .effectors import Effectors
 
 log = logging.getLogger("agent_fsm")
+
+
+def _last_good_rendered(effectors: Effectors, version: str | None) -> tuple[assets.Asset, ...]:
+    """The last-good's templates rendered with the node's current settings (never the
+    candidate's: `version` is the last-good, fixed before the transition is recorded)."""
+    if version is None:
+        raise ReleaseError("there is no last-good release to apply the settings to")
+    return effectors.rendered(version)
+
+
+def settings_apply(effectors: Effectors, step: Step) -> AgentFsmError | None:
+    """Refuse an upgrade whose candidate could not be judged under the current settings: the
+    last-good's units do not render with them (a value a unit cannot hold, a damaged release)."""
+    version = effectors.releases.last_good()
+    try:
+        _last_good_rendered(effectors, version)
+    except (AssetError, ReleaseError) as exc:
+        return Refused(f"the upgrade would not be judged under the current config: last-good "
+                       f"{version}'s units cannot be rendered with it ({exc})")
+    return None
+
+
+def apply_settings(effectors: Effectors, step: Step) -> None:
+    version = step.arg("from")
+    rendered = _last_good_rendered(effectors, version)
+    written = assets.converge(rendered)
+    kept_assets.keep(effectors.paths, version, rendered)  # what holding restores from
+    if written:
+        log.info("applied the current settings to last-good %s's asset(s) %s before the "
+                 "upgrade", version, ", ".join(str(a.path) for a in written))
 
 
 def hold_assets(effectors: Effectors, step: Step) -> None:
