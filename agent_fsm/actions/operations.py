@@ -103,7 +103,7 @@ def why_recover(node: Node) -> dict[str, str]:
     except AgentFsmError:
         sig = None
     refused = most if sig is not None and sig.starts > most else None
-    reason, why = reasons.from_unit(unit, shown, refused)
+    reason, why = reasons.from_unit(unit, shown, refused, sig.ended if sig is not None else "")
     return {"reason": reason, "reason_class": why}
 
 
