@@ -43,7 +43,7 @@ def _rich(world: World) -> World:
     c.fire("recover")
     c.fire("recovered")
     world.add_release("3.0.0")
-    c.failpoint = crash_at("begin_upgrade", 3)
+    c.failpoint = crash_at("begin_upgrade", 5)
     with pytest.raises(Crash):
         c.fire("begin_upgrade", release="3.0.0")
     return world
