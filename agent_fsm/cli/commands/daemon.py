@@ -38,7 +38,7 @@ def stop_check(ctx: typer.Context) -> None:
     a candidate, keep how it ended ($SERVICE_RESULT: a start timeout is recorded as the
     judgment's deadline, not as a crash). Always exits 0.
 
-    Example (in the unit): ExecStopPost=-/var/lib/agent-fsm/last-good/bin/agent-fsm stop-check
+    Example: ExecStopPost=-/var/lib/agent-fsm/last-good/bin/agent-fsm stop-check
     """
     from ..fast_path import run_stop_check  # the code the unit runs without the full CLI
 
