@@ -49,7 +49,7 @@ EFFECTS: Mapping[str, Effect] = _by_name(
     gate.close_gate, gate.open_gate,
     signal.write_signal, signal.adopt_signal, signal.clear_signal, signal.count_attempt,
     releases.select_release, releases.select_last_good, releases.promote_last_good,
-    assets.apply_settings, assets.hold_assets, assets.write_assets, assets.converge_assets,
+    assets.hold_assets, assets.write_assets, assets.converge_assets,
     units.reset_start_limit, units.restart_unit, units.enable_unit, units.start_recovery,
     units.reload_systemd, units.reload_systemd_if_changed,
     results.publish_result, results.record_result,
