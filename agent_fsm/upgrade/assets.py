@@ -1,6 +1,12 @@
 """The service assets as transitions write them (rendering them: `node.assets`); systemd reads
 them when `units.reload_systemd` follows.
 
+`begin_upgrade` runs `converge_assets` before its signal, while the last-good is still
+selected: its templates (its release, in the store while it is last-good), rendered with the
+node's current settings, are written where they differ and kept as its copy, so the candidate
+is judged under the config the operator wrote (the start timeout, restart delay and workload
+paths of the unit systemd starts it through). `settings_apply` refuses the upgrade up front
+when they cannot be rendered.
 `hold_assets` keeps the last-good's files while an upgrade is pending, writing only missing
 ones, from the last-good's kept copy. `write_assets` writes the selected release's assets
 whatever is on disk, `converge_assets` those that differ (content or mode). Both keep the
@@ -12,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import AgentFsmError
+from ..errors import AgentFsmError, AssetError, Refused, ReleaseError
 from ..machine.engine import Step
 from ..node.assets import bin_link
 from ..node.assets import kept as kept_assets
@@ -20,6 +26,20 @@ from ..node.assets import render as assets
 from .effectors import Effectors
 
 log = logging.getLogger("agent_fsm")
+
+
+def settings_apply(effectors: Effectors, step: Step) -> AgentFsmError | None:
+    """Refuse an upgrade whose candidate could not be judged under the current settings: the
+    last-good's units do not render with them (a value a unit cannot hold, a damaged release)."""
+    version = effectors.releases.last_good()
+    try:
+        if version is None:
+            raise ReleaseError("there is no last-good release")
+        effectors.rendered(version)
+    except (AssetError, ReleaseError) as exc:
+        return Refused(f"the upgrade would not be judged under the current config: last-good "
+                       f"{version}'s units cannot be rendered with it ({exc})")
+    return None
 
 
 def hold_assets(effectors: Effectors, step: Step) -> None:
@@ -46,10 +66,33 @@ def write_assets(effectors: Effectors, step: Step) -> None:
 
 
 def converge_assets(effectors: Effectors, step: Step) -> None:
-    written = assets.converge(effectors.rendered())
+    rendered = effectors.rendered()
+    written = assets.converge(rendered)
     if written:
         log.info("rewrote asset(s) that differed: %s", ", ".join(str(a.path) for a in written))
+    keep_last_good_copy(effectors, rendered)
     keep_link(effectors)
+
+
+def keep_last_good_copy(effectors: Effectors, rendered: tuple[assets.Asset, ...]) -> None:
+    """When the selected release is the last-good, keep what it renders now as its copy (what
+    holding restores from), if the kept one differs; a copy that cannot be kept is logged, never
+    a failure (holding then renders from the last-good's release, and says so)."""
+    paths, version = effectors.paths, effectors.releases.selected()
+    if version is None or version != effectors.releases.last_good():
+        return
+    try:
+        kept = kept_assets.read(paths.last_good_assets)
+    except AssetError:
+        kept = None
+    if kept is not None and kept.version == version and kept.fits(paths) \
+            and kept.assets(paths) == rendered:
+        return
+    try:
+        kept_assets.keep(paths, version, rendered)
+    except AgentFsmError as exc:
+        log.warning("could not keep last-good %s's assets in %s: %s", version,
+                    paths.last_good_assets, exc)
 
 
 def keep_link(effectors: Effectors) -> None:

@@ -42,6 +42,7 @@ CONDITIONS: Mapping[str, Condition] = _by_name(
     holds.not_held, holds.not_inhibited,
     known_bad.not_known_bad,
     units.recovery_idle,
+    assets.settings_apply,
 )
 
 EFFECTS: Mapping[str, Effect] = _by_name(

@@ -51,7 +51,8 @@ class TestBeginUpgrade:
     def test_the_candidate_is_checked_once_and_again_at_its_next_use(
             self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
         """`upgrade` checks the candidate against its digest once, for the condition that finds
-        it and the selection both; a change made afterwards is still refused at its next use."""
+        it and the selection both (and the last-good once, whose templates it renders with the
+        current settings); a change made afterwards is still refused at its next use."""
         checks: list[str] = []
         real = release_store.check
 
@@ -63,7 +64,7 @@ class TestBeginUpgrade:
         world.add_release("2.0.0")
         monkeypatch.setattr(release_store, "check", counted)
         begin_upgrade(world.node, "2.0.0")
-        assert checks == ["2.0.0"]
+        assert sorted(checks) == ["1.0.0", "2.0.0"]
         (world.paths.releases_dir / "2.0.0" / "assets" / "agent.service").write_text("# changed\n")
         with pytest.raises(ReleaseError, match="is not what was stored"):
             world.node.releases.manifest("2.0.0")

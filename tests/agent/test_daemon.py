@@ -414,7 +414,7 @@ class TestDeadCommand:
         self._with_workload(world)
         world.installed("1.0.0")
         world.add_release("2.0.0")
-        world = self._killed(world, "begin_upgrade", 2, release="2.0.0")
+        world = self._killed(world, "begin_upgrade", 4, release="2.0.0")
         assert not world.node.effectors.gate.is_open() and world.node.signal() is not None
         daemon, workload = self._serving(world)
         try:
@@ -445,7 +445,7 @@ class TestDeadCommand:
         self._with_workload(world)
         world.installed("1.0.0")
         world.add_release("2.0.0")
-        world = self._killed(world, "begin_upgrade", 1, release="2.0.0")  # as at write_signal
+        world = self._killed(world, "begin_upgrade", 3, release="2.0.0")  # as at write_signal
         daemon, workload = self._serving(world)
         state_dir = world.paths.state_file.parent
         real = os.write
@@ -481,7 +481,7 @@ class TestDeadCommand:
         world = _world(tmp_path, ())
         world.installed("1.0.0")
         world.add_release("2.0.0")
-        world = self._killed(world, "begin_upgrade", 2, release="2.0.0")
+        world = self._killed(world, "begin_upgrade", 4, release="2.0.0")
         daemon = Daemon(world.node, Notifier(""), Waker())
         journal = world.node.store.journal
         append = journal.append
@@ -537,7 +537,7 @@ class TestDeadCommand:
         world = _world(tmp_path, (("true",),))
         world.installed("1.0.0")
         world.add_release("2.0.0")
-        world = self._killed(world, "begin_upgrade", 3, release="2.0.0")
+        world = self._killed(world, "begin_upgrade", 5, release="2.0.0")
         assert Daemon(world.node, Notifier(""), waker).finish_dead_command()
         assert world.systemd.calls == [("restart", "agent.service")]
         assert world.node.store.read().pending.trigger == "begin_upgrade"  # type: ignore[union-attr]
@@ -573,7 +573,7 @@ class TestDeadCommand:
         world = _world(tmp_path, ())
         world.installed("1.0.0")
         world.add_release("2.0.0")
-        world = self._killed(world, "begin_upgrade", 2, release="2.0.0")
+        world = self._killed(world, "begin_upgrade", 4, release="2.0.0")
         daemon = Daemon(world.node, Notifier(""), waker)
         fd = os.open(world.node.store.lock_path, os.O_RDWR)
         before = world.node.store.path.read_bytes()
@@ -659,7 +659,7 @@ class TestDeadCommand:
         world.systemd.calls.clear()  # the install's own restart
 
         def upgrade_killed() -> None:
-            operator.node.controller.failpoint = crash_at("begin_upgrade", 3)
+            operator.node.controller.failpoint = crash_at("begin_upgrade", 5)
             with contextlib.suppress(Crash):
                 operator.node.controller.fire("begin_upgrade", release="2.0.0")
 

@@ -141,7 +141,7 @@ class TestAStartIsTheRestartItOwed:
         world = _world(tmp_path)
         world.installed("1.0.0")
         world.add_release("2.0.0")
-        world.node.controller.failpoint = crash_at("begin_upgrade", 4)  # before restart_unit
+        world.node.controller.failpoint = crash_at("begin_upgrade", 6)  # before restart_unit
         with pytest.raises(Crash):
             world.node.controller.fire("begin_upgrade", release="2.0.0")
         world.systemd.calls.clear()
@@ -162,7 +162,7 @@ class TestAStartIsTheRestartItOwed:
         world = _world(tmp_path)
         world.installed("1.0.0")
         world.add_release("2.0.0")
-        world.node.controller.failpoint = crash_at("begin_upgrade", 2)  # before select_release
+        world.node.controller.failpoint = crash_at("begin_upgrade", 4)  # before select_release
         with pytest.raises(Crash):
             world.node.controller.fire("begin_upgrade", release="2.0.0")
         _stopped_by_restart(world, waker)

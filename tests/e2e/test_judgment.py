@@ -78,7 +78,7 @@ def test_an_upgrade_killed_before_its_restart_is_judged_by_the_start_the_daemon_
     lab.pack("2.0.0")
     t0 = time.time()
     crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
-                    env={"AGENT_FSM_FAILPOINT": "begin_upgrade:4"})  # before restart_unit
+                    env={"AGENT_FSM_FAILPOINT": "begin_upgrade:6"})  # before restart_unit
     assert crash.returncode != 0, output(crash)
     end = lab.settled(timeout=30)
     assert (end["selected"], end["last_good"]) == ("2.0.0", "2.0.0"), lab.why()
@@ -102,7 +102,7 @@ def test_an_upgrade_killed_before_it_selects_is_abandoned_with_no_command_by_han
     serving = lab.main_pid()
     t0 = time.time()
     crash = lab.cli("upgrade", "--to", "2.0.0", check=False, timeout=30,
-                    env={"AGENT_FSM_FAILPOINT": "begin_upgrade:2"})  # before select_release
+                    env={"AGENT_FSM_FAILPOINT": "begin_upgrade:4"})  # before select_release
     assert crash.returncode != 0, output(crash)
     end = lab.settled(timeout=30)
     assert (end["selected"], end["last_good"], end["signal"]) == ("1.0.0", "1.0.0", None)

@@ -202,10 +202,13 @@ def _dump(base: Path, probe: Path, unit: str) -> dict[str, dict[str, str]]:
     assert proc.returncode == 0, proc.stderr
     units: dict[str, dict[str, str]] = {}
     current: dict[str, str] = {}
+    command = ""  # the Exec*= whose command lines follow
     for line in proc.stdout.splitlines():
         if line.startswith("\t-> Unit "):
             current = units.setdefault(line[len("\t-> Unit "):].rstrip(":"), {})
-        elif line.startswith("\t\t\tCommand Line: "):
+        elif line.lstrip("\t").startswith("-> Exec"):
+            command = line.lstrip("\t")[len("-> "):].rstrip(":")
+        elif line.startswith("\t\t\tCommand Line: ") and command == "ExecStart":
             current["ExecStart"] = line.split(": ", 1)[1]
         elif line.startswith("\t\t") and ": " in line:
             key, _, value = line.strip("\t").partition(": ")

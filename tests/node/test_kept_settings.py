@@ -209,6 +209,9 @@ class TestKeptCurrent:
         assert kept.read(world.paths.last_good_assets).settings["workload"].get("user") is None
         cfg.write_text(GOOD + '[workload]\nuser = "nobody"\n')
         assert _run(world, cfg, "history").returncode == 0
+        # The operator's `upgrade` reads the file as it is now, as the command does.
+        world = make_world(world.root, config_mod.load(cfg, world.root), world.systemd,
+                           world.publisher, world.clock)
         world.upgrading("2.0.0")
         cfg.write_text(WRONG["not TOML"])
         config = kept.way_back_config(cfg, world.root, quiet=True)

@@ -43,7 +43,7 @@ def _rich(world: World) -> World:
     c.fire("recover")
     c.fire("recovered")
     world.add_release("3.0.0")
-    c.failpoint = crash_at("begin_upgrade", 3)
+    c.failpoint = crash_at("begin_upgrade", 5)
     with pytest.raises(Crash):
         c.fire("begin_upgrade", release="3.0.0")
     return world
@@ -139,7 +139,7 @@ STATE_CASES: list[tuple[str, Any, str]] = [
     ("pending.effects", "close_gate", "pending.effects is 'close_gate'"),
     ("pending.effects.1", "rm -rf", "pending.effects[1] is 'rm -rf', expected the name of"),
     ("pending.done", -5, "pending.done is -5"),
-    ("pending.done", 6, "pending.done is 6"),
+    ("pending.done", 8, "pending.done is 8"),
     ("pending.done", 2.5, "pending.done is 2.5"),
     ("pending.done", True, "pending.done is True"),
     ("pending.args", [1], "pending.args is [1]"),
@@ -343,7 +343,7 @@ class TestStateFile:
         data["checksum"] = checksum(data)
         world.paths.state_file.write_text(json.dumps(data, indent=1))
         with pytest.raises(StateFileError, match=r"pending\.done is 9, expected an integer "
-                                                 r"from 0 to 5"):
+                                                 r"from 0 to 7"):
             world.node.store.read()
         data.pop("checksum")
         data["pending"]["done"] = 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 
 import pytest
 
@@ -27,6 +28,15 @@ def _kept(world: World) -> kept_assets.KeptAssets:
 
 def _as_tuples(assets: tuple[Asset, ...]) -> list[tuple[object, ...]]:
     return [(a.host_path, a.path, a.mode, a.content) for a in assets]
+
+
+def _begin_then(world: World, to: str, damage: Callable[[], object], **templates: str) -> None:
+    """Begin an upgrade, then `damage` the node (begin_upgrade itself writes the last-good's
+    assets and its kept copy), then start the candidate."""
+    world.add_release(to, **templates)
+    world.node.controller.fire("begin_upgrade", release=to)
+    damage()
+    world.node.controller.fire("candidate_started")
 
 
 def _begin(world: World, to: str) -> None:
@@ -90,10 +100,12 @@ class TestLastGoodAssets:
         """A node promoted before copies were kept restores a missing asset from the last-good's
         release, never the candidate's, and logs which it used."""
         world.installed("1.0.0")
-        world.paths.last_good_assets.unlink()
-        world.paths.recovery_script.unlink()
+
+        def damage() -> None:
+            world.paths.last_good_assets.unlink()
+            world.paths.recovery_script.unlink()
         with caplog.at_level(logging.INFO, logger="agent_fsm"):
-            world.upgrading("2.0.0", recovery_script=BROKEN_SCRIPT)
+            _begin_then(world, "2.0.0", damage, recovery_script=BROKEN_SCRIPT)
         assert world.paths.recovery_script.read_bytes() == world.rendered("1.0.0")[SCRIPT]
         assert world.paths.recovery_script.stat().st_mode & 0o7777 == 0o755
         assert any(r.levelno == logging.WARNING
@@ -105,9 +117,11 @@ class TestLastGoodAssets:
         restored, from the kept copy."""
         world.installed("1.0.0")
         want = world.rendered("1.0.0")[SCRIPT]
-        shutil.rmtree(world.node.releases.path("1.0.0"))
-        world.paths.recovery_script.unlink()
-        world.upgrading("2.0.0", recovery_script=BROKEN_SCRIPT)
+
+        def damage() -> None:
+            shutil.rmtree(world.node.releases.path("1.0.0"))
+            world.paths.recovery_script.unlink()
+        _begin_then(world, "2.0.0", damage, recovery_script=BROKEN_SCRIPT)
         assert world.paths.recovery_script.read_bytes() == want
         assert world.node.store.read().pending is None
 
@@ -116,11 +130,15 @@ class TestLastGoodAssets:
         """A kept copy that fails its checksum is not trusted: it is left as it is, logged, and
         the missing asset is rendered from the last-good's release."""
         world.installed("1.0.0")
-        damaged = world.paths.last_good_assets.read_bytes().replace(b'"1.0.0"', b'"9.9.9"')
-        world.paths.last_good_assets.write_bytes(damaged)
-        world.paths.recovery_script.unlink()
+        damaged = b""
+
+        def damage() -> None:
+            nonlocal damaged
+            damaged = world.paths.last_good_assets.read_bytes().replace(b'"1.0.0"', b'"9.9.9"')
+            world.paths.last_good_assets.write_bytes(damaged)
+            world.paths.recovery_script.unlink()
         with caplog.at_level(logging.WARNING, logger="agent_fsm"):
-            world.upgrading("2.0.0", recovery_script=BROKEN_SCRIPT)
+            _begin_then(world, "2.0.0", damage, recovery_script=BROKEN_SCRIPT)
         assert world.paths.recovery_script.read_bytes() == world.rendered("1.0.0")[SCRIPT]
         assert world.paths.last_good_assets.read_bytes() == damaged
         assert any("checksum" in r.getMessage() and "left untouched" in r.getMessage()
@@ -130,11 +148,11 @@ class TestLastGoodAssets:
         """With no kept copy and no last-good release, holding refuses with an error naming the
         last-good and what to do, and writes nothing from the candidate."""
         world.installed("1.0.0")
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
         world.paths.last_good_assets.unlink()
         shutil.rmtree(world.node.releases.path("1.0.0"))
         world.paths.recovery_script.unlink()
-        world.add_release("2.0.0")
-        world.node.controller.fire("begin_upgrade", release="2.0.0")
         with pytest.raises(AssetError, match=r"last-good 1\.0\.0's missing.*release add"):
             world.node.controller.fire("candidate_started")
         assert not world.paths.recovery_script.exists()

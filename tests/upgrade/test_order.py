@@ -43,12 +43,14 @@ class TestOrder:
             self, world: World) -> None:
         """The gate is closed before the candidate starts, and the start-limit count is reset
         before the restart (else a sixth start within the interval fails); whether the recovery
-        unit is at work is asked first, before anything changed (the gate still open)."""
+        unit is at work is asked first, before anything changed (the gate still open); the
+        last-good's units, rendered with the current settings, are reloaded before the restart."""
         world.installed("1.0.0")
         world.add_release("2.0.0")
         seen = self._observe(world)
         world.node.controller.fire("begin_upgrade", release="2.0.0")
-        assert seen == [("show", True), ("reset-failed", False), ("restart", False)]
+        assert seen == [("show", True), ("show", False), ("daemon-reload", False),
+                        ("reset-failed", False), ("restart", False)]
         assert not world.node.gate.is_open()
 
     @pytest.mark.parametrize("trigger", ["activate", "install"])

@@ -204,7 +204,7 @@ class TestNextAction:
 
         world.installed("1.0.0")
         world.add_release("2.0.0")
-        world.node.controller.failpoint = crash_at("begin_upgrade", 2)
+        world.node.controller.failpoint = crash_at("begin_upgrade", 4)
         with pytest.raises(Crash):
             world.node.controller.fire("begin_upgrade", release="2.0.0")
         summary = status(world.reopen().node).next.summary
