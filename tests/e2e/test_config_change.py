@@ -20,7 +20,7 @@ if importlib.util.find_spec("pytest_timeout") is not None:
 INSTALLED_TIMEOUT = 12
 SLOW_TO_HEALTH = INSTALLED_TIMEOUT + 1  # seconds the good candidate's workload needs
 SLOW_WORKLOAD = ("/bin/sh", "-c", f"sleep {SLOW_TO_HEALTH}; "
-                 'echo "$AGENT_FSM_VERSION" > "$AGENT_FSM_RELEASE_DIR/../../health"; '
+                 'echo "$AGENT_FSM_VERSION" > "$AGENT_FSM_RELEASE_DIR/../../../health.d/health"; '
                  "exec sleep infinity")
 
 

@@ -63,7 +63,8 @@ def test_a_check_that_deletes_the_signal_rolls_back_by_itself(
     last-good without an operator, the agent unit restarted only a few times, no traceback in
     either unit's journal, and `status` shows the upgrade rolled back, its signal lost."""
     state_dir = node_sandbox.test_dir / "state"  # the Lab's (agent_fsm/node/paths.py names)
-    signal_file, health = state_dir / "upgrade-signal.json", state_dir / "health"
+    signal_file = state_dir / "upgrade-signal.json"
+    health = node_sandbox.test_dir / "health.d" / "health"  # the Lab's (Lab.health)
     check = (f'if [ "$AGENT_FSM_VERSION" = 2.0.0 ]; then rm -f {signal_file}; fi; '
              f'test "$(cat {health} 2>/dev/null)" = "$AGENT_FSM_VERSION"')
     lab = Lab(node_sandbox, deadline=4, soak=1, max_attempts=MAX_ATTEMPTS,

@@ -24,6 +24,7 @@ from agent_fsm.node.records import known_bad
 from agent_fsm.node.state import reasons
 from agent_fsm.node.state.document_file import checksum
 from agent_fsm.system.notify import Notifier
+from agent_fsm.upgrade.registry import load_definition
 from tests.helpers import Crash, World, crash_at, make_world
 from tests.reliability.test_hostile import FailingDisk
 
@@ -66,7 +67,8 @@ def _selected_not_begun(world: World) -> World:
     """`upgrade` killed after it selected its candidate, before its restart: owed."""
     world.installed("1.0.0")
     world.add_release("2.0.0")
-    world.node.controller.failpoint = crash_at("begin_upgrade", 3)
+    effects = load_definition().transition("begin_upgrade").effect_names
+    world.node.controller.failpoint = crash_at("begin_upgrade", effects.index("reset_start_limit"))
     with pytest.raises(Crash):
         world.node.controller.fire("begin_upgrade", release="2.0.0")
     return world.reopen()
