@@ -209,6 +209,14 @@ while not os.path.exists(stop) and time.monotonic() < deadline:
         seen.add(name)
         if name == ".agent-fsm-1.0.0.packing" or name.endswith(".moved"):
             continue
+        if name.startswith(".agent-fsm-1.0.0.packing."):  # pack is at work: take its output
+            try:
+                os.mkdir(os.path.join(drop, "agent-fsm-1.0.0"), 0o777)
+                won.append(("agent-fsm-1.0.0", "taken"))
+                with open(os.path.join(drop, "agent-fsm-1.0.0", "mine"), "w"):
+                    pass
+            except OSError:
+                pass
         entry = os.path.join(drop, name)
         for rel in ("mine", "bin/agent-fsm", "release/mine", "release/bin/agent-fsm"):
             try:
@@ -232,10 +240,10 @@ class TestRace:
 
     def test_a_user_racing_the_staging_area_gets_nothing_into_the_release(
             self, shared: Path, tmp_path: Path) -> None:
-        """While pack runs, another user taking the old staging name, and filling and swapping
-        every name it sees beside --output (the staging directory's included), gets none of its
-        files into the release, which is root's alone and the same as one packed out of its
-        reach."""
+        """While pack runs, another user taking the old staging name and the --output name, and
+        filling and swapping every name it sees beside --output (the staging directory's
+        included), gets none of its files into the release, which is root's alone and the same
+        as one packed out of its reach."""
         apart = _contents(pack(VERSION, tmp_path / NAME))
         holders = []
         for n in range(self.ROUNDS):
