@@ -8,7 +8,11 @@ start, with new data, on the next run.
 
 Nothing is written through a symlink: the directory written into is opened with O_NOFOLLOW and
 every name is resolved relative to it, a symlink at the target name is refused, and the
-temporary file is created with O_EXCL | O_NOFOLLOW.
+temporary file is created with O_EXCL | O_NOFOLLOW. A directory is made with no mode bit beyond
+its final one (`make_dir`), whatever the umask. Work on its way somewhere (a release packed,
+added or unpacked, a message signed) is staged in a `private_dir`: 0700, at a name no other user
+can guess, made exclusively in a directory no other user can change (`trusted_dir`), and
+removed afterwards, a failed removal being an error, never ignored.
 
 An OSError of a write, fsync, rename, unlink, symlink, chmod or mkdir here is a DiskError naming
 the path, the errno's words and what to do (a full or read-only file system, an I/O error), raised
