@@ -164,6 +164,18 @@ for what, call in [("rename", lambda: os.rename(release, release + ".moved")),
             os.umask(was)
         assert_roots_alone(release)
 
+    def test_missing_directories_above_output_are_made(self, tmp_path: Path) -> None:
+        """The missing directories of --output's path are made (0755, whatever the umask) and
+        the release packed there."""
+        was = os.umask(0o077)
+        try:
+            release = pack(VERSION, tmp_path / "dist" / "x" / NAME)
+        finally:
+            os.umask(was)
+        assert_roots_alone(release)
+        assert {stat.S_IMODE(d.stat().st_mode) for d in (tmp_path / "dist", release.parent)} == \
+            {0o755}
+
     @pytest.mark.parametrize(("mode", "owner"), [(0o777, 0), (0o770, 0), (0o755, NOBODY)])
     def test_a_directory_others_may_change_is_refused(self, shared: Path, mode: int,
                                                       owner: int) -> None:

@@ -86,16 +86,22 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
 
 
 def _trusted_parent(output: Path) -> Path:
-    """The real path of the directory `output` goes in, refused (ReleaseError, one line) when
-    another user could swap what is written there."""
+    """The real path of the directory `output` goes in, made (0755) if missing; refused
+    (ReleaseError, one line) when another user could swap what is written there."""
     if output.name in ("", ".", ".."):
         raise ReleaseError(f"--output {output}: name the new directory to pack into")
+    parent = output.parent.absolute()
     try:
-        return files.trusted_dir(output.parent.absolute())
+        existing = parent
+        while not os.path.lexists(existing):
+            existing = existing.parent
+        files.trusted_dir(existing)  # before anything is made below it
+        files.ensure_dir(parent)
+        return files.trusted_dir(parent)
     except UnsafePath as exc:
         raise ReleaseError(f"refusing to pack into {output}: {exc}; nothing was packed") from None
     except OSError as exc:
-        raise ReleaseError(f"cannot pack into {output}: {output.parent} "
+        raise ReleaseError(f"cannot pack into {output}: {exc.filename or output.parent}: "
                            f"{exc.strerror or exc}; nothing was packed") from None
 
 
