@@ -17,7 +17,9 @@ same normalizing copy, checks and digest); whatever is refused, nothing is left 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
@@ -110,11 +112,14 @@ def unpack(archive: Path, into: Path) -> None:
 
 
 def _make_dirs(into: Path, directory: Path) -> None:
-    """Make `directory` and its missing parents below `into`, each exactly 0700."""
+    """Make `directory` and its missing parents below `into`, each exactly 0700;
+    FileExistsError when a file holds one of their names."""
     missing = []
     while directory != into and not os.path.lexists(directory):
         missing.append(directory)
         directory = directory.parent
+    if not stat.S_ISDIR(os.lstat(directory).st_mode):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(directory))
     for path in reversed(missing):
         files.make_dir(path, 0o700)
 
