@@ -8,7 +8,11 @@ start, with new data, on the next run.
 
 Nothing is written through a symlink: the directory written into is opened with O_NOFOLLOW and
 every name is resolved relative to it, a symlink at the target name is refused, and the
-temporary file is created with O_EXCL | O_NOFOLLOW.
+temporary file is created with O_EXCL | O_NOFOLLOW. A directory is made with no mode bit beyond
+its final one (`make_dir`), whatever the umask. Work on its way somewhere (a release packed,
+added or unpacked, a message signed) is staged in a `private_dir`: 0700, at a name no other user
+can guess, made exclusively in a directory no other user can change (`trusted_dir`), and
+removed afterwards, a failed removal being an error, never ignored.
 
 An OSError of a write, fsync, rename, unlink, symlink, chmod or mkdir here is a DiskError naming
 the path, the errno's words and what to do (a full or read-only file system, an I/O error), raised
@@ -77,6 +81,22 @@ def _disk(doing: str, where: Path, note: str = "", *,
         raise disk_error(exc, doing, where, note) from exc
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def make_dir(directory: Path, mode: int) -> None:
+    """Create the new directory `directory` with exactly `mode`: made with no bit beyond `mode`
+    (a umask only takes bits away), then given the bits a umask took and rid of a setgid
+    parent's through a descriptor that follows no link, so it never exists with more than
+    `mode` allows. FileExistsError when anything is there, a symlink included; OSError."""
+    os.mkdir(directory, mode)
+    fd = os.open(directory, _DIR_FLAGS)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
 def ensure_dir(directory: Path, mode: int = 0o755) -> None:
     """Create `directory` (and parents) if missing; refuse it if it is a symlink. DiskError
     when it cannot be made."""
@@ -86,8 +106,7 @@ def ensure_dir(directory: Path, mode: int = 0o755) -> None:
         ensure_dir(directory.parent, mode) if directory.parent != directory else None
         with _disk(f"create the directory {directory}", directory.parent), \
                 contextlib.suppress(FileExistsError):
-            os.mkdir(directory, mode)
-            os.chmod(directory, mode)  # exact, whatever the umask
+            make_dir(directory, mode)
             fsync_dir(directory.parent)  # the new entry survives a power loss
         with _disk(f"create the directory {directory}", directory.parent):
             st = os.lstat(directory)
@@ -258,6 +277,72 @@ def read_regular(path: Path, limit: int) -> bytes:
     if size > limit:
         raise ValueError(f"it is larger than {limit} bytes")
     return b"".join(chunks)
+
+
+def trusted_dir(directory: Path) -> Path:
+    """The real path of the existing directory `directory`, once no user but root and this one
+    can change what a name in it leads to: every directory from / down to it is owned by one of
+    them, and none may be written by group or others unless it is sticky (as /tmp is: others
+    may add names there, never rename or remove ours). UnsafePath naming the first that fails;
+    OSError (FileNotFoundError, NotADirectoryError) when it is missing or not a directory."""
+    real = Path(os.path.realpath(directory))
+    for at in (*reversed(real.parents), real):
+        st = os.lstat(at)
+        if stat.S_ISLNK(st.st_mode):  # one appeared since the path was resolved
+            raise UnsafePath(f"{at} became a symlink while it was checked; run the command again")
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(at))
+        if st.st_uid not in (0, os.geteuid()):
+            raise UnsafePath(f"{at} is owned by uid {st.st_uid}, who could swap what is written "
+                             f"below it; use a directory only root and uid {os.geteuid()} own")
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise UnsafePath(f"{at} has mode {stat.S_IMODE(st.st_mode):04o}: group or others "
+                             "may rename what is written in it; use a directory they may not "
+                             f"write, or make it sticky (`chmod +t {at}`)")
+    return real
+
+
+@contextlib.contextmanager
+def private_dir(parent: Path | None = None, prefix: str = "agent-fsm.") -> Iterator[Path]:
+    """A new directory only this user may enter (exactly 0700) for work on its way elsewhere:
+    in `parent` (the temporary directory by default), which must be a `trusted_dir`, at a name
+    no other user can guess (`prefix` and 96 random bits), created exclusively, so nothing
+    another user planted is ever used or written through. Removed with what it holds when the
+    block ends (what was renamed out of it is kept). DiskError when it cannot be made or
+    removed, never swallowed: after a failing block, the removal's error names the block's."""
+    if parent is None:
+        import tempfile  # here: the daemon never stages
+
+        parent = Path(tempfile.gettempdir())
+    with _disk(f"make a staging directory in {parent}", parent):
+        path = trusted_dir(parent) / f"{prefix}{os.urandom(12).hex()}"
+        make_dir(path, 0o700)
+    try:
+        yield path
+    except BaseException as exc:
+        try:
+            remove_tree(path)
+        except DiskError as failed:
+            raise DiskError(f"{failed}; it was left by a command that failed: "
+                            f"{exc or type(exc).__name__}") from exc
+        raise
+    remove_tree(path)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove `path` and all below it, following no link (`shutil.rmtree` walks by descriptor);
+    nothing to do when it is missing. DiskError naming what could not be removed."""
+    import shutil  # here: the daemon removes no tree (shutil brings bz2, lzma)
+
+    try:
+        shutil.rmtree(path)
+    except OSError as exc:
+        if not os.path.lexists(path):
+            return  # removed meanwhile (a sweep of another command): gone as asked
+        at = f" (at {exc.filename})" if exc.filename not in (None, str(path)) else ""
+        raise DiskError(f"could not remove {path}: {exc.strerror or exc}{at}; remove it "
+                        f"yourself (`rm -rf {path}`; `lsattr` shows an immutable file) and run "
+                        "the command again if it failed") from exc
 
 
 def ensure_private_dir(directory: Path) -> None:

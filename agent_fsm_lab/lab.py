@@ -40,12 +40,12 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import agent_fsm
+from agent_fsm import files
 from agent_fsm.actions.releases import packing, vendoring
 
 from .sandbox import SystemdSandbox, python_paths, under_private_tmp
@@ -157,13 +157,9 @@ def cached(key: list[Any], output: Path, make: Callable[[Path], object]) -> None
         if not entry.is_dir():
             fcntl.flock(lock, fcntl.LOCK_EX)
         if not entry.is_dir():
-            staging = Path(cache) / f".{name}.{uuid.uuid4().hex}"
-            staging.mkdir()
-            try:
+            with files.private_dir(Path(cache), f".{name}.") as staging:
                 make(staging / "tree")
                 (staging / "tree").rename(entry)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
     output.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(entry, output, symlinks=True)
 

@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -22,9 +23,14 @@ from typing import Any
 
 import pytest
 
+from agent_fsm import files
+from agent_fsm.errors import DiskError, ReleaseError, UnsafePath
 from agent_fsm.files import disk_error
 from agent_fsm.node.config import CONFIG_ENV
 from tests.helpers import World
+from tests.hostile import stick, sticking
+
+__all__ = ["sticking"]  # a fixture
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -214,3 +220,62 @@ class TestAdvice:
                          Path("/var/lib/agent-fsm"))
         assert str(exc) == (f"could not write /var/lib/agent-fsm/state.json: {os.strerror(err)}; "
                             + advice.format(uid=os.geteuid()))
+
+
+class TestStagingDirectories:
+    @pytest.mark.parametrize("umask", [0o000, 0o022, 0o277])
+    def test_a_staging_directory_is_exactly_0700_and_unguessable(self, tmp_path: Path,
+                                                                 umask: int) -> None:
+        """Whatever the umask, a staging directory is 0700 at a new random name each time,
+        and is gone when the block ends."""
+        was = os.umask(umask)
+        try:
+            with files.private_dir(tmp_path, ".x.") as one, files.private_dir(tmp_path, ".x.") as two:
+                assert one != two and one.name.startswith(".x.") and len(one.name) == 27
+                assert {oct(p.stat().st_mode & 0o7777) for p in (one, two)} == {"0o700"}
+                (one / "work").write_text("")
+        finally:
+            os.umask(was)
+        assert list(tmp_path.iterdir()) == []
+
+    def test_a_directory_in_a_setgid_parent_gets_exactly_its_mode(self, tmp_path: Path) -> None:
+        """A directory made in a setgid directory has the mode asked for, without the bit."""
+        os.chmod(tmp_path, 0o2755)
+        files.make_dir(tmp_path / "d", 0o755)
+        assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
+
+    def test_a_link_at_the_name_is_never_followed(self, tmp_path: Path) -> None:
+        """A symlink at the name of a new directory is refused, and its target stays empty."""
+        (tmp_path / "target").mkdir()
+        (tmp_path / "d").symlink_to(tmp_path / "target")
+        with pytest.raises(FileExistsError):
+            files.make_dir(tmp_path / "d", 0o700)
+        assert list((tmp_path / "target").iterdir()) == []
+
+    @pytest.mark.parametrize("mode", [0o777, 0o775, 0o757])
+    def test_a_parent_others_may_write_is_refused(self, tmp_path: Path, mode: int) -> None:
+        """Staging in (or below) a directory group or others may write without the sticky
+        bit is refused, naming it; with the sticky bit it is used."""
+        loose = tmp_path / "loose"
+        (loose / "below").mkdir(parents=True)
+        os.chmod(loose, mode)
+        for parent in (loose, loose / "below"):
+            with pytest.raises(UnsafePath, match=f"^{loose} has mode {mode:04o}: group or "), \
+                    files.private_dir(parent):
+                pass
+        os.chmod(loose, mode | stat.S_ISVTX)
+        with files.private_dir(loose / "below") as staging:
+            assert staging.parent == loose / "below"
+
+    @pytest.mark.usefixtures("sticking")
+    def test_a_failing_removal_after_a_failing_block_names_both(self, tmp_path: Path) -> None:
+        """When the work in a staging directory failed and the directory cannot be removed,
+        the error names the directory and what failed first."""
+        with pytest.raises(DiskError) as caught, files.private_dir(tmp_path) as staging:
+            (staging / "stuck").write_text("")
+            stick(staging / "stuck")
+            raise ReleaseError("the work failed")
+        said = str(caught.value)
+        assert said.startswith(f"could not remove {staging}: Operation not permitted (at stuck)")
+        assert said.endswith("; it was left by a command that failed: the work failed")
+        assert isinstance(caught.value.__cause__, ReleaseError)

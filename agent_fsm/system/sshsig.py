@@ -6,9 +6,9 @@ agent-fsm does no cryptography of its own: every signature is made and checked b
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
+from .. import files
 from ..errors import BadSignature
 from . import proc
 
@@ -21,8 +21,8 @@ def sign(key: Path, namespace: str, message: bytes) -> bytes:
     """The signature (armored, as ssh-keygen writes it) of `message` by `key`: a private key
     file, or a public one whose private half is in ssh-agent. A passphrase is asked for on the
     terminal, by ssh-keygen. Raises BadSignature when ssh-keygen refuses; CouldNotRun."""
-    with tempfile.TemporaryDirectory(prefix="agent-fsm-sign.") as tmp:
-        data = Path(tmp) / "message"
+    with files.private_dir(prefix="agent-fsm-sign.") as tmp:
+        data = tmp / "message"
         data.write_bytes(message)
         done = proc.run([SSH_KEYGEN, "-q", "-Y", "sign", "-f", str(key), "-n", namespace,
                          str(data)], timeout=SIGN_TIMEOUT)

@@ -12,11 +12,11 @@ import contextlib
 import os
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ... import files
 from ...errors import ReleaseError
 from ...node.releases.pointers import check_version
 from ...system.podman import STORE, ImageRef, Podman
@@ -101,8 +101,7 @@ def pack(version: str, target: ImageRef | str, workload: tuple[str, ...], podman
     check_version(version)
     if isinstance(target, ImageRef) and target.archive and os.path.lexists(target.target):
         raise ReleaseError(f"{target.target} already exists; write the image to a new file")
-    work = Path(tempfile.mkdtemp(prefix="agent-fsm-pack."))
-    try:
+    with files.private_dir(prefix="agent-fsm-pack.") as work:
         release = packing.pack(version, output or work / "release", workload, sign_key,
                                payload=payload)
         if output is not None:
@@ -118,5 +117,3 @@ def pack(version: str, target: ImageRef | str, workload: tuple[str, ...], podman
                 if image_id not in before:  # built here, and only wanted in the archive
                     _quietly(podman.remove, image_id)
         return output, image_id
-    finally:
-        shutil.rmtree(work, ignore_errors=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import files
-from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError
+from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError, UnsafePath
 from ...node.assets import render as assets
 from ...node.records import known_bad
 from ...node.releases import objects as release_objects
@@ -48,44 +48,105 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
     what it needs of the node's `python` (`abi`), `payload`'s tree as its `payload/` if given
     (`copy_payload`), signed with `sign_key` if given (`trust`); ReleaseError when it would not
     cover every one of `targets` (`abi.FLEET`: the fleet's). Nothing is left at `output` (nor
-    beside it) when it fails."""
+    beside it) when it fails.
+
+    No other user can put a file in it or swap one: `output`'s name is taken first (an empty
+    0700 directory, made exclusively: whatever is planted there is refused), the release is made
+    in a `files.private_dir` beside it, its modes set to the store's (root's alone: nothing
+    group- or world-writable), then renamed over that name whole. Its directory must be a
+    `files.trusted_dir` (a sticky one such as /tmp is: others cannot rename what root puts
+    there); one others may write is refused."""
     check_version(version)
     workload_command.check(workload, "release pack --workload")
     targets = abi.parse_targets(targets)
-    if output.exists():
-        raise ReleaseError(f"{output} already exists; pack into a new directory")
-    tmp = output.with_name(f".{output.name}.packing")
+    where = _trusted_parent(output)
+    real = where / output.name
+    try:
+        files.make_dir(real, 0o700)  # the name is ours from here on
+    except FileExistsError:
+        raise ReleaseError(f"{output} already exists; pack into a new directory") from None
+    except OSError as exc:
+        raise files.disk_error(exc, f"create {output}", where) from exc
+    renamed = False
+    try:
+        with files.private_dir(where, f".{real.name}.packing.") as holder:
+            tmp = holder / "release"
+            _make(tmp, version, workload, sign_key, targets, payload, output)
+            os.replace(tmp, real)  # over the empty directory that held the name
+            renamed = True
+    except BaseException as exc:
+        if not renamed:  # else the release is whole; what failed after is the news
+            try:
+                os.rmdir(real)
+            except OSError as left:
+                raise files.disk_error(left, f"remove {real}", where,
+                                       f"left by a pack that failed: {exc}") from exc
+        raise
+    files.fsync_dir(where)
+    return output
+
+
+def _trusted_parent(output: Path) -> Path:
+    """The real path of the directory `output` goes in, made (0755) if missing; refused
+    (ReleaseError, one line) when another user could swap what is written there."""
+    if output.name in ("", ".", ".."):
+        raise ReleaseError(f"--output {output}: name the new directory to pack into")
+    parent = output.parent.absolute()
+    try:
+        existing = parent
+        while not os.path.lexists(existing):
+            existing = existing.parent
+        files.trusted_dir(existing)  # before anything is made below it
+        files.ensure_dir(parent)
+        return files.trusted_dir(parent)
+    except UnsafePath as exc:
+        raise ReleaseError(f"refusing to pack into {output}: {exc}; nothing was packed") from None
+    except OSError as exc:
+        raise ReleaseError(f"cannot pack into {output}: {exc.filename or output.parent}: "
+                           f"{exc.strerror or exc}; nothing was packed") from None
+
+
+def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | None,
+          targets: tuple[str, ...], payload: Path | None, output: Path) -> None:
+    """Make the release in the new directory `tmp`, inside a private one (see `pack`)."""
     if payload is not None:
         check_payload(payload, output, tmp)
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        (tmp / "bin").mkdir(parents=True)
-        if payload is not None:  # first: what is wrong with it is said before the slow part
-            copy_payload(payload, tmp / PAYLOAD)
-        # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
-        shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
-        vendor(tmp / "lib")
-        need = abi.needs(tmp / "lib")
-        abi.uncovered(need, targets)
-        compile_lean(tmp)
-        shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
-        launcher = tmp / "bin" / "agent-fsm"
-        launcher.write_text(launcher_text(version, need.targets))
-        launcher.chmod(0o755)
-        manifest = f'version = "{version}"\n'
-        if workload:
-            manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
-        (tmp / "release.toml").write_text(manifest)
-        abi.record(tmp, targets)
-        if sign_key is not None:  # last: the signature covers everything else, payload included
-            trust.sign(tmp, sign_key)
-        else:  # what `release add` would refuse (over the limits), refused here
-            trust.digest(tmp)
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return output
+    (tmp / "bin").mkdir(parents=True)
+    if payload is not None:  # first: what is wrong with it is said before the slow part
+        copy_payload(payload, tmp / PAYLOAD)
+    # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
+    shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
+    vendor(tmp / "lib")
+    need = abi.needs(tmp / "lib")
+    abi.uncovered(need, targets)
+    compile_lean(tmp)
+    shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
+    launcher = tmp / "bin" / "agent-fsm"
+    launcher.write_text(launcher_text(version, need.targets))
+    launcher.chmod(0o755)
+    manifest = f'version = "{version}"\n'
+    if workload:
+        manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
+    (tmp / "release.toml").write_text(manifest)
+    abi.record(tmp, targets)
+    _settle_modes(tmp)
+    if sign_key is not None:  # last: the signature covers everything else, payload included
+        trust.sign(tmp, sign_key)
+    else:  # what `release add` would refuse (over the limits), refused here
+        trust.digest(tmp)
+
+
+def _settle_modes(release: Path) -> None:
+    """Give every entry of the release being packed the mode the store gives it (0755 for
+    directories and executables, else 0644), whatever the umask or the modes of the files it
+    was copied from. Nothing here is followed: a link is left for `trust.digest` to refuse."""
+    for top, dirs, names in os.walk(release):
+        for name in (*dirs, *names):
+            path = os.path.join(top, name)
+            st = os.lstat(path)
+            if not stat.S_ISLNK(st.st_mode):
+                os.chmod(path, tree.normal_mode(st))
+    os.chmod(release, tree.DIR_MODE)
 
 
 PAYLOAD = "payload"  # the release's directory for the user's own agent
@@ -327,7 +388,7 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
     # What is deleted here is out of the store already; the images' records are written under
     # the lock again.
     for stale in gone:
-        shutil.rmtree(stale, ignore_errors=True)  # a crash leaves it for the next add or prune
+        release_store.clear(stale)  # what fails or a crash leaves, the next add or prune does
     # The stored files no release links any more, these and any an interrupted add or prune
     # left (and the trees an interrupted prune took out).
     freed = release_objects.Collected() if dry_run else \
@@ -344,7 +405,7 @@ def _take_out(path: Path) -> Path:
     earlier prune of this version left, and no add has deleted since, goes first."""
     gone = path.with_name(f".{path.name}.pruning")
     if os.path.lexists(gone):
-        shutil.rmtree(gone)
+        files.remove_tree(gone)
     os.replace(path, gone)
     files.fsync_dir(path.parent)
     release_store.forget(path.parent, path.name)

@@ -17,11 +17,14 @@ same normalizing copy, checks and digest); whatever is refused, nothing is left 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
+from ... import files
 from ...errors import BadArchive, ReleaseError
 from ...node.releases import store as release_store
 from ...node.releases import tree
@@ -83,7 +86,7 @@ def unpack(archive: Path, into: Path) -> None:
     limits = {"max_members": tree.MAX_ENTRIES + 2, "max_bytes": tree.MAX_RELEASE_BYTES}
     try:
         with raw, tarstream.Reader(raw, **limits) as tar:
-            os.mkdir(into, 0o700)
+            files.make_dir(into, 0o700)
             for member in tar.members():
                 rel = _checked(archive, member)
                 if not rel.parts:  # the archive's own top, "." or "./"
@@ -91,12 +94,12 @@ def unpack(archive: Path, into: Path) -> None:
                 target = into.joinpath(*rel.parts)
                 try:
                     if member.kind == tarstream.DIRECTORY:
-                        os.makedirs(target, 0o700, exist_ok=True)
+                        _make_dirs(into, target)
                         continue
                     if member.size > tree.MAX_FILE_BYTES:
                         _refuse(archive, f"member {_shown(member.name)} is larger than "
                                          f"{tree.MAX_FILE_BYTES >> 20} MiB (the store's limit)")
-                    os.makedirs(target.parent, 0o700, exist_ok=True)
+                    _make_dirs(into, target.parent)
                     _write(tar.data(), member, target)
                 except (FileExistsError, NotADirectoryError):
                     _refuse(archive, f"member {_shown(member.name)} is in the archive twice, or "
@@ -106,6 +109,19 @@ def unpack(archive: Path, into: Path) -> None:
     except OSError as exc:
         raise ReleaseError(f"cannot unpack release archive {archive} into the store: {exc}; "
                            + _NOTHING) from None
+
+
+def _make_dirs(into: Path, directory: Path) -> None:
+    """Make `directory` and its missing parents below `into`, each exactly 0700;
+    FileExistsError when a file holds one of their names."""
+    missing = []
+    while directory != into and not os.path.lexists(directory):
+        missing.append(directory)
+        directory = directory.parent
+    if not stat.S_ISDIR(os.lstat(directory).st_mode):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(directory))
+    for path in reversed(missing):
+        files.make_dir(path, 0o700)
 
 
 def _shown(name: str) -> str:

@@ -343,23 +343,14 @@ def staged(directory: Path, releases_dir: Path,
     slow part of an add (the copy, the digest, a signature check, the ABI probe) runs while
     transitions go on. The staging directory is flock(2)ed for the block, so no `sweep` of
     another add removes it. Raises BadTree for an entry the store refuses."""
-    import shutil  # here: the daemon checks releases, never stores one (shutil brings bz2, lzma)
-
-    files.ensure_private_dir(releases_dir.parent)  # the state dir: 0700 from the first add
-    files.ensure_dir(releases_dir)
-    holder = releases_dir / f".adding.{os.urandom(6).hex()}"
-    staging = holder / "release"
     prefer_openssl()  # an add hashes the whole tree, once: OpenSSL's is the fast one
-    try:
-        os.mkdir(holder, 0o700)
-        with _in_use(holder):
-            hashed: Hashed = {}
-            copy(directory, staging, Objects(releases_dir), hashed)
-            version = validate(staging)
-            new = manifest(scan(staging, hashed=hashed, fresh=True))
-            yield Staged(directory, staging, version, new, hashed)
-    finally:
-        shutil.rmtree(holder, ignore_errors=True)
+    with _staging(releases_dir) as holder:
+        staging = holder / "release"
+        hashed: Hashed = {}
+        copy(directory, staging, Objects(releases_dir), hashed)
+        version = validate(staging)
+        new = manifest(scan(staging, hashed=hashed, fresh=True))
+        yield Staged(directory, staging, version, new, hashed)
 
 
 def commit(releases_dir: Path, staged: Staged) -> Stored:
@@ -369,8 +360,6 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
     A version stored with the same digest is `already` (a damaged copy, or one stored before
     digests were kept, is replaced by the new one); with another digest, Refused, naming both.
     """
-    import shutil
-
     sweep(releases_dir)
     version, new, staging = staged.version, staged.manifest, staged.staging
     target = releases_dir / version
@@ -387,7 +376,7 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
         os.rename(target, old)
         os.rename(staging, target)
         files.fsync_dir(releases_dir)
-        shutil.rmtree(old)
+        files.remove_tree(old)
     else:
         os.rename(staging, target)
         files.fsync_dir(releases_dir)
@@ -412,12 +401,10 @@ def tidy(releases_dir: Path,
     again the files whose ctime the links moved (`refresh_hashed`). Housekeeping: if it cannot
     be done now (a full disk, the lock held), the next add or prune does it, so it never turns a
     done add or prune into a failure. Needs no lock: what is deleted is out of the store."""
-    import shutil
-
     freed = Collected()
     with contextlib.suppress(AgentFsmError, OSError):
         for stale in releases_dir.glob(".*.pruning"):
-            shutil.rmtree(stale, ignore_errors=True)
+            clear(stale)
         freed = collect(releases_dir)
         refresh_hashed(releases_dir, locked)
     return freed
@@ -490,16 +477,15 @@ def sweep(releases_dir: Path) -> None:
     replacing: staging copies no add works in, and records (and their temporary files) of
     releases not stored (the caller holds the writers' lock, under which every record is
     written)."""
-    import shutil
     for stale in releases_dir.glob(".*.replaced.*"):
         back = releases_dir / stale.name[1:].split(".replaced.")[0]
         if os.path.lexists(back):
-            shutil.rmtree(stale)
+            files.remove_tree(stale)
         else:
             os.rename(stale, back)
     for stale in [*releases_dir.glob(".adding.*"), *releases_dir.glob(".*.adding")]:
         if _abandoned(stale):  # another add may be staging there, without the lock
-            shutil.rmtree(stale, ignore_errors=True)
+            clear(stale)
     for kind in (DIGESTS, HASHED):
         for path in (releases_dir / kind).glob("*"):
             hidden = path.name.startswith(".")
@@ -513,13 +499,28 @@ def scratch(releases_dir: Path) -> Iterator[Path]:
     is staged (an archive unpacked): named and flock(2)ed as a staging directory, so that an
     interrupted add's leftovers are swept by the next commit (`sweep`), never while in use, and
     messages name it as the staging copy; removed when the block ends."""
-    import shutil
+    with _staging(releases_dir) as holder:
+        yield holder
 
+
+@contextlib.contextmanager
+def _staging(releases_dir: Path) -> Iterator[Path]:
+    """A new `.adding.<random>` directory in `releases_dir` (`files.private_dir`: 0700, made
+    exclusively, its removal's failure an error), flock(2)ed for the block (`_in_use`). The
+    state directory is made or checked private (0700) first, so it never exists wider."""
+    files.ensure_private_dir(releases_dir.parent)  # the state dir
     files.ensure_dir(releases_dir)
-    holder = releases_dir / f".adding.{os.urandom(6).hex()}"
+    with files.private_dir(releases_dir, ".adding.") as holder, _in_use(holder):
+        yield holder
+
+
+def clear(stale: Path) -> None:
+    """Remove what an interrupted add or prune left (`files.remove_tree`); when it cannot be
+    removed now, say so (a warning naming it and why) and leave it to the next add or prune:
+    clearing leftovers never fails the command that tidies up."""
     try:
-        os.mkdir(holder, 0o700)
-        with _in_use(holder):
-            yield holder
-    finally:
-        shutil.rmtree(holder, ignore_errors=True)
+        files.remove_tree(stale)
+    except AgentFsmError as exc:
+        import logging  # here: only a failed clean-up logs
+
+        logging.getLogger("agent_fsm").warning("%s; the next add or prune tries again", exc)

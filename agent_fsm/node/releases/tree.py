@@ -193,13 +193,12 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
     """
     src_fd = _open_root(src, follow=True)
     try:
-        os.mkdir(dst, 0o700)
+        files.make_dir(dst, 0o700)
         reader = _Reader(src)
         for rel, dir_fd, name, st in _walk(src_fd, src, stored=False):
             target = dst / rel
             if stat.S_ISDIR(st.st_mode):
-                os.mkdir(target, 0o700)
-                os.chmod(target, DIR_MODE)  # exact, whatever the umask or a setgid parent
+                files.make_dir(target, DIR_MODE)
                 continue
             mode = normal_mode(st)
             # Hashed first: a file the store holds already is linked, not copied.

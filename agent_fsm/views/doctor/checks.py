@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
+from ... import files
 from ...errors import AgentFsmError, ReleaseError
 from ...machine.vocabulary import StateName, Trigger
 from ...node.assets import bin_link
@@ -67,11 +67,11 @@ def _units_verify(node: Node) -> Finding:
         rendered = node.effectors.rendered()
     except AgentFsmError as exc:
         return Finding("units", "warn", f"cannot render the selected release's assets: {exc}")
-    with tempfile.TemporaryDirectory() as tmp:
+    with files.private_dir(prefix="agent-fsm-doctor.") as tmp:
         names = []
         for a in rendered:
             if a.host_path.suffix == ".service":
-                (Path(tmp) / a.host_path.name).write_bytes(a.content)
+                (tmp / a.host_path.name).write_bytes(a.content)
                 names.append(a.host_path.name)
         done = proc.run([analyze, "verify", "--man=no", *names], timeout=None, cwd=tmp)
     if done.returncode != 0 or done.stderr.strip():
