@@ -105,6 +105,42 @@ class TestHostileArchives:
         refused_in_one_line(tmp_path, archive, "its pax header at byte 1024 follows another "
                                                "for the same member")
 
+    def test_a_pax_record_cut_before_its_length_ends_is_refused_not_parsed_forever(
+            self, tmp_path: Path) -> None:
+        """A pax header whose last record is cut short within its length (`9`, no space after
+        it: a declared size 5 bytes short) is refused naming that record, not taken as a record
+        again and again (it grew a list to gigabytes). Read in a process capped at 1 GiB of
+        address space, so a regression fails here instead of taking the machine's memory."""
+        records = h.pax_record(b"comment", b"x") + h.pax_record(b"linkpath", b"/etc") + b"9"
+        archive = h.write(tmp_path / "cut.tar.xz", [(
+            h.member(b"r/", kind=b"5") + h.pax(records) + h.member(b"r/bin/", kind=b"S")
+            + h.end(), 1)], "xz")
+        done = subprocess.run([sys.executable, "-c", _READ_CAPPED, str(archive)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout == ("it cannot be read to its end as a tar archive (damaged or "
+                               "truncated?): its pax header at byte 512 has a malformed record "
+                               "at byte 30 of its data\n"), done.stdout
+
+
+# Reads the archive argv[1] with tarstream under a 1 GiB address-space cap and prints the
+# refusal, if any.
+_READ_CAPPED = (
+    "import resource, sys\n"
+    "hard = resource.getrlimit(resource.RLIMIT_AS)[1]\n"
+    "cap = 1 << 30 if hard == resource.RLIM_INFINITY else min(1 << 30, hard)\n"
+    "resource.setrlimit(resource.RLIMIT_AS, (cap, hard))\n"
+    "from agent_fsm.actions.releases import tarstream\n"
+    "from agent_fsm.errors import BadArchive\n"
+    "with open(sys.argv[1], 'rb') as raw, tarstream.Reader(\n"
+    "        raw, max_members=20, max_bytes=1 << 20) as tar:\n"
+    "    try:\n"
+    "        for _ in tar.members():\n"
+    "            for _ in tar.data():\n"
+    "                pass\n"
+    "    except BadArchive as exc:\n"
+    "        print(exc)\n")
+
 
 class TestRealArchives:
     @pytest.mark.parametrize("fmt", ["gnu", "posix", "ustar", "v7"])

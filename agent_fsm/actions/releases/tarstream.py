@@ -118,7 +118,8 @@ class Reader:
                                  "every header (files, directories, `./`, headers of any "
                                  "kind): over the store's limit")
             if kind == _GLOBAL:
-                _pax_records(self._extended(kind, size, offset), self._damaged, offset)
+                for _ in _pax_records(self._extended(kind, size, offset), self._damaged, offset):
+                    pass  # checked, not used
                 continue
             first = min([offset, *(at for at, _ in pending.values())])
             member = self._member(name, kind, mode, size, linkname, first, pending)
@@ -254,20 +255,21 @@ def _number(field: bytes) -> int:
     return int(digits or b"0", 8)
 
 
-def _pax_records(data: bytes, damaged: _Damaged, offset: int) -> list[tuple[bytes, bytes]]:
-    """The `LENGTH KEYWORD=VALUE\\n` records of the pax header at `offset`."""
-    records, pos = [], 0
+def _pax_records(data: bytes, damaged: _Damaged, offset: int) -> Iterator[tuple[bytes, bytes]]:
+    """The `LENGTH KEYWORD=VALUE\\n` records of the pax header at `offset`, one at a time. Each
+    record read moves past its LENGTH, so the records are at most the data's bytes."""
+    pos = 0
     while pos < len(data) and data[pos]:  # NULs may pad the records
         space = data.find(b" ", pos, pos + 20)
-        length = int(data[pos:space]) if space > pos and data[pos:space].isdigit() else 0
-        end = pos + length
+        digits = data[pos:space] if space > pos else b""
+        end = pos + int(digits) if digits.isdigit() else pos  # past the space, or refused
         keyword, equals, value = data[space + 1:end - 1].partition(b"=")
-        if end <= space or end > len(data) or data[end - 1] != 0x0A or not equals or not keyword:
+        if not digits.isdigit() or end <= space + 1 or end > len(data) \
+                or data[end - 1] != 0x0A or not equals or not keyword:
             raise damaged(f"its pax header at byte {offset} has a malformed record at byte "
                           f"{pos} of its data", offset)
-        records.append((keyword, value))
+        yield keyword, value
         pos = end
-    return records
 
 
 def _text(raw: bytes) -> str:
