@@ -105,7 +105,8 @@ def test_an_add_that_stores_a_release_before_its_files_are_durable_is_caught(
     """With the add's sync of its copy left out on purpose, the check finds a power cut after
     `release add 3.0.0` renamed it into place, leaving a stored release whose files came back
     empty (`releases-kept`), and shows the add, the cut and the store's own words."""
-    monkeypatch.setattr(release_tree, "files", SimpleNamespace(sync_filesystem=lambda _d: None))
+    unsynced = SimpleNamespace(**{**vars(release_tree.files), "sync_filesystem": lambda _d: None})
+    monkeypatch.setattr(release_tree, "files", unsynced)  # the rest of `files` as it is
     result = check(replace(BOUNDS["small"], systemds=(257,), operator_commands=("add",)))
     text = broken_rule(result, "releases-kept")
     assert "operator: agent-fsm release add 3.0.0 [fault: power-op" in text, text
