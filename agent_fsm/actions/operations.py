@@ -106,7 +106,7 @@ def why_recover(node: Node, doc: StateDoc) -> dict[str, str]:
         shown = {}
     most = node.config.judgment.max_attempts
     refused = most if sig.starts > most else None
-    reason, why = reasons.from_unit(unit, shown, refused, sig.ended)
+    reason, why = reasons.from_unit(unit, shown, refused)
     return {"reason": reason, "reason_class": why}
 
 

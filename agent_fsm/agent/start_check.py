@@ -24,11 +24,6 @@ host reloads systemd (252), and a converged agent that crashes twice is left fai
 - otherwise (no upgrade pending, the last-good selected: the way back, or the candidate judged
   ok already: its start only finishes `complete`) it does nothing.
 
-`agent-fsm stop-check` is the unit's `ExecStopPost=`, also the last-good's: after each counted
-start of the candidate it keeps how that start ended (`$SERVICE_RESULT`, which systemd gives it)
-in the signal's `ended`, so that a rollback after `max_attempts` starts stopped by systemd's
-start timeout is recorded as the deadline it is, not as a crash. It never fails the unit.
-
 Whatever fails here unexpectedly lets the start go on: a start check that cannot count must
 never be what keeps the agent down (the candidate's own daemon still counts its attempts).
 """
@@ -41,7 +36,6 @@ from collections.abc import Callable
 from ..errors import AgentFsmError, DiskError, SignalError
 from ..machine.vocabulary import StateName
 from ..node.runtime import signal
-from ..node.state import validate
 from ..system.systemd import Systemctl, Systemd
 from ..wiring import Node, Reader
 
@@ -118,32 +112,6 @@ def _count(node: Node | Reader) -> signal.UpgradeSignal | str | None:
     return f"{lost}, while the state file ({doc.state}{owed}) knows its upgrade" if known else None
 
 
-def stop_check(node: Node | Reader, service_result: str) -> int:
-    """Keep how a counted start of the candidate ended (`service_result`: systemd's
-    `$SERVICE_RESULT`) in the signal; the refused starts past `max_attempts` keep nothing, so
-    the last counted start's end stays. Always ALLOW."""
-    sig = node.signal()
-    if sig is None or not validate.SERVICE_RESULT_RE.match(service_result):
-        return ALLOW
-    if not _counted(node, sig):
-        return ALLOW  # read without the lock first: a refused start never waits for `recover`
-    with node.store.locked():
-        sig = node.signal()
-        if sig is None or not _counted(node, sig) or sig.ended == service_result:
-            return ALLOW
-        if node.store.read().state == StateName.judged_ok:
-            return ALLOW
-        signal.write(node.paths.signal_file, sig._replace(ended=service_result))
-    log.info("start %d of candidate %s ended: %s", sig.starts, sig.to_version, service_result)
-    return ALLOW
-
-
-def _counted(node: Node | Reader, sig: signal.UpgradeSignal) -> bool:
-    """Whether the start that just ended was one of the candidate's counted starts."""
-    return (node.releases.selected() == sig.to_version != node.releases.last_good()
-            and 0 < sig.starts <= node.config.judgment.max_attempts)
-
-
 def _refuse(node: Node | Reader, systemd: Systemd | None) -> int:
     """Start the recovery unit (the way back) and REFUSE this start."""
     try:
@@ -153,20 +121,15 @@ def _refuse(node: Node | Reader, systemd: Systemd | None) -> int:
     return REFUSE
 
 
-def main(open_node: Callable[[], Node | Reader], *, stopped: bool = False) -> int:
-    """Run the check (`stopped`: the stop check, with systemd's `$SERVICE_RESULT`); any
-    unexpected failure (logged) lets the start go on. `open_node` builds the node: a config
-    that cannot be read is such a failure too."""
-    import os
-
+def main(open_node: Callable[[], Node | Reader]) -> int:
+    """Run the check; any unexpected failure (logged) lets the start go on. `open_node` builds
+    the node: a config that cannot be read is such a failure too."""
     from .runtime import setup_logging
 
     setup_logging()
     try:
-        if stopped:
-            return stop_check(open_node(), os.environ.get("SERVICE_RESULT", ""))
         return start_check(open_node())
     except Exception as exc:  # never keep the agent down over the check itself
-        log.warning("%s check failed (%s: %s); letting the start go on",
-                    "stop" if stopped else "start", type(exc).__name__, exc)
+        log.warning("start check failed (%s: %s); letting the start go on", type(exc).__name__,
+                    exc)
         return ALLOW

@@ -85,8 +85,7 @@ def main_options(
 
 for _command in (status.status, history.history, diagram.diagram, metrics.metrics,
                  doctor.doctor, install.install, activate.activate, upgrade.upgrade,
-                 hold.hold, hold.unhold, recover.recover, daemon.daemon, daemon.start_check,
-                 daemon.stop_check):
+                 hold.hold, hold.unhold, recover.recover, daemon.daemon, daemon.start_check):
     app.command(epilog=EXIT_CODES)(_command)
 
 

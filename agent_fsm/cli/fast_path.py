@@ -57,14 +57,6 @@ def run_start_check(opts: Globals) -> int:
     return start_check_main(lambda: opts.reader(way_back=True))
 
 
-def run_stop_check(opts: Globals) -> int:
-    """`agent-fsm stop-check`: the agent unit's ExecStopPost= (the last-good's binary): keeps
-    how a counted start of the candidate ended; always exits 0."""
-    from ..agent.start_check import main as start_check_main
-
-    return start_check_main(lambda: opts.reader(way_back=True), stopped=True)
-
-
 def run_recover(opts: Globals) -> int:
     """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line.
     Exits 0 when rolled back or when there is nothing to roll back, else non-zero: run by the
@@ -250,7 +242,6 @@ def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
 COMMANDS: dict[tuple[str, ...], Callable[[Globals], int]] = {
     ("daemon",): run_daemon,
     ("start-check",): run_start_check,
-    ("stop-check",): run_stop_check,
     (Trigger.recover.value,): run_recover,  # the command is named for the trigger it fires
     ("status", "--json"): run_status_json,
 }

@@ -8,12 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions import operations
-from agent_fsm.agent.start_check import ALLOW, REFUSE, start_check, stop_check
 from agent_fsm.errors import Refused
 from agent_fsm.node.assets import kept as kept_assets
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
-from agent_fsm.node.state import reasons
 from tests.helpers import World, make_world
 
 CANDIDATE_LINE = "# the candidate's own agent unit\n"
@@ -78,51 +75,3 @@ class TestSettingsApplied:
         assert (doc.state, doc.pending) == ("converged", None)
         assert not changed.paths.signal_file.exists()
         assert changed.node.effectors.gate.is_open()
-
-
-def _rolled_back_after(world: World, ends: list[str],
-                       monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
-    """The result of the recovery unit's rollback after the candidate's counted starts ended as
-    `ends` (systemd's SERVICE_RESULT for each, given to the stop check), then a refused one."""
-    world.installed("1.0.0")
-    world.add_release("2.0.0")
-    world.node.controller.fire("begin_upgrade", release="2.0.0")
-    for end in ends:
-        assert start_check(world.node, world.systemd) == ALLOW
-        assert stop_check(world.node, end) == ALLOW
-    assert start_check(world.node, world.systemd) == REFUSE
-    assert stop_check(world.node, "exit-code") == ALLOW  # the refused start's own end
-    # What systemd then shows is the refused start's: its ExecStartPre= exited 1.
-    world.systemd.shown = {"Result": "exit-code", "ExecMainStatus": "1", "NRestarts": "3"}
-    monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
-    operations.recover(world.node)
-    result = world.node.store.read().last_result
-    assert result is not None and world.node.releases.selected() == "1.0.0"
-    return dict(result)
-
-
-class TestStartTimeoutIsTheDeadline:
-    def test_starts_stopped_by_the_start_timeout_roll_back_as_the_deadline(
-            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-        """A candidate whose starts systemd stopped at its start timeout until max_attempts
-        were used up is rolled back with reason class `deadline`, naming the start timeout,
-        never `crashed`."""
-        most = world.node.config.judgment.max_attempts
-        result = _rolled_back_after(world, ["timeout"] * most, monkeypatch)
-        assert result["reason_class"] == "deadline", result
-        assert "start timeout" in str(result["reason"]) and "crash" not in str(result["reason"])
-
-    def test_starts_that_exited_still_roll_back_as_a_crash(
-            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Starts that exited on their own are still a crash."""
-        most = world.node.config.judgment.max_attempts
-        result = _rolled_back_after(world, ["timeout"] * (most - 1) + ["exit-code"], monkeypatch)
-        assert result["reason_class"] == "crashed", result
-
-    def test_the_agent_unit_runs_the_last_goods_stop_check_that_never_fails_it(
-            self, world: World) -> None:
-        """The agent unit's ExecStopPost= is the last-good's `stop-check`, its failure ignored."""
-        world.installed("1.0.0")
-        lines = world.paths.agent_unit.read_text().splitlines()
-        assert ("ExecStopPost=-/var/lib/agent-fsm/last-good/bin/agent-fsm --config "
-                "/etc/agent-fsm/config.toml stop-check") in lines

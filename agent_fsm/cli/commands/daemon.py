@@ -1,5 +1,5 @@
 """`agent-fsm daemon`: the agent unit's main process (Type=notify); `start-check`, its
-ExecStartPre=; `stop-check`, its ExecStopPost=."""
+ExecStartPre=."""
 
 from __future__ import annotations
 
@@ -31,15 +31,3 @@ def start_check(ctx: typer.Context) -> None:
     from ..fast_path import run_start_check  # the code the unit runs without the full CLI
 
     raise typer.Exit(run_start_check(options.of(ctx)))
-
-
-def stop_check(ctx: typer.Context) -> None:
-    """Run as the agent unit's ExecStopPost= (the last-good's binary): after a counted start of
-    a candidate, keep how it ended ($SERVICE_RESULT: a start timeout is recorded as the
-    judgment's deadline, not as a crash). Always exits 0.
-
-    Example: ExecStopPost=-/var/lib/agent-fsm/last-good/bin/agent-fsm stop-check
-    """
-    from ..fast_path import run_stop_check  # the code the unit runs without the full CLI
-
-    raise typer.Exit(run_stop_check(options.of(ctx)))

@@ -4,9 +4,7 @@ While it exists, the service assets on disk are the last-good version's and are 
 the versions, counts the candidate's starts (so a restarted candidate can judge itself failed)
 and carries the judgment's deadline. `attempt` is counted by the candidate's daemon; `starts`
 by the last-good's `start-check` before the candidate's code runs (absent: none counted), so a
-candidate that crashes before it counts is still bounded; `ended` is how the last counted start
-ended, in systemd's words (`$SERVICE_RESULT`: `timeout`, `exit-code`…; absent: not known), kept
-by the last-good's `stop-check` for the reason a rollback records. `<state_dir>/upgrade-signal.json`,
+candidate that crashes before it counts is still bounded. `<state_dir>/upgrade-signal.json`,
 a document of kind `signal` (`document_file`).
 """
 
@@ -31,7 +29,6 @@ class UpgradeSignal(NamedTuple):
     started: float
     deadline: float
     starts: int = 0  # counted by the last-good's start check (agent.start_check)
-    ended: str = ""  # how the last counted start ended, by the last-good's stop check
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -41,7 +38,6 @@ class UpgradeSignal(NamedTuple):
             "started": self.started,
             "deadline": self.deadline,
             **({"starts": self.starts} if self.starts else {}),  # absent when none: as before
-            **({"ended": self.ended} if self.ended else {}),
         }
 
     def next_attempt(self) -> UpgradeSignal:
@@ -65,7 +61,6 @@ def read(path: Path) -> UpgradeSignal | None:
         started=float(data["started"]),
         deadline=float(data["deadline"]),
         starts=data.get("starts", 0),
-        ended=data.get("ended", ""),
     )
 
 

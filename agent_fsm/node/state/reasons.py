@@ -36,17 +36,12 @@ def one_line(text: str) -> str:
 
 
 def from_unit(unit: str, shown: Mapping[str, str],
-              refused_after: int | None = None, ended: str = "") -> tuple[str, str]:
+              refused_after: int | None = None) -> tuple[str, str]:
     """(reason, class) for a candidate whose agent unit failed, from `systemctl show`;
     `refused_after`: the max_attempts starts after which the last-good's start check refused
-    the next (systemd's exit status is then the refused start's, not the candidate's), and
-    `ended`: how the last of them ended, as the stop check kept it (empty: not known)."""
+    the next (systemd's exit status is then the refused start's, not the candidate's)."""
     result = shown.get("Result", "")
     status, starts = shown.get("ExecMainStatus", "?"), shown.get("NRestarts", "?")
-    if refused_after is not None and ended == "timeout":
-        return (f"{unit} did not finish starting within its start timeout (the judgment "
-                f"deadline) in the last of {refused_after} start(s) in a row (max_attempts); "
-                "the last-good's start check refused the next", "deadline")
     if refused_after is not None:
         return (f"{unit} failed {refused_after} start(s) in a row (max_attempts) without being "
                 f"judged ok; the last-good's start check refused the next (result "

@@ -94,7 +94,6 @@ def version(value: Any, field: str, *, optional: bool = False) -> str | None:
 # A name another agent-fsm's machine may use (a later one's effect, trigger or state): what the
 # definition allows (`definition`'s names), checked where this reader does not know it.
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
-SERVICE_RESULT_RE = re.compile(r"[a-z][a-z-]{0,31}\Z")  # systemd's words: timeout, exit-code…
 
 
 def name(value: Any, field: str, known: Collection[str] | None, kind: str, *,
@@ -180,8 +179,6 @@ def signal_body(data: Any) -> None:
     time(s.get("deadline", MISSING), "deadline")
     if "starts" in s:
         count(s["starts"], "starts")
-    if "ended" in s and not (isinstance(s["ended"], str) and SERVICE_RESULT_RE.match(s["ended"])):
-        raise invalid("ended", s["ended"], "a systemd service result such as timeout")
 
 
 # The values `Effectors.prepare` and the engine fix in a transition's arguments; others are kept as
