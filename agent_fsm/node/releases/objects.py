@@ -19,7 +19,7 @@ Hard links share one inode: a file *replaced* in one stored release (a new file 
 changes that release only, but bytes written *in place* into a shared file change every release
 that links it, and each of them is then reported damaged (`store.check` says the file is shared).
 No workload can write them (it sees the store read-only, `system.confine`): only a hand or a
-disk, and the way back repairs its last-good from an intact copy (`store.repair`).
+disk, and the way back repairs its last-good from an intact copy (`repair.repair`).
 An add never links an object whose bytes, mode or owner are not what its name says: it stores
 the file anew and puts the object's name on the new copy, so re-adding a damaged release mends
 it, and the releases still linking the damaged inode stay reported until they are added again.

@@ -23,6 +23,7 @@ from typing import NamedTuple
 from ... import files
 from ...errors import BadTree, ReleaseError
 from ..paths import Paths
+from . import repair as release_repair
 from . import signing
 from . import store as release_store
 from . import tree as release_tree
@@ -171,7 +172,7 @@ class Releases:
 
     def mend(self, version: str) -> list[tuple[str, Path]]:
         """`verify`, and where a file of the release is not what was stored, put it back from
-        an intact copy in the store (`store.repair`; the caller holds the writers' lock).
+        an intact copy in the store (`repair.repair`; the caller holds the writers' lock).
         Returns (file, the copy it came from) for each file put back: none when it was intact.
         ReleaseError, as `verify` says it, when it is damaged beyond that."""
         try:
@@ -179,7 +180,7 @@ class Releases:
             return []
         except ReleaseError as damaged:
             try:
-                fixed = release_store.repair(self.paths.releases_dir, version)
+                fixed = release_repair.repair(self.paths.releases_dir, version)
             except (BadTree, OSError) as exc:
                 raise ReleaseError(f"{damaged}; not repaired: {exc}") from None
         self._checked(version)

@@ -29,7 +29,6 @@ file's ctime, so after each add and prune `refresh_hashed` records such files ag
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -39,7 +38,7 @@ from typing import NamedTuple
 from ... import files
 from ...errors import AgentFsmError, BadTree, Refused
 from ..sha256 import hexdigest, prefer_openssl
-from .objects import OBJECTS, Collected, Objects, collect, intact, shared
+from .objects import Collected, Objects, collect, intact, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
@@ -220,99 +219,6 @@ def _shared_note(release: Path, was: bytes, now: bytes) -> str:
     return (f"; {path} is one file with {n} names in the store, which keeps identical files "
             "once: written in place, it changed in every release that shares it, so add each "
             "damaged release again")
-
-
-def _files(manifest_bytes: bytes) -> dict[str, tuple[int, int, str]]:
-    """A manifest's regular files: path -> (mode, size, sha256)."""
-    out = {}
-    for line in manifest_bytes[len(HEADER):].decode(errors="replace").splitlines():
-        kind, mode, size, sha, path = line.split(" ", 4)
-        if kind == "f":
-            out[path] = (int(mode, 8), int(size), sha)
-    return out
-
-
-def _intact_copy(releases_dir: Path, version: str, mode: int, size: int,
-                 sha: str) -> tuple[Path, os.stat_result] | None:
-    """A file of the store with these bytes and mode, checked intact: the store's object of
-    them, else one of another stored release whose record names them."""
-    obj = releases_dir / OBJECTS / f"{sha}-{mode:o}"
-    if (st := intact(obj, sha, mode, size)) is not None:
-        return obj, st
-    wanted = f"f {mode:04o} {size} {sha} "
-    for other in sorted(e.name for e in os.scandir(releases_dir)
-                        if not e.name.startswith(".") and e.name != version
-                        and e.is_dir(follow_symlinks=False)):
-        try:
-            record_bytes = recorded(releases_dir, other)
-        except BadTree:
-            continue
-        for line in (record_bytes or b"")[len(HEADER):].decode(errors="replace").splitlines():
-            rel = line[len(wanted):] if line.startswith(wanted) else None
-            if rel and not rel.startswith("/") and ".." not in rel.split("/"):
-                path = releases_dir / other / rel
-                if (st := intact(path, sha, mode, size)) is not None:
-                    return path, st
-    return None
-
-
-def _copy_file(source: Path, target: Path, mode: int) -> None:
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 mode)
-    try:
-        with open(source, "rb") as src:
-            while chunk := src.read(1 << 20):
-                os.write(fd, chunk)
-        os.fchmod(fd, mode)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def repair(releases_dir: Path, version: str) -> list[tuple[str, Path]]:
-    """Put back each file of stored `version` whose bytes or mode are not what its recorded
-    manifest says, or that is missing, from an intact copy (`_intact_copy`): a new name for
-    that file, renamed over the damaged one, so every other release that still links the
-    damaged one keeps it (each is repaired when it is next checked this way). The caller holds
-    the writers' lock. Returns (path, where it came from) for each file put back. Raises
-    BadTree, repairing nothing, when a difference is not a file's (a directory, a file too
-    many) or a file has no intact copy."""
-    release = releases_dir / version
-    was = recorded(releases_dir, version)
-    if was is None:
-        raise BadTree(release, "has no recorded manifest to repair it from")
-    now = manifest(scan(release))
-    wanted, have = _files(was), _files(now)
-    others = {line for line in now[len(HEADER):].splitlines() if not line.startswith(b"f ")}
-    dirs = {line for line in was[len(HEADER):].splitlines() if not line.startswith(b"f ")}
-    if others != dirs or set(have) - set(wanted):
-        raise BadTree(release, f"cannot be repaired file by file ({differences(was, now)})")
-    damaged = sorted(p for p, entry in wanted.items() if have.get(p) != entry)
-    sources = {}
-    for rel in damaged:
-        mode, size, sha = wanted[rel]
-        found = _intact_copy(releases_dir, version, mode, size, sha)
-        if found is None:
-            raise BadTree(release, f"has no intact copy of {rel} in the store")
-        sources[rel] = found[0]
-    for rel in damaged:
-        mode, size, sha = wanted[rel]
-        target = release / rel
-        tmp = target.with_name(f".repair-{os.urandom(6).hex()}")
-        try:
-            os.link(sources[rel], tmp)
-        except OSError as exc:
-            if exc.errno not in (errno.EMLINK, errno.EXDEV):
-                raise
-            _copy_file(sources[rel], tmp, mode)  # linked the most it can be: a copy of its own
-        if intact(tmp, sha, mode, size) is None:  # changed since it was checked
-            os.unlink(tmp)
-            raise BadTree(release, f"cannot be repaired: the copy of {rel} at {sources[rel]} "
-                                   "changed while it was used")
-        os.replace(tmp, target)
-        files.fsync_dir(target.parent)
-        Objects(releases_dir).keep(target, sha, mode)  # the object is the intact file again
-    return [(rel, sources[rel]) for rel in damaged]
 
 
 class Stored(NamedTuple):
