@@ -28,7 +28,7 @@ PREFIX = "agent_fsm"
 
 
 def counters(doc: StateDoc) -> Counters:
-    """The node's counters, as the state file keeps them (the store brings older files up)."""
+    """The node's counters, as the state file keeps them (zeros when it has none)."""
     return Counters(**(doc.counters or {}))
 
 

@@ -1,4 +1,4 @@
-"""Across versions, end to end in a private systemd 252 (issue 22, cases 4 and 5).
+"""Across versions, end to end in a private systemd 252.
 
 The release is agent-fsm itself, so the candidate is newer code than the last-good, and only the
 last-good's code runs the way back. Three checks:
@@ -61,11 +61,9 @@ def _no_history(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-# The release before this one: main as the previous stop landed it. Fixed, not derived from
-# the history's shape (the newest merge before HEAD was one of this stop's own merges, a tree
-# barely older than this one); moved forward, by hand, when a later main is the one the fleet
-# runs as its last-good.
-EARLIER = "5737dfc386dd329f18585b20f8ab14d6912dd70f"
+# The release before this one: 0.1.0, the compatibility floor (CHANGELOG.md). Moved forward,
+# by hand, when a later release is the one the fleet runs as its last-good.
+EARLIER = "78dcf8c2fe7f5671b81fece14fb4e2eb443f91b4"
 
 
 def _earlier_commit() -> str:

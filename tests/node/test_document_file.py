@@ -1,6 +1,5 @@
-"""One document format for every file in the state dir (issue 21, item 4): the rules once, on a
-kind made for the test, then each kind of file in the state dir, read and written through its
-own module, going through them."""
+"""One document format for every file in the state dir: the rules once, on a kind made for the
+test, then each kind of file in the state dir, read and written through its own module."""
 
 from __future__ import annotations
 
@@ -36,7 +35,6 @@ def _check(body: dict[str, Any], schema: int) -> None:
 
 
 TOY = Kind("toy", "toy file", "the toy", 2, _check, 1024, 0o640)
-SIGNED = TOY._replace(oldest=1, always_signed=True)  # as the state file: always had a checksum
 
 
 def _refused(kind: Kind, path: Path) -> str:
@@ -84,14 +82,17 @@ class TestRules:
     @pytest.mark.parametrize(("raw", "says"), [
         (b"", "is empty"), (b"{", "is not valid JSON"), (b"\xff", "is not valid JSON"),
         (b"[1, 2]", "is not a JSON object (the toy is [1, 2])"),
-        (b'{"kind": "toy", "schema": 2, "n": 1}', "has checksum None, expected 'sha256:"),
+        (b'{"kind": "toy", "schema": 2, "n": 1}', "has no checksum, expected 'sha256:"),
         (b'{"kind": "toy", "n": 1}', "has schema None, expected 2"),
         (b'{"kind": "toy", "schema": true, "n": 1}', "has schema True, expected 2"),
+        (b'{"kind": "toy", "schema": 1, "n": 1}', "has schema 1, expected 2"),
+        (b'{"schema": 2, "n": 1}', "has no kind, expected 'toy'"),
+        (b'{"n": 1}', "has no kind, expected 'toy'"),
     ])
     def test_what_is_not_a_document_is_refused(self, tmp_path: Path, raw: bytes,
                                                says: str) -> None:
-        """Bytes that are no JSON object, and a document without its checksum or schema, are
-        refused saying what is wrong."""
+        """Bytes that are no JSON object, and a document without its kind, its checksum or its
+        schema, or of an older schema than its kind's, are refused saying what is wrong."""
         path = tmp_path / "toy.json"
         path.write_bytes(raw)
         assert says in _refused(TOY, path)
@@ -102,33 +103,18 @@ class TestRules:
         TOY._replace(name="hold").write(path, {"n": 1})
         assert ": kind is 'hold', expected 'toy';" in _refused(TOY, path)
 
-    def test_a_file_from_before_the_format_is_read_and_rewritten_on_the_next_write(
-            self, tmp_path: Path) -> None:
-        """A file without `kind` (the layout before the format; no schema is schema 0) is read
-        as it is, its fields checked; the next write makes it a document."""
+    def test_a_signed_file_without_its_kind_is_refused(self, tmp_path: Path) -> None:
+        """A file whose checksum is right but that carries no `kind` is refused, as is one
+        whose checksum no longer matches its fields."""
         path = tmp_path / "toy.json"
-        path.write_text(json.dumps({"n": 3}, indent=2) + "\n")
-        assert TOY.read(path) == {"n": 3}
-        path.write_text(json.dumps({"n": 30}, indent=2) + "\n")
-        assert ": n is 30," in _refused(TOY, path)
-        path.write_text(json.dumps({"n": 3}))
-        TOY.write(path, TOY.read(path) or {})
-        assert path.read_bytes() == TOY.encode({"n": 3})
-        assert json.loads(path.read_bytes())["kind"] == "toy" and TOY.read(path) == {"n": 3}
-
-    def test_a_file_from_before_the_format_keeps_its_checksum(self, tmp_path: Path) -> None:
-        """An older file with a checksum (the state file's, the kept assets') has it checked,
-        and a kind that always had one refuses a file without."""
-        path = tmp_path / "toy.json"
-        body = {"schema": 1, "n": 3}
+        body = {"schema": 2, "n": 3}
         path.write_text(json.dumps({**body, "checksum": checksum(body)}, indent=1))
-        assert SIGNED.read(path) == {"n": 3} and TOY.read(path) == {"n": 3}
-        path.write_text(json.dumps({**body, "n": 4, "checksum": checksum(body)}, indent=1))
-        assert "has checksum" in _refused(SIGNED, path) and "has checksum" in _refused(TOY, path)
-        path.write_text(json.dumps(body))
-        assert "has checksum None" in _refused(SIGNED, path)
-        path.write_text(json.dumps({"n": 3}))
-        assert "has schema None, expected 2" in _refused(SIGNED, path)
+        assert "has no kind, expected 'toy'" in _refused(TOY, path)
+        tagged = {**body, "kind": "toy"}
+        path.write_text(json.dumps({**tagged, "checksum": checksum(tagged)}, indent=1))
+        assert TOY.read(path) == {"n": 3}
+        path.write_text(json.dumps({**tagged, "n": 4, "checksum": checksum(tagged)}, indent=1))
+        assert "has checksum" in _refused(TOY, path)
 
     def test_the_same_body_always_gives_the_same_bytes(self) -> None:
         """Whatever order a body's tables were built in, it encodes to the same bytes (the
@@ -173,26 +159,6 @@ def _raises(error: type[Exception], read: Callable[[], object]) -> str:
     return str(err.value)
 
 
-def _old_state(w: World) -> bytes:
-    """The state file as the release before the format wrote it: the same, without `kind`."""
-    data = json.loads(w.paths.state_file.read_bytes())
-    del data["kind"], data["checksum"]
-    return (json.dumps({**data, "checksum": checksum(data)}, sort_keys=True,
-                       separators=(",", ":")) + "\n").encode()
-
-
-def _old_kept(w: World) -> bytes:
-    data = json.loads(w.paths.last_good_assets.read_bytes())
-    del data["kind"], data["checksum"]
-    return (json.dumps({"checksum": checksum(data), **data}, indent=2, sort_keys=True)
-            + "\n").encode()
-
-
-def _rewrite_state(w: World) -> None:
-    with w.node.store.locked():
-        w.node.store.write(w.node.store.read())
-
-
 def _dumps(data: Any, indent: int = 2) -> bytes:
     return (json.dumps(data, indent=indent) + "\n").encode()
 
@@ -208,81 +174,46 @@ class Case(NamedTuple):
     kind: Kind
     path: Callable[[World], Path]
     write: Callable[[World], object]  # its module writes the file
-    old: Callable[[World], bytes]  # the file as the release before the format wrote it
-    read: Callable[[World], object]  # what its module reads of it
     refused: Callable[[World], str]  # its readers on a damaged file: the line they show
-    rewrite: Callable[[World], object]  # its module's next write of what it read
 
 
 CASES = {
-    "state": Case(store.KIND, lambda w: w.paths.state_file, lambda w: None, _old_state,
-                  lambda w: w.node.store.read(),
-                  lambda w: _raises(StateFileError, w.node.store.read), _rewrite_state),
+    "state": Case(store.KIND, lambda w: w.paths.state_file, lambda w: None,
+                  lambda w: _raises(StateFileError, w.node.store.read)),
     "signal": Case(signal.KIND, lambda w: w.paths.signal_file,
                    lambda w: signal.write(w.paths.signal_file, SIGNAL),
-                   lambda w: _dumps(SIGNAL.to_json()),
-                   lambda w: signal.read(w.paths.signal_file),
-                   lambda w: _raises(SignalError, lambda: signal.read(w.paths.signal_file)),
-                   lambda w: signal.write(w.paths.signal_file, SIGNAL)),
+                   lambda w: _raises(SignalError, lambda: signal.read(w.paths.signal_file))),
     "hold": Case(hold.KIND, lambda w: w.paths.hold_file,
                  lambda w: hold.write(w.paths.hold_file, hold.Hold("batch", 10.0, None)),
-                 lambda w: _dumps({"reason": "batch", "since": 10.0, "until": None}),
-                 lambda w: hold.read(w.paths.hold_file),
                  # a damaged hold still holds, naming the file
-                 lambda w: (hold.read(w.paths.hold_file) or hold.Hold("", 0, 0)).error or "",
-                 lambda w: hold.write(w.paths.hold_file, hold.read(w.paths.hold_file))),
+                 lambda w: (hold.read(w.paths.hold_file) or hold.Hold("", 0, 0)).error or ""),
     "known-bad": Case(known_bad.KIND, lambda w: w.paths.known_bad_file,
                       lambda w: known_bad.mark(w.paths.known_bad_file, MARK),
-                      lambda w: _dumps({"versions": {"2.0.0": {**MARK.to_json(),
-                                                               "started": 10.0}},
-                                        "rollbacks": {"crashed": 1}}),
-                      lambda w: known_bad.read(w.paths.known_bad_file),
                       lambda w: _raises(KnownBadDamaged,
-                                        lambda: known_bad.read(w.paths.known_bad_file)),
-                      lambda w: known_bad.write(w.paths.known_bad_file,
-                                                known_bad.read(w.paths.known_bad_file))),
+                                        lambda: known_bad.read(w.paths.known_bad_file))),
     # a damaged record is read as empty (no fallback known): the way back never stops on it
     "known-good": Case(known_good.KIND, lambda w: w.paths.known_good_file,
                        lambda w: known_good.promoted(w.paths.known_good_file, "1.0.0", 10.0),
-                       lambda w: _dumps({"versions": {"1.0.0": 10.0}, "way_back": None}),
-                       lambda w: known_good.read(w.paths.known_good_file),
                        lambda w: "" if known_good.read_or_empty(
-                           w.paths.known_good_file).versions == {} else "read",
-                       lambda w: known_good.promoted(w.paths.known_good_file, "1.0.0", 10.0)),
+                           w.paths.known_good_file).versions == {} else "read"),
     # a damaged record is read as none (the next write replaces it): `status` shows no failure
     "hook-failures": Case(hook_failures.KIND,
                           lambda w: w.paths.state_dir / hook_failures.FILE_NAME,
                           lambda w: hook_failures.note(w.paths.state_dir, "after.complete", 20.0,
                                                        "hook exited 1"),
-                          lambda w: _dumps({"schema": 1, "failed": {"after.complete": {
-                              "time": 20.0, "error": "hook exited 1"}}}, indent=1),
-                          lambda w: hook_failures.read(w.paths.state_dir),
-                          lambda w: "" if hook_failures.read(w.paths.state_dir) == {} else "read",
-                          lambda w: hook_failures.note(w.paths.state_dir, "after.complete", 20.0,
-                                                       "hook exited 1")),
-    "kept-assets": Case(kept.KIND, lambda w: w.paths.last_good_assets, lambda w: None, _old_kept,
-                        lambda w: kept.read(w.paths.last_good_assets),
+                          lambda w: "" if hook_failures.read(w.paths.state_dir) == {} else "read"),
+    "kept-assets": Case(kept.KIND, lambda w: w.paths.last_good_assets, lambda w: None,
                         lambda w: _raises(AssetError,
-                                          lambda: kept.read(w.paths.last_good_assets)),
-                        lambda w: kept.keep_release(w.paths, w.node.releases, "1.0.0")),
+                                          lambda: kept.read(w.paths.last_good_assets))),
     # unreadable, it is read as unknown (the unit rendered for the oldest systemd), and asked again
     "systemd": Case(render.SYSTEMD_KIND, lambda w: w.paths.systemd_file,
                     lambda w: render.remember_systemd_version(w.paths, 257),
-                    lambda w: _dumps({"version": 257, "boot_id": render.boot_id()}),
-                    lambda w: render.systemd_version(w.paths),
-                    lambda w: "" if render.systemd_version(w.paths) is None else "read",
-                    lambda w: render.remember_systemd_version(w.paths, 257)),
+                    lambda w: "" if render.systemd_version(w.paths) is None else "read"),
     "result": Case(validate.RESULT, lambda w: w.paths.outbox_dir / "10000-2.0.0.json",
-                   lambda w: _publisher(w).record(RESULT), lambda w: _dumps(RESULT.to_json()),
-                   lambda w: validate.RESULT.read(w.paths.outbox_dir / "10000-2.0.0.json"),
-                   _deliver_refused, lambda w: _publisher(w).record(RESULT)),
+                   lambda w: _publisher(w).record(RESULT), _deliver_refused),
     "image-record": Case(origins.KIND, lambda w: w.paths.releases_dir / ".images" / "2.0.0",
                          lambda w: origins.write(w.node, "2.0.0", (IMAGE,)),
-                         lambda w: _dumps({"schema": 1, "version": "2.0.0",
-                                           "images": [IMAGE.to_json()]}, indent=1),
-                         lambda w: origins.read(w.node, "2.0.0"),
-                         lambda w: _raises(ReleaseError, lambda: origins.read(w.node, "2.0.0")),
-                         lambda w: origins.write(w.node, "2.0.0", origins.read(w.node, "2.0.0"))),
+                         lambda w: _raises(ReleaseError, lambda: origins.read(w.node, "2.0.0"))),
 }
 
 
@@ -320,18 +251,17 @@ class TestEveryKind:
             assert str(path) in said and "checksum" in said and "\n" not in said, said
 
     @pytest.mark.parametrize("name", list(CASES))
-    def test_its_file_from_before_the_format_is_read_and_rewritten_on_the_next_write(
-            self, node: World, name: str) -> None:
-        """Its file as the release before the format wrote it reads as what its module wrote,
-        and its module's next write makes it the document."""
+    def test_its_file_without_its_kind_is_refused_and_left_as_it_is(self, node: World,
+                                                                    name: str) -> None:
+        """Its module's file with `kind` taken out (the checksum made right again) is refused
+        in one line and left as it is."""
         case = CASES[name]
         case.write(node)
         path = case.path(node)
-        written, was, old = path.read_bytes(), case.read(node), case.old(node)
-        path.write_bytes(old)
-        assert case.read(node) == was and path.read_bytes() == old  # reading wrote nothing
-        case.rewrite(node)
-        assert path.read_bytes() == written and case.read(node) == was
+        data = json.loads(path.read_bytes())
+        del data["kind"], data["checksum"]
+        path.write_text(json.dumps({**data, "checksum": checksum(data)}, indent=1))
+        assert "has no kind" in _refused(case.kind, path)
 
     def test_every_file_in_a_used_state_dir_is_a_document(self, node: World) -> None:
         """After an upgrade rolled back, with every kind written, each file in the state dir is
@@ -360,15 +290,11 @@ class TestEveryKind:
             seen.add(kind.name)
         assert seen == set(kinds)
 
-    def test_the_publish_command_gets_the_bare_result_as_before(self, node: World) -> None:
-        """The publish command's stdin is the bare result, byte for byte what it was before
-        results were documents, whether the queued copy is a document or an older file."""
+    def test_the_publish_command_gets_the_bare_result(self, node: World) -> None:
+        """The publish command's stdin is the bare result (no `kind`, `schema`, `checksum`),
+        though the queued copy is a document."""
         sink = node.root / "sink"
         publisher = _publisher(node, ("sh", "-c", f"cat >> {sink}"))
-        old = CASES["result"].old(node)
         publisher.record(RESULT)
-        assert publisher.deliver() == 1 and sink.read_bytes() == old
-        sink.unlink()
-        node.paths.outbox_dir.joinpath("10000-2.0.0.json").write_bytes(old)
-        assert publisher.deliver() == 1 and sink.read_bytes() == old
+        assert publisher.deliver() == 1 and sink.read_bytes() == _dumps(RESULT.to_json())
         assert json.loads(publisher.record_path(RESULT).read_bytes())["kind"] == "result"

@@ -1,6 +1,6 @@
 """The history journal beside the state file: one checksummed line per transition, committed by
 the state file's `seq`, repaired and bounded by the writer, read without the lock, and never
-read by `status`; old state files move their history into it once."""
+read by `status`."""
 
 from __future__ import annotations
 
@@ -11,68 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.errors import DiskError, StateFileError
+from agent_fsm.errors import StateFileError
 from agent_fsm.node.config import Config, Judgment
 from agent_fsm.node.state import journal
-from agent_fsm.node.state.store import KIND, StateDoc, Store, checksum
+from agent_fsm.node.state.store import KIND, StateDoc, Store
 from agent_fsm.views.doctor.checks import doctor
 from agent_fsm.views.history import history
 from agent_fsm.views.metrics import collect
 from agent_fsm.views.status.report import status
 from tests.cli.test_cli import run
-from tests.helpers import DEFAULT_CONFIG, Crash, World, copy_tree, crash_at, make_world
+from tests.helpers import DEFAULT_CONFIG, World, copy_tree, make_world
 from tests.views.test_history import good_then_failed
 
 CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\n'
 TRAIL = ["install", "settle", "begin_upgrade", "candidate_started", "judge_ok", "complete",
          "begin_upgrade", "candidate_started", "judge_failed", "recover", "recovered"]
-
-
-def to_schema_1(world: World, *, counters: bool = True) -> bytes:
-    """Rewrite the node's files as agent-fsm wrote them before the journal: the history inside
-    the state file (schema 1), no journal. Returns the state file's bytes."""
-    store = world.node.store
-    data = json.loads(store.path.read_bytes())
-    data.pop("checksum")
-    for key in ("seq", "since", "last_transition", "skipped"):
-        data.pop(key)
-    if not counters:
-        data.pop("counters")
-    data["schema"] = 1
-    data["history"] = [{k: v for k, v in e.items() if k != "seq"} for e in store.history()]
-    data["checksum"] = checksum(data)
-    raw = json.dumps(data, indent=1).encode()
-    store.path.write_bytes(raw)
-    store.journal.path.unlink()
-    return raw
-
-
-# How the previous release's journal lines, appended without fsync, may come back from a power
-# loss: intact, lost whole, the last one torn, or the first of them zeros (a hole).
-DAMAGE = ("intact", "lost", "torn", "hole")
-
-
-def to_previous_layout(world: World, carried: int, damage: str = "intact") -> bytes:
-    """Rewrite the state file as the previous release left it between two of its journal
-    fsyncs: a copy of the last `carried` entries in `unsynced` (numbered, up to the state's
-    seq), their journal lines as `damage` says. Returns the state file's bytes."""
-    store = world.node.store
-    body = json.loads(store.path.read_bytes())
-    for key in ("checksum", "kind", "schema"):
-        del body[key]
-    body["unsynced"] = store.history()[-carried:]
-    raw = KIND.encode(body)
-    store.path.write_bytes(raw)
-    lines = store.journal.path.read_bytes().splitlines(keepends=True)
-    head, tail = lines[:-carried], lines[-carried:]
-    if damage == "lost":
-        tail = []
-    elif damage == "torn":
-        tail[-1] = tail[-1][:len(tail[-1]) // 2]
-    elif damage == "hole":
-        tail[0] = b"\0" * (len(tail[0]) - 1) + b"\n"
-    store.journal.path.write_bytes(b"".join(head + tail))
-    return raw
 
 
 @pytest.fixture(scope="module")
@@ -277,123 +230,22 @@ class TestRotation:
             "(damaged or torn)) while rewriting it"]
         assert b"instalX" not in path.read_bytes()
 
-class TestMigration:
-    def test_an_old_state_file_is_read_as_it_is_and_moved_once(self, upgraded: World) -> None:
-        """A schema 1 file (history inside) reads the same (history, status), reading writes
-        nothing, and the next transition moves its entries to the journal, numbered."""
-        before = status(upgraded.node)
-        raw = to_schema_1(upgraded)
-        assert _triggers(upgraded) == TRAIL
-        st = status(upgraded.node)
-        assert (st.state_since, st.skipped) == (before.state_since, before.skipped)
-        assert upgraded.paths.state_file.read_bytes() == raw
-        assert not upgraded.node.store.journal.path.exists()
-        upgraded.node.controller.fire("settle")
-        assert _triggers(upgraded) == [*TRAIL, "settle"]
-        assert [journal.decode(line)["seq"] for line in _lines(upgraded)] == list(range(1, 13))
-        assert "history" not in json.loads(upgraded.paths.state_file.read_bytes())
-
-    def test_a_crash_during_the_move_moves_it_again(self, upgraded: World) -> None:
-        """A journal left by a move that crashed before the state write is replaced by the old
-        file's history, not added to."""
-        stale = _lines(upgraded)
-        to_schema_1(upgraded)
-        upgraded.node.store.journal.path.write_bytes(b"\n".join(stale[:5]) + b"\n")
-        upgraded.node.controller.fire("settle")
-        assert _triggers(upgraded) == [*TRAIL, "settle"]
-
-    def test_a_crash_before_the_first_append_keeps_the_old_file(
-            self, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Killed while an old file's first transition is being recorded (its history moved,
-        its entry not yet appended): the old file still says where the node is, and the
-        transition done again is recorded once."""
-        world.installed("1.0.0")
-        world.upgrading("2.0.0")
-        to_schema_1(world)
-        before = _triggers(world)
-
-        def killed(*_: object) -> None:
-            raise KeyboardInterrupt  # stands for the kill
-
-        monkeypatch.setattr(journal.Journal, "append", killed)
-        with pytest.raises(KeyboardInterrupt):
-            world.node.controller.fire("judge_ok")  # no effects: one record, nothing owed
-        monkeypatch.undo()
-        assert world.node.store.read().state == "candidate_running"
-        assert _triggers(world) == before
-        world.node.controller.fire("judge_ok")
-        assert _triggers(world) == [*before, "judge_ok"]
-
-
-class TestPreviousLayout:
-    @pytest.mark.parametrize("damage", DAMAGE)
-    def test_its_unsynced_entries_are_read_and_land_in_the_history_once(
-            self, upgraded: World, damage: str) -> None:
-        """A state file the previous release wrote with entries whose lines it had not fsynced
-        (the lines intact, lost, torn or zeroed by a power loss) reads the whole history and
-        writes nothing; the next transition puts each of those entries in the journal exactly
-        once, and the state file carries them no more."""
-        entries = [journal.decode(line) for line in _lines(upgraded)]
-        raw = to_previous_layout(upgraded, 4, damage)
-        kept = upgraded.node.store.journal.path.read_bytes()
-        assert _triggers(upgraded) == TRAIL
-        assert upgraded.node.store.read_journal().damaged == ()
-        assert status(upgraded.node).state == "converged"
-        assert upgraded.paths.state_file.read_bytes() == raw
-        assert upgraded.node.store.journal.path.read_bytes() == kept
-        upgraded.node.controller.fire("settle")
-        assert _triggers(upgraded) == [*TRAIL, "settle"]
-        on_disk = [journal.decode(line) for line in _lines(upgraded)]
-        assert on_disk[:-1] == entries and on_disk[-1]["seq"] == 12
-        assert "unsynced" not in json.loads(upgraded.paths.state_file.read_bytes())
-
-    def test_a_crash_after_the_move_moves_them_again_to_the_same_journal(
-            self, upgraded: World, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Killed once the journal holds the previous release's copies but before the state
-        file dropped them: the history shows each entry once, and the transition done again
-        moves them again, to the same journal."""
-        to_previous_layout(upgraded, 4, "torn")
-        real = journal.Journal.absorb
-
-        def absorbed_then_killed(self: journal.Journal, upto: int, carried: journal.Entries) -> None:
-            real(self, upto, carried)
-            raise KeyboardInterrupt  # stands for the kill
-
-        monkeypatch.setattr(journal.Journal, "absorb", absorbed_then_killed)
-        with pytest.raises(KeyboardInterrupt):
-            upgraded.node.controller.fire("settle")
-        monkeypatch.undo()
-        assert "unsynced" in json.loads(upgraded.paths.state_file.read_bytes())
-        moved_lines = _lines(upgraded)
-        assert [journal.decode(line)["seq"] for line in moved_lines] == list(range(1, 12))
-        back = upgraded.reopen()
-        assert _triggers(back) == TRAIL
-        back.node.controller.fire("settle")
-        assert _lines(back)[:-1] == moved_lines and _triggers(back) == [*TRAIL, "settle"]
-
-    def test_a_crash_after_the_write_ahead_loses_none(self, upgraded: World) -> None:
-        """Killed before the first effect of the first transition after the upgrade from the
-        previous release (its write-ahead written, lines it had not fsynced lost): the history
-        still shows every entry once, and the resumed transition is recorded after them."""
-        to_previous_layout(upgraded, 4, "lost")
-        upgraded.node.controller.failpoint = crash_at("settle", 0)
-        with pytest.raises(Crash):
-            upgraded.node.controller.fire("settle")
-        back = upgraded.reopen()
-        assert back.node.store.read().pending is not None and _triggers(back) == TRAIL
-        back.node.controller.resume()
-        assert _triggers(back) == [*TRAIL, "settle"]
-        assert [journal.decode(line)["seq"] for line in _lines(back)] == list(range(1, 13))
-
-    def test_a_disk_error_while_moving_them_stops_the_transition_and_keeps_the_file(
+class TestOlderLayouts:
+    def test_a_state_file_with_its_history_inside_is_refused_and_left_as_it_is(
             self, upgraded: World) -> None:
-        """When the journal cannot be read to take the previous release's copies, the transition
-        fails with one DiskError naming the journal, and the state file keeps its bytes (and
-        the copies) for the next start."""
-        raw = to_previous_layout(upgraded, 4, "lost")
-        path = upgraded.node.store.journal.path
-        path.unlink()
-        path.mkdir()  # reading it fails
-        with pytest.raises(DiskError, match=f"could not move the history into {path}: "):
+        """A schema 1 state file (the history inside it, no journal; no release wrote one) is
+        refused in one line by the reader and by a transition, and keeps its bytes."""
+        store = upgraded.node.store
+        data = json.loads(store.path.read_bytes())
+        for key in ("checksum", "kind", "seq", "since", "last_transition", "skipped"):
+            data.pop(key)
+        data["schema"] = 1
+        data["history"] = store.history()
+        raw = KIND._replace(schema=1).encode({k: v for k, v in data.items() if k != "schema"})
+        store.path.write_bytes(raw)
+        with pytest.raises(StateFileError) as err:
+            store.read()
+        assert "has schema 1, expected 2" in str(err.value) and "\n" not in str(err.value)
+        with pytest.raises(StateFileError, match="left untouched"):
             upgraded.node.controller.fire("settle")
-        assert upgraded.paths.state_file.read_bytes() == raw
+        assert store.path.read_bytes() == raw

@@ -1,4 +1,4 @@
-"""Files whose checksum is right but whose content is not (issue 15, item 8): every field read
+"""Files whose checksum is right but whose content is not: every field read
 back is checked, and a bad one is refused in one line naming the file, the field and the value,
 with exit 1, no traceback, the file left as it was, and `doctor` failing on it."""
 
@@ -23,7 +23,6 @@ from agent_fsm.node.state.store import checksum
 from agent_fsm.system.publish import RecordPublisher, Result
 from agent_fsm.views.doctor.checks import doctor
 from tests.helpers import Crash, World, copy_tree, crash_at, make_world
-from tests.node.test_journal import to_previous_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\nmax_attempts = 3\n'
@@ -114,8 +113,6 @@ def _mutated_signal(raw: bytes, field: str, value: Any) -> bytes:
     return (json.dumps(data, indent=2) + "\n").encode()
 
 
-# The entries a state file of the previous release carries in `rich`: all but the first.
-PREVIOUS_CARRIED = 6
 # (field, bad value, what the message names): at least one bad value for every field.
 STATE_CASES: list[tuple[str, Any, str]] = [
     ("state", 5, "state is 5"),
@@ -183,21 +180,7 @@ STATE_CASES: list[tuple[str, Any, str]] = [
     ("counters.rollbacks", NAN, "counters.rollbacks is nan"),
     ("counters.upgrades_rolled_back", "1", "counters.upgrades_rolled_back is '1'"),
     ("counters.later", -1, "counters.later is -1"),  # a later agent-fsm's: a count all the same
-    # The previous release's copies of entries it had not fsynced (`to_previous_layout`).
-    ("unsynced", {}, "unsynced is {}"),
-    ("unsynced", [{}] * 8, "unsynced has 8 entries, expected at most 7"),
-    ("unsynced.0", 3, "unsynced[0] is 3"),
-    ("unsynced.0.seq", 9, "unsynced[0].seq is 9, expected 2"),
-    ("unsynced.0.time", NAN, "unsynced[0].time is nan"),
-    ("unsynced.0.trigger", "Explode!", "unsynced[0].trigger is 'Explode!'"),
-    ("unsynced.0.from", "no where", "unsynced[0].from is 'no where'"),
-    ("unsynced.0.to", None, "unsynced[0].to is None"),
-    ("unsynced.0.release", 1.5, "unsynced[0].release is 1.5"),
-    ("unsynced.2.upgrade", "x", "unsynced[2].upgrade is 'x'"),
-    ("unsynced.2.upgrade.from", "", "unsynced[2].upgrade.from is ''"),
-    ("unsynced.2.upgrade.to", 7, "unsynced[2].upgrade.to is 7"),
-    ("unsynced.3.reason", 7, "unsynced[3].reason is 7"),
-    ("unsynced.3.reason_class", "bored", "unsynced[3].reason_class is 'bored'"),
+    ("schema", 1, "has schema 1, expected 2"),
     ("kind", "hold", "kind is 'hold', expected 'state'"),
 ]
 # (line index.field, bad value, what the message names): a history journal entry's fields.
@@ -286,7 +269,6 @@ class TestStateFile:
         by the refusal of at least one bad value below."""
         data = json.loads(rich.paths.state_file.read_bytes())
         data["pending"]["args"].update(attempt=1, no_start=False, upgrade={"from": "a", "to": "b"})
-        data["unsynced"] = rich.node.store.history()[-PREVIOUS_CARRIED:]  # the previous layout's
         fields = {p for p in _paths(data) if p not in ("", "schema", "checksum")}
         named = {re.sub(r"\[\d+\]", ".N", needle.split(" ")[0]) for _, _, needle in STATE_CASES}
         assert fields - named == set()
@@ -298,8 +280,6 @@ class TestStateFile:
         """The reader, a transition and doctor all refuse the one bad field by name and value,
         and the file keeps its bytes."""
         world = _copy(rich, tmp_path)
-        if field.startswith("unsynced"):
-            to_previous_layout(world, PREVIOUS_CARRIED)
         bad = _mutated_state(world.paths.state_file.read_bytes(), field, value)
         world.paths.state_file.write_bytes(bad)
         with pytest.raises(StateFileError) as err:
@@ -322,18 +302,11 @@ class TestStateFile:
         _cli(world, config, world.paths.state_file, needle)
         assert world.paths.state_file.read_bytes() == bad
 
-    def test_older_layouts_still_read(self, rich: World, tmp_path: Path) -> None:
-        """An indented file (checked the slow way) and an old one (schema 1, its history inside)
-        without counters still read, the latter counted from its history; a bad field in an
-        indented file is still refused."""
+    def test_an_indented_file_is_read_the_slow_way(self, rich: World, tmp_path: Path) -> None:
+        """An indented file (a hand-edited one: checked the slow way) still reads, and a bad
+        field in it is still refused."""
         world = _copy(rich, tmp_path)
         data = json.loads(world.paths.state_file.read_bytes())
-        for key in ("counters", "checksum", "seq", "since", "last_transition", "skipped"):
-            del data[key]
-        data["schema"] = 1
-        data["history"] = [{k: v for k, v in e.items() if k != "seq"}
-                           for e in world.node.store.history()]
-        data["checksum"] = checksum(data)
         world.paths.state_file.write_text(json.dumps(data, indent=1))
         doc = world.node.store.read()
         assert doc.pending is not None and doc.counters is not None
@@ -344,13 +317,6 @@ class TestStateFile:
         world.paths.state_file.write_text(json.dumps(data, indent=1))
         with pytest.raises(StateFileError, match=r"pending\.done is 9, expected an integer "
                                                  r"from 0 to 7"):
-            world.node.store.read()
-        data.pop("checksum")
-        data["pending"]["done"] = 3
-        data["history"][2]["trigger"] = "Explode!"
-        data["checksum"] = checksum(data)
-        world.paths.state_file.write_text(json.dumps(data, indent=1))
-        with pytest.raises(StateFileError, match=r"history\[2\]\.trigger is 'Explode!'"):
             world.node.store.read()
 
     def test_entries_fields_kept_by_some_are_read(self, rich: World, tmp_path: Path) -> None:
@@ -481,11 +447,12 @@ RESULT_CASES: list[tuple[str, bytes, str]] = [
     ("not json", b'{"from": "1.0.0", "to', "not valid JSON"),
     ("not utf-8", b"\xff\xfe{}", "not valid JSON"),
     ("not an object", b"[]", "the result is []"),
-    *[(f"{k}={v!r}", json.dumps({**RESULT, k: v}).encode(), f"{k} is {v!r}")
+    *[(f"{k}={v!r}", validate.RESULT.encode({**RESULT, k: v}), f"{k} is {v!r}")
       for k, v in (("from", "../x"), ("to", None), ("outcome", "maybe"), ("started", NAN),
                    ("time", -1))],
-    ("time missing", json.dumps({k: v for k, v in RESULT.items() if k != "time"}).encode(),
+    ("time missing", validate.RESULT.encode({k: v for k, v in RESULT.items() if k != "time"}),
      "time is missing"),
+    ("no kind", json.dumps(RESULT).encode(), "has no kind, expected 'result'"),
 ]
 
 
@@ -513,7 +480,7 @@ class TestQueuedResult:
         world.installed("1.0.0")
         world.paths.outbox_dir.mkdir(exist_ok=True)
         entry = world.paths.outbox_dir / "10000-2.0.0.json"
-        entry.write_text(json.dumps({**RESULT, "outcome": "maybe"}))
+        entry.write_bytes(validate.RESULT.encode({**RESULT, "outcome": "maybe"}))
         found = [f for f in doctor(world.node, check_systemd=False) if f.check == "outbox"]
         assert [f.level for f in found] == ["fail"]
         assert str(entry) in found[0].detail and "outcome is 'maybe'" in found[0].detail

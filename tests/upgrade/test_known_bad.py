@@ -145,7 +145,8 @@ class TestRecord:
         """A damaged record refuses upgrades, naming the file and `--force`, which goes past it."""
         world.installed("1.0.0")
         world.add_release("2.0.0")
-        record(world).write_text('{"versions": {"2.0.0": {"time": -1}}, "rollbacks": {}}')
+        record(world).write_bytes(known_bad.KIND.encode({"versions": {"2.0.0": {"time": -1}},
+                                                         "rollbacks": {}}))
         with pytest.raises(Refused, match=r"known-bad record .* damaged .*versions\.2\.0\.0"):
             operations.begin_upgrade(world.node, "2.0.0")
         assert status(world.node).to_json()["known_bad_error"] is not None

@@ -155,7 +155,7 @@ class TestCarried:
         assert sent["reason_class"] == "crashed" and "started 3 times" in sent["reason"]
 
     def test_the_outbox_json_carries_it_and_is_checked(self, tmp_path: Path) -> None:
-        """RecordPublisher writes the reason to the outbox; a result without one (older) is
+        """RecordPublisher writes the reason to the outbox; a result without one (an ok one) is
         valid, one with an unknown class is not."""
         pub = RecordPublisher(tmp_path / "results", outbox=tmp_path / "outbox",
                               document=validate.RESULT)
@@ -164,10 +164,10 @@ class TestCarried:
         raw = next((tmp_path / "outbox").iterdir()).read_bytes()
         validate.result_file(raw)
         assert json.loads(raw)["reason_class"] == "stopped"
-        older = {"from": "1.0.0", "to": "2.0.0", "outcome": "ok", "started": 1.0, "time": 2.0}
-        validate.result_file(json.dumps(older).encode())
+        ok = {"from": "1.0.0", "to": "2.0.0", "outcome": "ok", "started": 1.0, "time": 2.0}
+        validate.result_file(validate.RESULT.encode(ok))
         with pytest.raises(ValueError, match="reason_class"):
-            validate.result_file(json.dumps({**older, "reason_class": "bored"}).encode())
+            validate.result_file(validate.RESULT.encode({**ok, "reason_class": "bored"}))
 
     def test_metrics_count_rollbacks_by_reason_class(self, world: World) -> None:
         """`metrics` has agent_fsm_rollbacks_by_reason_total, one sample per class."""

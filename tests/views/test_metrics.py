@@ -14,7 +14,6 @@ from agent_fsm.views.history import history
 from agent_fsm.views.metrics import Counters, Family, Sample, collect, counters, exposition
 from tests.cli.test_cli import run
 from tests.helpers import Crash, World, crash_at, make_world
-from tests.node.test_journal import to_schema_1
 from tests.views.test_history import good_then_failed
 
 FAMILIES = {
@@ -148,18 +147,6 @@ class TestCountersSurviveTrimming:
         assert len(world.node.store.history()) < 4  # the journal itself is bounded too
         assert counters(doc) == Counters(upgrades_ok=1, upgrades_rolled_back=1, rollbacks=1,
                                          attempts=2)
-
-    def test_file_from_before_counters_is_tallied_then_kept(self, tmp_path: Path) -> None:
-        """A state file written before counters were kept is counted from its history, and the
-        next transition stores the counters from there on."""
-        world = make_world(tmp_path / "root")
-        good_then_failed(world)
-        to_schema_1(world, counters=False)
-        old = counters(world.node.store.read())
-        assert old == Counters(upgrades_ok=1, upgrades_rolled_back=1, rollbacks=1, attempts=2)
-        world.node.controller.fire("settle")
-        assert world.node.store.read().counters == {
-            "upgrades_ok": 1, "upgrades_rolled_back": 1, "rollbacks": 1, "attempts": 2}
 
     def test_no_double_count_while_it_is_kept(self, world: World) -> None:
         """A result whose transition is still in history counts once."""

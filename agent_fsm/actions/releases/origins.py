@@ -70,9 +70,8 @@ def _check(data: dict[str, Any], schema: int, version: str | None = None) -> Non
         _image(item)
 
 
-# Schema 1 had no checksum before the format.
 KIND = Kind("image-record", "image record", "the record", SCHEMA, _check, MAX_RECORD_BYTES,
-            0o644, oldest=1)
+            0o644)
 
 
 def read(node: Node, version: str) -> tuple[Image, ...]:

@@ -228,8 +228,7 @@ def _check(data: dict[str, Any], schema: int) -> None:
 
 
 KIND = Kind("kept-assets", "kept assets file", "the kept copy", SCHEMA, _check, MAX_BYTES,
-            FILE_MODE, oldest=1, always_signed=True,  # schema 1 had its checksum already
-            utf8=True)
+            FILE_MODE, utf8=True)
 
 
 # The way back's config -------------------------------------------------------------------------

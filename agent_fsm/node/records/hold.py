@@ -107,7 +107,7 @@ def _check(data: dict[str, Any], schema: int) -> None:
         validate.time(until, "until")
 
 
-KIND = Kind("hold", "hold file", "the hold", 1, _check, MAX_BYTES, 0o600)  # 0: no schema
+KIND = Kind("hold", "hold file", "the hold", 1, _check, MAX_BYTES, 0o600)
 
 
 def read(file: Path) -> Hold | None:

@@ -33,9 +33,7 @@ def _check(data: dict[str, Any], schema: int) -> None:
                                    "a string")
 
 
-# Schema 1 had no checksum before the format.
-KIND = Kind("hook-failures", "hook failures file", "the record", SCHEMA, _check, 1 << 20, 0o600,
-            oldest=1)
+KIND = Kind("hook-failures", "hook failures file", "the record", SCHEMA, _check, 1 << 20, 0o600)
 
 
 def read(state_dir: Path) -> dict[str, dict[str, Any]]:

@@ -7,7 +7,7 @@ transitions count is read off the machine's definition (`CountRules`, built by t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 
@@ -41,33 +41,6 @@ def tally(c: Counters, entry: Mapping[str, Any], rules: CountRules) -> Counters:
         return c._replace(rollbacks=c.rollbacks + 1)
     if trigger in rules.attempts:
         return c._replace(attempts=c.attempts + 1)
-    return c
-
-
-def _result_in_history(result: Mapping[str, Any], history: Iterable[Mapping[str, Any]],
-                       rules: CountRules) -> bool:
-    """Whether the transition that published `result` is still in the kept history."""
-    publishing = rules.upgrades_ok | rules.upgrades_rolled_back
-    for e in history:
-        up = e.get("upgrade") or {}
-        if (e.get("trigger"), e.get("from")) in publishing and up.get("to") == result.get("to") \
-                and float(e["time"]) >= float(result.get("time", 0)):
-            return True
-    return False
-
-
-def seed(history: Sequence[Mapping[str, Any]], last_result: Mapping[str, Any] | None,
-         rules: CountRules) -> Counters:
-    """Counters for a state file written before they were kept: tallied from its (bounded)
-    history, plus the last result when its transition was already trimmed."""
-    c = Counters()
-    for entry in history:
-        c = tally(c, entry, rules)
-    if last_result is not None and not _result_in_history(last_result, history, rules):
-        if last_result.get("outcome") == "ok":
-            c = c._replace(upgrades_ok=c.upgrades_ok + 1)
-        elif last_result.get("outcome") == "rolled_back":
-            c = c._replace(upgrades_rolled_back=c.upgrades_rolled_back + 1)
     return c
 
 

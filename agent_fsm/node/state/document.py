@@ -60,31 +60,25 @@ class StateDoc(_Fields):
     """The state file's contents; a missing file is `StateDoc(state=<initial>)`."""
 
     __slots__ = ("state", "upgrade", "pending", "last_result", "counters", "seq",  # noqa: RUF023
-                 "since", "last_transition", "skipped", "unsynced", "legacy", "crash_loop",
-                 "extra")
+                 "since", "last_transition", "skipped", "crash_loop", "extra")
 
     def __init__(self, state: str, upgrade: Upgrade | None = None,
                  pending: Pending | None = None, last_result: dict[str, Any] | None = None,
                  counters: dict[str, int] | None = None, seq: int = 0,
                  since: float | None = None, last_transition: float | None = None,
                  skipped: list[dict[str, Any]] | None = None,
-                 unsynced: list[dict[str, Any]] | None = None,
-                 legacy: list[dict[str, Any]] | None = None,
                  crash_loop: dict[str, Any] | None = None,
                  extra: dict[str, Any] | None = None) -> None:
         self.state = state
         self.upgrade = upgrade
         self.pending = pending
         self.last_result = last_result
-        self.counters = counters  # None: a file from before counters were kept
+        self.counters = counters  # None: a store without count rules
         self.seq = seq  # the number of the last transition committed to the journal
         self.since = since  # when the stay in the current state began
         self.last_transition = last_transition  # when the last transition finished
-        # Let fail in this cycle; an earlier release's copies of the entries whose journal
-        # lines it had not fsynced, to move to the journal (each a new list when not given).
+        # The effects let fail in this cycle.
         self.skipped: list[dict[str, Any]] = [] if skipped is None else skipped
-        self.unsynced: list[dict[str, Any]] = [] if unsynced is None else unsynced
-        self.legacy = legacy  # an old file's history, to move to the journal
         # The crash loop the last entry stands for (`store.record`): {seq, trigger, restarts,
         # first, last}; None when the last entry is no start after a crash.
         self.crash_loop = crash_loop

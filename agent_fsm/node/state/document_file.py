@@ -18,13 +18,8 @@ is wrong and what to do (`DocumentError`), and is left untouched: nothing here w
 could not read. Whether a reader then stops (the state file), still holds (a hold file) or goes
 on without it (the hook failures) is the reader's.
 
-The one migration, for every kind: a file without `kind` was written before this format, in
-the layout its file had then (schema 0 when it had no schema). No body changed with the format,
-so it is read as it is, its checksum checked when it has one (and required from the state file
-and the kept assets, which always had one), and its next write is a document. A later change
-to a body is a new schema, which the kind's `check` is given. Releases from before the format
-read documents too: they ignore keys they do not know, and the checksum is the one the state
-file and the kept assets always carried.
+Every file carries all three keys: one without `kind`, `schema` or `checksum` is refused (no
+release wrote one). A change to a body is a new schema, which the kind's `check` is given.
 
 Forward compatibility: the compatible core. A later agent-fsm that changes a body bumps its
 `schema` and may declare `core`: the oldest schema whose readers can still read the file (absent:
@@ -41,18 +36,18 @@ later agent-fsm must keep (docs/state-files.md has the state file's core in full
   schema's fields as the truth and its own later keys in it as possibly stale, migrating them as
   it migrates any file of that schema.
 
-| file in the state dir                    | kind            | schema | before the format    |
-| ---------------------------------------- | --------------- | ------ | -------------------- |
-| `state.json` (`store`)                   | `state`         | 2      | 2; 1 has its history |
-| `upgrade-signal.json` (`signal`)         | `signal`        | 1      | no schema            |
-| `hold.json` (`hold`)                     | `hold`          | 1      | no schema            |
-| `known-bad.json` (`known_bad`)           | `known-bad`     | 1      | no schema            |
-| `known-good.json` (`known_good`)         | `known-good`    | 1      | (new)                |
-| `hook-failures.json` (`hook_failures`)   | `hook-failures` | 1      | 1, no checksum       |
-| `last-good-assets.json` (`kept`)         | `kept-assets`   | 1      | 1                    |
-| `systemd.json` (`assets.render`)         | `systemd`       | 1      | (new)                |
-| `results/*.json`, `outbox/*.json`        | `result`        | 1      | no schema            |
-| `releases/.images/<version>` (`origins`) | `image-record`  | 1      | 1, no checksum       |
+| file in the state dir                    | kind            | schema |
+| ---------------------------------------- | --------------- | ------ |
+| `state.json` (`store`)                   | `state`         | 2      |
+| `upgrade-signal.json` (`signal`)         | `signal`        | 1      |
+| `hold.json` (`hold`)                     | `hold`          | 1      |
+| `known-bad.json` (`known_bad`)           | `known-bad`     | 1      |
+| `known-good.json` (`known_good`)         | `known-good`    | 1      |
+| `hook-failures.json` (`hook_failures`)   | `hook-failures` | 1      |
+| `last-good-assets.json` (`kept`)         | `kept-assets`   | 1      |
+| `systemd.json` (`assets.render`)         | `systemd`       | 1      |
+| `results/*.json`, `outbox/*.json`        | `result`        | 1      |
+| `releases/.images/<version>` (`origins`) | `image-record`  | 1      |
 
 Not documents: the history journal (`journal`: one checksummed line a transition, appended),
 the release store's manifests and hashes (`releases.store`: text with a header line), the locks,
@@ -120,7 +115,7 @@ _HEX = 64
 
 def _verify_canonical(raw: bytes) -> bool | None:
     """True/False when `raw` is in the canonical layout (checksum right or wrong); None when it
-    is laid out otherwise (an older or hand-edited file, checked the slow way)."""
+    is laid out otherwise (a hand-edited file, checked the slow way)."""
     head = len(_PREFIX) + _HEX
     if not raw.startswith(_PREFIX) or raw[head:head + 2] != b'",':
         return None
@@ -137,8 +132,6 @@ class Kind(NamedTuple):
     check: Check  # every field of a body; ValueError (`errors.Invalid`) naming the field
     limit: int  # the most bytes read
     mode: int  # the mode written
-    oldest: int = 0  # the oldest schema read; 0 is a file from before it had one
-    always_signed: bool = False  # had a checksum before the format: none is refused
     # Non-ASCII written as UTF-8, not as \u escapes. Every reader checks the bytes as they are.
     utf8: bool = False
 
@@ -154,14 +147,15 @@ class Kind(NamedTuple):
         data = parse(raw)
         if not isinstance(data, dict):
             raise Problem(f"is not a JSON object ({self.noun} is {_shown(data)})")
-        tagged = "kind" in data  # else written before the format (see above)
-        schema = data.get("schema", None if tagged or self.oldest else 0)
-        if not _integer(schema) or schema < self.oldest:
+        if "kind" not in data:
+            raise Problem(f"has no kind, expected {self.name!r}")
+        schema = data.get("schema")
+        if not _integer(schema) or schema < self.schema:
             raise Problem(f"has schema {_shown(schema)}, expected {self.schema}")
         read_as = schema
         if schema > self.schema:  # readable here only through a core this reader knows
             core = data.get("core", schema)
-            if not _integer(core) or not self.oldest <= core <= self.schema:
+            if not _integer(core) or not 1 <= core <= self.schema:
                 told = f", and core {_shown(core)} is not one it reads" if "core" in data else ""
                 raise Problem(f"has schema {schema}, newer than this agent-fsm understands "
                               f"({self.schema}){told}", newer=True)
@@ -170,13 +164,15 @@ class Kind(NamedTuple):
             raise Problem(f"has core {_shown(data['core'])}, expected a schema up to its own "
                           f"({schema})")
         stored = data.pop("checksum", None)
-        if (stored is not None or tagged or self.always_signed) and not _verify_canonical(raw):
+        if stored is None:
+            raise Problem(f"has no checksum, expected {checksum(data)!r}")
+        if not _verify_canonical(raw):
             expected = checksum(data)
             if stored != expected:
                 raise Problem(f"has checksum {_shown(stored)}, expected {expected!r}")
         data.pop("schema", None)
         data.pop("core", None)
-        found = data.pop("kind", self.name)
+        found = data.pop("kind")
         if found != self.name:
             raise Problem(f"kind is {_shown(found)}, expected {self.name!r}", field=True)
         try:

@@ -90,8 +90,6 @@ OPTIONAL_ENTRY_KEYS: dict[str, Callable[[Any, str, Names], None]] = {
     "first": _first,
 }
 _COMMON_KEYS = frozenset({"time", "trigger", "from", "to", "release", "upgrade"})
-# The most entries an earlier release's state file may carry unsynced: it carried at most 8.
-MAX_UNSYNCED = 64
 
 
 def _entry(value: Any, field: str, names: Names) -> None:
@@ -108,7 +106,7 @@ def _entry(value: Any, field: str, names: Names) -> None:
 
 
 def history_entry(e: Any, field: str, names: Names, versions: set[str] | None = None) -> None:
-    """One history entry (a journal line, or an entry of an old state file's list). A common
+    """One history entry (a journal line). A common
     entry is first looked over without building a message (`versions` caches those found
     good), as the history may be long; any other is checked by `_entry`, which names the field
     it refuses. A journal entry also carries its `seq`, checked by the journal."""
@@ -116,13 +114,6 @@ def history_entry(e: Any, field: str, names: Names, versions: set[str] | None = 
             and _common(e, names.states, names.triggers, set() if versions is None else versions):
         return
     _entry(e, field, names)
-
-
-def history_list(value: Any, names: Names) -> None:
-    """An old (schema 1) state file's list of entries, each as `history_entry` checks it."""
-    versions: set[str] = set()
-    for i, e in enumerate(array(value, "history")):
-        history_entry(e, f"history[{i}]", names, versions)
 
 
 def _common(e: dict[str, Any], states: Collection[str] | None,
@@ -159,29 +150,11 @@ def _cycle_skipped(value: Any, names: Names) -> None:
 def journal_fields(data: Mapping[str, Any], names: Names) -> None:
     """What the state file keeps of its journal (schema 2): the last `seq` committed, when the
     stay in the current state began, when the last transition finished, and the effects let
-    fail in this cycle, so that `status` and `metrics` never read the journal; and, from an
-    earlier release only, a copy of the entries whose lines it had not fsynced (`unsynced`)."""
+    fail in this cycle, so that `status` and `metrics` never read the journal."""
     count(data.get("seq", MISSING), "seq")
     for key in ("since", "last_transition"):
         value = nullable(data, key)
         if value is not None:
             time(value, key)
     _cycle_skipped(data.get("skipped", MISSING), names)
-    _unsynced(data.get("unsynced", []), data["seq"], names)
 
-
-def _unsynced(value: Any, seq: int, names: Names) -> None:
-    """An earlier release's entries whose journal lines it had not fsynced (absent: none):
-    each a history entry as the journal's lines are, numbered consecutively up to `seq`."""
-    carried = array(value, "unsynced")
-    most = min(MAX_UNSYNCED, seq)
-    if len(carried) > most:
-        raise invalid("unsynced", value, problem=f"unsynced has {len(carried)} entries, expected "
-                      f"at most {most} (at most {MAX_UNSYNCED}, and no more than seq)")
-    versions: set[str] = set()
-    for i, e in enumerate(carried):
-        history_entry(e, f"unsynced[{i}]", names, versions)
-        expected = seq - len(carried) + 1 + i
-        if type(e.get("seq")) is not int or e["seq"] != expected:
-            raise invalid(f"unsynced[{i}].seq", e.get("seq", MISSING),
-                          f"{expected} (consecutive, ending at seq {seq})")

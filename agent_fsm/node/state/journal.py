@@ -10,10 +10,7 @@ cannot be made atomic with the state write; a number carried by the entry does n
 
 Each line is fsynced with its transition: `append` returns once the line is durable, and only
 then does the store write the state file that commits it, so a committed transition's line
-survives a power loss. (Releases before this one fsynced the journal once in nine transitions
-and carried the entries not yet fsynced in the state file, `unsynced`; a state file of theirs
-that still carries some is read with those copies standing for the journal's lines from the
-first of them on, and its next write puts them in the journal, once: `absorb`.)
+survives a power loss.
 
 A line whose checksum or fields are wrong in the middle of the journal is skipped and reported
 (`Read.damaged`, shown by `doctor`), never fatal: the history informs people, and a damaged
@@ -28,7 +25,7 @@ import errno
 import json
 import os
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -43,7 +40,6 @@ _HEAD = len(_PREFIX) + 8 + 2  # the prefix, eight hex digits, '",'
 # Raises ValueError naming the field (`errors.Invalid`) if an entry is not one the machine
 # writes; given by the store, which knows the machine's names.
 Check = Callable[[dict[str, Any], str], None]
-Entries = Sequence[dict[str, Any]]
 
 
 class Damaged(NamedTuple):
@@ -88,23 +84,19 @@ class Journal:
         self.check = check
 
     # Reading ------------------------------------------------------------------------------
-    def read(self, upto: int, carried: Entries = ()) -> Read:
-        """The entries committed up to `upto` (the state file's `seq`), an older release's
-        copies (`carried`, see above) standing for the journal's lines from the first of them
-        on. No lock."""
+    def read(self, upto: int) -> Read:
+        """The entries committed up to `upto` (the state file's `seq`). No lock."""
         try:
             raw = files.read_bytes(self.path)
         except OSError as exc:
             raise StateFileError(f"could not read the history journal {self.path}: {exc}; "
                                  "run `agent-fsm doctor`") from None
-        return self.parse(raw or b"", upto, carried)
+        return self.parse(raw or b"", upto)
 
-    def parse(self, raw: bytes, upto: int | None, carried: Entries = ()) -> Read:
-        """The entries of the journal's bytes numbered up to `upto` (None: all), then the
-        `carried` ones in place of any line numbered from the first of them on."""
+    def parse(self, raw: bytes, upto: int | None) -> Read:
+        """The entries of the journal's bytes numbered up to `upto` (None: all)."""
         lines = raw.split(b"\n")
         complete = lines[:-1]  # what follows the last newline is a torn line: not read
-        covered = _seq(carried[0]) if carried else None
         kept: list[dict[str, Any]] = []
         bad: list[Damaged] = []
         last_good = 0
@@ -118,8 +110,6 @@ class Journal:
             except ValueError as exc:
                 bad.append(Damaged(number, str(exc)))
                 continue
-            if covered is not None and entry["seq"] >= covered:
-                continue  # the older release's copy stands for it, and for damage around it
             last_good = number
             kept.append(entry)
         if upto is not None:
@@ -127,7 +117,7 @@ class Journal:
                 kept.pop()
         # Bad lines after the last good one are a torn tail, not damage: dropped quietly.
         damaged = tuple(d for d in bad if d.line < last_good)
-        return Read([*kept, *carried], damaged)
+        return Read(kept, damaged)
 
     # Writing (the caller holds the store's lock) ------------------------------------------
     def append(self, entry: dict[str, Any], limit: int) -> None:
@@ -165,12 +155,6 @@ class Journal:
         if created:
             files.fsync_dir(self.path.parent)  # the new file's entry survives a power loss
 
-    def absorb(self, upto: int, carried: Entries) -> None:
-        """Rewrite the journal, atomically and durably, with the entries committed up to `upto`,
-        an older release's copies (`carried`) in place of the lines it had not fsynced: once
-        done, no state file need carry them. Done again, it gives the same journal."""
-        self.rewrite(self._committed(upto, carried))
-
     def _appendable(self, fd: int, seq: int, limit: int) -> bool:
         """Whether `seq` may be appended as it is: the file is empty, or ends in a good line
         numbered below `seq` and is not due for rotation. Read off its first and last lines
@@ -193,10 +177,10 @@ class Journal:
         rotation is, so it does not grow with the loop."""
         self._rewrite_with(entry, limit)
 
-    def _committed(self, upto: int, carried: Entries = ()) -> list[dict[str, Any]]:
+    def _committed(self, upto: int) -> list[dict[str, Any]]:
         """The entries committed up to `upto`, read for a rewrite: its damaged lines, which the
         rewrite drops, logged."""
-        old = self.parse(files.read_bytes(self.path) or b"", upto, carried)
+        old = self.parse(files.read_bytes(self.path) or b"", upto)
         if old.damaged:
             import logging  # here: only a writer repairing damage logs; `status` need not import it
 
@@ -240,17 +224,6 @@ def _first_line(fd: int, size: int) -> bytes | None:
         if len(data) >= size:
             return None
         chunk *= 4
-
-
-def stay_since(history: list[dict[str, Any]]) -> float | None:
-    """When the stay in the last entry's state began: the time of the entry after which no
-    transition left that state (self-transitions such as `settle` do not end a stay)."""
-    if not history:
-        return None
-    start = len(history) - 1
-    while start > 0 and history[start - 1]["to"] == history[start]["to"]:
-        start -= 1
-    return float(history[start]["time"])
 
 
 def advanced_skipped(skipped: list[dict[str, Any]], entry: dict[str, Any],

@@ -12,11 +12,7 @@ naming the file, the field and its value, and is never overwritten.
 The history lives beside it in `history.jsonl` (see `journal`): `record` appends a finished
 transition's entry there, numbered `seq` and fsynced, then commits it by writing the state file
 with that `seq` and what `status` shows of the history (the stay's start, the last transition's
-time, the effects let fail in this cycle), so `status` never reads the journal. Older files are
-read as they are and their history moved to the journal by the next write, once: a schema 1
-file's (the history inside it), and the entries an earlier schema 2 writer carried because it
-had not fsynced their lines (`unsynced`, which this one never writes: an earlier release reads
-the file without it, as it read its own after each of its journal fsyncs).
+time, the effects let fail in this cycle), so `status` never reads the journal.
 """
 
 from __future__ import annotations
@@ -30,15 +26,15 @@ from typing import Any
 from ... import files
 from ...errors import LockTimeout, Refused
 from . import entries, lock, validate
-from .counters import CountRules, seed, to_json
+from .counters import Counters, CountRules, to_json
 from .document import Pending as Pending  # the document's classes, imported from here too
 from .document import StateDoc as StateDoc
 from .document import Upgrade as Upgrade
 from .document_file import Kind
 from .document_file import checksum as checksum  # of a body: tests rewrite files with it
-from .journal import FILE_NAME, Journal, Read, advanced_skipped, stay_since
+from .journal import FILE_NAME, Journal, Read, advanced_skipped
 
-SCHEMA = 2  # 1: the history was a list inside the state file
+SCHEMA = 2
 FILE_MODE = 0o644
 MAX_BYTES = 256 << 20  # as good as none (it had none): what it keeps is not bounded in bytes
 ANY_NAMES = entries.Names()  # what a reader not given the machine's names accepts: any
@@ -53,20 +49,16 @@ OWED_CHECK_SECONDS = 5.0
 def check_body(body: dict[str, Any], schema: int, names: entries.Names = ANY_NAMES) -> None:
     """Every field of a state file's body; the machine's `names` when the reader has them."""
     validate.state_body(body, names.states, names.triggers, names.effects)
-    if schema == 1:
-        entries.history_list(body.get("history", validate.MISSING), names)
-    else:
-        entries.journal_fields(body, names)
+    entries.journal_fields(body, names)
 
 
-KIND = Kind("state", "state file", "the state", SCHEMA, check_body, MAX_BYTES, FILE_MODE,
-            oldest=1, always_signed=True)
+KIND = Kind("state", "state file", "the state", SCHEMA, check_body, MAX_BYTES, FILE_MODE)
 
 
-# The keys of the body, of its `upgrade` and of its `pending` that this agent-fsm writes (and
-# schema 1's history): any other is a later agent-fsm's, kept as it is (`StateDoc.extra`).
+# The keys of the body, of its `upgrade` and of its `pending` that this agent-fsm writes: any
+# other is a later agent-fsm's, kept as it is (`StateDoc.extra`).
 KNOWN_KEYS = frozenset({"state", "upgrade", "pending", "last_result", "counters", "seq", "since",
-                        "last_transition", "skipped", "unsynced", "crash_loop", "history"})
+                        "last_transition", "skipped", "crash_loop"})
 UPGRADE_KEYS = frozenset({"from", "to", "started"})
 PENDING_KEYS = frozenset({"trigger", "source", "dest", "effects", "done", "args", "started"})
 
@@ -95,8 +87,6 @@ def _body(doc: StateDoc) -> dict[str, Any]:
         "last_transition": doc.last_transition,
         "skipped": doc.skipped,
         **({} if doc.counters is None else {"counters": doc.counters}),
-        # No `unsynced`: the previous release reads its absence as none (it left the key out
-        # itself after each fsync of the journal), and this one fsyncs every line.
         **({"crash_loop": doc.crash_loop} if doc.crash_loop else {}),  # absent when none
     }
 
@@ -144,18 +134,9 @@ class Store:
         return self._upgraded(self._from_body(KIND.decode(raw, self.path, self._check)))
 
     def _upgraded(self, doc: StateDoc) -> StateDoc:
-        """The one place an older file is brought up to date, in memory (the next write makes
-        it so, `_move_history`): an old file's history is numbered for the journal, and what
-        `status` shows of it kept; a file from before counters were kept gets them from its
-        history. (An earlier writer's `unsynced` copies are kept as they are, `doc.unsynced`.)"""
-        if doc.legacy is not None:
-            doc.seq = len(doc.legacy)
-            doc.since = stay_since(doc.legacy)
-            doc.last_transition = float(doc.legacy[-1]["time"]) if doc.legacy else None
-            for e in doc.legacy:
-                doc.skipped = advanced_skipped(doc.skipped, e, self._cycle_starts)
+        """`doc` with counters: a file a store without count rules wrote has none."""
         if doc.counters is None and self.count_rules is not None:
-            doc.counters = to_json(seed(doc.legacy or [], doc.last_result, self.count_rules))
+            doc.counters = to_json(Counters())
         return doc
 
     @staticmethod
@@ -176,35 +157,15 @@ class Store:
             counters=None if data.get("counters") is None else dict(data["counters"]),
             extra=_others(data, KNOWN_KEYS),
         )
-        if "history" in data:  # schema 1
-            doc.legacy = [{**e, "seq": i} for i, e in enumerate(data["history"], 1)]
-        else:
-            doc.seq, doc.since = data["seq"], data["since"]
-            doc.last_transition, doc.skipped = data["last_transition"], list(data["skipped"])
-            doc.unsynced = list(data.get("unsynced", ()))
-            doc.crash_loop = data.get("crash_loop")
+        doc.seq, doc.since = data["seq"], data["since"]
+        doc.last_transition, doc.skipped = data["last_transition"], list(data["skipped"])
+        doc.crash_loop = data.get("crash_loop")
         return doc
 
-    def _move_history(self, doc: StateDoc) -> None:
-        """Put the history an older file holds into the journal, durably, before the state file
-        that no longer holds it is written: a crash between the two leaves the old file, which
-        moves it again, to the same journal. DiskError when the disk fails it."""
-        try:
-            if doc.legacy is not None:  # schema 1: its history, numbered 1 to len
-                self.journal.rewrite(doc.legacy)
-                doc.legacy = None
-            if doc.unsynced:  # an earlier writer's copies, in place of lines it had not fsynced
-                self.journal.absorb(doc.seq, doc.unsynced)
-                doc.unsynced = []
-        except OSError as exc:  # reading the journal to rewrite it
-            raise files.disk_error(exc, f"move the history into {self.journal.path}",
-                                   self.journal.path.parent) from exc
-
     def write(self, doc: StateDoc) -> None:
-        """Replace the state file atomically and durably (an older file's history moved to the
-        journal first). The caller holds the lock; DiskError (`files`) when the disk fails it:
-        the transition stops there and the next start resumes it."""
-        self._move_history(doc)
+        """Replace the state file atomically and durably. The caller holds the lock; DiskError
+        (`files`) when the disk fails it: the transition stops there and the next start resumes
+        it."""
         KIND.write(self.path, _body(doc))
 
     def record(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
@@ -229,7 +190,6 @@ class Store:
         else:
             doc.crash_loop = None
         seq = doc.seq + 1
-        self._move_history(doc)  # before the entry that follows it
         try:
             self.journal.append({**entry, "seq": seq}, limit)
         except OSError as exc:  # the journal's own append; the next start resumes the transition
@@ -251,7 +211,6 @@ class Store:
         assert loop is not None
         loop = {**loop, "restarts": loop["restarts"] + 1, "last": entry["time"]}
         merged = {**entry, "seq": doc.seq, "restarts": loop["restarts"], "first": loop["first"]}
-        self._move_history(doc)  # an older writer's copies into the journal first
         try:
             self.journal.replace_last(merged, limit)
         except OSError as exc:
@@ -270,9 +229,7 @@ class Store:
     def read_journal(self, doc: StateDoc | None = None) -> Read:
         """The journal as of `doc`, with the damaged lines it skipped (for `doctor`)."""
         doc = self.read() if doc is None else doc
-        if doc.legacy is not None:
-            return Read(list(doc.legacy), ())
-        return self.journal.read(doc.seq, doc.unsynced)
+        return self.journal.read(doc.seq)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

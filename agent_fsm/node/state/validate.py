@@ -231,8 +231,8 @@ def state_body(data: Mapping[str, Any], states: Collection[str] | None = None,
                triggers: Collection[str] | None = None,
                effects: Collection[str] | None = None) -> None:
     """The state file's body (schema and checksum already checked), but for what it keeps of
-    the history (`entries.journal_fields`, or an old file's list: `entries.history_list`).
-    A file from before counters were kept has none: `Store._upgraded` seeds them.
+    the history (`entries.journal_fields`). Counters may be absent (a store without count
+    rules writes none): `Store._upgraded` gives zeros.
 
     Of the machine's names, `state` must be one this reader knows (a later agent-fsm writes
     a state of the compatible core there: docs/state-files.md). A pending transition and the
