@@ -81,7 +81,7 @@ e2e: $(STAMP) node257
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -m e2e
 
 demo: $(STAMP)
-	$(VENV)/bin/agent-fsm demo
+	$(PY) -m agent_fsm_lab demo
 
 diagram: $(STAMP)
 	$(VENV)/bin/agent-fsm diagram --write

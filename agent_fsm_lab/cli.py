@@ -1,16 +1,24 @@
-"""`agent-fsm demo`: the lab's command, which the CLI finds in the entry point group `agent_fsm.commands`.
+"""The lab's command line: `python -m agent_fsm_lab demo` (what `make demo` runs).
 
-The runtime never imports the lab (a packed release carries only agent_fsm/), so the demo is a
-plugin: declared in pyproject.toml, there when the project is installed.
+Apart from agent-fsm's own CLI: a packed release carries only agent_fsm/, and nothing it runs
+as root can load the lab.
 """
 
 from __future__ import annotations
 
+import sys
+
+import typer
 from rich.table import Table
 
+from agent_fsm.cli.exits import guarded
 from agent_fsm.cli.render import out
 
+app = typer.Typer(name="agent-fsm-lab", add_completion=False, no_args_is_help=True,
+                  help="agent-fsm's lab: a node under a private systemd, for the demo.")
 
+
+@app.command()
 def demo() -> None:
     """Show the whole story in a private systemd: install 1.0.0, upgrade to a good 2.0.0, then
     to a 3.0.0 that crashes at start with broken assets, and watch it roll back.
@@ -18,7 +26,7 @@ def demo() -> None:
     Needs root, util-linux unshare/nsenter and systemd; touches nothing of the host outside its
     own directory under /var/lib/agent-fsm-e2e.
 
-    Example: sudo agent-fsm demo
+    Example: sudo make demo
     """
     from .demo import run as run_demo
 
@@ -40,3 +48,12 @@ def demo() -> None:
               + (f"{sig['from']} → {sig['to']}" if sig else "none (no upgrade pending)")
               + ", last result " + (f"{last['to']} {last['outcome'].replace('_', ' ')}"
                                     if last else "none"), markup=False)
+
+
+@app.callback()
+def _lab() -> None:
+    """agent-fsm's lab: a node under a private systemd, for the demo."""
+
+
+def main() -> None:
+    sys.exit(guarded(lambda: app(prog_name="python -m agent_fsm_lab")))

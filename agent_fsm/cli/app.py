@@ -2,15 +2,12 @@
 
 Nothing below this layer prints. Each command (commands/, one module each) calls down and renders
 the result with render.py, for people or as JSON; expected failures (every AgentFsmError) become
-one line on stderr and a documented exit code (exits.py), never a traceback. Commands declared in
-the entry point group `agent_fsm.commands` are added after the built-in ones (the lab's `demo`).
+one line on stderr and a documented exit code (exits.py), never a traceback.
 """
 
 from __future__ import annotations
 
 import sys
-from importlib.metadata import entry_points
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Annotated
 
@@ -33,8 +30,6 @@ from .commands import (
 )
 from .exits import EXIT_CODES, guarded
 from .options import Globals
-
-PLUGIN_GROUP = "agent_fsm.commands"
 
 app = typer.Typer(
     name="agent-fsm",
@@ -89,40 +84,7 @@ for _command in (status.status, history.history, diagram.diagram, metrics.metric
     app.command(epilog=EXIT_CODES)(_command)
 
 
-def _beside_us(module: str) -> bool:
-    """Whether `module` is installed beside this agent_fsm (the same directory of sys.path).
-
-    Not so for a packed release: it carries only agent_fsm/ and runs with the interpreter that
-    packed it, which may well see the project installed; those commands are not the release's.
-    """
-    spec = find_spec(module.partition(".")[0])
-    if spec is None or spec.origin is None:
-        return False
-    where = Path(spec.origin).resolve().parent
-    if spec.submodule_search_locations is not None:  # a package: origin is its __init__.py
-        where = where.parent
-    return where == Path(__file__).resolve().parents[2]
-
-
-def _add_plugins() -> None:
-    """Add the commands declared in the entry point group `agent_fsm.commands` by packages
-    installed beside this agent_fsm. One that does not load is left out, so that the built-in
-    commands always work; none replaces a built-in command."""
-    taken = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
-    taken |= {g.name for g in app.registered_groups if g.name}
-    for ep in entry_points(group=PLUGIN_GROUP):
-        if ep.name in taken or not _beside_us(ep.module):
-            continue
-        try:
-            command = ep.load()
-        except Exception:  # any failure of another package's import: leave its command out
-            continue
-        app.command(ep.name, epilog=EXIT_CODES)(command)
-        taken.add(ep.name)
-
-
 app.add_typer(release.app, name="release")
-_add_plugins()
 
 
 def main() -> None:

@@ -195,7 +195,7 @@ def _host(root: Path, bound: Bound) -> tuple[Host, Config]:
     return host, config
 
 
-# The agent unit's start limit as releases before issue 23 wrote it (StartLimitIntervalSec=0
+# The agent unit's start limit as units before 0.1.0 had it (StartLimitIntervalSec=0
 # since): held from such a release, it is what the way back to it runs through.
 OLDER_START_LIMIT = "StartLimitIntervalSec=300\nStartLimitBurst=${max_attempts}"
 

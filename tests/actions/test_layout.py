@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from agent_fsm.actions.releases.packing import pack
@@ -23,15 +21,3 @@ class TestLayout:
         assert "agent-upgrade.toml" in names
         assert not names & {"sandbox.py", "lab.py", "demo.py", "conftest.py"}
         assert not (lib / "agent_fsm" / "states").is_symlink()
-
-    def test_the_demo_is_a_command_of_the_checkout_not_of_a_release(self, tmp_path: Path) -> None:
-        """`agent-fsm demo` comes from the harness's plugin; a packed release has no such
-        command, so nothing it runs as root can load the harness."""
-        release = pack("1.0.0", tmp_path / "rel")
-        shipped = subprocess.run([str(release / "bin" / "agent-fsm"), "--help"],
-                                 capture_output=True, text=True, check=False, cwd=tmp_path)
-        here = subprocess.run([sys.executable, "-m", "agent_fsm", "--help"],
-                              capture_output=True, text=True, check=False, cwd=tmp_path)
-        assert shipped.returncode == here.returncode == 0, shipped.stderr + here.stderr
-        assert " demo " in here.stdout
-        assert " demo " not in shipped.stdout and " recover " in shipped.stdout

@@ -1,4 +1,4 @@
-"""`release prune`: never removes what the way back or an owed transition needs (issue 15)."""
+"""`release prune`: never removes what the way back or an owed transition needs."""
 
 from __future__ import annotations
 

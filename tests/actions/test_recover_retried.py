@@ -1,5 +1,5 @@
-"""`agent-fsm recover` as the recovery unit runs it is retried until the rollback is done
-(issue 22): it exits 0 when rolled back or when there is nothing to roll back, and otherwise,
+"""`agent-fsm recover` as the recovery unit runs it is retried until the rollback is done:
+it exits 0 when rolled back or when there is nothing to roll back, and otherwise,
 after a wait that grows with the unit's restarts, non-zero, for systemd's `Restart=on-failure`.
 A read-only state dir is one line naming the path and the fix, never a raw OSError."""
 

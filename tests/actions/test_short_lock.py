@@ -1,4 +1,4 @@
-"""The writers' lock is short (issue 22): `release add` copies, digests and checks a release
+"""The writers' lock is short: `release add` copies, digests and checks a release
 (the ABI probe of the node's python, a signature) and `release prune` deletes trees and runs
 `podman rmi` without it, taking it only to commit, so a transition of the way back never waits
 behind an operator's command for longer than a commit."""

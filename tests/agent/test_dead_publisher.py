@@ -1,4 +1,4 @@
-"""A dead publisher has a bounded way out (issue 22, case 6): once publishing a judged-ok result
+"""A dead publisher has a bounded way out: once publishing a judged-ok result
 has failed for `publish_give_up_seconds`, `complete_queued` queues it in the outbox, recorded as
 such, and the gate opens; a publisher that answers within the bound keeps `complete`'s order."""
 

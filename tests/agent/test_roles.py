@@ -1,5 +1,5 @@
-"""Only the last-good's code runs the way back, and a start is the restart it owed (issue 23,
-items 4 and 5): the daemon of a given release, on real files, with systemctl faked."""
+"""Only the last-good's code runs the way back, and a start is the restart it owed: the
+daemon of a given release, on real files, with systemctl faked."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ class TestTheCandidateNeverRunsTheWayBack:
         """The candidate's daemon killed inside `complete` after it cleared the signal (and the
         upgrade with it), or after it promoted itself to last-good: its next start still
         finishes `complete`, so the node converges on it instead of handing over to a recovery
-        that has nothing to do, for ever (found by the model check)."""
+        that has nothing to do, for ever."""
         world = _world(tmp_path)
         world.installed("1.0.0")
         world.upgrading("2.0.0")

@@ -191,7 +191,7 @@ class TestHelp:
         """The walk over the CLI finds the commands the README lists, release's included."""
         names = {" ".join(p) for p in command_paths()}
         assert {"status", "history", "diagram", "metrics", "install", "upgrade", "activate",
-                "recover", "daemon", "demo", "release", "release pack", "release add",
+                "recover", "daemon", "release", "release pack", "release add",
                 "release list", "release prune"} <= names
 
     @pytest.mark.parametrize("words", command_paths(), ids=" ".join)

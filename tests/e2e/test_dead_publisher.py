@@ -1,4 +1,4 @@
-"""A dead publisher's way out, and `status` reading the units (issue 22), in a private systemd 252.
+"""A dead publisher's way out, and `status` reading the units, in a private systemd 252.
 
 The first test upgrades to a good candidate with the Lab's publisher failing (`publish-fails`):
 the node must leave `judged_ok` within the documented bound (`publish_give_up_seconds` plus one

@@ -1,4 +1,5 @@
-"""`agent-fsm demo` (what `make demo` runs) works end to end and tells the story it promises."""
+"""The demo (`make demo`: `python -m agent_fsm_lab demo`) works end to end and tells the story it
+promises."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.e2e
 def test_demo_rolls_back_the_broken_upgrade(can_boot_sandbox: None) -> None:
     """The demo installs 1.0.0, upgrades to 2.0.0, survives the broken 3.0.0 and ends on 2.0.0
     with its assets byte for byte, its last line in words (no `None`, no `rolled_back`)."""
-    proc = subprocess.run([sys.executable, "-m", "agent_fsm", "demo"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "agent_fsm_lab", "demo"], capture_output=True,
                           text=True, timeout=300, check=False,
                           cwd=Path(__file__).resolve().parents[2],
                           env={**os.environ, "COLUMNS": "120"})

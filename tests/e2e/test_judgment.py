@@ -1,4 +1,4 @@
-"""The judgment and the way back as systemd runs them (issue 23, items 4 to 7), end to end in a
+"""The judgment and the way back as systemd runs them, end to end in a
 private systemd 252: only the last-good's code runs the way back, a start is the restart it owed,
 judgment on a monotonic clock (a wall-clock step preloaded into the agent unit only, never the
 host's clock), and a stop or a reboot during judgment is no verdict. Every wait is bounded.
@@ -216,7 +216,7 @@ def test_a_stop_or_a_reboot_during_judgment_is_no_verdict(
     assert len(starts) == 3, starts
 
 
-# HTTP checks (issue 24) ---------------------------------------------------------------------
+# HTTP checks -------------------------------------------------------------------------------
 # A release's workload: a tiny HTTP server answering /healthz with the status it is given.
 HEALTH_SERVER = """
 import http.server, sys

@@ -1,4 +1,4 @@
-"""Your agent's files in a release, end to end in a private systemd 252 (issue 24): packed with
+"""Your agent's files in a release, end to end in a private systemd 252: packed with
 `release pack --payload`, signed at pack or afterwards with `release sign`, added from a
 .tar.gz under `allowed_signers`, run from the store as the release's workload; a payload file
 changed after `add` is DAMAGED and refused, one changed after signing is refused at `add`."""

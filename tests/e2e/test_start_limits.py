@@ -104,7 +104,7 @@ def test_a_rollback_whose_reset_is_refused_on_a_unit_with_a_start_limit_still_co
     a burst of one start in 15 s) with `systemctl reset-failed` refused on the way back, systemd
     refuses the rollback's restart and leaves the unit failed: the recovery unit's `recover`
     fails and is tried again until the interval has passed, and the node converges on the
-    last-good, instead of staying failed in `recovering` (found by the model check)."""
+    last-good, instead of staying failed in `recovering`."""
     import threading
 
     from agent_fsm_lab.lab import installed

@@ -1,4 +1,4 @@
-"""The way back depends only on the last-good and the host (issue 15), end to end.
+"""The way back depends only on the last-good and the host, end to end.
 
 Once a candidate is judged failed, crashes or is abandoned, the path recovery unit -> recovery
 script -> last-good's `recover` -> restart -> last-good's daemon -> `recovered` must never wait

@@ -1,4 +1,4 @@
-"""The way back is live (issue 22), end to end: once the fault that stopped a rollback is gone,
+"""The way back is live, end to end: once the fault that stopped a rollback is gone,
 the node reaches the last-good converged with no command run by hand.
 
 Each test breaks the host while a failing candidate is judged, in a private systemd 252: the state

@@ -1,4 +1,4 @@
-"""The workload is a service of its own (issue 24), in a private systemd 252.
+"""The workload is a service of its own, in a private systemd 252.
 
 One node for the module: an agent whose release's workload is a shell script that writes what it
 sees (its user, directory, arguments after placeholder expansion, environment, what it may

@@ -1,4 +1,4 @@
-"""Host values cannot inject into what agent-fsm renders or runs (issue 9).
+"""Host values cannot inject into what agent-fsm renders or runs.
 
 Two oracles that are not ours: systemd's own unit parser, and `sh`.
 

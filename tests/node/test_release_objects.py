@@ -1,4 +1,4 @@
-"""The store keeps each byte once (issue 25): identical files of stored releases are one file,
+"""The store keeps each byte once: identical files of stored releases are one file,
 hard-linked; damage is reported where it is; prune frees what no release uses, nothing else."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Power loss and crashes at every file operation of `release add` and `release prune` in the
-store that keeps each byte once (issue 25): no half release, every stored release intact, and
+store that keeps each byte once: no half release, every stored release intact, and
 what the cut left (staging copies, trees taken out, objects no release links) freed by the next
 add or prune."""
 

@@ -1,4 +1,4 @@
-"""Disk faults on the way back (issue 22): ENOSPC, EIO or EROFS at any write, fsync, rename or
+"""Disk faults on the way back: ENOSPC, EIO or EROFS at any write, fsync, rename or
 symlink of a rollback (`recover`, then the last-good's `recovered`) is one error naming the path
 and the fix, or is let pass where the definition says the effect may fail; the disk is never
 left with a temporary file, and the next try (the recovery unit's, or the daemon's next start)

@@ -1,4 +1,4 @@
-"""The way back depends only on the last-good and the host (DESIGN §1, §5; issue 15 item 3):
+"""The way back depends only on the last-good and the host (DESIGN §1, §5):
 the last-good's rendered assets are kept in the state dir when it is promoted, and holding
 restores a missing asset from there, never from the candidate's release or templates."""
 

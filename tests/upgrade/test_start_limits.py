@@ -163,7 +163,7 @@ class TestStartCheck:
     def test_a_candidate_judged_ok_is_started_whatever_its_count(self, world: World) -> None:
         """A candidate judged ok whose `complete` a crash left owed, its starts used up on the
         way: its next start goes on (it only finishes `complete`), instead of being refused for
-        ever with a recovery that has nothing to roll back (found by the model check)."""
+        ever with a recovery that has nothing to roll back."""
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world.node.controller.fire("begin_upgrade", release="2.0.0")

@@ -1,4 +1,4 @@
-"""`status` and its next action read the units (issue 22): a failed agent unit, a failed
+"""`status` and its next action read the units: a failed agent unit, a failed
 recovery unit, a recovery retry pending and a state dir that cannot be written each have their
 own situation and commands; a systemctl that is missing, refuses or hangs leaves "unit state
 unknown" and a status that still answers. systemctl and journalctl are fakes at the process
@@ -273,7 +273,7 @@ class TestQueuedResult:
 
 
 class TestDoctor:
-    """`doctor` says what the units say, from the same reading as `status` (issue 22: while
+    """`doctor` says what the units say, from the same reading as `status` (while
     the way back cannot finish, status and doctor say what fails and what to do)."""
 
     def _units_now(self, w: World) -> Finding:

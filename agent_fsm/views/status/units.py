@@ -1,4 +1,4 @@
-"""What the units and the state dir say, for `status` and its next action (issue 22): the state
+"""What the units and the state dir say, for `status` and its next action: the state
 file alone cannot tell a candidate being judged from one whose unit has failed with the recovery
 unit failed too, nor a rollback that systemd is about to retry from one nothing retries.
 
