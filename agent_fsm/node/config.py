@@ -363,6 +363,7 @@ def to_table(config: Config) -> dict[str, Any]:
             "state_dir", "lib_dir", "unit_dir", "run_dir", "inhibitor_dir", "python")},
         "history_limit": config.history_limit,
         "publish_command": list(config.publish_command),
+        "publish_give_up_seconds": config.publish_give_up_seconds,
         "systemctl": list(config.systemctl),
         "podman": list(config.podman),
         "judgment": {"deadline_seconds": j.deadline_seconds, "soak_seconds": j.soak_seconds,
