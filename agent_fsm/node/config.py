@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -94,12 +95,30 @@ class Config(NamedTuple):
 WEEK = 7 * 86400
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
+def _text(value: Path | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _strings(values_: tuple[Any, ...]) -> list[str]:
+    return [str(v) for v in values_]
+
+
+def _argvs(table: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    return {name: list(argv) for name, argv in table.items()}
+
+
 class Setting(NamedTuple):
-    """One key of the config file: its name there (`section.field` inside a table) and the
-    check that turns its value into the record's. Its default is the record's."""
+    """One key of the config file: its name there (`section.field` inside a table), the check
+    that turns its value into the record's, and `dump`, which turns it back (in JSON's types;
+    None: not written). Its default is the record's."""
 
     key: str
     check: values.Check
+    dump: Callable[[Any], Any] = _same
 
     @property
     def section(self) -> str | None:
@@ -117,29 +136,29 @@ def _checks(source: Path, key: str, value: Any) -> tuple[Check, ...]:
 # Every key, in the order `parse` checks them; the records above hold their values and defaults.
 SETTINGS: tuple[Setting, ...] = (
     Setting("name", values.name),
-    *(Setting(key, values.path) for key in ("state_dir", "lib_dir", "unit_dir")),
-    Setting("run_dir", values.run_dir),
-    Setting("python", values.path),
-    Setting("allowed_signers", values.path),  # a file, named like the directories
-    Setting("inhibitor_dir", values.path),  # and apart from run_dir (`_RULES`)
+    *(Setting(key, values.path, str) for key in ("state_dir", "lib_dir", "unit_dir")),
+    Setting("run_dir", values.run_dir, str),
+    Setting("python", values.path, str),
+    Setting("allowed_signers", values.path, _text),  # a file, named like the directories
+    Setting("inhibitor_dir", values.path, str),  # and apart from run_dir (`_RULES`)
     Setting("history_limit", values.number(1, 100_000, integer=True)),
-    Setting("publish_command", values.argv),
+    Setting("publish_command", values.argv, list),
     Setting("publish_give_up_seconds", values.number(0, WEEK)),
-    Setting("systemctl", values.command),
-    Setting("podman", values.command),
-    Setting("bin_link", values.link),
+    Setting("systemctl", values.command, list),
+    Setting("podman", values.command, list),
+    Setting("bin_link", values.link, lambda link: "" if link is None else str(link)),
     Setting("judgment.deadline_seconds", values.number(0, WEEK)),
     Setting("judgment.soak_seconds", values.number(0, WEEK, zero_ok=True)),
     Setting("judgment.restart_seconds", values.number(0, 3600)),
     Setting("judgment.max_attempts", values.number(1, 100, integer=True)),
-    Setting("judgment.checks", _checks),
-    Setting("hooks.before", by_trigger),
-    Setting("hooks.after", by_trigger),
+    Setting("judgment.checks", _checks, checks_table),
+    Setting("hooks.before", by_trigger, _argvs),
+    Setting("hooks.after", by_trigger, _argvs),
     Setting("hooks.timeout_seconds", values.number(0, MAX_HOOK_TIMEOUT)),
     Setting("workload.user", values.account),
     Setting("workload.group", values.account),
-    Setting("workload.environment", values.environment),
-    Setting("workload.writable_paths", values.paths),
+    Setting("workload.environment", values.environment, dict),
+    Setting("workload.writable_paths", values.paths, _strings),
     Setting("workload.identifier", values.identifier),
 )
 # Each table's record, and whether its unknown keys are refused even on the way back (a hook
@@ -227,32 +246,13 @@ def check_source(source: Path) -> Path:
 def to_table(config: Config) -> dict[str, Any]:
     """Every setting of `config` as the TOML table `parse` reads back into it (its source and
     fallback aside), in JSON's types: what is kept with the last-good when it is promoted."""
-    j, hooks = config.judgment, config.hooks
-    table: dict[str, Any] = {
-        "name": config.name,
-        **{key: str(getattr(config, key)) for key in (
-            "state_dir", "lib_dir", "unit_dir", "run_dir", "inhibitor_dir", "python")},
-        "history_limit": config.history_limit,
-        "publish_command": list(config.publish_command),
-        "publish_give_up_seconds": config.publish_give_up_seconds,
-        "systemctl": list(config.systemctl),
-        "podman": list(config.podman),
-        "judgment": {"deadline_seconds": j.deadline_seconds, "soak_seconds": j.soak_seconds,
-                     "max_attempts": j.max_attempts, "checks": checks_table(j.checks),
-                     "restart_seconds": j.restart_seconds},
-        "hooks": {"before": {t: list(a) for t, a in hooks.before.items()},
-                  "after": {t: list(a) for t, a in hooks.after.items()},
-                  "timeout_seconds": hooks.timeout_seconds},
-    }
-    if config.allowed_signers is not None:
-        table["allowed_signers"] = str(config.allowed_signers)
-    table["bin_link"] = "" if config.bin_link is None else str(config.bin_link)
-    w = config.workload
-    table["workload"] = {
-        **{k: v for k, v in (("user", w.user), ("group", w.group), ("identifier", w.identifier))
-           if v is not None},
-        "environment": dict(w.environment),
-        "writable_paths": [str(p) for p in w.writable_paths]}
+    table: dict[str, Any] = {section: {} for section in _SECTIONS}
+    for setting in SETTINGS:
+        section = setting.section
+        value = setting.dump(getattr(config if section is None else getattr(config, section),
+                                     setting.field))
+        if value is not None:
+            (table if section is None else table[section])[setting.field] = value
     return table
 
 
