@@ -3,7 +3,7 @@
 The way back (`recover`, and the daemon on a signal's way back) reads it leniently (unknown keys
 logged and ignored) and, when it is wrong all the same, runs with the settings kept with the
 last-good when it was promoted (`to_table` writes them, `parse` reads them back; see
-`kept.way_back_config`): a `Fallback` in `Config.fallback` says so.
+`config_fallback`): a `Fallback` in `Config.fallback` says so.
 """
 
 from __future__ import annotations

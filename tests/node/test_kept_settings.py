@@ -20,6 +20,7 @@ from agent_fsm.node import config as config_mod
 from agent_fsm.node.assets import kept
 from agent_fsm.node.check_config import HttpCheck
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
+from agent_fsm.node.config_fallback import way_back_config
 from agent_fsm.node.hook_config import HookConfig
 from agent_fsm.node.state.document_file import Kind
 from tests.helpers import World, env_with_stub_systemctl, make_world, one_line
@@ -249,7 +250,7 @@ class TestKeptCurrent:
                            world.publisher, world.clock)
         world.upgrading("2.0.0")
         cfg.write_text(WRONG["not TOML"])
-        config = kept.way_back_config(cfg, world.root, quiet=True)
+        config = way_back_config(cfg, world.root, quiet=True)
         assert config.fallback is not None
         assert config.workload.user == "nobody"
 
