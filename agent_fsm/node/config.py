@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from ..errors import ConfigError
 from ..untrusted import control_character
 from . import config_values as values
-from .check_config import Check
+from .check_config import Check, HttpCheck
 from .check_config import parse as parse_checks
 from .check_config import to_table as checks_table
 from .hook_config import MAX_TIMEOUT as MAX_HOOK_TIMEOUT
@@ -111,14 +111,32 @@ def _argvs(table: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
     return {name: list(argv) for name, argv in table.items()}
 
 
+def _one(argv: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    return (argv,)
+
+
+def _commands(checks: tuple[Check, ...]) -> tuple[tuple[str, ...], ...]:
+    return tuple(c for c in checks if not isinstance(c, HttpCheck))
+
+
+def _hooks(table: Mapping[str, tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
+    return tuple(table.values())
+
+
+Argvs = Callable[[Any], tuple[tuple[str, ...], ...]]
+
+
 class Setting(NamedTuple):
     """One key of the config file: its name there (`section.field` inside a table), the check
     that turns its value into the record's, and `dump`, which turns it back (in JSON's types;
-    None: not written). Its default is the record's."""
+    None: not written). `runs`: the commands (argv) it has root run; `each`: what names the
+    entries of a table of them. Its default is the record's."""
 
     key: str
     check: values.Check
     dump: Callable[[Any], Any] = _same
+    runs: Argvs | None = None
+    each: str | None = None
 
     @property
     def section(self) -> str | None:
@@ -127,6 +145,13 @@ class Setting(NamedTuple):
     @property
     def field(self) -> str:
         return self.key.rpartition(".")[2]
+
+    @property
+    def shown(self) -> str:
+        """Its name in docs/configuration.md: `name`, `[judgment] checks`, `[hooks.after] TRIGGER`."""
+        if self.section is None:
+            return self.key
+        return f"[{self.key}] {self.each}" if self.each else f"[{self.section}] {self.field}"
 
 
 def _checks(source: Path, key: str, value: Any) -> tuple[Check, ...]:
@@ -142,18 +167,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("allowed_signers", values.path, _text),  # a file, named like the directories
     Setting("inhibitor_dir", values.path, str),  # and apart from run_dir (`_RULES`)
     Setting("history_limit", values.number(1, 100_000, integer=True)),
-    Setting("publish_command", values.argv, list),
+    Setting("publish_command", values.argv, list, runs=_one),
     Setting("publish_give_up_seconds", values.number(0, WEEK)),
-    Setting("systemctl", values.command, list),
-    Setting("podman", values.command, list),
+    Setting("systemctl", values.command, list, runs=_one),
+    Setting("podman", values.command, list, runs=_one),
     Setting("bin_link", values.link, lambda link: "" if link is None else str(link)),
     Setting("judgment.deadline_seconds", values.number(0, WEEK)),
     Setting("judgment.soak_seconds", values.number(0, WEEK, zero_ok=True)),
     Setting("judgment.restart_seconds", values.number(0, 3600)),
     Setting("judgment.max_attempts", values.number(1, 100, integer=True)),
-    Setting("judgment.checks", _checks, checks_table),
-    Setting("hooks.before", by_trigger, _argvs),
-    Setting("hooks.after", by_trigger, _argvs),
+    Setting("judgment.checks", _checks, checks_table, runs=_commands),
+    Setting("hooks.before", by_trigger, _argvs, runs=_hooks, each="TRIGGER"),
+    Setting("hooks.after", by_trigger, _argvs, runs=_hooks, each="TRIGGER"),
     Setting("hooks.timeout_seconds", values.number(0, MAX_HOOK_TIMEOUT)),
     Setting("workload.user", values.account),
     Setting("workload.group", values.account),
@@ -243,17 +268,35 @@ def check_source(source: Path) -> Path:
     return source
 
 
+def _value(config: Config, setting: Setting) -> Any:
+    section = setting.section
+    return getattr(config if section is None else getattr(config, section), setting.field)
+
+
 def to_table(config: Config) -> dict[str, Any]:
     """Every setting of `config` as the TOML table `parse` reads back into it (its source and
     fallback aside), in JSON's types: what is kept with the last-good when it is promoted."""
     table: dict[str, Any] = {section: {} for section in _SECTIONS}
     for setting in SETTINGS:
-        section = setting.section
-        value = setting.dump(getattr(config if section is None else getattr(config, section),
-                                     setting.field))
+        value = setting.dump(_value(config, setting))
         if value is not None:
+            section = setting.section
             (table if section is None else table[section])[setting.field] = value
     return table
+
+
+def commands(config: Config) -> tuple[tuple[str, ...], ...]:
+    """Every command (argv) the config has root run: checks, hooks, the argv prefixes."""
+    return tuple(argv for s in SETTINGS if s.runs is not None for argv in s.runs(_value(config, s)))
+
+
+def keys_text() -> str:
+    """The keys of the file, table by table, in one paragraph (`--help`)."""
+    parts = [", ".join(s.key for s in SETTINGS if s.section is None)]
+    for section in _SECTIONS:
+        parts.append(f"[{section}] " + ", ".join(s.field for s in SETTINGS
+                                                   if s.section == section))
+    return "; ".join(parts)
 
 
 def source_of(path: Path | None, root: Path | None = None) -> tuple[Path, bool]:

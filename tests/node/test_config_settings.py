@@ -6,6 +6,8 @@ from __future__ import annotations
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
 from agent_fsm.node.hook_config import HookConfig
+from agent_fsm.views.doctor import config_modes
+from tests.node.test_kept_settings import every_setting_off_its_default
 
 TABLES = {"judgment": Judgment, "hooks": HookConfig, "workload": WorkloadConfig}
 
@@ -19,3 +21,13 @@ class TestSettings:
         fields |= {f"{table}.{f}" for table, record in TABLES.items() for f in record._fields}
         assert declared == fields
         assert len(config_mod.SETTINGS) == len(declared)
+
+
+class TestDoctor:
+    def test_doctor_checks_every_program_the_config_has_root_run(self) -> None:
+        """`doctor` checks the modes of every program a setting names by absolute path: the
+        checks', the hooks', the publish command's, systemctl's and podman's."""
+        off = every_setting_off_its_default()
+        assert config_modes.programs(off) == sorted({
+            "/bin/true", "/usr/local/sbin/drain", "/usr/local/sbin/undrain", "/usr/bin/publish",
+            "/usr/bin/systemctl", "/usr/bin/podman"})

@@ -67,10 +67,10 @@ class TestKept:
         assert config_mod.parse(copy.settings, Path("kept")) == SETTINGS._replace(
             source=Path("kept"))
 
-    def test_every_setting_off_its_default_reads_back(self, tmp_path: Path) -> None:
+    def testevery_setting_off_its_default_reads_back(self, tmp_path: Path) -> None:
         """Every setting the operator may write, each off its default, is kept with the
         last-good and reads back as it was: the way back never runs with a default instead."""
-        off = _every_setting_off_its_default()
+        off = every_setting_off_its_default()
         world = make_world(tmp_path / "root", off).installed("1.0.0")
         copy = kept.read(world.paths.last_good_assets)
         assert copy is not None and copy.settings is not None
@@ -85,8 +85,9 @@ class TestKept:
         assert copy is not None and copy.settings is None and copy.fits(world.paths)
 
 
-def _every_setting_off_its_default() -> Config:
-    """A config whose every setting differs from its default (checked, field by field)."""
+def every_setting_off_its_default() -> Config:
+    """A config whose every setting differs from its default (checked, field by field), each
+    command it names a program of its own."""
     off = Config(
         name="agent", state_dir=Path("/srv/agent"), lib_dir=Path("/srv/lib"),
         unit_dir=Path("/srv/units"), run_dir=Path("/run/agent"), inhibitor_dir=Path("/run/inh"),
@@ -97,8 +98,9 @@ def _every_setting_off_its_default() -> Config:
         judgment=Judgment(deadline_seconds=60.0, soak_seconds=0.0, max_attempts=5,
                           checks=(("/bin/true",), HttpCheck("http://127.0.0.1:8080/h", 204, 2.0)),
                           restart_seconds=0.5),
-        hooks=HookConfig(before={"begin_upgrade": ("/bin/true",)},
-                         after={"recovered": ("/bin/true", "-x")}, timeout_seconds=9.0),
+        hooks=HookConfig(before={"begin_upgrade": ("/usr/local/sbin/drain",)},
+                         after={"recovered": ("/usr/local/sbin/undrain", "-x")},
+                         timeout_seconds=9.0),
         workload=WorkloadConfig(user="nobody", group=65534, environment=(("A", "b"),),
                                 writable_paths=(Path("/srv/data"),), identifier="agent-work"))
     for record, default in ((off, Config()), (off.judgment, Judgment()), (off.hooks, HookConfig()),
