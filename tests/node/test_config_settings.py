@@ -3,11 +3,21 @@ key of the file, and every key is a value of the records."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
 from agent_fsm.node.hook_config import HookConfig
 from agent_fsm.views.doctor import config_modes
 from tests.node.test_kept_settings import every_setting_off_its_default
+
+REPO = Path(__file__).resolve().parents[2]
 
 TABLES = {"judgment": Judgment, "hooks": HookConfig, "workload": WorkloadConfig}
 
@@ -21,6 +31,57 @@ class TestSettings:
         fields |= {f"{table}.{f}" for table, record in TABLES.items() for f in record._fields}
         assert declared == fields
         assert len(config_mod.SETTINGS) == len(declared)
+
+
+def _documented() -> dict[str, str]:
+    """docs/configuration.md's list of keys: each key's name there and its default cell."""
+    lines = (REPO / "docs" / "configuration.md").read_text().splitlines()
+    start = lines.index("| key | default | meaning |") + 2
+    rows = {}
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        key, default = (cell.strip() for cell in line.split("|")[1:3])
+        rows[key.replace("`", "")] = default
+    return rows
+
+
+def _literal(value: Any) -> str:
+    """A default as the docs write it: TOML's words, whole numbers without a point, paths bare."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return json.dumps(value) if not isinstance(value, str) or not value.startswith("/") else value
+
+
+class TestDocs:
+    def test_the_docs_list_every_key_and_no_other(self) -> None:
+        """docs/configuration.md's key list is the table's: a key added to the table and not
+        to the docs (or left in the docs once gone) fails here."""
+        assert sorted(_documented()) == sorted(s.shown for s in config_mod.SETTINGS)
+
+    def test_the_defaults_the_docs_write_as_values_are_the_defaults(self) -> None:
+        """Where the docs give a default as a value (`200`, `["systemctl"]`), it is the one a
+        config without that key gets."""
+        documented, defaults = _documented(), config_mod.to_table(Config())
+        checked = 0
+        for setting in config_mod.SETTINGS:
+            cell = documented[setting.shown]
+            if cell.count("`") == 2 and cell.startswith("`") and cell.endswith("`"):
+                table = defaults if setting.section is None else defaults[setting.section]
+                default = table[setting.field]
+                assert cell.strip("`") == _literal(default), setting.key
+                checked += 1
+        assert checked >= 15
+
+    def test_help_names_every_key(self) -> None:
+        """`agent-fsm --help` names every key of the config file, table by table."""
+        proc = subprocess.run([sys.executable, "-m", "agent_fsm", "--help"], capture_output=True,
+                              text=True, timeout=60, check=True, env={**os.environ, "COLUMNS": "200"})
+        text = " ".join(proc.stdout.split())
+        for setting in config_mod.SETTINGS:
+            assert re.search(rf"\b{re.escape(setting.field)}\b", text), setting.key
+        for section in TABLES:
+            assert f"[{section}]" in text
 
 
 class TestDoctor:
