@@ -130,13 +130,15 @@ class Setting(NamedTuple):
     """One key of the config file: its name there (`section.field` inside a table), the check
     that turns its value into the record's, and `dump`, which turns it back (in JSON's types;
     None: not written). `runs`: the commands (argv) it has root run; `each`: what names the
-    entries of a table of them. Its default is the record's."""
+    entries of a table of them; `against`: a check of its value against the table's keys read
+    before it. Its default is the record's."""
 
     key: str
     check: values.Check
     dump: Callable[[Any], Any] = _same
     runs: Argvs | None = None
     each: str | None = None
+    against: Callable[[Path, Any, Mapping[str, Any]], None] | None = None
 
     @property
     def section(self) -> str | None:
@@ -158,6 +160,10 @@ def _checks(source: Path, key: str, value: Any) -> tuple[Check, ...]:
     return parse_checks(source, value)
 
 
+def _apart(source: Path, where: Path, read: Mapping[str, Any]) -> None:
+    values.apart(source, "inhibitor_dir", where, read.get("run_dir", Config().run_dir))
+
+
 # Every key, in the order `parse` checks them; the records above hold their values and defaults.
 SETTINGS: tuple[Setting, ...] = (
     Setting("name", values.name),
@@ -165,7 +171,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("run_dir", values.run_dir, str),
     Setting("python", values.path, str),
     Setting("allowed_signers", values.path, _text),  # a file, named like the directories
-    Setting("inhibitor_dir", values.path, str),  # and apart from run_dir (`_RULES`)
+    Setting("inhibitor_dir", values.path, str, against=_apart),
     Setting("history_limit", values.number(1, 100_000, integer=True)),
     Setting("publish_command", values.argv, list, runs=_one),
     Setting("publish_give_up_seconds", values.number(0, WEEK)),
@@ -196,15 +202,6 @@ def _keys(section: str | None) -> frozenset[str]:
     """The keys a table may hold: its settings' (and, at the top, the tables')."""
     keys = {s.field for s in SETTINGS if s.section == section}
     return frozenset(keys | set(_SECTIONS) if section is None else keys)
-
-
-def _apart(source: Path, config: Config) -> None:
-    """`inhibitor_dir` lies below /run and apart from `run_dir`."""
-    values.inhibitor_dir(source, "inhibitor_dir", str(config.inhibitor_dir), config.run_dir)
-
-
-# Checks of a key against others, run when the file sets that key.
-_RULES = {"inhibitor_dir": _apart}
 
 
 def _check_keys(source: Path, table: dict[str, Any], known: frozenset[str], where: str,
@@ -247,14 +244,13 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
                 tables[section] = {}
             into = tables[section]
         if setting.field in table:
-            into[setting.field] = setting.check(source, setting.key, table[setting.field])
+            value = setting.check(source, setting.key, table[setting.field])
+            if setting.against is not None:
+                setting.against(source, value, into)
+            into[setting.field] = value
     for section, fields in tables.items():
         top[section] = _SECTIONS[section][0](**fields)
-    config = Config(**top)
-    for key, rule in _RULES.items():
-        if key in data:
-            rule(source, config)
-    return config
+    return Config(**top)
 
 
 def check_source(source: Path) -> Path:

@@ -109,14 +109,12 @@ def run_dir(source: Path, key: str, value: Any) -> Path:
     return where
 
 
-def inhibitor_dir(source: Path, key: str, value: Any, gate_dir: Path) -> Path:
-    """A directory below /run, apart from the gate's (`run_dir`)."""
-    where = path(source, key, value)
+def apart(source: Path, key: str, where: Path, gate_dir: Path) -> None:
+    """An inhibitor directory lies below /run, apart from the gate's (`run_dir`)."""
     if Path("/run") not in where.parents or where == gate_dir \
             or gate_dir in where.parents or where in gate_dir.parents:
         raise bad(source, key, str(where), "a directory below /run (a tmpfs: inhibitors end at "
                   "boot), apart from run_dir (removed when the agent stops)")
-    return where
 
 
 def link(source: Path, key: str, value: Any) -> Path | None:
