@@ -1,5 +1,9 @@
 """The host's configuration: a TOML file, every key checked, unknown keys refused.
 
+Each key is declared once, in `SETTINGS`: how it is checked, how it is kept (`to_table`), the
+commands it has root run (`doctor`), and its name in `--help` and docs/configuration.md (a test
+holds the docs to the table). The records below hold the values and their defaults.
+
 The way back (`recover`, and the daemon on a signal's way back) reads it leniently (unknown keys
 logged and ignored) and, when it is wrong all the same, runs with the settings kept with the
 last-good when it was promoted (`to_table` writes them, `parse` reads them back; see
@@ -192,8 +196,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("workload.writable_paths", values.paths, _strings),
     Setting("workload.identifier", values.identifier),
 )
-# Each table's record, and whether its unknown keys are refused even on the way back (a hook
-# the last-good does not know could be one that must run).
+# Each table's record, and whether its unknown keys are refused even where the file is read
+# leniently (those of [hooks] are).
 _SECTIONS: dict[str, tuple[type[Any], bool]] = {
     "judgment": (Judgment, False), "hooks": (HookConfig, True), "workload": (WorkloadConfig, False)}
 
