@@ -46,6 +46,26 @@ def _documented() -> dict[str, str]:
     return rows
 
 
+def _when_each_takes_effect() -> set[str]:
+    """The keys of docs/configuration.md's "When a change takes effect" table, as SETTINGS names
+    them: a bare name after `[table] key` in a cell is a key of that table."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    rows = text.split("| key | a change takes effect |", 1)[1].split("\n\n", 1)[0]
+    keys = set()
+    for line in rows.splitlines()[2:]:
+        table = None
+        for item in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            named = re.fullmatch(r"\[([a-z_.]+)\](?: (\w+))?", item)
+            if named is None:
+                keys.add(item if table is None else f"{table}.{item}")
+            elif named[2] is None:
+                keys.add(named[1])
+            else:
+                table = named[1]
+                keys.add(f"{table}.{named[2]}")
+    return keys
+
+
 def _literal(value: Any) -> str:
     """A default as the docs write it: TOML's words, whole numbers without a point, paths bare."""
     if isinstance(value, float) and value.is_integer():
@@ -58,6 +78,10 @@ class TestDocs:
         """docs/configuration.md's key list is the table's: a key added to the table and not
         to the docs (or left in the docs once gone) fails here."""
         assert sorted(_documented()) == sorted(s.shown for s in config_mod.SETTINGS)
+
+    def test_the_docs_say_when_each_key_takes_effect(self) -> None:
+        """docs/configuration.md says when a change of each key takes effect, and of no other."""
+        assert sorted(_when_each_takes_effect()) == sorted(s.key for s in config_mod.SETTINGS)
 
     def test_the_defaults_the_docs_write_as_values_are_the_defaults(self) -> None:
         """Where the docs give a default as a value (`200`, `["systemctl"]`), it is the one a
