@@ -135,7 +135,7 @@ class Setting(NamedTuple):
     that turns its value into the record's, and `dump`, which turns it back (in JSON's types;
     None: not written). `runs`: the commands (argv) it has root run; `each`: what names the
     entries of a table of them; `against`: a check of its value against the table's keys read
-    before it. Its default is the record's."""
+    before it; `own`: it is one of agent-fsm's directories. Its default is the record's."""
 
     key: str
     check: values.Check
@@ -143,6 +143,7 @@ class Setting(NamedTuple):
     runs: Argvs | None = None
     each: str | None = None
     against: Callable[[Path, Any, Mapping[str, Any]], None] | None = None
+    own: bool = False
 
     @property
     def section(self) -> str | None:
@@ -171,8 +172,8 @@ def _apart(source: Path, where: Path, read: Mapping[str, Any]) -> None:
 # Every key, in the order `parse` checks them; the records above hold their values and defaults.
 SETTINGS: tuple[Setting, ...] = (
     Setting("name", values.name),
-    *(Setting(key, values.path, str) for key in ("state_dir", "lib_dir", "unit_dir")),
-    Setting("run_dir", values.run_dir, str),
+    *(Setting(key, values.path, str, own=True) for key in ("state_dir", "lib_dir", "unit_dir")),
+    Setting("run_dir", values.run_dir, str, own=True),
     Setting("python", values.path, str),
     Setting("allowed_signers", values.path, _text),  # a file, named like the directories
     Setting("inhibitor_dir", values.path, str, against=_apart),
@@ -288,6 +289,12 @@ def to_table(config: Config) -> dict[str, Any]:
 def commands(config: Config) -> tuple[tuple[str, ...], ...]:
     """Every command (argv) the config has root run: checks, hooks, the argv prefixes."""
     return tuple(argv for s in SETTINGS if s.runs is not None for argv in s.runs(_value(config, s)))
+
+
+def own_directories(config: Config) -> tuple[tuple[str, Path], ...]:
+    """agent-fsm's directories (the state dir, the recovery script's, the units', the gate's),
+    each with its key: a workload sees them read-only, and no other file goes there."""
+    return tuple((s.key, _value(config, s)) for s in SETTINGS if s.own)
 
 
 def keys_text() -> str:

@@ -11,10 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
 from agent_fsm.node.hook_config import HookConfig
 from agent_fsm.views.doctor import config_modes
+from agent_fsm.views.doctor.checks import doctor
+from tests.helpers import make_world
 from tests.node.test_kept_settings import every_setting_off_its_default
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,3 +120,18 @@ class TestDoctor:
         assert config_modes.programs(off) == sorted({
             "/bin/true", "/usr/local/sbin/drain", "/usr/local/sbin/undrain", "/usr/bin/publish",
             "/usr/bin/systemctl", "/usr/bin/podman"})
+
+    @pytest.mark.parametrize("key", ["state_dir", "lib_dir", "unit_dir", "run_dir"])
+    def test_doctor_warns_of_a_writable_path_in_each_of_agent_fsms_directories(
+            self, tmp_path: Path, key: str) -> None:
+        """A `writable_paths` entry inside one of agent-fsm's directories draws doctor's warning
+        that the workload sees it read-only all the same."""
+        inside = getattr(Config(), key) / "data"
+        cfg = tmp_path / "config.toml"
+        cfg.write_text(f'name = "agent"\n[workload]\nuser = "nobody"\nwritable_paths = ["{inside}"]\n')
+        world = make_world(tmp_path / "root", config_mod.load(cfg))
+        release = world.add_release("1.0.0")
+        (release / "release.toml").write_text('version = "1.0.0"\nworkload = ["/bin/myagent"]\n')
+        world.installed("1.0.0")
+        found = [f.detail for f in doctor(world.node, check_systemd=False) if f.check == "workload"]
+        assert any(f"writable path {inside} is inside agent-fsm's" in d for d in found), found
