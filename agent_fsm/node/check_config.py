@@ -8,13 +8,12 @@ passes when a GET of URL answers `status` within its timeout (run in-process by
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import ConfigError
 from ..untrusted import control_character
-from .config_values import bad
+from .config_values import bad, number
 from .hook_config import absolute_argv
 
 DEFAULT_STATUS = 200
@@ -22,6 +21,7 @@ DEFAULT_TIMEOUT = 5.0
 MAX_TIMEOUT = 3600.0  # an hour; the judgment's deadline bounds a check's run anyway
 MAX_URL = 2048
 _HTTP_KEYS = ("http", "status", "timeout_seconds")
+_TIMEOUT = number(0, MAX_TIMEOUT)
 
 
 class HttpCheck(NamedTuple):
@@ -72,12 +72,9 @@ def _http(source: Path, key: str, table: dict[str, Any]) -> HttpCheck:
     status = table.get("status", DEFAULT_STATUS)
     if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
         raise bad(source, f"{key}.status", status, "an HTTP status code from 100 to 599")
-    timeout = table.get("timeout_seconds", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
-            or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT:
-        raise bad(source, f"{key}.timeout_seconds", timeout,
-                  f"a finite number above 0, at most {MAX_TIMEOUT:g}")
-    return HttpCheck(url, status, float(timeout))
+    timeout = _TIMEOUT(source, f"{key}.timeout_seconds", table.get("timeout_seconds",
+                                                                  DEFAULT_TIMEOUT))
+    return HttpCheck(url, status, timeout)
 
 
 def parse(source: Path, checks: Any) -> tuple[Check, ...]:
