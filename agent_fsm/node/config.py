@@ -293,7 +293,7 @@ def commands(config: Config) -> tuple[tuple[str, ...], ...]:
 
 def own_directories(config: Config) -> tuple[tuple[str, Path], ...]:
     """agent-fsm's directories (the state dir, the recovery script's, the units', the gate's),
-    each with its key: a workload sees them read-only, and no other file goes there."""
+    each with its key: a workload sees them read-only, and `metrics --output` refuses them."""
     return tuple((s.key, _value(config, s)) for s in SETTINGS if s.own)
 
 
