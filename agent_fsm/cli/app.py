@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
+from ..node.config import keys_text
 from .commands import (
     activate,
     daemon,
@@ -68,7 +69,8 @@ def main_options(
     ctx: typer.Context,
     config: Annotated[Path | None, typer.Option(
         "--config", metavar="FILE", help="Config file (TOML). Default: $AGENT_FSM_CONFIG, then "
-        "/etc/agent-fsm/config.toml.", show_default=False)] = None,
+        f"/etc/agent-fsm/config.toml. Its keys: {keys_text()} (docs/configuration.md).",
+        show_default=False)] = None,
     root: Annotated[Path | None, typer.Option(
         "--root", metavar="DIR", help="Write everything below DIR; unit contents keep host paths.",
         show_default=False)] = None,

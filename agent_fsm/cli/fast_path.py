@@ -36,7 +36,7 @@ def run_daemon(opts: Globals) -> int:
     from ..agent.daemon import main as daemon_main
     from ..agent.runtime import setup_logging
     from ..errors import ConfigError
-    from ..node.assets.kept import tell_fallback
+    from ..node.config_fallback import tell_fallback
     from ..upgrade.roles import Command
 
     setup_logging()  # with journald's priorities from the first line: the config's warnings too
@@ -63,7 +63,7 @@ def run_recover(opts: Globals) -> int:
     recovery unit, after a growing wait (`operations.retry_delay`), so that systemd's
     `Restart=on-failure` tries again until it succeeds."""
     from ..actions.operations import recover
-    from ..node.assets.kept import tell_fallback
+    from ..node.config_fallback import tell_fallback
     from ..node.state.reasons import RECOVERY_ENV
     from ..upgrade.roles import Command
 

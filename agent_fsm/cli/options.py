@@ -39,7 +39,7 @@ class Globals(NamedTuple):
 
         role = Command.operator if command is None else command
         if way_back:
-            from ..node.assets.kept import way_back_config
+            from ..node.config_fallback import way_back_config
 
             node = open_node(way_back_config(self.config, self.root), self.root, command=role)
         else:
@@ -61,13 +61,13 @@ class Globals(NamedTuple):
         from ..wiring import open_reader
 
         if way_back:
-            from ..node.assets.kept import way_back_config
+            from ..node.config_fallback import way_back_config
 
             return open_reader(way_back_config(self.config, self.root), self.root)
         try:
             config = config_mod.load(self.config, self.root)
         except ConfigError:
-            from ..node.assets.kept import way_back_config
+            from ..node.config_fallback import way_back_config
 
             config = way_back_config(self.config, self.root, quiet=True)
             if config.fallback is None:  # the file is wrong only for operators (unknown keys)

@@ -8,12 +8,12 @@ passes when a GET of URL answers `status` within its timeout (run in-process by
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import ConfigError
 from ..untrusted import control_character
+from .config_values import bad, number
 from .hook_config import absolute_argv
 
 DEFAULT_STATUS = 200
@@ -21,6 +21,7 @@ DEFAULT_TIMEOUT = 5.0
 MAX_TIMEOUT = 3600.0  # an hour; the judgment's deadline bounds a check's run anyway
 MAX_URL = 2048
 _HTTP_KEYS = ("http", "status", "timeout_seconds")
+_TIMEOUT = number(0, MAX_TIMEOUT)
 
 
 class HttpCheck(NamedTuple):
@@ -39,27 +40,21 @@ class HttpCheck(NamedTuple):
 Check = tuple[str, ...] | HttpCheck
 
 
-def _bad(source: Path, key: str, value: Any, expected: str) -> ConfigError:
-    text = repr(value)
-    text = text if len(text) <= 200 else text[:197] + "..."
-    return ConfigError(f"config {source}: `{key}` is {text}; expected {expected}")
-
-
 def _url(source: Path, key: str, value: Any) -> str:
     expected = ('an http:// or https:// URL with a host, e.g. "http://127.0.0.1:8080/healthz"')
     if not isinstance(value, str) or not value.lower().startswith(("http://", "https://")) \
             or len(value) > MAX_URL or control_character(value) is not None \
             or any(ch.isspace() for ch in value):
-        raise _bad(source, key, value, expected)
+        raise bad(source, key, value, expected)
     from urllib.parse import urlsplit  # here: only a config with an HTTP check needs it
 
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError for a port that is not one
     except ValueError:
-        raise _bad(source, key, value, expected) from None
+        raise bad(source, key, value, expected) from None
     if not parts.hostname:
-        raise _bad(source, key, value, expected)
+        raise bad(source, key, value, expected)
     return value
 
 
@@ -76,20 +71,17 @@ def _http(source: Path, key: str, table: dict[str, Any]) -> HttpCheck:
     url = _url(source, f"{key}.http", table["http"])
     status = table.get("status", DEFAULT_STATUS)
     if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
-        raise _bad(source, f"{key}.status", status, "an HTTP status code from 100 to 599")
-    timeout = table.get("timeout_seconds", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
-            or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT:
-        raise _bad(source, f"{key}.timeout_seconds", timeout,
-                   f"a finite number above 0, at most {MAX_TIMEOUT:g}")
-    return HttpCheck(url, status, float(timeout))
+        raise bad(source, f"{key}.status", status, "an HTTP status code from 100 to 599")
+    timeout = _TIMEOUT(source, f"{key}.timeout_seconds", table.get("timeout_seconds",
+                                                                  DEFAULT_TIMEOUT))
+    return HttpCheck(url, status, timeout)
 
 
 def parse(source: Path, checks: Any) -> tuple[Check, ...]:
     """Check `[judgment] checks`: a list of argv lists and HTTP check tables."""
     if not isinstance(checks, list):
-        raise _bad(source, "judgment.checks", checks, "a list of argv lists and HTTP check "
-                   "tables")
+        raise bad(source, "judgment.checks", checks, "a list of argv lists and HTTP check "
+                  "tables")
     out: list[Check] = []
     for i, item in enumerate(checks):
         key = f"judgment.checks[{i}]"

@@ -1,28 +1,32 @@
 """The host's configuration: a TOML file, every key checked, unknown keys refused.
 
+Each key is declared once, in `SETTINGS`: how it is checked, how it is kept (`to_table`), the
+commands it has root run (`doctor`), and its name in `--help` and docs/configuration.md (a test
+holds the docs to the table). The records below hold the values and their defaults.
+
 The way back (`recover`, and the daemon on a signal's way back) reads it leniently (unknown keys
 logged and ignored) and, when it is wrong all the same, runs with the settings kept with the
 last-good when it was promoted (`to_table` writes them, `parse` reads them back; see
-`kept.way_back_config`): a `Fallback` in `Config.fallback` says so.
+`config_fallback`): a `Fallback` in `Config.fallback` says so.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import ConfigError
 from ..untrusted import control_character
-from .check_config import Check
+from . import config_values as values
+from .check_config import Check, HttpCheck
 from .check_config import parse as parse_checks
 from .check_config import to_table as checks_table
-from .hook_config import HookConfig
-from .hook_config import parse as parse_hooks
+from .hook_config import MAX_TIMEOUT as MAX_HOOK_TIMEOUT
+from .hook_config import HookConfig, by_trigger
 
 DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")
 CONFIG_ENV = "AGENT_FSM_CONFIG"
@@ -90,80 +94,124 @@ class Config(NamedTuple):
     fallback: Fallback | None = None  # the way back's: the live file is wrong, these are kept
 
 
-_TOP_KEYS = {
-    "name": str,
-    "state_dir": Path,
-    "lib_dir": Path,
-    "unit_dir": Path,
-    "run_dir": Path,
-    "inhibitor_dir": Path,
-    "python": Path,
-    "allowed_signers": Path,
-    "history_limit": int,
-    "publish_command": list,
-    "publish_give_up_seconds": float,
-    "systemctl": list,
-    "podman": list,
-    "bin_link": str,
-    "judgment": dict,
-    "hooks": dict,
-    "workload": dict,
-}
 # What systemd and the agent can take. A week bounds a judgment (and TimeoutStartSec=, which
 # is deadline + soak + 10 whole seconds); StartLimitBurst= is max_attempts.
 WEEK = 7 * 86400
-BOUNDS: dict[str, tuple[float, float]] = {  # key: (lowest, highest); only soak may be 0
-    "history_limit": (1, 100_000),
-    "publish_give_up_seconds": (0, WEEK),
-    "judgment.deadline_seconds": (0, WEEK),
-    "judgment.soak_seconds": (0, WEEK),
-    "judgment.max_attempts": (1, 100),
-    "judgment.restart_seconds": (0, 3600),
-}
-# A unit name's prefix (systemd.unit(5) "DESCRIPTION": ASCII letters, digits, ":", "-", "_",
-# "." and a backslash), less three: no backslash (systemd's escape character) and no ":" (which
-# `systemd-analyze verify` cannot take in a unit file's name); none leading "-" (it would read as
-# an option) or "." (a hidden file).
-NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-# Directories are written into ReadWritePaths=, RuntimeDirectory= and an ExecStart= executable
-# (see `quoting.unit_path`): none of these characters can be expressed there.
-_NOT_IN_DIRS = "\"'\\$"
-MAX_PATH_BYTES = 1024
-
-_WORKLOAD_KEYS = {
-    "user": str,
-    "group": str,
-    "environment": dict,
-    "writable_paths": list,
-    "identifier": str,
-}
-# A user or group name as useradd(8) takes it (and systemd's User=): no ':', no whitespace.
-ACCOUNT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# What agent-fsm sets itself: the host's table may not take them (the notify variables are the
-# daemon's; the release's directories are the release's).
-_ENV_RESERVED = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "AGENT_FSM_VERSION",
-                           "AGENT_FSM_RELEASE_DIR", "AGENT_FSM_PAYLOAD_DIR"})
-IDENTIFIER_RE = re.compile(r"[\x21-\x7e]{1,64}")  # printable ASCII, no space (journalctl -t)
-
-_JUDGMENT_KEYS = {
-    "deadline_seconds": float,
-    "soak_seconds": float,
-    "max_attempts": int,
-    "checks": list,
-    "restart_seconds": float,
-}
 
 
-def _bad(source: Path, key: str, value: Any, expected: str) -> ConfigError:
-    text = repr(value)
-    text = text if len(text) <= 200 else text[:197] + "..."
-    return ConfigError(f"config {source}: `{key}` is {text}; expected {expected}")
+def _same(value: Any) -> Any:
+    return value
 
 
-def _check_keys(source: Path, table: dict[str, Any], known: Mapping[str, type], where: str,
+def _text(value: Path | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _strings(values_: tuple[Any, ...]) -> list[str]:
+    return [str(v) for v in values_]
+
+
+def _argvs(table: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
+    return {name: list(argv) for name, argv in table.items()}
+
+
+def _one(argv: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    return (argv,)
+
+
+def _commands(checks: tuple[Check, ...]) -> tuple[tuple[str, ...], ...]:
+    return tuple(c for c in checks if not isinstance(c, HttpCheck))
+
+
+def _hooks(table: Mapping[str, tuple[str, ...]]) -> tuple[tuple[str, ...], ...]:
+    return tuple(table.values())
+
+
+Argvs = Callable[[Any], tuple[tuple[str, ...], ...]]
+
+
+class Setting(NamedTuple):
+    """One key of the config file: its name there (`section.field` inside a table), the check
+    that turns its value into the record's, and `dump`, which turns it back (in JSON's types;
+    None: not written). `runs`: the commands (argv) it has root run; `each`: what names the
+    entries of a table of them; `against`: a check of its value against the table's keys read
+    before it; `own`: it is one of agent-fsm's directories. Its default is the record's."""
+
+    key: str
+    check: values.Check
+    dump: Callable[[Any], Any] = _same
+    runs: Argvs | None = None
+    each: str | None = None
+    against: Callable[[Path, Any, Mapping[str, Any]], None] | None = None
+    own: bool = False
+
+    @property
+    def section(self) -> str | None:
+        return self.key.rpartition(".")[0] or None
+
+    @property
+    def field(self) -> str:
+        return self.key.rpartition(".")[2]
+
+    @property
+    def shown(self) -> str:
+        """Its name in docs/configuration.md: `name`, `[judgment] checks`, `[hooks.after] TRIGGER`."""
+        if self.section is None:
+            return self.key
+        return f"[{self.key}] {self.each}" if self.each else f"[{self.section}] {self.field}"
+
+
+def _checks(source: Path, key: str, value: Any) -> tuple[Check, ...]:
+    return parse_checks(source, value)
+
+
+def _apart(source: Path, where: Path, read: Mapping[str, Any]) -> None:
+    values.apart(source, "inhibitor_dir", where, read.get("run_dir", Config().run_dir))
+
+
+# Every key, in the order `parse` checks them; the records above hold their values and defaults.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("name", values.name),
+    *(Setting(key, values.path, str, own=True) for key in ("state_dir", "lib_dir", "unit_dir")),
+    Setting("run_dir", values.run_dir, str, own=True),
+    Setting("python", values.path, str),
+    Setting("allowed_signers", values.path, _text),  # a file, named like the directories
+    Setting("inhibitor_dir", values.path, str, against=_apart),
+    Setting("history_limit", values.number(1, 100_000, integer=True)),
+    Setting("publish_command", values.argv, list, runs=_one),
+    Setting("publish_give_up_seconds", values.number(0, WEEK)),
+    Setting("systemctl", values.command, list, runs=_one),
+    Setting("podman", values.command, list, runs=_one),
+    Setting("bin_link", values.link, lambda link: "" if link is None else str(link)),
+    Setting("judgment.deadline_seconds", values.number(0, WEEK)),
+    Setting("judgment.soak_seconds", values.number(0, WEEK, zero_ok=True)),
+    Setting("judgment.restart_seconds", values.number(0, 3600)),
+    Setting("judgment.max_attempts", values.number(1, 100, integer=True)),
+    Setting("judgment.checks", _checks, checks_table, runs=_commands),
+    Setting("hooks.before", by_trigger, _argvs, runs=_hooks, each="TRIGGER"),
+    Setting("hooks.after", by_trigger, _argvs, runs=_hooks, each="TRIGGER"),
+    Setting("hooks.timeout_seconds", values.number(0, MAX_HOOK_TIMEOUT)),
+    Setting("workload.user", values.account),
+    Setting("workload.group", values.account),
+    Setting("workload.environment", values.environment, dict),
+    Setting("workload.writable_paths", values.paths, _strings),
+    Setting("workload.identifier", values.identifier),
+)
+# Each table's record, and whether its unknown keys are refused even where the file is read
+# leniently (those of [hooks] are).
+_SECTIONS: dict[str, tuple[type[Any], bool]] = {
+    "judgment": (Judgment, False), "hooks": (HookConfig, True), "workload": (WorkloadConfig, False)}
+
+
+def _keys(section: str | None) -> frozenset[str]:
+    """The keys a table may hold: its settings' (and, at the top, the tables')."""
+    keys = {s.field for s in SETTINGS if s.section == section}
+    return frozenset(keys | set(_SECTIONS) if section is None else keys)
+
+
+def _check_keys(source: Path, table: dict[str, Any], known: frozenset[str], where: str,
                 lenient: bool = False, quiet: bool = False) -> None:
-    unknown = sorted(set(table) - set(known))
+    unknown = sorted(set(table) - known)
     if unknown:
         names = ", ".join(f"`{where}{k}`" for k in unknown)
         if lenient:  # the way back: a key a newer agent-fsm reads must not strand this one
@@ -178,101 +226,36 @@ def _check_keys(source: Path, table: dict[str, Any], known: Mapping[str, type], 
         raise ConfigError(f"config {source}: unknown key {names}; known keys here: {allowed}")
 
 
-def _number(source: Path, key: str, value: Any, *, integer: bool) -> Any:
-    low, high = BOUNDS[key]
-    zero_ok = key == "judgment.soak_seconds"
-    kind = "an integer" if integer else "a finite number"
-    expected = (f"{kind} from {low:g} to {high:g}" if integer or zero_ok
-                else f"{kind} above {low:g}, at most {high:g}")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad(source, key, value, expected)
-    if integer and not isinstance(value, int):
-        raise _bad(source, key, value, expected)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _bad(source, key, value, expected)
-    if value > high or value < low or (value == low and not integer and not zero_ok):
-        raise _bad(source, key, value, expected)
-    return value
-
-
-def _argv(source: Path, key: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-        raise _bad(source, key, value, "a list of strings (an argv)")
-    return tuple(value)
-
-
-def _command(source: Path, key: str, value: Any) -> tuple[str, ...]:
-    """An argv prefix: a non-empty list of strings, the first an absolute path or a bare name."""
-    argv = _argv(source, key, value)
-    if not argv or not (argv[0].startswith("/") or (argv[0] and "/" not in argv[0])):
-        raise _bad(source, key, value, f'a non-empty list of strings, the first an absolute path '
-                   f'or a command name, e.g. ["{key}"]')
-    return argv
-
-
-def _path(source: Path, key: str, value: Any) -> Path:
-    """An absolute, normalized directory that every unit and the script can name."""
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise _bad(source, key, value, "an absolute path")
-    control = control_character(value)
-    if control is not None:
-        raise _bad(source, key, value, f"a path without control characters (it has {control})")
-    if any(ch.isspace() or ch in _NOT_IN_DIRS for ch in value):
-        raise _bad(source, key, value, "a path without whitespace, quotes, backslashes or '$' "
-                   "(systemd cannot take them in ReadWritePaths= or ExecStart=)")
-    if value == "/" or value.startswith("//") or os.path.normpath(value) != value:
-        raise _bad(source, key, value, "a normalized absolute directory other than / (no '.', "
-                   "'..' or empty parts, no trailing '/')")
-    if len(value.encode()) > MAX_PATH_BYTES or any(len(p.encode()) > 255 for p in value.split("/")):
-        raise _bad(source, key, value, f"a path of at most {MAX_PATH_BYTES} bytes, 255 a part")
-    return Path(value)
-
-
-def _account(source: Path, key: str, value: Any) -> str | int:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 - 1:
-        return value
-    if isinstance(value, str) and ACCOUNT_RE.fullmatch(value):
-        return value
-    if isinstance(value, str) and value.isdigit() and int(value) < 2**31 - 1:
-        return int(value)
-    raise _bad(source, key, value, "a user or group name (letters, digits, '_', '.', '-', not "
-               "starting with a digit or '-') or a number from 0")
-
-
-def _workload(source: Path, table: Any, lenient: bool, quiet: bool) -> WorkloadConfig:
-    if not isinstance(table, dict):
-        raise _bad(source, "workload", table, "a table")
-    _check_keys(source, table, _WORKLOAD_KEYS, "workload.", lenient, quiet)
-    w: dict[str, Any] = {}
-    for key in ("user", "group"):
-        if key in table:
-            w[key] = _account(source, f"workload.{key}", table[key])
-    if "environment" in table:
-        env = table["environment"]
-        if not isinstance(env, dict):
-            raise _bad(source, "workload.environment", env, "a table of names to strings")
-        for name, value in env.items():
-            if not ENV_NAME_RE.fullmatch(name) or name in _ENV_RESERVED:
-                raise _bad(source, f"workload.environment.{name}", value, "a variable named "
-                           "with letters, digits and '_' (not starting with a digit), other than "
-                           + ", ".join(sorted(_ENV_RESERVED)))
-            if not isinstance(value, str) or "\0" in value:
-                raise _bad(source, f"workload.environment.{name}", value,
-                           "a string without NUL characters")
-        w["environment"] = tuple(env.items())
-    if "writable_paths" in table:
-        paths = table["writable_paths"]
-        if not isinstance(paths, list):
-            raise _bad(source, "workload.writable_paths", paths, "a list of absolute paths")
-        w["writable_paths"] = tuple(dict.fromkeys(
-            _path(source, f"workload.writable_paths[{i}]", p) for i, p in enumerate(paths)))
-    if "identifier" in table:
-        ident = table["identifier"]
-        if not isinstance(ident, str) or not IDENTIFIER_RE.fullmatch(ident):
-            raise _bad(source, "workload.identifier", ident,
-                       "1 to 64 printable ASCII characters without spaces")
-        w["identifier"] = ident
-    return WorkloadConfig(**w)
+def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
+          quiet: bool = False) -> Config:
+    """Check a parsed TOML table and build the Config it describes; `lenient`: unknown keys
+    are logged and ignored instead of refused (what systemd runs: `daemon`, `recover`), or
+    only ignored when `quiet`."""
+    _check_keys(source, data, _keys(None), "", lenient, quiet)
+    top: dict[str, Any] = {"source": source}
+    tables: dict[str, dict[str, Any]] = {}
+    for setting in SETTINGS:
+        section, table, into = setting.section, data, top
+        if section is not None:
+            if section not in data:
+                continue
+            table = data[section]
+            if section not in tables:
+                if not isinstance(table, dict):
+                    raise values.bad(source, section, table, "a table")
+                strict = _SECTIONS[section][1]
+                _check_keys(source, table, _keys(section), f"{section}.",
+                            lenient and not strict, quiet)
+                tables[section] = {}
+            into = tables[section]
+        if setting.field in table:
+            value = setting.check(source, setting.key, table[setting.field])
+            if setting.against is not None:
+                setting.against(source, value, into)
+            into[setting.field] = value
+    for section, fields in tables.items():
+        top[section] = _SECTIONS[section][0](**fields)
+    return Config(**top)
 
 
 def check_source(source: Path) -> Path:
@@ -286,102 +269,41 @@ def check_source(source: Path) -> Path:
     return source
 
 
-def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
-          quiet: bool = False) -> Config:
-    """Check a parsed TOML table and build the Config it describes; `lenient`: unknown keys
-    are logged and ignored instead of refused (what systemd runs: `daemon`, `recover`), or
-    only ignored when `quiet`."""
-    _check_keys(source, data, _TOP_KEYS, "", lenient, quiet)
-    kwargs: dict[str, Any] = {"source": source}
-    if "name" in data:
-        name = data["name"]
-        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-            raise _bad(source, "name", name, "a unit name prefix of 1 to 128 ASCII letters, "
-                       "digits, '_', '.' and '-', not starting with '-' or '.'")
-        kwargs["name"] = name
-    for key in ("state_dir", "lib_dir", "unit_dir", "run_dir", "python"):
-        if key in data:
-            kwargs[key] = _path(source, key, data[key])
-    if "allowed_signers" in data:  # a file, named like the directories (`release add` reads it)
-        kwargs["allowed_signers"] = _path(source, "allowed_signers", data["allowed_signers"])
-    run_dir = kwargs.get("run_dir")
-    if run_dir is not None and (Path("/run") not in run_dir.parents or ":" in str(run_dir)):
-        raise _bad(source, "run_dir", str(run_dir), "a directory below /run, without ':' "
-                   "(a tmpfs: the gate must close at every boot)")
-    if "inhibitor_dir" in data:
-        where, gate_dir = _path(source, "inhibitor_dir", data["inhibitor_dir"]), \
-            kwargs.get("run_dir", Config().run_dir)
-        if Path("/run") not in where.parents or where == gate_dir \
-                or gate_dir in where.parents or where in gate_dir.parents:
-            raise _bad(source, "inhibitor_dir", str(where), "a directory below /run (a tmpfs: "
-                       "inhibitors end at boot), apart from run_dir (removed when the agent stops)")
-        kwargs["inhibitor_dir"] = where
-    if "history_limit" in data:
-        kwargs["history_limit"] = _number(source, "history_limit", data["history_limit"],
-                                          integer=True)
-    if "publish_command" in data:
-        kwargs["publish_command"] = _argv(source, "publish_command", data["publish_command"])
-    if "publish_give_up_seconds" in data:
-        kwargs["publish_give_up_seconds"] = float(_number(
-            source, "publish_give_up_seconds", data["publish_give_up_seconds"], integer=False))
-    if "systemctl" in data:
-        kwargs["systemctl"] = _command(source, "systemctl", data["systemctl"])
-    if "podman" in data:
-        kwargs["podman"] = _command(source, "podman", data["podman"])
-    if "bin_link" in data:  # a file's path, named like the directories; "" for none
-        link = data["bin_link"]
-        kwargs["bin_link"] = None if link == "" else _path(source, "bin_link", link)
-    if "judgment" in data:
-        table = data["judgment"]
-        if not isinstance(table, dict):
-            raise _bad(source, "judgment", table, "a table")
-        _check_keys(source, table, _JUDGMENT_KEYS, "judgment.", lenient, quiet)
-        j: dict[str, Any] = {}
-        for key in ("deadline_seconds", "soak_seconds", "restart_seconds"):
-            if key in table:
-                j[key] = float(_number(source, f"judgment.{key}", table[key], integer=False))
-        if "max_attempts" in table:
-            j["max_attempts"] = _number(source, "judgment.max_attempts", table["max_attempts"],
-                                        integer=True)
-        if "checks" in table:
-            j["checks"] = parse_checks(source, table["checks"])
-        kwargs["judgment"] = Judgment(**j)
-    if "hooks" in data:
-        kwargs["hooks"] = parse_hooks(source, data["hooks"])
-    if "workload" in data:
-        kwargs["workload"] = _workload(source, data["workload"], lenient, quiet)
-    return Config(**kwargs)
+def _value(config: Config, setting: Setting) -> Any:
+    section = setting.section
+    return getattr(config if section is None else getattr(config, section), setting.field)
 
 
 def to_table(config: Config) -> dict[str, Any]:
     """Every setting of `config` as the TOML table `parse` reads back into it (its source and
     fallback aside), in JSON's types: what is kept with the last-good when it is promoted."""
-    j, hooks = config.judgment, config.hooks
-    table: dict[str, Any] = {
-        "name": config.name,
-        **{key: str(getattr(config, key)) for key in (
-            "state_dir", "lib_dir", "unit_dir", "run_dir", "inhibitor_dir", "python")},
-        "history_limit": config.history_limit,
-        "publish_command": list(config.publish_command),
-        "systemctl": list(config.systemctl),
-        "podman": list(config.podman),
-        "judgment": {"deadline_seconds": j.deadline_seconds, "soak_seconds": j.soak_seconds,
-                     "max_attempts": j.max_attempts, "checks": checks_table(j.checks),
-                     "restart_seconds": j.restart_seconds},
-        "hooks": {"before": {t: list(a) for t, a in hooks.before.items()},
-                  "after": {t: list(a) for t, a in hooks.after.items()},
-                  "timeout_seconds": hooks.timeout_seconds},
-    }
-    if config.allowed_signers is not None:
-        table["allowed_signers"] = str(config.allowed_signers)
-    table["bin_link"] = "" if config.bin_link is None else str(config.bin_link)
-    w = config.workload
-    table["workload"] = {
-        **{k: v for k, v in (("user", w.user), ("group", w.group), ("identifier", w.identifier))
-           if v is not None},
-        "environment": dict(w.environment),
-        "writable_paths": [str(p) for p in w.writable_paths]}
+    table: dict[str, Any] = {section: {} for section in _SECTIONS}
+    for setting in SETTINGS:
+        value = setting.dump(_value(config, setting))
+        if value is not None:
+            section = setting.section
+            (table if section is None else table[section])[setting.field] = value
     return table
+
+
+def commands(config: Config) -> tuple[tuple[str, ...], ...]:
+    """Every command (argv) the config has root run: checks, hooks, the argv prefixes."""
+    return tuple(argv for s in SETTINGS if s.runs is not None for argv in s.runs(_value(config, s)))
+
+
+def own_directories(config: Config) -> tuple[tuple[str, Path], ...]:
+    """agent-fsm's directories (the state dir, the recovery script's, the units', the gate's),
+    each with its key: a workload sees them read-only, and `metrics --output` refuses them."""
+    return tuple((s.key, _value(config, s)) for s in SETTINGS if s.own)
+
+
+def keys_text() -> str:
+    """The keys of the file, table by table, in one paragraph (`--help`)."""
+    parts = [", ".join(s.key for s in SETTINGS if s.section is None)]
+    for section in _SECTIONS:
+        parts.append(f"[{section}] " + ", ".join(s.field for s in SETTINGS
+                                                   if s.section == section))
+    return "; ".join(parts)
 
 
 def source_of(path: Path | None, root: Path | None = None) -> tuple[Path, bool]:
@@ -399,7 +321,7 @@ def state_dir_named(source: Path) -> Path | None:
     else is wrong with it (where the way back looks for the last-good's kept settings)."""
     try:
         data = tomllib.loads(source.read_text(encoding="utf-8"))
-        return _path(source, "state_dir", data["state_dir"])
+        return values.path(source, "state_dir", data["state_dir"])
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, ConfigError):
         return None
 

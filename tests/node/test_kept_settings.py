@@ -18,7 +18,10 @@ import pytest
 from agent_fsm.actions.releases.packing import pack
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.assets import kept
-from agent_fsm.node.config import Config, Judgment
+from agent_fsm.node.check_config import HttpCheck
+from agent_fsm.node.config import Config, Judgment, WorkloadConfig
+from agent_fsm.node.config_fallback import way_back_config
+from agent_fsm.node.hook_config import HookConfig
 from agent_fsm.node.state.document_file import Kind
 from tests.helpers import World, env_with_stub_systemctl, make_world, one_line
 
@@ -64,6 +67,15 @@ class TestKept:
         assert config_mod.parse(copy.settings, Path("kept")) == SETTINGS._replace(
             source=Path("kept"))
 
+    def testevery_setting_off_its_default_reads_back(self, tmp_path: Path) -> None:
+        """Every setting the operator may write, each off its default, is kept with the
+        last-good and reads back as it was: the way back never runs with a default instead."""
+        off = every_setting_off_its_default()
+        world = make_world(tmp_path / "root", off).installed("1.0.0")
+        copy = kept.read(world.paths.last_good_assets)
+        assert copy is not None and copy.settings is not None
+        assert config_mod.parse(copy.settings, Path("kept")) == off._replace(source=Path("kept"))
+
     def test_a_copy_without_settings_still_holds_assets(self, tmp_path: Path) -> None:
         """A copy kept before settings were (or by an older agent-fsm) is still read, its
         assets usable: only the fallback is missing."""
@@ -71,6 +83,32 @@ class TestKept:
         _drop_settings(world)
         copy = kept.read(world.paths.last_good_assets)
         assert copy is not None and copy.settings is None and copy.fits(world.paths)
+
+
+def every_setting_off_its_default() -> Config:
+    """A config whose every setting differs from its default (checked, field by field), each
+    command it names a program of its own."""
+    off = Config(
+        name="agent", state_dir=Path("/srv/agent"), lib_dir=Path("/srv/lib"),
+        unit_dir=Path("/srv/units"), run_dir=Path("/run/agent"), inhibitor_dir=Path("/run/inh"),
+        python=Path(sys.executable), allowed_signers=Path("/etc/agent/signers"), history_limit=7,
+        publish_command=("/usr/bin/publish", "-q"), publish_give_up_seconds=90.0,
+        systemctl=("/usr/bin/systemctl", "--quiet"), podman=("/usr/bin/podman", "--root", "/x"),
+        bin_link=None,
+        judgment=Judgment(deadline_seconds=60.0, soak_seconds=0.0, max_attempts=5,
+                          checks=(("/bin/true",), HttpCheck("http://127.0.0.1:8080/h", 204, 2.0)),
+                          restart_seconds=0.5),
+        hooks=HookConfig(before={"begin_upgrade": ("/usr/local/sbin/drain",)},
+                         after={"recovered": ("/usr/local/sbin/undrain", "-x")},
+                         timeout_seconds=9.0),
+        workload=WorkloadConfig(user="nobody", group=65534, environment=(("A", "b"),),
+                                writable_paths=(Path("/srv/data"),), identifier="agent-work"))
+    for record, default in ((off, Config()), (off.judgment, Judgment()), (off.hooks, HookConfig()),
+                            (off.workload, WorkloadConfig())):
+        same = [f for f in record._fields if getattr(record, f) == getattr(default, f)
+                and f not in ("source", "fallback")]
+        assert not same, f"still at their defaults: {same}"
+    return off
 
 
 def _drop_settings(world: World) -> None:
@@ -214,7 +252,7 @@ class TestKeptCurrent:
                            world.publisher, world.clock)
         world.upgrading("2.0.0")
         cfg.write_text(WRONG["not TOML"])
-        config = kept.way_back_config(cfg, world.root, quiet=True)
+        config = way_back_config(cfg, world.root, quiet=True)
         assert config.fallback is not None
         assert config.workload.user == "nobody"
 

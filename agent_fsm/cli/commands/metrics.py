@@ -11,6 +11,7 @@ import typer
 
 from ... import files
 from ...errors import EXIT_USAGE
+from ...node.config import own_directories
 from .. import options
 
 if TYPE_CHECKING:
@@ -34,8 +35,7 @@ def _check_output(output: Path, node: Node | None) -> None:
         return
     where = Path(os.path.realpath(output.parent)) / output.name
     config = node.paths.config
-    for key, host in (("state_dir", config.state_dir), ("lib_dir", config.lib_dir),
-                      ("unit_dir", config.unit_dir), ("run_dir", config.run_dir)):
+    for key, host in own_directories(config):
         directory = node.paths.real(host)
         real = Path(os.path.realpath(directory))
         if where == real or real in where.parents:

@@ -3,18 +3,17 @@ release and no config that a later hand may have broken.
 
 When a release is promoted to last-good, the bytes and modes it renders for this host are kept
 in one file, `<state_dir>/last-good-assets.json`, with its version, the host values they were
-rendered with and the host's settings (`settings`: every key of the config, as
-`config.to_table` writes them), which every config read valid while the node is settled on the
-last-good refreshes (`refresh`); their `python` alone is in `<state_dir>/last-good-python`, one
-line, for a release's bin/agent-fsm, which reads no JSON. One file written atomically: the kept
-assets are always one release's, never a mix. When the live config is wrong (a value out of range, a file
-that is not TOML), the way back (`recover`, and the last-good's daemon on a signal's way back)
-runs with these settings (`way_back_config`), says so in its log and in `status`, and operator
-commands keep refusing the live file. While an upgrade is pending, a missing asset is restored
-from here byte for byte, so holding depends only on the last-good and the host: never on the
-candidate's release, and not even on the last-good's release directory. The file is a document
-of kind `kept-assets` (`document_file`: schema, checksum, every field checked); a damaged one is
-refused (and left untouched) rather than trusted.
+rendered with and the host's settings (`settings`: every key of the config, as `config.to_table`
+writes them), which every config read valid while the node is settled on the last-good refreshes
+(`refresh`); their `python` alone is in `<state_dir>/last-good-python`, one line, for a
+release's bin/agent-fsm, which reads no JSON. One file written atomically: the kept assets are
+always one release's, never a mix. When the live config is wrong (a value out of range, a file
+that is not TOML), the way back runs with these settings (`config_fallback`). While an upgrade
+is pending, a missing asset is restored from here byte for byte, so holding depends only on the
+last-good and the host: never on the candidate's release, and not even on the last-good's
+release directory. The file is a document of kind `kept-assets` (`document_file`: schema,
+checksum, every field checked); a damaged one is refused (and left untouched) rather than
+trusted.
 """
 
 from __future__ import annotations
@@ -25,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ... import files
-from ...errors import AssetError, ConfigError, DocumentError, ReleaseError
+from ...errors import AssetError, DocumentError, ReleaseError
 from .. import config as config_mod
-from ..config import Config, Fallback
 from ..paths import Paths
 from ..releases.pointers import Releases
 from ..state import validate
@@ -229,74 +227,3 @@ def _check(data: dict[str, Any], schema: int) -> None:
 
 KIND = Kind("kept-assets", "kept assets file", "the kept copy", SCHEMA, _check, MAX_BYTES,
             FILE_MODE, utf8=True)
-
-
-# The way back's config -------------------------------------------------------------------------
-_PACKAGE = Path(__file__).resolve().parents[2]  # this agent_fsm: in a stored release, its lib/
-
-
-def _own_state_dir() -> Path | None:
-    """The state dir this agent-fsm runs from, when it runs from a release in the store
-    (`<state_dir>/releases/<version>/lib/agent_fsm`, as the units and the script start it)."""
-    lib = _PACKAGE.parent
-    if lib.name == "lib" and lib.parent.parent.name == "releases":
-        return lib.parent.parent.parent
-    return None
-
-
-def _warn(quiet: bool, message: str) -> None:
-    if not quiet:  # imported here: `status` (quiet) never logs, and need not import it
-        import logging
-
-        logging.getLogger("agent_fsm").warning("%s", message)
-
-
-def tell_fallback(config: Config) -> None:
-    """Log, once the way back goes on with them, that the kept settings replace the live file."""
-    f = config.fallback
-    if f is not None:
-        _warn(False, f"{f.error}; the way back goes on with last-good {f.version}'s settings, "
-              f"kept in {f.kept} when it was promoted; fix the file (operator commands refuse "
-              "it meanwhile)")
-
-
-def way_back_config(path: Path | None, root: Path | None = None, *,
-                    quiet: bool = False) -> Config:
-    """The config the way back runs with: the live file, read leniently (unknown keys logged
-    and ignored); when it is wrong all the same, the settings kept with the last-good, with
-    `fallback` saying why (`tell_fallback` logs it, where the caller goes on with them). They
-    are looked for in the state dir this agent-fsm runs from (a release in the store), the one
-    the broken file still names, and the default; the first copy kept for the dir it is in is
-    used. ConfigError, the live file's, when none. `quiet`: log nothing (`status`)."""
-    try:
-        return config_mod.load(path, root, lenient=True, quiet=quiet)
-    except ConfigError as exc:
-        live = exc
-    source, _ = config_mod.source_of(path, root)
-    dirs: list[Path] = []
-    named = config_mod.state_dir_named(source)
-    for found in (_own_state_dir(), None if named is None else Paths(Config(state_dir=named),
-                  root).state_dir, Paths(Config(), root).state_dir):
-        if found is not None and found not in dirs:
-            dirs.append(found)
-    for state_dir in dirs:
-        where = state_dir / "last-good-assets.json"
-        try:
-            kept = read(where)
-        except AssetError as exc:
-            _warn(quiet, str(exc))
-            continue
-        if kept is None or kept.settings is None:
-            continue
-        try:
-            settings = config_mod.parse(kept.settings, where, lenient=True, quiet=quiet)
-        except ConfigError as exc:
-            _warn(quiet, f"the last-good's kept settings are not usable: {exc}")
-            continue
-        settings = settings._replace(source=source)  # the file the units name, as before
-        if Paths(settings, root).state_dir != state_dir:
-            continue  # kept for another state dir: not this node's
-        return settings._replace(fallback=Fallback(str(live), kept.version, where))
-    looked = ", ".join(str(d / "last-good-assets.json") for d in dirs)
-    raise ConfigError(f"{live} (and no settings of the last-good are kept in {looked} for the "
-                      "way back to use instead)") from None

@@ -11,6 +11,7 @@ from ... import files
 from ...errors import AgentFsmError, ReleaseError
 from ...machine.vocabulary import StateName, Trigger
 from ...node.assets import bin_link
+from ...node.config import own_directories
 from ...node.records import hook_failures, known_good
 from ...node.releases.pointers import read_manifest
 from ...node.state import validate
@@ -359,8 +360,7 @@ def _workload(node: Node) -> list[Finding]:
                            "account"))
     else:
         out.append(Finding("workload", "ok", f"the workload runs as {who.words()}"))
-    kept = (node.config.state_dir, node.config.lib_dir, node.config.unit_dir,
-            node.config.run_dir)
+    kept = tuple(d for _, d in own_directories(node.config))
     for path in settings.writable_paths:
         inside = next((d for d in kept if path == d or d in path.parents), None)
         if inside is not None:

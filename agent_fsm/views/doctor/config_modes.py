@@ -12,8 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from ...node.check_config import HttpCheck
-from ...node.config import DEFAULT_CONFIG, Config
+from ...node.config import DEFAULT_CONFIG, Config, commands
 from ...node.paths import Paths
 from .finding import Finding
 from .modes import loose, lstat, mode_text, ours, q
@@ -74,10 +73,7 @@ def programs(config: Config) -> list[str]:
     """The executables the config names by absolute path, which root runs: the judgment's
     checks, the publish command, hooks, and the systemctl and podman prefixes (a bare name is
     found on root's PATH, which is not the config's to change)."""
-    argvs = [*(c for c in config.judgment.checks if not isinstance(c, HttpCheck)),
-             config.publish_command, config.systemctl, config.podman,
-             *(argv for _, _, argv in config.hooks.listed())]
-    return sorted({a[0] for a in argvs if a and a[0].startswith("/")})
+    return sorted({a[0] for a in commands(config) if a and a[0].startswith("/")})
 
 
 def _parents(file: Path, root: Path | None, covered: set[Path]) -> list[Finding]:
