@@ -108,7 +108,7 @@ bench: $(STAMP)
 # --modelcheck-first lets the model check judge every variant first (~15 minutes on both cores):
 # those it catches are killed without the suite, which then measures only the others.
 mutants: $(STAMP)
-	$(PY) tools/mutants.py --rev HEAD --jobs 2 --output mutants-results.json $(MUTANTS_ARGS)
+	$(PY) -m agent_fsm_lab.mutants --rev HEAD --jobs 2 --output mutants-results.json $(MUTANTS_ARGS)
 
 # The model check at its deep bound (docs/reliability.md, "The model check"): every interleaving
 # of one node's processes, systemd's units and up to two faults, on the real code; 3-7 minutes;

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                              "id contains SUBSTRING) instead")
     parser.add_argument("--only", action="append", metavar="REGEX", default=[],
                         help="with --mutants: only the variants whose id matches (re.search), "
-                             "as tools/mutants.py's --only; repeatable")
+                             "as agent_fsm_lab.mutants' --only; repeatable")
     parser.add_argument("--jobs", type=int, default=2,
                         help="with --mutants: variants checked in parallel processes (2)")
     parser.add_argument("--output", type=Path, metavar="FILE",

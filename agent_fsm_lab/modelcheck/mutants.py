@@ -1,5 +1,5 @@
 """The mutation link: every one-step variant of states/agent-upgrade.toml that `make mutants`
-makes (tools/mutants.py's `variants`), model-checked at the `mutant` bound (the small one, on
+makes (`agent_fsm_lab.mutants.variants`), model-checked at the `mutant` bound (the small one, on
 systemd 252 and 257). A variant is *caught* when it is refused at load or breaks a rule;
 *equivalent* when no rule breaks and every configuration reached shows the same as the shipped
 definition's, on each systemd (the same set of what the node's files say and what the units
@@ -23,14 +23,12 @@ temporary directory; the shipped definition is one of the jobs, and it must keep
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,7 +39,6 @@ from agent_fsm.machine import definition as definition_mod
 from .search import BOUNDS, Bound, check
 from .units import KEY_AGENT_RESTARTS, KEY_LIMIT, KEY_STARTS
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "mutants.py"
 SHIPPED = "(the shipped definition)"
 UNEXERCISED = "never exercised"  # in an equivalent's why: the changed transition never fired
 AT_REST = "equivalent-at-rest"  # no rule broken, the same rest configurations, not the same way
@@ -75,14 +72,11 @@ class ShippedBroken(AgentFsmError):
 
 
 def variants() -> list[Any]:
-    """tools/mutants.py's variants of the shipped definition text."""
-    spec = importlib.util.spec_from_file_location("agent_fsm_mutants_tool", TOOL)
-    assert spec is not None and spec.loader is not None
-    tool = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = tool  # its dataclasses look their module up
-    spec.loader.exec_module(tool)
+    """The mutation gate's variants of the shipped definition text."""
+    from .. import mutants as gate
+
     text, _ = definition_mod.default_text()
-    return list(tool.variants(text))
+    return list(gate.variants(text))
 
 
 def search(vid: str, text: str | None, bound: Bound, stop_at_first: bool) -> Searched:

@@ -1,4 +1,4 @@
-"""The mutation gate (tools/mutants.py) counts a variant as killed only when a test really fails
+"""The mutation gate (agent_fsm_lab/mutants.py) counts a variant as killed only when a test really fails
 on it and passes, rerun once, on the unmutated tree: a timeout is "timeout", a test failing on the
 unmutated tree too is "flaky", and the report names both.
 
@@ -10,28 +10,18 @@ variant.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from agent_fsm_lab import mutants
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mutants", ROOT / "tools" / "mutants.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-mutants = _load_tool()
 
 # What each test does with the definition's text (the unmutated one is "baseline"); TINY=broken
 # in the environment breaks a test on every tree, as a flaky or broken test would.

@@ -4,7 +4,7 @@ must make the test suite fail, or it is reported as a survivor.
 Run from the repository root (not part of `make test`; a killed variant takes seconds, a survivor
 the whole unit suite):
 
-    .venv/bin/python tools/mutants.py [--jobs 2] [--e2e] [--only REGEX] [--output FILE]
+    .venv/bin/python -m agent_fsm_lab.mutants [--jobs 2] [--e2e] [--only REGEX] [--output FILE]
 
 The variants: drop one effect, swap two adjacent effects, drop one condition, add one source
 state (each declared state not already a source), for every transition. A variant the
