@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AgentFsmError, NotItsRole, SystemdError
+from ..errors import AgentFsmError, SystemdError
 from ..machine.definition import OnRecover, handlers
 from ..machine.vocabulary import StateName, Trigger
 from ..node.assets import bin_link
 from ..node.state import reasons
 from ..node.state.store import StateDoc
-from ..upgrade import units
+from ..upgrade import units, way_back
 from ..wiring import Node
 
 log = logging.getLogger("agent_fsm")
@@ -128,26 +128,21 @@ def recover(node: Node) -> Done:
     Raises when the rollback is not done (the recovery unit then tries again)."""
     node.store.lock_timeout = max(node.store.lock_timeout, WAY_BACK_LOCK_WAIT)
     doc = node.store.read()
-    if (abandoned := node.abandon_cut_upgrade(doc, restart=True)) is not None:
+    cleared = way_back.clear_leftovers(node, doc, way_back.RECOVER)
+    if cleared.ended_by == way_back.Leftover.cut_upgrade:
         # An upgrade cut before its candidate started: never finish it (the way back never
         # runs the candidate's path) nor mark a version that never ran.
         _restart_refused(node, f"the upgrade{_to(doc)} was abandoned")
         return Done(f"the upgrade{_to(doc)} was abandoned before its candidate started: "
                     f"last-good {node.releases.last_good()} selected, nothing marked known "
-                    f"bad, {node.paths.agent_unit_name} restarted", abandoned.state)
-    if not node.controller.supersedes(Trigger.recover, doc):
-        try:
-            doc = node.controller.resume()  # else recover replaces what is owed: never finish it
-        except NotItsRole as exc:  # the candidate's to finish (`complete`): go by the state
-            log.warning("%s", exc)
-    # The signal is read only where it may be an orphan: a damaged one never stops a rollback.
-    if doc.state in node.groups.orphan_from and (sig := node.signal()) is not None:
-        doc = node.controller.fire(Trigger.orphaned_signal, **reasons.orphaned(doc.state))
+                    f"bad, {node.paths.agent_unit_name} restarted", cleared.doc.state)
+    if (sig := cleared.signal) is not None:
         _restart_refused(node, f"rolled back to last-good {node.releases.last_good()}")
         return Done(f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but the "
                     f"state file knew no upgrade: the candidate was never judged here; rolling "
                     f"back to last-good {node.releases.last_good()}: selected, "
-                    f"{node.paths.agent_unit_name} restarted", doc.state)
+                    f"{node.paths.agent_unit_name} restarted", cleared.doc.state)
+    doc = cleared.doc
     return ON_RECOVER[node.definition.state(doc.state).on_recover](node, doc)
 
 

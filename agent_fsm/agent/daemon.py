@@ -47,11 +47,11 @@ from ..node.assets.render import RELEASES_VIEW
 from ..node.releases import workload as workload_command
 from ..node.runtime import workload as workload_state
 from ..node.runtime.signal import UpgradeSignal
-from ..node.state import reasons
 from ..node.state.store import CRASH_LOOP_WINDOW, OWED_CHECK_SECONDS, StateDoc
 from ..system import workload as workload_proc
 from ..system.notify import Notifier, watchdog_interval
-from ..upgrade.releases import way_back
+from ..upgrade import way_back
+from ..upgrade.releases import way_back as way_back_release
 from ..wiring import Node
 from . import judge as judge_mod
 from .publishing import PUBLISH_RETRY_FIRST, PUBLISH_RETRY_MAX, open_gate_after_judgment
@@ -115,7 +115,7 @@ class DeadCommand:
             return pending.trigger in (Trigger.settle, Trigger.recovered) or (
                 pending.trigger in (Trigger.abandon_upgrade, Trigger.orphaned_signal)
                 and bool(pending.args.get("no_start")))
-        if doc.state in node.groups.orphan_from and node.signal() is not None:
+        if way_back.orphan(node, doc) is not None:
             return True  # a signal the state file knows nothing of
         if releases.selected() != mine:
             return False
@@ -339,23 +339,18 @@ class Daemon:
 
     def _startup(self) -> bool:
         node = self.node
-        if self._last_good(doc := node.store.read()):
-            # An upgrade cut before its candidate started: the last-good abandons it (never
-            # finishes it: the way back, queued by the failure that cut it, would then roll
-            # back and mark a version that never ran); this start is the last-good's, so no
-            # restart, and it opens the gate below.
-            node.abandon_cut_upgrade(doc, restart=False)
-        doc = node.controller.resume()
+        # An upgrade cut before its candidate started: the last-good abandons it (never
+        # finishes it: the way back, queued by the failure that cut it, would then roll back
+        # and mark a version that never ran); this start is the last-good's, so no restart,
+        # and it opens the gate below.
+        doc = node.store.read()
+        cleared = way_back.clear_leftovers(node, doc, way_back.START, abandon=self._last_good(doc))
+        if cleared.ended_by is not None:  # an orphan rolled back: the restart queued stops us
+            return self._stop_follows(STOP_GRACE)
         selected = node.releases.selected()
-        if doc.state in node.groups.orphan_from and node.signal() is not None:
-            # The state file knows no upgrade but the signal says one is pending (a restored
-            # backup, a lost file): whatever runs was never judged here. Roll back.
-            log.error("an upgrade signal exists but the state file (%s) knows no upgrade; "
-                      "rolling back to the last-good", doc.state)
-            node.controller.fire(Trigger.orphaned_signal, **reasons.orphaned(doc.state))
-            return self._stop_follows(STOP_GRACE)  # the restart just queued stops us
         if selected is None:  # nothing to start, whatever the state says
             return self.refuse_not_installed()
+        doc = cleared.doc
         return ON_START[node.definition.state(doc.state).on_start](self, doc, selected)
 
     def _last_good(self, doc: StateDoc) -> bool:
@@ -476,7 +471,7 @@ class Daemon:
         with self.node.releases.checked_once():  # this check serves the start's others
             try:
                 with self.node.store.locked():  # a file put back from an intact copy, if need be
-                    way_back(self.node.effectors, None, selected, fall_back=False)
+                    way_back_release(self.node.effectors, None, selected, fall_back=False)
             except ReleaseError as exc:
                 # Damaged beyond repair: the recovery unit's `recover` falls back to the newest
                 # intact known-good release (`select_last_good`) and restarts the agent unit.
@@ -586,16 +581,10 @@ class Daemon:
         what = (f"an operator's {owed.trigger} left owed by a command that is gone"
                 if owed is not None and owed.trigger == Trigger.begin_upgrade else
                 "an upgrade signal the state file knows nothing of" if owed is None
-                and doc.state in node.groups.orphan_from and node.signal() is not None else
+                and way_back.orphan(node, doc) is not None else
                 "an earlier try here, left half-way")
         try:
-            node.abandon_cut_upgrade(doc, restart=False)
-            doc = node.controller.resume()
-            if doc.state in node.groups.orphan_from and node.signal() is not None:
-                log.error("an upgrade signal exists but the state file (%s) knows no upgrade; "
-                          "rolling back to the last-good, its workload left running", doc.state)
-                doc = node.controller.fire(Trigger.orphaned_signal, no_start=True,
-                                           **reasons.orphaned(doc.state))
+            doc = way_back.clear_leftovers(node, doc, way_back.IN_PLACE).doc
             on_start = node.definition.state(doc.state).on_start
             if on_start == OnStart.finish_recovery:
                 doc = node.controller.fire(Trigger.recovered)

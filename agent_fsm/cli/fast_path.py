@@ -38,10 +38,11 @@ def run_daemon(opts: Globals) -> int:
     from ..errors import ConfigError
     from ..node.assets.kept import tell_fallback
     from ..upgrade.roles import Command
+    from ..upgrade.way_back import on_the_way_back
 
     setup_logging()  # with journald's priorities from the first line: the config's warnings too
     node = opts.node(way_back=True, command=Command.daemon)
-    if node.config.fallback is not None and not node.on_the_way_back():
+    if node.config.fallback is not None and not on_the_way_back(node):
         # The kept settings serve the way back only: anywhere else the daemon refuses the
         # live file, as operator commands do.
         raise ConfigError(node.config.fallback.error)
