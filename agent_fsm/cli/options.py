@@ -74,14 +74,18 @@ class Globals(NamedTuple):
                 raise
         return open_reader(config, self.root)
 
-    def prog(self) -> str:
-        """How this run was invoked, for the commands `status` suggests."""
-        words = ["agent-fsm"]
+    def words(self) -> list[str]:
+        """These options as a command line gives them."""
+        words = []
         if self.config is not None:
             words += ["--config", str(self.config)]
         if self.root is not None:
             words += ["--root", str(self.root)]
-        return shlex.join(words)
+        return words
+
+    def prog(self) -> str:
+        """How this run was invoked, for the commands `status` suggests."""
+        return shlex.join(["agent-fsm", *self.words()])
 
 
 def of(ctx: typer.Context) -> Globals:

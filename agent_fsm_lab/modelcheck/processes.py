@@ -4,7 +4,7 @@ A step puts a configuration's files back into the work directory, starts one pro
 systemd or an operator would (the agent unit's `ExecStartPre=` start check, the daemon of the
 release `ExecStart=` resolved, the recovery unit's `recover`, an operator's command) and runs
 agent-fsm's own code for it: `start_check`, `Daemon.startup`, the serving daemon's
-`Daemon.finish_dead_command`, `operations.recover`, `install`, `activate`, `begin_upgrade`,
+`Daemon.finish_dead_command`, `recover`, `install`, `activate`, `begin_upgrade`,
 and for `release add DIR` and `release prune --keep 0` what those commands run
 (`sources.add_source`, `packing.prune`), with the engine, the effects, the store and the files
 all real. What crosses
@@ -48,6 +48,8 @@ from typing import Any
 import pytest
 
 from agent_fsm.actions import operations
+from agent_fsm.actions.recover import recover
+from agent_fsm.actions.upgrade import begin_upgrade
 from agent_fsm.agent import daemon as daemon_mod
 from agent_fsm.agent import judge as judge_mod
 from agent_fsm.agent import publishing
@@ -440,7 +442,7 @@ def _recovery(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePub
         mp.setenv(reasons.RECOVERY_ENV, "unit")
         try:
             node = r.watch(_node(host, sd, publisher, clock, Command.recover, last_good))
-            done = operations.recover(node)
+            done = recover(node, by_unit=True)
         except (AgentFsmError, Exception) as exc:
             ran.end = _failed(exc)
             return _ended_badly(host, ran, sd, process)
@@ -461,13 +463,13 @@ def _operator(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePub
                 ran.code = last_good
                 ran.who = f"operator: agent-fsm recover (of {last_good})"
                 node = r.watch(_node(host, sd, publisher, clock, Command.recover, last_good))
-                done = operations.recover(node).message
+                done = recover(node).message
             else:
                 ran.who = f"operator: agent-fsm {process}"
                 node = r.watch(_node(host, sd, publisher, clock, Command.operator))
                 version = str(process.version)
                 if process.kind == "upgrade":
-                    done = f"upgrade to {operations.begin_upgrade(node, version).state}"
+                    done = f"upgrade to {begin_upgrade(node, version).state}"
                 elif process.kind == "install":
                     done = operations.install(node, version).message
                 else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_fsm.actions.operations import recover
+from agent_fsm.actions.recover import recover
 from agent_fsm.errors import AssetError, DefinitionError, DiskError
 from agent_fsm.machine.definition import default_text
 from agent_fsm.machine.engine import env_failpoint
