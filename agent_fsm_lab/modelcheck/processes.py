@@ -4,7 +4,7 @@ A step puts a configuration's files back into the work directory, starts one pro
 systemd or an operator would (the agent unit's `ExecStartPre=` start check, the daemon of the
 release `ExecStart=` resolved, the recovery unit's `recover`, an operator's command) and runs
 agent-fsm's own code for it: `start_check`, `Daemon.startup`, the serving daemon's
-`Daemon.finish_dead_command`, `recover`, `install`, `activate`, `begin_upgrade`,
+`DeadCommand.finish`, `recover`, `install`, `activate`, `begin_upgrade`,
 and for `release add DIR` and `release prune --keep 0` what those commands run
 (`sources.add_source`, `packing.prune`), with the engine, the effects, the store and the files
 all real. What crosses
@@ -392,7 +392,7 @@ def _daemon(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePubli
         assert defaults is not None
         mp.setitem(defaults, "monotonic", mine.monotonic)
         if behaviour == "crash":
-            mp.setattr(d, "workload_alive", lambda: False)
+            mp.setattr(d.workload, "alive", lambda: False)
         sd.stop.clear()
         waker_stop = sd.stop
         try:
@@ -518,7 +518,7 @@ STORE_COMMANDS = ("add", "prune")
 
 def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublisher,
           clock: FakeClock, process: Process, fault: Fault | None, candidate: str | None) -> None:
-    """The serving daemon's loop looks (`Daemon.finish_dead_command`): work a command that
+    """The serving daemon's loop looks (`DeadCommand.finish`): work a command that
     died left, the writers' lock free: the last-good finishes it in place, or it restarts its
     own unit for another release's start."""
     release = ran.units.running
@@ -530,9 +530,9 @@ def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublish
     sd.own_unit, sd.waker = host.agent_unit, waker
     d = daemon_mod.Daemon(node, Notifier(""), waker)
     try:
-        done = d.finish_dead_command()
+        done = d.dead_command.finish()
         ran.end = ("nothing to do" if not done else "finished in place"
-                   if d._owed_restart_at is None else "restart of its unit queued")
+                   if d.dead_command.restart_asked_at is None else "restart of its unit queued")
     except Exception as exc:  # a traceback: the serving daemon dies of it
         ran.end = _failed(exc)
         return _ended_badly(host, ran, sd, process)

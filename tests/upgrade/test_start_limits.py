@@ -407,6 +407,6 @@ class TestCrashLoop:
         world.installed("1.0.0")
         daemon = Daemon(world.node, notifier=None, waker=None)  # type: ignore[arg-type]
         world.systemd.shown = {"NRestarts": "3"}
-        assert daemon.automatic_restarts() == 3
+        assert daemon.workload.automatic_restarts() == 3
         world.systemd.fail = {"show"}
-        assert daemon.automatic_restarts() == 0
+        assert daemon.workload.automatic_restarts() == 0
