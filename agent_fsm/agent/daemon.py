@@ -42,7 +42,7 @@ from ..upgrade import way_back
 from ..upgrade.releases import way_back as way_back_release
 from ..wiring import Node
 from . import judge as judge_mod
-from .dead_command import STOP_GRACE, DeadCommand
+from .dead_command import STOP_GRACE, DeadCommand, Looks
 from .publishing import PUBLISH_RETRY_FIRST, PUBLISH_RETRY_MAX, open_gate_after_judgment
 from .runtime import Waker, WakerClock, return_free_memory, setup_logging
 from .supervision import Workload, release_env
@@ -316,18 +316,24 @@ class Daemon:
         retry = self.deliver_results()
         next_try = None if retry is None else time.monotonic() + retry
         forget_at = time.monotonic() + self.workload.stable_after if self.workload.restarts else None
-        look_at = time.monotonic() + OWED_CHECK_SECONDS
+        looks = Looks(self.dead_command, OWED_CHECK_SECONDS)
+        try:
+            return self._serve(version, interval, next_try, forget_at, looks)
+        finally:
+            looks.close()
+
+    def _serve(self, version: str | None, interval: float | None, next_try: float | None,
+               forget_at: float | None, looks: Looks) -> int:
+        """Serve until a stop or the workload's end; wake only for what is due."""
         while not self.waker.stop:
             if interval is not None:
                 self.notifier.watchdog()
             waits = [w for w in (interval, next_try and max(next_try - time.monotonic(), 0),
                                  forget_at and max(forget_at - time.monotonic(), 0),
-                                 max(look_at - time.monotonic(), 0))
-                     if w is not None]
-            self.waker.wait(min(waits))
-            if time.monotonic() >= look_at and not self.waker.stop:
-                self.dead_command.finish()
-                look_at = time.monotonic() + OWED_CHECK_SECONDS
+                                 looks.due_in()) if w is not None]
+            self.waker.wait(min(waits) if waits else None, looks.fd)
+            if not self.waker.stop:
+                looks.after_wake()
             if forget_at is not None and time.monotonic() >= forget_at and not self.waker.stop:
                 self.workload.forget_crashes()
                 forget_at = None

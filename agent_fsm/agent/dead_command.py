@@ -1,7 +1,9 @@
 """An operator's command that died and left work on the node, found and finished while the
 daemon serves (`DeadCommand`).
 
-Every OWED_CHECK_SECONDS the serving daemon looks (a stat of the state file). What the
+The serving daemon looks (a stat of the state file) when the state dir changes, and every
+OWED_CHECK_SECONDS while work is found that it cannot finish yet (`needs_timer`), or always
+where inotify cannot be had: an idle daemon wakes for nothing else. What the
 last-good's own start would do (abandon an upgrade cut before it selected its candidate, roll
 back a signal the state file knows nothing of) it does in place, the workload running; for the
 rest it restarts its own unit, whose start finishes it.
@@ -18,6 +20,7 @@ from ..errors import AgentFsmError
 from ..machine.definition import OnStart
 from ..machine.vocabulary import StateName, Trigger
 from ..node.state.store import OWED_CHECK_SECONDS, StateDoc
+from ..system.inotify import DirWatch
 from ..system.notify import Notifier
 from ..upgrade import way_back
 from ..wiring import Node
@@ -121,6 +124,17 @@ class DeadCommand:
             self._owed = self._found(doc)
             return doc if self._owed else None
 
+    def watch(self) -> DirWatch | None:
+        """A watch on the state dir, whose files a command that leaves work writes; None
+        where inotify cannot be had (then `needs_timer` is always true)."""
+        return DirWatch.open(self.node.paths.state_dir)
+
+    def needs_timer(self) -> bool:
+        """Whether the next look must come by the clock, not by a change in the state dir: work
+        was found that a live writer holds, or a try failed, or a restart was asked. Its
+        lock tries write the state dir themselves, so a change cannot be waited for then."""
+        return self._owed or self.restart_asked_at is not None
+
     def again(self) -> None:
         """Read the state file at the next look even if it did not change (a try failed)."""
         self._owed = True
@@ -201,3 +215,39 @@ class DeadCommand:
                  "open" if node.gate.is_open() else "shut")
         self.notifier.status(self.workload.serving_status(version))
         return node.gate.is_open()
+
+
+class Looks:
+    """When the serving daemon looks (`DeadCommand.finish`): `every` seconds after it is
+    ready, then when the state dir changes, or by the clock while `needs_timer` says so or
+    no watch can be had."""
+
+    def __init__(self, dead: DeadCommand, every: float) -> None:
+        self.dead = dead
+        self.every = every
+        self.watch = dead.watch()
+        self.at: float | None = time.monotonic() + every
+
+    @property
+    def fd(self) -> int | None:
+        return None if self.watch is None else self.watch.fd
+
+    def due_in(self) -> float | None:
+        """Seconds until the next look by the clock; None: only a change brings it."""
+        return None if self.at is None else max(self.at - time.monotonic(), 0)
+
+    def after_wake(self) -> None:
+        """Look if a change came or the clock says so; then say when the next one is due."""
+        changed = self.watch is not None and self.watch.changed()
+        if self.watch is not None and self.watch.gone:  # the state dir itself went
+            self.close()
+        if (self.at is not None and time.monotonic() >= self.at) or (changed and self.at is None):
+            self.dead.finish()
+            self.at = None
+        if self.at is None and (self.watch is None or self.dead.needs_timer()):
+            self.at = time.monotonic() + self.every
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None

@@ -133,7 +133,7 @@ class ModelWaker(Waker):
         self.child = False
         self.clock = clock
 
-    def wait(self, timeout: float | None) -> None:
+    def wait(self, timeout: float | None, also: int | None = None) -> None:
         if not self.stop:
             self.clock.advance(timeout if timeout is not None else 3600.0)
 

@@ -673,3 +673,33 @@ class TestDeadCommand:
             command.cancel()
             stop.cancel()
         assert world.systemd.calls.count(("restart", "agent.service")) == 1
+
+    def test_an_idle_daemon_wakes_for_nothing(
+            self, tmp_path: Path, waker: Waker, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A daemon serving with no watchdog and nothing to do, after its first look, sleeps
+        until something happens: no wait has a timeout, and a stop is the only wake."""
+        import os
+        import threading
+
+        from agent_fsm.agent import daemon as daemon_mod
+
+        monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+        monkeypatch.setattr(daemon_mod, "OWED_CHECK_SECONDS", 0.1)
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        daemon = Daemon(world.node, Notifier(""), waker)
+        timeouts: list[float | None] = []
+        sleep = waker.wait
+
+        def counted(timeout: float | None, also: int | None = None) -> None:
+            timeouts.append(timeout)
+            sleep(timeout, also)
+
+        monkeypatch.setattr(waker, "wait", counted)
+        stop = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+        stop.start()
+        try:
+            assert daemon.run() == 0
+        finally:
+            stop.cancel()
+        assert len(timeouts) == 2 and timeouts[1] is None  # the first look's, then the stop's
