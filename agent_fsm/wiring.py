@@ -12,17 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from .errors import AssetError, IllegalTransition
+from .errors import AssetError
 from .machine.definition import Definition
 from .machine.hooks import check as check_hooks
-from .machine.vocabulary import Groups, Trigger, count_rules, groups
+from .machine.vocabulary import Groups, count_rules, groups
 from .node.config import Config
 from .node.paths import Paths
 from .node.releases.pointers import Releases
 from .node.runtime import signal
 from .node.runtime.gate import Gate
 from .node.runtime.signal import UpgradeSignal
-from .node.state.store import StateDoc, Store
+from .node.state.store import Store
 from .system.clock import Clock, SystemClock
 
 if TYPE_CHECKING:  # what writers are given, imported by `open_node` alone
@@ -63,25 +63,6 @@ class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/d
     def signal(self) -> UpgradeSignal | None:
         return self.effectors.signal()
 
-    def abandon_cut_upgrade(self, doc: StateDoc, *, restart: bool) -> StateDoc | None:
-        """Abandon an upgrade cut before its candidate started (`begin_upgrade` owed, as the way
-        back finds it): fire `abandon_upgrade`, which supersedes it, selecting the last-good
-        again (and restarting the agent unit if `restart`). None, firing nothing, when `doc`
-        owes no such upgrade, or when the upgrade, read without the lock, was only in flight
-        and has gone on since."""
-        pending = doc.pending
-        last_good = self.releases.last_good()
-        if pending is None or pending.trigger != Trigger.begin_upgrade or last_good is None \
-                or not self.controller.supersedes(Trigger.abandon_upgrade, doc):
-            return None
-        try:
-            return self.controller.fire(
-                Trigger.abandon_upgrade, release=last_good,
-                upgrade={"from": last_good, "to": str(pending.args.get("release"))},
-                **({} if restart else {"no_start": True}))
-        except IllegalTransition:  # the upgrade went on meanwhile (read unlocked): not cut
-            return None
-
     def keep_settings(self) -> bool:
         """Keep this config, read valid, as the last-good's settings (`kept.refresh`), when the
         node is settled on its last-good (no signal, nothing owed: the code running is the
@@ -110,16 +91,6 @@ class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/d
             if copy is None or copy.version != last_good:
                 return False
             return kept.refresh(self.paths, copy)
-
-    def on_the_way_back(self) -> bool:
-        """Whether a daemon start here is on a signal's way back: the candidate was given up
-        (recovery started, the last-good selected), a transition towards that is owed, or a
-        signal the state file does not know is to be rolled back. Where the daemon may run with
-        the last-good's kept settings when the live config is wrong (`config.fallback`)."""
-        doc = self.store.read()
-        back = self.groups.rolling_back
-        return doc.state in back or (doc.pending is not None and doc.pending.dest in back) \
-            or (doc.state in self.groups.orphan_from and self.signal() is not None)
 
 
 class Reader:

@@ -69,11 +69,14 @@ class Waker:
     def _on_child(self, signum: int, frame: FrameType | None) -> None:
         self.child = True
 
-    def wait(self, timeout: float | None) -> None:
+    def wait(self, timeout: float | None, also: int | None = None) -> None:
+        """Sleep `timeout` seconds (None: until woken), less when a signal comes or the
+        descriptor `also` is readable."""
         if self.stop:
             return
-        ready, _, _ = select.select([self._r], [], [], timeout)
-        if ready:
+        fds = [self._r] if also is None else [self._r, also]
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if self._r in ready:
             try:
                 while os.read(self._r, 512):
                     pass

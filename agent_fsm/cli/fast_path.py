@@ -26,7 +26,7 @@ from .exits import guarded
 from .options import Globals
 
 if TYPE_CHECKING:
-    from ..wiring import Node
+    from ..actions.upgrade import Step
 
 GLOBAL_OPTIONS = ("--config", "--root")
 
@@ -38,10 +38,11 @@ def run_daemon(opts: Globals) -> int:
     from ..errors import ConfigError
     from ..node.config_fallback import tell_fallback
     from ..upgrade.roles import Command
+    from ..upgrade.way_back import on_the_way_back
 
     setup_logging()  # with journald's priorities from the first line: the config's warnings too
     node = opts.node(way_back=True, command=Command.daemon)
-    if node.config.fallback is not None and not node.on_the_way_back():
+    if node.config.fallback is not None and not on_the_way_back(node):
         # The kept settings serve the way back only: anywhere else the daemon refuses the
         # live file, as operator commands do.
         raise ConfigError(node.config.fallback.error)
@@ -60,28 +61,20 @@ def run_start_check(opts: Globals) -> int:
 def run_recover(opts: Globals) -> int:
     """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line.
     Exits 0 when rolled back or when there is nothing to roll back, else non-zero: run by the
-    recovery unit, after a growing wait (`operations.retry_delay`), so that systemd's
-    `Restart=on-failure` tries again until it succeeds."""
-    from ..actions.operations import recover
-    from ..node.config_fallback import tell_fallback
-    from ..node.state.reasons import RECOVERY_ENV
+    recovery unit, after a growing wait, so that systemd's `Restart=on-failure` tries again
+    until it succeeds (`actions.recover.run`)."""
+    from ..actions.recover import run
     from ..upgrade.roles import Command
 
-    if os.environ.get(RECOVERY_ENV) != "unit":
-        by_hand = opts.node(way_back=True, command=Command.recover)
-        hand_over(by_hand, opts)
-        tell_fallback(by_hand.config)
-        _said(recover(by_hand).message)
+    tried = run(lambda: opts.node(way_back=True, command=Command.recover), opts.words(),
+                _told)
+    if tried.done is not None:
+        _said(tried.done.message)
         return 0
-    node: Node | None = None
-    try:
-        node = opts.node(way_back=True, command=Command.recover)
-        hand_over(node, opts)
-        tell_fallback(node.config)
-        _said(recover(node).message)
-        return 0
-    except Exception as exc:  # whatever failed, the rollback is tried again
-        return _hold_off(node, exc)
+    assert tried.failure is not None
+    _hold_off(tried.failure, tried.retry_in)
+    tried.hold_off()
+    return tried.exit_code
 
 
 def _said(message: str) -> None:
@@ -89,49 +82,23 @@ def _said(message: str) -> None:
     sys.stdout.flush()
 
 
-def _hold_off(node: Node | None, exc: Exception) -> int:
-    """The recovery unit's failed try: say why and when it is tried again, wait, and return
-    the exit code that makes systemd start it again."""
-    import time
+def _told(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _hold_off(exc: Exception, delay: float) -> None:
+    """The recovery unit's failed try: say why, and when it is tried again."""
     import traceback
 
-    from ..actions.operations import retry_delay
     from ..errors import AgentFsmError
 
     expected = isinstance(exc, (AgentFsmError, OSError))
-    delay = retry_delay(node)
     sys.stderr.write(f"agent-fsm: {shown(exc, MAX_LINE)}\n" if expected
-                     else traceback.format_exc())
+                     else "".join(traceback.format_exception(exc)))
     sys.stderr.write(f"agent-fsm: the rollback is not done; the recovery unit tries again in "
                      f"about {delay + 1:.0f}s\n")
     sys.stderr.flush()
-    time.sleep(delay)
-    code = exc.exit_code if isinstance(exc, AgentFsmError) else 1
-    return code or 1
-
-
-def hand_over(node: Node, opts: Globals) -> None:
-    """Run the last-good's own `agent-fsm recover` instead, when this one is another stored
-    release's (an operator's `agent-fsm` on PATH is the selected release's, the candidate's
-    during an upgrade): only the last-good's code runs the way back. Returns when it is the
-    last-good's, or runs from no stored release, or the last-good has no launcher."""
-    process = node.controller.process
-    last_good = node.releases.last_good()
-    if process is None or process.release is None or last_good is None \
-            or last_good == process.release:
-        return
-    launcher = node.releases.path(last_good) / "bin" / "agent-fsm"
-    if not os.access(launcher, os.X_OK):
-        return  # the engine refuses what is not this release's to run, saying so
-    argv = [str(launcher)]
-    if opts.config is not None:
-        argv += ["--config", str(opts.config)]
-    if opts.root is not None:
-        argv += ["--root", str(opts.root)]
-    sys.stderr.write(f"<6>handing over to the last-good's {launcher}: this agent-fsm is "
-                     f"release {process.release}'s\n")
-    sys.stderr.flush()
-    os.execv(launcher, [*argv, Trigger.recover.value])
 
 
 def run_status_json(opts: Globals) -> int:
@@ -152,40 +119,32 @@ def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600
                 force: bool = False) -> int:
     """`agent-fsm upgrade --to V [--wait] [--timeout S]`: start an upgrade; with --wait follow it
     to its judgment (0 converged; RolledBack, 4, when the node rolled back)."""
-    from ..actions.operations import RECOVERY_WAIT, begin_upgrade, follow, wait_for_recovery
-    from ..errors import RolledBack, StateFileError
+    from ..actions.upgrade import upgrade
+    from ..errors import RolledBack
 
-    node = opts.node()
-    recovery = node.paths.recovery_unit_name
-    wait_for_recovery(node, on_wait=lambda now: say(
-        f"waiting for {recovery} to finish ({now}): it is still at work for the last upgrade "
-        f"(at most {RECOVERY_WAIT:.0f}s; then the upgrade is refused, exit 3)"))
-    if force:  # said before it happens, so the journal of the shell shows what was overridden
-        from ..actions.holds import overridden
-        from ..node.records import known_bad
-
-        bad = known_bad.words(node.paths.known_bad_file, to)
-        for what in (*overridden(node), *([bad] if bad else [])):
-            say(f"--force: going past {what}")
-    doc = begin_upgrade(node, to, force=force)
-    up = doc.upgrade
-    if up is None:
-        raise StateFileError(f"the upgrade to {to} began, but the state file {node.paths.state_file} "
-                             "names no upgrade; run `agent-fsm status`")
-    say(f"upgrade {up.from_version} → {up.to_version} started; the candidate is being judged")
-    if not wait:
-        return 0
-    t0 = up.started
-
-    def show(when: float, trigger: str, state: str) -> None:
-        say(f"  +{when - t0:6.1f}s  {trigger:<18} → {state}")
-
-    result = follow(node, up.started, to, timeout, on_state=show)
-    if result.outcome == "ok":
-        say(f"upgrade to {to} judged ok; converged on {to}")
+    done = upgrade(opts.node(), to, wait=wait, timeout=timeout, force=force, tell=_step)
+    if done.outcome is None or done.outcome == "ok":
+        if done.outcome == "ok":
+            say(f"upgrade to {to} judged ok; converged on {to}")
         return 0
     raise RolledBack(f"the candidate {to} was judged failed; the node rolled back to "
-                     f"{up.from_version}")
+                     f"{done.from_version}")
+
+
+def _step(step: Step) -> None:
+    """One step of `upgrade`, as it happens."""
+    from ..actions.upgrade import Began, Forced, Passed, Waiting
+
+    if isinstance(step, Waiting):
+        say(f"waiting for {step.unit} to finish ({step.state}): it is still at work for the last "
+            f"upgrade (at most {step.limit:.0f}s; then the upgrade is refused, exit 3)")
+    elif isinstance(step, Forced):
+        say(f"--force: going past {step.what}")
+    elif isinstance(step, Began):
+        say(f"upgrade {step.from_version} → {step.to_version} started; the candidate is being "
+            "judged")
+    elif isinstance(step, Passed):
+        say(f"  +{step.after:6.1f}s  {step.trigger:<18} → {step.state}")
 
 
 def _options(argv: Sequence[str], valued: Sequence[str], flags: Sequence[str] = (), *,

@@ -28,7 +28,7 @@ class Globals(NamedTuple):
         `way_back` (`daemon`, `recover`): unknown config keys are logged, not refused (a config
         written for the candidate, a newer agent-fsm, must not stop the last-good), and a config
         wrong all the same gives way to the last-good's kept settings (`config.fallback` says
-        so; the daemon uses them only on a signal's way back: `Node.on_the_way_back`).
+        so; the daemon uses them only on a signal's way back: `way_back.on_the_way_back`).
         `command`: which process this is (`upgrade.roles.Command`; default: an operator's), for
         the roles' checks. A config read valid is kept as the last-good's settings
         (`Node.keep_settings`): a fallback never runs with settings older than it."""
@@ -74,14 +74,18 @@ class Globals(NamedTuple):
                 raise
         return open_reader(config, self.root)
 
-    def prog(self) -> str:
-        """How this run was invoked, for the commands `status` suggests."""
-        words = ["agent-fsm"]
+    def words(self) -> list[str]:
+        """These options as a command line gives them."""
+        words = []
         if self.config is not None:
             words += ["--config", str(self.config)]
         if self.root is not None:
             words += ["--root", str(self.root)]
-        return shlex.join(words)
+        return words
+
+    def prog(self) -> str:
+        """How this run was invoked, for the commands `status` suggests."""
+        return shlex.join(["agent-fsm", *self.words()])
 
 
 def of(ctx: typer.Context) -> Globals:

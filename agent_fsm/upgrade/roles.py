@@ -7,7 +7,7 @@ what the agent unit's `ExecStart=${selected}/bin/agent-fsm` runs): the last-good
 `last_good`, the pending upgrade's candidate the `candidate`, any other release no role at all.
 `agent-fsm recover` is the `recovery` unless it runs from the candidate's release (an operator's
 `agent-fsm` on PATH is the selected release's: the CLI hands over to the last-good's, see
-`cli.fast_path.run_recover`); every other command is the `operator`.
+`actions.recover.hand_over`); every other command is the `operator`.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def recovery_idle(effectors: Effectors, step: Step) -> AgentFsmError | None:
     that upgrade has ended another way (the last-good's own start, an operator's `recover`):
     finding this upgrade's candidate being judged, it would roll it back as the one that failed
     and mark it known bad. Its next try finds nothing pending and it stops; `upgrade` waits
-    for that first (`operations.wait_for_recovery`). No `--force` goes past it."""
+    for that first (`actions.upgrade.wait_for_recovery`). No `--force` goes past it."""
     now = recovery_at_work(effectors)
     if now is None:
         return None

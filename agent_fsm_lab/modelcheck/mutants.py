@@ -233,7 +233,7 @@ def at_rest(behaviour: frozenset[Any]) -> frozenset[Any]:
     signal, the gate open, the last-good's agent running on its assets, no recovery running),
     systemd's start count and the agent unit's `NRestarts` left out: at rest the start limit's
     interval passes and systemd forgets the starts, and the serving daemon resets `NRestarts`
-    `stable_after` seconds after a start that followed crashes (`Daemon.forget_crashes`)."""
+    `stable_after` seconds after a start that followed crashes (`Workload.forget_crashes`)."""
     return frozenset(_at_rest((seen, units)) for seen, units in behaviour
                      if seen.state == "converged" and seen.pending is None and seen.signal is None
                      and seen.gate and seen.selected == seen.last_good

@@ -4,7 +4,7 @@ A step puts a configuration's files back into the work directory, starts one pro
 systemd or an operator would (the agent unit's `ExecStartPre=` start check, the daemon of the
 release `ExecStart=` resolved, the recovery unit's `recover`, an operator's command) and runs
 agent-fsm's own code for it: `start_check`, `Daemon.startup`, the serving daemon's
-`Daemon.finish_dead_command`, `operations.recover`, `install`, `activate`, `begin_upgrade`,
+`DeadCommand.finish`, `recover`, `install`, `activate`, `begin_upgrade`,
 and for `release add DIR` and `release prune --keep 0` what those commands run
 (`sources.add_source`, `packing.prune`), with the engine, the effects, the store and the files
 all real. What crosses
@@ -48,6 +48,8 @@ from typing import Any
 import pytest
 
 from agent_fsm.actions import operations
+from agent_fsm.actions.recover import recover
+from agent_fsm.actions.upgrade import begin_upgrade
 from agent_fsm.agent import daemon as daemon_mod
 from agent_fsm.agent import judge as judge_mod
 from agent_fsm.agent import publishing
@@ -131,7 +133,7 @@ class ModelWaker(Waker):
         self.child = False
         self.clock = clock
 
-    def wait(self, timeout: float | None) -> None:
+    def wait(self, timeout: float | None, also: int | None = None) -> None:
         if not self.stop:
             self.clock.advance(timeout if timeout is not None else 3600.0)
 
@@ -390,7 +392,7 @@ def _daemon(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePubli
         assert defaults is not None
         mp.setitem(defaults, "monotonic", mine.monotonic)
         if behaviour == "crash":
-            mp.setattr(d, "workload_alive", lambda: False)
+            mp.setattr(d.workload, "alive", lambda: False)
         sd.stop.clear()
         waker_stop = sd.stop
         try:
@@ -440,7 +442,7 @@ def _recovery(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePub
         mp.setenv(reasons.RECOVERY_ENV, "unit")
         try:
             node = r.watch(_node(host, sd, publisher, clock, Command.recover, last_good))
-            done = operations.recover(node)
+            done = recover(node, by_unit=True)
         except (AgentFsmError, Exception) as exc:
             ran.end = _failed(exc)
             return _ended_badly(host, ran, sd, process)
@@ -461,13 +463,13 @@ def _operator(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePub
                 ran.code = last_good
                 ran.who = f"operator: agent-fsm recover (of {last_good})"
                 node = r.watch(_node(host, sd, publisher, clock, Command.recover, last_good))
-                done = operations.recover(node).message
+                done = recover(node).message
             else:
                 ran.who = f"operator: agent-fsm {process}"
                 node = r.watch(_node(host, sd, publisher, clock, Command.operator))
                 version = str(process.version)
                 if process.kind == "upgrade":
-                    done = f"upgrade to {operations.begin_upgrade(node, version).state}"
+                    done = f"upgrade to {begin_upgrade(node, version).state}"
                 elif process.kind == "install":
                     done = operations.install(node, version).message
                 else:
@@ -516,7 +518,7 @@ STORE_COMMANDS = ("add", "prune")
 
 def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublisher,
           clock: FakeClock, process: Process, fault: Fault | None, candidate: str | None) -> None:
-    """The serving daemon's loop looks (`Daemon.finish_dead_command`): work a command that
+    """The serving daemon's loop looks (`DeadCommand.finish`): work a command that
     died left, the writers' lock free: the last-good finishes it in place, or it restarts its
     own unit for another release's start."""
     release = ran.units.running
@@ -528,9 +530,9 @@ def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublish
     sd.own_unit, sd.waker = host.agent_unit, waker
     d = daemon_mod.Daemon(node, Notifier(""), waker)
     try:
-        done = d.finish_dead_command()
+        done = d.dead_command.finish()
         ran.end = ("nothing to do" if not done else "finished in place"
-                   if d._owed_restart_at is None else "restart of its unit queued")
+                   if d.dead_command.restart_asked_at is None else "restart of its unit queued")
     except Exception as exc:  # a traceback: the serving daemon dies of it
         ran.end = _failed(exc)
         return _ended_badly(host, ran, sd, process)

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.actions import holds, operations
+from agent_fsm.actions.recover import recover
+from agent_fsm.actions.upgrade import begin_upgrade
 from agent_fsm.errors import AgentFsmError, Refused
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.records import hold
@@ -145,7 +147,7 @@ class TestHoldFile:
                      b'{"reason": "x\\u001b[2J", "since": 1, "until": null}', b"[]"):
             held_file(ready).write_bytes(body)
             with pytest.raises(Refused, match=f"hold file {held_file(ready)} is damaged"):
-                operations.begin_upgrade(ready.node, "2.0.0")
+                begin_upgrade(ready.node, "2.0.0")
             shown = status(ready.node).to_json()["hold"]
             assert shown["error"] and str(held_file(ready)) in shown["error"], body
             with pytest.raises(AgentFsmError, match="nothing was written"):
@@ -153,7 +155,7 @@ class TestHoldFile:
             assert held_file(ready).read_bytes() == body
             holds.unhold(ready.node)
             assert not held_file(ready).exists()
-        assert operations.begin_upgrade(ready.node, "2.0.0").state == "candidate_running"
+        assert begin_upgrade(ready.node, "2.0.0").state == "candidate_running"
 
     def test_a_symlink_hold_file_is_damaged_not_followed(self, ready: World,
                                                          tmp_path: Path) -> None:
@@ -189,10 +191,10 @@ class TestRefusal:
         ready.clock.t = NOW
         holds.hold(ready.node, "for an hour", NOW + 3600)
         with pytest.raises(Refused):
-            operations.begin_upgrade(ready.node, "2.0.0")
+            begin_upgrade(ready.node, "2.0.0")
         ready.clock.t = NOW + 3600
         assert status(ready.node).to_json()["hold"]["expired"] is True
-        assert operations.begin_upgrade(ready.node, "2.0.0").state == "candidate_running"
+        assert begin_upgrade(ready.node, "2.0.0").state == "candidate_running"
 
     def test_install_and_activate_are_not_held(self, ready: World) -> None:
         """A hold stops upgrades only: `activate` and `install` (the operator's hand) go on."""
@@ -206,7 +208,7 @@ class TestRollbackIsNeverHeld:
         """With a hold, a damaged hold file's worth of doubt and a live inhibitor in place, a
         failed candidate is still judged failed, rolled back and the node converges on the
         last-good with its gate open."""
-        operations.begin_upgrade(ready.node, "2.0.0")
+        begin_upgrade(ready.node, "2.0.0")
         ready.node.controller.fire("candidate_started")
         holds.hold(ready.node, "held mid-upgrade", None)
         inhibit = ready.paths.real(ready.node.config.inhibitor_dir)
@@ -214,7 +216,7 @@ class TestRollbackIsNeverHeld:
         (inhibit / "db").write_text(f"reason=migration\npid={os.getpid()}\n")
         (inhibit / "junk").write_bytes(b"\xff")
         ready.node.controller.fire("judge_failed")
-        assert operations.recover(ready.node).state == "recovering"
+        assert recover(ready.node).state == "recovering"
         ready.node.controller.fire("recovered")
         st = status(ready.node)
         assert (st.state, st.selected, st.gate) == ("converged", "1.0.0", "open")
@@ -224,7 +226,7 @@ class TestRollbackIsNeverHeld:
     def test_an_orphaned_signal_rolls_back_while_held(self, ready: World) -> None:
         """A signal the state file lost is rolled back by `recover` though a damaged hold file
         and an unreadable inhibitor directory are in place."""
-        operations.begin_upgrade(ready.node, "2.0.0")
+        begin_upgrade(ready.node, "2.0.0")
         doc = ready.node.store.read()
         held_file(ready).write_text("{")
         inhibit = ready.paths.real(ready.node.config.inhibitor_dir)
@@ -233,7 +235,7 @@ class TestRollbackIsNeverHeld:
         doc.state, doc.upgrade = "converged", None
         with ready.node.store.locked():
             ready.node.store.write(doc)
-        assert operations.recover(ready.node).state == "recovering"
+        assert recover(ready.node).state == "recovering"
         ready.node.controller.fire("recovered")
         assert ready.node.releases.selected() == "1.0.0"
 

@@ -8,7 +8,9 @@ from typing import ClassVar
 
 import pytest
 
-from agent_fsm.actions.operations import begin_upgrade, install, recover, wait_for_recovery
+from agent_fsm.actions.operations import install
+from agent_fsm.actions.recover import recover
+from agent_fsm.actions.upgrade import begin_upgrade, wait_for_recovery
 from agent_fsm.errors import Refused, ReleaseError
 from agent_fsm.node.releases import store as release_store
 from tests.helpers import World

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_fsm.actions.recover import recover
 from agent_fsm.actions.releases.packing import prune
 from agent_fsm.errors import StateFileError
 from tests.helpers import Crash, World, crash_at, make_world, one_line
@@ -98,12 +99,11 @@ class TestPrune:
     def test_a_known_bad_release_is_not_staged(self, world: World) -> None:
         """By default a release that rolled back here goes, newer than the selected or not, as
         the dry run says first; a newer one not known bad stays staged."""
-        from agent_fsm.actions import operations
 
         world.installed("1.0.0").upgrading("2.0.0")
         world.node.controller.fire("judge_failed", reason="checks failing",
                                    reason_class="check_failed")
-        operations.recover(world.node)
+        recover(world.node)
         world.node.controller.fire("recovered")
         world.add_release("3.0.0")
         dry = _cli(world, "--dry-run")

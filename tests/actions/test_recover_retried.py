@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.operations import RETRY_FIRST, RETRY_MAX, retry_delay
+from agent_fsm.actions.recover import RETRY_FIRST, RETRY_MAX, retry_delay
 from agent_fsm.node.assets.render import render
 from tests.helpers import World, make_world
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.operations import recover
+from agent_fsm.actions.recover import recover
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.records import known_good
 from agent_fsm.views.doctor.checks import doctor

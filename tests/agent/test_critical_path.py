@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.operations import follow
+from agent_fsm.actions.upgrade import follow
 from agent_fsm.agent.judge import CHECK_INTERVAL, judge
 from agent_fsm.node.config import Judgment
 from agent_fsm.node.state.store import StateDoc

@@ -365,7 +365,7 @@ class TestCrashLoop:
         world.node.controller.fire("install", release="1.0.0")
         world.systemd.shown = {"NRestarts": restarts}
         daemon = Daemon(world.node, Notifier(""), waker)
-        daemon.stable_after = 0.2
+        daemon.workload.stable_after = 0.2
         before = len(world.systemd.calls)
         stop = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
         stop.start()
@@ -394,10 +394,10 @@ class TestDeadCommand:
     def _serving(world: World) -> tuple[Daemon, subprocess.Popen[bytes]]:
         """The daemon serving 1.0.0 with its workload (a real process) running."""
         daemon = Daemon(world.node, Notifier(""), Waker())
-        daemon.start_workload("1.0.0")
-        assert daemon.workload is not None
+        daemon.workload.start("1.0.0")
+        assert daemon.workload.process is not None
         world.systemd.calls.clear()  # the workload's start asked systemd for its restarts
-        return daemon, daemon.workload
+        return daemon, daemon.workload.process
 
     @staticmethod
     def _with_workload(world: World) -> None:
@@ -418,18 +418,18 @@ class TestDeadCommand:
         assert not world.node.effectors.gate.is_open() and world.node.signal() is not None
         daemon, workload = self._serving(world)
         try:
-            assert daemon.finish_dead_command()
+            assert daemon.dead_command.finish()
             assert ("restart", "agent.service") not in world.systemd.calls
             doc = world.node.store.read()
             assert (doc.state, doc.pending, world.node.signal()) == ("converged", None, None)
             assert world.node.releases.selected() == "1.0.0"
             assert known_bad.read(world.paths.known_bad_file).marks == {}
             assert world.node.effectors.gate.is_open()
-            assert daemon.workload is workload and workload.poll() is None
+            assert daemon.workload.process is workload and workload.poll() is None
             assert [e["trigger"] for e in world.node.store.history()][-2:] == [
                 "abandon_upgrade", "settle"]
         finally:
-            daemon.stop_workload()
+            daemon.workload.stop()
 
     def test_a_full_disk_leaves_the_workload_running_and_is_tried_again(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -458,18 +458,18 @@ class TestDeadCommand:
         try:
             with monkeypatch.context() as m:
                 m.setattr(os, "write", full)
-                assert not daemon.finish_dead_command()
-                assert not daemon.finish_dead_command()  # tried again, the file unchanged
+                assert not daemon.dead_command.finish()
+                assert not daemon.dead_command.finish()  # tried again, the file unchanged
             assert world.systemd.calls == []
             assert not world.node.effectors.gate.is_open()
             assert workload.poll() is None
-            assert daemon.finish_dead_command()
+            assert daemon.dead_command.finish()
             assert world.systemd.calls.count(("restart", "agent.service")) == 0
             assert world.node.effectors.gate.is_open() and world.node.signal() is None
             assert world.node.store.read().pending is None
-            assert daemon.workload is workload and workload.poll() is None
+            assert daemon.workload.process is workload and workload.poll() is None
         finally:
-            daemon.stop_workload()
+            daemon.workload.stop()
 
     def test_a_failure_after_the_gate_opened_shuts_it_until_done(
             self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -493,10 +493,10 @@ class TestDeadCommand:
 
         with monkeypatch.context() as m:
             m.setattr(journal, "append", full_at_settle)
-            assert not daemon.finish_dead_command()
+            assert not daemon.dead_command.finish()
         assert world.node.store.read().pending.trigger == "settle"  # type: ignore[union-attr]
         assert not world.node.effectors.gate.is_open()
-        assert daemon.finish_dead_command()
+        assert daemon.dead_command.finish()
         assert world.node.store.read().pending is None and world.node.effectors.gate.is_open()
 
     def test_a_signal_the_state_file_does_not_know_is_rolled_back_in_place(
@@ -517,7 +517,7 @@ class TestDeadCommand:
         world.systemd.calls.clear()
         daemon, workload = self._serving(world)
         try:
-            assert daemon.finish_dead_command()
+            assert daemon.dead_command.finish()
             assert ("restart", "agent.service") not in world.systemd.calls
             doc = world.node.store.read()
             assert (doc.state, doc.pending, world.node.signal()) == ("converged", None, None)
@@ -528,7 +528,7 @@ class TestDeadCommand:
             assert [e["trigger"] for e in world.node.store.history()][-2:] == [
                 "orphaned_signal", "recovered"]
         finally:
-            daemon.stop_workload()
+            daemon.workload.stop()
 
     def test_an_upgrade_killed_after_it_selected_is_finished_by_the_start_it_restarts(
             self, tmp_path: Path, waker: Waker) -> None:
@@ -538,7 +538,7 @@ class TestDeadCommand:
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world = self._killed(world, "begin_upgrade", 5, release="2.0.0")
-        assert Daemon(world.node, Notifier(""), waker).finish_dead_command()
+        assert Daemon(world.node, Notifier(""), waker).dead_command.finish()
         assert world.systemd.calls == [("restart", "agent.service")]
         assert world.node.store.read().pending.trigger == "begin_upgrade"  # type: ignore[union-attr]
         assert world.node.releases.selected() == "2.0.0"
@@ -552,7 +552,7 @@ class TestDeadCommand:
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world = self._killed(world, "install", 3, release="2.0.0")
-        assert Daemon(world.node, Notifier(""), waker).finish_dead_command()
+        assert Daemon(world.node, Notifier(""), waker).dead_command.finish()
         assert ("restart", "agent.service") in world.systemd.calls
         started = world.reopen()
         assert Daemon(started.node, Notifier(""), waker).startup()
@@ -580,7 +580,7 @@ class TestDeadCommand:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # as filelock takes it, on a descriptor of its own
             caplog.clear()
-            assert not daemon.finish_dead_command()
+            assert not daemon.dead_command.finish()
             assert world.systemd.calls == []
             assert world.node.store.path.read_bytes() == before
             assert world.node.signal() is not None
@@ -588,7 +588,7 @@ class TestDeadCommand:
             assert [r.message for r in caplog.records if r.levelname == "ERROR"] == []
         finally:
             os.close(fd)
-        assert daemon.finish_dead_command()
+        assert daemon.dead_command.finish()
         assert world.node.signal() is None and world.node.effectors.gate.is_open()
         assert ("restart", "agent.service") not in world.systemd.calls
 
@@ -600,7 +600,7 @@ class TestDeadCommand:
         world.installed("1.0.0")
         world.upgrading("2.0.0")
         world = self._killed(world, "recover", 2)
-        assert not Daemon(world.node, Notifier(""), waker).finish_dead_command()
+        assert not Daemon(world.node, Notifier(""), waker).dead_command.finish()
         assert world.systemd.calls == []
 
     def test_an_install_told_not_to_start_is_left_to_its_operator(
@@ -611,7 +611,7 @@ class TestDeadCommand:
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world = self._killed(world, "install", 3, release="2.0.0", no_start=True)
-        assert not Daemon(world.node, Notifier(""), waker).finish_dead_command()
+        assert not Daemon(world.node, Notifier(""), waker).dead_command.finish()
         assert world.systemd.calls == []
 
     def test_nothing_owed_restarts_nothing(self, tmp_path: Path, waker: Waker) -> None:
@@ -620,7 +620,7 @@ class TestDeadCommand:
         world.installed("1.0.0")
         world.systemd.calls.clear()
         daemon = Daemon(world.node, Notifier(""), waker)
-        assert not daemon.finish_dead_command() and not daemon.finish_dead_command()
+        assert not daemon.dead_command.finish() and not daemon.dead_command.finish()
         assert world.systemd.calls == []
 
     def test_a_failing_restart_is_tried_again_and_a_queued_one_not_repeated(
@@ -633,10 +633,10 @@ class TestDeadCommand:
         world = self._killed(world, "activate", 2, release="2.0.0")
         daemon = Daemon(world.node, Notifier(""), waker)
         world.systemd.fail = {"restart"}
-        assert not daemon.finish_dead_command()
+        assert not daemon.dead_command.finish()
         world.systemd.fail = set()
-        assert daemon.finish_dead_command()
-        assert not daemon.finish_dead_command()
+        assert daemon.dead_command.finish()
+        assert not daemon.dead_command.finish()
         assert world.systemd.calls == [("restart", "agent.service")]
 
     def test_the_serving_loop_looks_without_a_watchdog(
@@ -673,3 +673,33 @@ class TestDeadCommand:
             command.cancel()
             stop.cancel()
         assert world.systemd.calls.count(("restart", "agent.service")) == 1
+
+    def test_an_idle_daemon_wakes_for_nothing(
+            self, tmp_path: Path, waker: Waker, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A daemon serving with no watchdog and nothing to do, after its first look, sleeps
+        until something happens: no wait has a timeout, and a stop is the only wake."""
+        import os
+        import threading
+
+        from agent_fsm.agent import daemon as daemon_mod
+
+        monkeypatch.delenv("WATCHDOG_USEC", raising=False)
+        monkeypatch.setattr(daemon_mod, "OWED_CHECK_SECONDS", 0.1)
+        world = _world(tmp_path, ())
+        world.installed("1.0.0")
+        daemon = Daemon(world.node, Notifier(""), waker)
+        timeouts: list[float | None] = []
+        sleep = waker.wait
+
+        def counted(timeout: float | None, also: int | None = None) -> None:
+            timeouts.append(timeout)
+            sleep(timeout, also)
+
+        monkeypatch.setattr(waker, "wait", counted)
+        stop = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+        stop.start()
+        try:
+            assert daemon.run() == 0
+        finally:
+            stop.cancel()
+        assert len(timeouts) == 2 and timeouts[1] is None  # the first look's, then the stop's

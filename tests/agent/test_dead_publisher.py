@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from agent_fsm.actions.recover import recover
+from agent_fsm.actions.upgrade import begin_upgrade
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.agent.publishing import open_gate_after_judgment
 from agent_fsm.errors import ConfigError, PublishError
@@ -169,19 +171,18 @@ class TestTheWayOutKeepsTheOrder:
     def test_a_forced_known_bad_version_is_cleared(self, world: World) -> None:
         """A version that had rolled back, upgraded to with `--force` and judged ok, is no
         longer known bad after the way out, as after `complete`."""
-        from agent_fsm.actions import operations
         from agent_fsm.node.records import known_bad
 
         world.installed("1.0.0")
         world.add_release("2.0.0")
         c = world.node.controller
-        operations.begin_upgrade(world.node, "2.0.0")
+        begin_upgrade(world.node, "2.0.0")
         c.fire("candidate_started")
         c.fire("judge_failed", reason="check failed", reason_class="check_failed")
-        operations.recover(world.node)
+        recover(world.node)
         c.fire("recovered")
         assert "2.0.0" in known_bad.read(world.paths.known_bad_file).marks
-        operations.begin_upgrade(world.node, "2.0.0", force=True)
+        begin_upgrade(world.node, "2.0.0", force=True)
         c.fire("candidate_started")
         world.publisher.failures = 1000
         c.fire("judge_ok")

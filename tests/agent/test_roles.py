@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions import operations
+from agent_fsm.actions.recover import recover
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.errors import NotItsRole
 from agent_fsm.node.config import Config, Judgment
@@ -91,7 +91,7 @@ class TestTheCandidateNeverRunsTheWayBack:
         world.upgrading("2.0.0")
         before = _files(world)
         with pytest.raises(NotItsRole) as err:
-            operations.recover(_as(world, Command.recover, "2.0.0"))
+            recover(_as(world, Command.recover, "2.0.0"))
         assert "may not fire recover: it is the recovery's to run" in str(err.value)
         assert _files(world) == before
 

@@ -143,9 +143,9 @@ class TestDaemonStartsIt:
             assert out.read_text().split() == [str(release / "payload"), str(release), "v1.0.0",
                                                "test", str(release / "payload")]
             view = record.view(world.paths, "1.0.0", "root")
-            assert view is not None and view["running"] and view["pid"] == daemon.workload.pid  # type: ignore[union-attr]
+            assert view is not None and view["running"] and view["pid"] == daemon.workload.process.pid  # type: ignore[union-attr]
         finally:
-            daemon.stop_workload()
+            daemon.workload.stop()
         view = record.view(world.paths, "1.0.0", "root")
         assert view is not None and not view["running"]
         assert view["last_exit"]["signal"] == "SIGTERM"
@@ -182,7 +182,7 @@ class TestDaemonStartsIt:
         notifier = Recording()
         sent = notifier.sent
         daemon = Daemon(world.node, notifier, waker)
-        assert daemon.run() == 1 and daemon.workload is None
+        assert daemon.run() == 1 and daemon.workload.process is None
         assert any("'no-such-agent-user' does not exist" in f for f in sent if
                    f.startswith("STATUS=failed: ")), sent
 
@@ -240,10 +240,10 @@ class TestReadOnlyView:
         daemon = Daemon(world.node, Notifier(""), waker)
         try:
             assert daemon.startup()
-            assert daemon.workload is not None
-            daemon.workload.wait(timeout=30)
+            assert daemon.workload.process is not None
+            daemon.workload.process.wait(timeout=30)
         finally:
-            daemon.stop_workload()
+            daemon.workload.stop()
         return json.loads(report.read_text())  # type: ignore[no-any-return]
 
     @pytest.mark.skipif(os.geteuid() != 0, reason="a root workload needs a root daemon")

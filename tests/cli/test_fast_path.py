@@ -168,15 +168,15 @@ def test_a_refusal_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                                   capsys: pytest.CaptureFixture[str]) -> None:
     """A refused `recover` (another operation holds the lock too long) exits 3 with the same
     one line on stderr on both paths."""
-    from agent_fsm.actions import operations
+    from agent_fsm.actions import recover as recovering
     from agent_fsm.cli.app import app
     from agent_fsm.cli.exits import guarded
     from agent_fsm.errors import Refused
 
-    def refuse(node: object) -> None:
+    def refuse(node: object, **_: object) -> None:
         raise Refused("another agent-fsm operation has held the lock for over 30s")
 
-    monkeypatch.setattr(operations, "recover", refuse)
+    monkeypatch.setattr(recovering, "recover", refuse)
     cfg, root = _node(tmp_path, "converged")
     argv = ["--config", str(cfg), "--root", str(root), "recover"]
     seen = []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions import operations
+from agent_fsm.actions.recover import recover
 from agent_fsm.node import config as config_mod
 from tests.helpers import env_with_stub_systemctl, make_world
 from tests.views.status_situations import CONFIG
@@ -29,7 +29,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str
     w = make_world(base / "root", config_mod.load(cfg))
     w.installed("1.0.0").upgrading("2.0.0")
     w.node.controller.fire("judge_failed", reason=REASON, reason_class="check_failed")
-    operations.recover(w.node)
+    recover(w.node)
     w.node.controller.fire("recovered")
     return cfg, w.root, env_with_stub_systemctl(base)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions import holds, operations
+from agent_fsm.actions import holds
+from agent_fsm.actions.recover import recover
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.records import hook_failures, known_bad
 from tests.helpers import env_with_stub_systemctl, make_world
@@ -45,7 +46,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], dict[str,
     world.installed("1.0.0").upgrading("2.0.0")
     world.node.controller.fire("judge_failed", reason=f"probe exited 1: {HOSTILE}",
                                reason_class="check_failed")
-    operations.recover(world.node)
+    recover(world.node)
     world.node.controller.fire("recovered")
     # As an older writer or a hand may have left them: the raw text, not made visible.
     known_bad.mark(world.paths.known_bad_file, known_bad.Mark(

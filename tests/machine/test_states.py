@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import agent_fsm
-from agent_fsm.actions.operations import ON_RECOVER
+from agent_fsm.actions.recover import ON_RECOVER
 from agent_fsm.agent.daemon import ON_START
 from agent_fsm.errors import DefinitionError
 from agent_fsm.machine.definition import OnRecover, OnStart, default_text, handlers

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent_fsm.actions.operations import recover
+from agent_fsm.actions.recover import recover
 from agent_fsm.errors import StateFileError
 from agent_fsm.node.state import store as store_mod
 from agent_fsm.views.status.report import status

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions import operations
+from agent_fsm.actions.upgrade import begin_upgrade
 from agent_fsm.errors import ConfigError, Refused
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.runtime import inhibitors
@@ -108,22 +108,22 @@ class TestRefusal:
             assert part in line, part
         assert ready.node.signal() is None
         alive.unlink()
-        assert operations.begin_upgrade(ready.node, "2.0.0").state == "candidate_running"
+        assert begin_upgrade(ready.node, "2.0.0").state == "candidate_running"
 
     def test_a_stale_inhibitor_does_not_refuse(self, ready: World) -> None:
         """An inhibitor whose PID no longer exists is reported stale and refuses nothing."""
         drop(ready, "old", f"reason=left behind\npid={GONE}\n")
         (shown,) = status(ready.node).inhibitors
         assert shown["stale"] is True and shown["pid"] == GONE
-        assert operations.begin_upgrade(ready.node, "2.0.0").state == "candidate_running"
+        assert begin_upgrade(ready.node, "2.0.0").state == "candidate_running"
 
     def test_force_goes_past_inhibitors(self, ready: World) -> None:
         """`--force` starts the upgrade though a live inhibitor and a garbled one exist."""
         drop(ready, "db", f"reason=migration\npid={os.getpid()}\n")
         drop(ready, "junk", b"\x00\xff")
         with pytest.raises(Refused, match="inhibited by 2 workload"):
-            operations.begin_upgrade(ready.node, "2.0.0")
-        assert operations.begin_upgrade(ready.node, "2.0.0", force=True).state == \
+            begin_upgrade(ready.node, "2.0.0")
+        assert begin_upgrade(ready.node, "2.0.0", force=True).state == \
             "candidate_running"
 
 

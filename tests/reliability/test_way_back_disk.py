@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.operations import recover
+from agent_fsm.actions.recover import recover
 from agent_fsm.errors import AgentFsmError, DiskError
 from tests.helpers import World, make_world
 from tests.reliability.test_hostile import FailingDisk

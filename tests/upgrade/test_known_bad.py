@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions import operations
+from agent_fsm.actions.recover import recover
 from agent_fsm.actions.releases import packing
+from agent_fsm.actions.upgrade import begin_upgrade
 from agent_fsm.errors import Refused
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.records import known_bad
@@ -32,7 +33,7 @@ def rolled_back(world: World, to: str = "2.0.0") -> World:
     c.fire("candidate_started")
     c.fire("judge_failed", reason=f"checks still failing at the deadline: {CHECK_LINE}",
            reason_class="check_failed")
-    operations.recover(world.node)
+    recover(world.node)
     c.fire("recovered")
     assert world.node.store.read().state == "converged"
     return world
@@ -50,7 +51,7 @@ class TestRefused:
         rolled_back(world)
         world.clock.advance(60)
         with pytest.raises(Refused) as exc:
-            operations.begin_upgrade(world.node, "2.0.0")
+            begin_upgrade(world.node, "2.0.0")
         text = str(exc.value)
         assert "known bad" in text and CHECK_LINE in text and "check_failed" in text
         assert "--force" in text and " UTC" in text and "\n" not in text
@@ -62,7 +63,7 @@ class TestRefused:
         """Only the version that rolled back is marked: an upgrade to another starts."""
         rolled_back(world)
         world.add_release("2.0.1")
-        doc = operations.begin_upgrade(world.node, "2.0.1")
+        doc = begin_upgrade(world.node, "2.0.1")
         assert doc.state == "candidate_running"
 
     def test_force_goes_past_the_mark_and_a_judged_ok_upgrade_clears_it(self,
@@ -70,7 +71,7 @@ class TestRefused:
         """`--force` starts the upgrade anyway; judged ok, the version is no longer known bad."""
         rolled_back(world)
         c = world.node.controller
-        operations.begin_upgrade(world.node, "2.0.0", force=True)
+        begin_upgrade(world.node, "2.0.0", force=True)
         assert [m["version"] for m in status(world.node).known_bad[0]] == ["2.0.0"]
         c.fire("candidate_started")
         c.fire("judge_ok")
@@ -84,11 +85,11 @@ class TestRefused:
         first = known_bad.read(record(world)).marks["2.0.0"].time
         world.clock.advance(100)
         c = world.node.controller
-        operations.begin_upgrade(world.node, "2.0.0", force=True)
+        begin_upgrade(world.node, "2.0.0", force=True)
         c.fire("candidate_started")
         c.fire("judge_failed", reason="the workload exited while being judged",
                reason_class="crashed")
-        operations.recover(world.node)
+        recover(world.node)
         c.fire("recovered")
         mark = known_bad.read(record(world)).marks["2.0.0"]
         assert mark.time > first and mark.reason_class == "crashed"
@@ -134,7 +135,7 @@ class TestRecord:
         world.installed("1.0.0")
         world.upgrading("2.0.0")
         record(world).write_text("{not json")
-        operations.recover(world.node)
+        recover(world.node)
         world.node.controller.fire("recovered")
         doc = world.node.store.read()
         assert doc.state == "converged" and world.node.effectors.releases.selected() == "1.0.0"
@@ -148,9 +149,9 @@ class TestRecord:
         record(world).write_bytes(known_bad.KIND.encode({"versions": {"2.0.0": {"time": -1}},
                                                          "rollbacks": {}}))
         with pytest.raises(Refused, match=r"known-bad record .* damaged .*versions\.2\.0\.0"):
-            operations.begin_upgrade(world.node, "2.0.0")
+            begin_upgrade(world.node, "2.0.0")
         assert status(world.node).to_json()["known_bad_error"] is not None
-        assert operations.begin_upgrade(world.node, "2.0.0", force=True).state \
+        assert begin_upgrade(world.node, "2.0.0", force=True).state \
             == "candidate_running"
 
     def test_prune_may_remove_a_known_bad_version(self, world: World) -> None:

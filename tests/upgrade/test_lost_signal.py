@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.operations import recover
+from agent_fsm.actions.recover import recover
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.agent.start_check import ALLOW, REFUSE, start_check
 from agent_fsm.errors import Refused
 from agent_fsm.node.config import Config, Judgment
 from agent_fsm.node.records import known_bad
-from agent_fsm.node.state import reasons
 from agent_fsm.node.state.document_file import checksum
 from agent_fsm.system.notify import Notifier
 from agent_fsm.upgrade.registry import load_definition
@@ -233,9 +232,7 @@ class TestTheWayBack:
         _judging(world)
         LOST[lost](world)
         assert start_check(world.node, world.systemd) == REFUSE
-        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
-        assert recover(world.node).state == "recovering"
-        monkeypatch.delenv(reasons.RECOVERY_ENV)
+        assert recover(world.node, by_unit=True).state == "recovering"
         assert start_check(world.node, world.systemd) == ALLOW
         assert Daemon(world.node, Notifier(""), waker).startup()
         doc = world.node.store.read()

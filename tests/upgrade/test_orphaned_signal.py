@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_fsm.actions.operations import recover
+from agent_fsm.actions.recover import recover
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.errors import Refused
 from agent_fsm.node.records import known_bad

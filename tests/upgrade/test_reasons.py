@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions import operations
+from agent_fsm.actions.recover import recover
 from agent_fsm.agent import judge as judge_mod
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.node.config import Config, Judgment
@@ -47,7 +47,7 @@ class TestJudgedFailed:
         world.add_release("2.0.0")
         world.node.controller.fire("begin_upgrade", release="2.0.0")
         assert not Daemon(world.node, Notifier(""), waker).startup()
-        operations.recover(world.node)  # the recovery unit: the judged reason stays
+        recover(world.node)  # the recovery unit: the judged reason stays
         r = last(world)
         assert r["reason_class"] == "check_failed" and r["outcome"] == "rolled_back"
         assert 'probe exited 7: "db: connection refused"' in str(r["reason"])
@@ -85,7 +85,7 @@ class TestRecover:
         """`agent-fsm recover` run by hand records `manual`."""
         world.installed("1.0.0")
         world.upgrading("2.0.0")
-        operations.recover(world.node)
+        recover(world.node)
         assert last(world)["reason_class"] == "manual"
         assert ("show", "agent.service") not in world.systemd.calls
 
@@ -102,22 +102,20 @@ class TestRecover:
             cls: str, words: str) -> None:
         """Run by the recovery unit (its environment says so) for a candidate that never judged
         itself: the agent unit's Result, ExecMainStatus and NRestarts, from systemd."""
-        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
         world.systemd.shown = shown
         world.installed("1.0.0")
         world.upgrading("2.0.0")
-        operations.recover(world.node)
+        recover(world.node, by_unit=True)
         r = last(world)
         assert r["reason_class"] == cls and words in str(r["reason"])
 
     def test_systemd_unreadable_still_rolls_back(self, world: World,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
         """If `systemctl show` fails, the way back goes on: crashed, saying it could not read."""
-        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
         world.systemd.fail.add("show")
         world.installed("1.0.0")
         world.upgrading("2.0.0")
-        operations.recover(world.node)
+        recover(world.node, by_unit=True)
         assert world.node.effectors.releases.selected() == "1.0.0"
         assert last(world)["reason_class"] == "crashed"
         assert "could not be read" in str(last(world)["reason"])
@@ -135,7 +133,7 @@ class TestCarried:
         world.upgrading("2.0.0")
         world.node.controller.fire("judge_failed", reason="started 3 times, more than "
                                    "max_attempts (2)", reason_class="crashed")
-        operations.recover(world.node)
+        recover(world.node)
         world.node.controller.fire("recovered")
         return world
 

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.operations import recover
+from agent_fsm.actions.recover import recover
 from agent_fsm.agent.start_check import ALLOW, REFUSE, start_check
 from agent_fsm.errors import SystemdError
 from agent_fsm.node.assets import render
 from agent_fsm.node.config import Config
-from agent_fsm.node.state import reasons
 from agent_fsm.node.state.store import CRASH_LOOP_WINDOW
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
 from agent_fsm.views.status.report import status
@@ -223,17 +222,13 @@ class TestStartCheck:
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
         """The recovery unit's rollback after the start check refused a start records why:
         max_attempts failed starts, the next refused (not the refused start's exit status)."""
-        from agent_fsm.actions.operations import recover
-        from agent_fsm.node.state import reasons
-
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world.node.controller.fire("begin_upgrade", release="2.0.0")
         while start_check(world.node, world.systemd) == ALLOW:
             pass
-        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
         world.systemd.shown = {"Result": "exit-code", "ExecMainStatus": "0", "NRestarts": "3"}
-        recover(world.node)
+        recover(world.node, by_unit=True)
         result = world.node.store.read().last_result
         assert result is not None and result["reason_class"] == "crashed"
         assert result["reason"].startswith("agent.service failed 3 start(s) in a row")
@@ -290,18 +285,17 @@ class TestAnOlderUnitsStartLimit:
         limit and starts it, as a converged agent is restarted for ever (found by the model
         check); where systemd cannot say, that run fails, to be tried again."""
         world.installed("1.0.0")
-        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
         world.systemd.shown = {"ActiveState": "failed", "Result": "start-limit-hit"}
         before = len(world.systemd.calls)
-        done = recover(world.node)
+        done = recover(world.node, by_unit=True)
         assert [c for c in world.systemd.calls[before:] if c[0] != "show"] == [
             ("reset-failed", "agent.service"), ("start", "agent.service")]
         assert done.message.startswith("nothing to roll back: no upgrade is pending; "
                                        "agent.service had failed (result start-limit-hit)")
         world.systemd.fail = {"show"}
         with pytest.raises(SystemdError):
-            recover(world.node)
-        monkeypatch.delenv(reasons.RECOVERY_ENV)  # an operator's: told, not failed
+            recover(world.node, by_unit=True)
+        # An operator's: told, not failed.
         assert recover(world.node).message == "nothing to roll back: no upgrade is pending"
 
     def test_a_rollback_whose_restart_systemd_refused_is_tried_again(
@@ -310,19 +304,18 @@ class TestAnOlderUnitsStartLimit:
         restart and left the agent unit failed: the recovery unit's `recover` fails, to be run
         again (nothing else would), and the next try resets and restarts (found by the model
         check)."""
-        monkeypatch.setenv(reasons.RECOVERY_ENV, "unit")
         world.installed("1.0.0")
         world.add_release("2.0.0")
         world.node.controller.fire("begin_upgrade", release="2.0.0")
         world.systemd.fail = {"reset-failed"}
         world.systemd.shown = {"ActiveState": "failed", "Result": "start-limit-hit"}
         with pytest.raises(SystemdError, match=r"did not start agent\.service: it is failed"):
-            recover(world.node)
+            recover(world.node, by_unit=True)
         assert world.node.store.read().state == "recovering"
         world.systemd.fail = set()
         world.systemd.shown = {"ActiveState": "activating"}
         before = len(world.systemd.calls)
-        assert recover(world.node).state == "recovering"
+        assert recover(world.node, by_unit=True).state == "recovering"
         assert [c for c in world.systemd.calls[before:] if c[0] != "show"] == [
             ("reset-failed", "agent.service"), ("restart", "agent.service")]
 
@@ -414,6 +407,6 @@ class TestCrashLoop:
         world.installed("1.0.0")
         daemon = Daemon(world.node, notifier=None, waker=None)  # type: ignore[arg-type]
         world.systemd.shown = {"NRestarts": "3"}
-        assert daemon.automatic_restarts() == 3
+        assert daemon.workload.automatic_restarts() == 3
         world.systemd.fail = {"show"}
-        assert daemon.automatic_restarts() == 0
+        assert daemon.workload.automatic_restarts() == 0

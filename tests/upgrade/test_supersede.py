@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_fsm.actions.operations import recover
+from agent_fsm.actions.recover import recover
 from agent_fsm.errors import AssetError, DefinitionError, DiskError
 from agent_fsm.machine.definition import default_text
 from agent_fsm.machine.engine import env_failpoint
@@ -13,6 +13,7 @@ from agent_fsm.node.records import known_bad
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.state.store import StateDoc
 from agent_fsm.upgrade.registry import load_definition
+from agent_fsm.upgrade.way_back import abandon_cut_upgrade
 from tests.helpers import Crash, World, crash_at
 
 BROKEN_UNIT = "[Service]\nExecStart=/nonexistent\n"
@@ -160,7 +161,7 @@ class TestSupersede:
         world = world.reopen()
         read = world.node.store.read()  # as `recover` read it
         world.node.controller.resume()  # the operator's upgrade goes on meanwhile
-        assert world.node.abandon_cut_upgrade(read, restart=True) is None
+        assert abandon_cut_upgrade(world.node, read, restart=True) is None
         doc = world.node.store.read()
         assert (doc.state, doc.pending) == ("candidate_running", None)
         assert world.node.releases.selected() == "2.0.0"

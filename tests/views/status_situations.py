@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from agent_fsm.actions import holds, operations
+from agent_fsm.actions import holds
+from agent_fsm.actions.recover import recover
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.records import hook_failures
 from agent_fsm.node.state.store import Pending
@@ -35,7 +36,7 @@ def _judged_failed(w: World) -> None:
 def _rolled_back(w: World) -> None:
     """Back on 1.0.0 after 2.0.0 failed its checks: a rolled-back result and a known-bad mark."""
     _judged_failed(w)
-    operations.recover(w.node)
+    recover(w.node)
     w.node.controller.fire("recovered")
 
 

@@ -42,7 +42,7 @@ ANY_NAMES = entries.Names()  # what a reader not given the machine's names accep
 # loop: well above systemd's longest restart delay here (`render.RESTART_MAX_DELAY`).
 CRASH_LOOP_WINDOW = 600.0
 # How often the serving daemon looks for an operator's transition left owed by a command that
-# died (agent/daemon.py's `DeadCommand`); `status` names it too.
+# died (agent/dead_command.py's `DeadCommand`); `status` names it too.
 OWED_CHECK_SECONDS = 5.0
 
 

@@ -10,6 +10,7 @@ from ...machine.definition import OnStart, handlers
 from ...node.releases.pointers import natural_key
 from ...node.runtime.signal import UpgradeSignal
 from ...node.state.store import StateDoc
+from ...upgrade.way_back import is_orphan
 
 if TYPE_CHECKING:
     from ...wiring import Node, Reader
@@ -70,7 +71,8 @@ def next_action(node: Node | Reader, doc: StateDoc, sig: UpgradeSignal | None, g
                  selected=node.releases.selected(), last_good=node.releases.last_good(),
                  unit=unit, journal=journal, recover=f"{prog} recover",
                  to=sig.to_version if sig else (doc.upgrade.to_version if doc.upgrade else "?"))
-    if sig is not None and doc.state in node.groups.orphan_from:
+    if is_orphan(node.groups, doc.state, sig):
+        assert sig is not None
         return NextAction(f"an upgrade signal ({sig.from_version} → {sig.to_version}) exists but "
                           f"the state file knows no upgrade: the candidate was never judged "
                           f"here; roll back to the last-good ({seen.last_good})", (seen.recover,))

@@ -1,0 +1,180 @@
+"""`agent-fsm upgrade --to V [--wait]`: begin an upgrade, and follow it to its judgment.
+
+`upgrade` is the use case: it waits for a recovery unit still at work, says what `--force`
+goes past, begins the upgrade and, asked to, follows it; it tells each step as it happens
+(`Step`) and returns what happened (`Upgraded`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AgentFsmError, StateFileError
+from ..machine.vocabulary import StateName, Trigger
+from ..node.state.store import StateDoc
+from ..upgrade import units
+from ..wiring import Node
+from .recover import RETRY_MAX
+
+# How long `upgrade` waits for a recovery unit still at work (`wait_for_recovery`): its longest
+# wait between tries, its RestartSec= (1 s) and a try that finds nothing pending.
+RECOVERY_WAIT = RETRY_MAX + 15.0
+
+
+def wait_for_recovery(node: Node, timeout: float | None = None,
+                      on_wait: Callable[[str], None] | None = None, poll: float = 0.5) -> float:
+    """Wait, at most `timeout` seconds (RECOVERY_WAIT if None), while the recovery unit is at
+    work, which `begin_upgrade` refuses (`recovery_idle`); `on_wait(its state)` once, when it
+    is. Returns the seconds waited. A recovery unit that outlives an upgrade is one whose try
+    failed and tries again: its next try finds nothing pending and ends it, so an upgrade
+    begun right after a rollback (or just after the fault that failed the try) waits a little
+    instead of being refused."""
+    limit = RECOVERY_WAIT if timeout is None else timeout
+    t0 = time.monotonic()
+    told = False
+    while (now := units.recovery_at_work(node.effectors)) is not None:
+        if not told and on_wait is not None:
+            on_wait(now)
+        told = True
+        if time.monotonic() - t0 >= limit:
+            break
+        time.sleep(poll)
+    return time.monotonic() - t0 if told else 0.0
+
+
+def begin_upgrade(node: Node, version: str, *, force: bool = False) -> StateDoc:
+    """Start an upgrade; `force` goes past a hold and inhibitors (the definition's conditions
+    read it as the step's `force` argument)."""
+    # The candidate is checked where a condition finds it and where it is selected: one walk
+    # of its tree serves both (the command runs on the critical path of every upgrade).
+    with node.releases.checked_once():
+        return node.controller.fire(Trigger.begin_upgrade, release=version,
+                                    **({"force": True} if force else {}))
+
+
+@dataclass(frozen=True)
+class UpgradeOutcome:
+    to_version: str
+    outcome: str  # "ok" or "rolled_back"
+    passed: tuple[tuple[float, str, str], ...]  # (time, trigger, state) in the order seen
+
+
+def follow(node: Node, started: float, to_version: str, timeout: float,
+           on_state: Callable[[float, str, str], None] = lambda _t, _tr, _s: None,
+           interval: float = 0.02, reread: float = 0.5) -> UpgradeOutcome:
+    """Watch an upgrade (by reading, never locking) until it converges; report its outcome.
+
+    The state file and the gate are looked at (one stat each) every `interval` seconds and the
+    state read when either changed, or `reread` seconds after the last read whatever they show:
+    the end is noticed within milliseconds at the cost of a read per transition.
+    """
+    end = time.monotonic() + timeout
+    seen: list[tuple[float, str, str]] = []
+    while True:
+        mark = _mark(node)
+        last_read = time.monotonic()
+        doc = node.store.read()
+        for entry in node.store.history(doc):
+            step = (entry["time"], entry["trigger"], entry["to"])
+            if entry["time"] >= started and step not in seen:
+                seen.append(step)
+                on_state(*step)
+        result: dict[str, Any] | None = doc.last_result
+        if (doc.state == StateName.converged and doc.pending is None and result is not None
+                and result.get("to") == to_version and result.get("started", 0) >= started
+                and node.gate.is_open()):
+            return UpgradeOutcome(to_version, str(result["outcome"]), tuple(seen))
+        if time.monotonic() > end:
+            raise AgentFsmError(
+                f"the upgrade to {to_version} did not finish within {timeout:g}s (state "
+                f"{doc.state}); it goes on: follow it with `agent-fsm status`"
+            )
+        while (_mark(node) == mark and time.monotonic() - last_read < reread
+               and time.monotonic() <= end):
+            time.sleep(interval)
+
+
+def _mark(node: Node) -> tuple[tuple[int, int, int] | None, ...]:
+    """What a change of the state file or the gate changes (a write replaces the state file)."""
+    out: list[tuple[int, int, int] | None] = []
+    for path in (node.paths.state_file, node.paths.gate_file):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            out.append(None)
+        else:
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The recovery unit is still at work for the last upgrade: the upgrade waits for it."""
+
+    unit: str
+    state: str
+    limit: float  # at most this long; then `begin_upgrade` refuses
+
+
+@dataclass(frozen=True)
+class Forced:
+    """What `--force` goes past (a hold, an inhibitor, a known-bad mark), said before it."""
+
+    what: str
+
+
+@dataclass(frozen=True)
+class Began:
+    from_version: str
+    to_version: str
+
+
+@dataclass(frozen=True)
+class Passed:
+    """A transition of the upgrade followed (`--wait`), `after` seconds after it began."""
+
+    after: float
+    trigger: str
+    state: str
+
+
+Step = Waiting | Forced | Began | Passed
+
+
+@dataclass(frozen=True)
+class Upgraded:
+    """What `upgrade` did: the upgrade it began and, when followed, its outcome."""
+
+    from_version: str
+    to_version: str
+    outcome: str | None  # "ok" or "rolled_back"; None when not followed
+
+
+def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
+            force: bool = False, tell: Callable[[Step], None] = lambda _step: None) -> Upgraded:
+    """Begin the upgrade to `to` once no recovery unit is at work; with `wait`, follow it to
+    its judgment, at most `timeout` seconds. Each step is told as it happens."""
+    recovery = node.paths.recovery_unit_name
+    wait_for_recovery(node, on_wait=lambda now: tell(Waiting(recovery, now, RECOVERY_WAIT)))
+    if force:
+        from ..node.records import known_bad
+        from .holds import overridden
+
+        bad = known_bad.words(node.paths.known_bad_file, to)
+        for what in (*overridden(node), *([bad] if bad else [])):
+            tell(Forced(what))
+    doc = begin_upgrade(node, to, force=force)
+    up = doc.upgrade
+    if up is None:
+        raise StateFileError(f"the upgrade to {to} began, but the state file {node.paths.state_file} "
+                             "names no upgrade; run `agent-fsm status`")
+    tell(Began(up.from_version, up.to_version))
+    if not wait:
+        return Upgraded(up.from_version, to, None)
+    t0 = up.started
+    result = follow(node, up.started, to, timeout, on_state=lambda when, trigger, state: tell(
+        Passed(when - t0, trigger, state)))
+    return Upgraded(up.from_version, to, result.outcome)

@@ -1,0 +1,253 @@
+"""An operator's command that died and left work on the node, found and finished while the
+daemon serves (`DeadCommand`).
+
+The serving daemon looks (a stat of the state file) when the state dir changes, and every
+OWED_CHECK_SECONDS while work is found that it cannot finish yet (`needs_timer`), or always
+where inotify cannot be had: an idle daemon wakes for nothing else. What the
+last-good's own start would do (abandon an upgrade cut before it selected its candidate, roll
+back a signal the state file knows nothing of) it does in place, the workload running; for the
+rest it restarts its own unit, whose start finishes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+
+from ..errors import AgentFsmError
+from ..machine.definition import OnStart
+from ..machine.vocabulary import StateName, Trigger
+from ..node.state.store import OWED_CHECK_SECONDS, StateDoc
+from ..system.inotify import DirWatch
+from ..system.notify import Notifier
+from ..upgrade import way_back
+from ..wiring import Node
+from .supervision import Workload
+
+log = logging.getLogger("agent_fsm")
+
+STOP_GRACE = 30.0  # how long to wait for the stop of a restart this process queued
+
+
+class DeadCommand:
+    """Finds work a command that is gone left on the node while this daemon serves, the
+    writers' lock free at once: no process is doing it. Its writer held the lock from the
+    write-ahead to the final record, so a live command, however slow, holds it and is left
+    alone (the lock is tried before anything is acted on). Two kinds (`in_place` tells them
+    apart):
+
+    - `restart`: an operator's transition (`install`, `activate`, `upgrade`'s `begin_upgrade`
+      once it selected its candidate) left owed by a command that died (SIGKILL, an OOM, a lost
+      ssh session) or failed at an effect (exit 1): another release's start must finish it.
+      Never a transition of another role (the candidate's, the way back's), nor an
+      `install --no-start` (its operator asked for no restart).
+    - `in_place`: what the last-good's own start would do and this process, the last-good's
+      code serving as the selected release, can do without a restart: abandon an upgrade cut
+      before it selected its candidate; roll back a signal the state file knows nothing of
+      (restored from a backup, or lost); then finish that (`recovered`, `settle`), also when
+      an earlier try here failed half-way (its transition owed, or `recovering` not finished,
+      or the gate still shut after `abandon_upgrade`).
+
+    `look` costs a stat of the state file while nothing is found; the file is read when it
+    changed (or something was found at the last look), and the lock tried only then."""
+
+    def __init__(self, node: Node, release: str | None, notifier: Notifier,
+                 workload: Workload) -> None:
+        self.node = node
+        self.release = release  # the release this process runs; None: the selected (tests)
+        self.notifier = notifier
+        self.workload = workload
+        self._mark: tuple[int, int, int] | None = None
+        self._owed = False  # the last read found work
+        self.restart_asked_at: float | None = None  # when it asked for its unit's restart
+
+    def _operators(self, doc: StateDoc) -> bool:
+        pending = doc.pending
+        if pending is None or self.node.controller.unknown(pending):
+            return False  # nothing owed, or a later agent-fsm's: whose it is is not known here
+        return self.node.definition.finished_for_a_dead_command(pending.trigger, pending.args)
+
+    def in_place(self, doc: StateDoc) -> bool:
+        """Whether `doc` holds work this process, the last-good's code, finishes in place."""
+        node, releases = self.node, self.node.releases
+        last_good = releases.last_good()
+        mine = self.release if self.release is not None else releases.selected()
+        if last_good is None or mine != last_good:
+            return False  # not the last-good's code: another release's start does it
+        pending = doc.pending
+        if pending is not None:
+            if node.controller.unknown(pending):
+                return False
+            if pending.trigger == Trigger.begin_upgrade:  # cut before it selected its candidate
+                return releases.selected() == mine \
+                    and node.controller.supersedes(Trigger.abandon_upgrade, doc)
+            # An earlier try here that failed half-way (a start would have exited instead).
+            return pending.trigger in (Trigger.settle, Trigger.recovered) or (
+                pending.trigger in (Trigger.abandon_upgrade, Trigger.orphaned_signal)
+                and bool(pending.args.get("no_start")))
+        if way_back.orphan(node, doc) is not None:
+            return True  # a signal the state file knows nothing of
+        if releases.selected() != mine:
+            return False
+        if doc.state == StateName.recovering:
+            return True  # rolled back in place, `recovered` not yet fired
+        if doc.state != StateName.converged or node.gate.is_open() or node.signal() is not None:
+            return False  # serving as it should (the journal is read only past this)
+        history = node.store.history(doc)
+        return bool(history) and history[-1].get("trigger") == Trigger.abandon_upgrade
+
+    def _found(self, doc: StateDoc) -> bool:
+        return self._operators(doc) or self.in_place(doc)
+
+    def look(self) -> StateDoc | None:
+        """The state file, read holding the writers' lock, when it holds work a command that
+        is gone left (`in_place` says which kind), else None. Never waits: the lock is tried
+        once, and held only to read the state file again."""
+        store = self.node.store
+        try:
+            st = os.stat(store.path)
+            mark = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:  # lost, or not installed: the initial state
+            mark = (0, 0, 0)
+        if mark == self._mark and not self._owed:
+            return None
+        self._mark = mark
+        self._owed = self._found(store.read())
+        if not self._owed:
+            return None
+        with store.locked_if_free() as free:
+            if not free:  # its command (or another writer) holds the lock: it is alive
+                return None
+            doc = store.read()
+            self._owed = self._found(doc)
+            return doc if self._owed else None
+
+    def watch(self) -> DirWatch | None:
+        """A watch on the state dir, whose files a command that leaves work writes; None
+        where inotify cannot be had (then `needs_timer` is always true)."""
+        return DirWatch.open(self.node.paths.state_dir)
+
+    def needs_timer(self) -> bool:
+        """Whether the next look must come by the clock, not by a change in the state dir: work
+        was found that a live writer holds, or a try failed, or a restart was asked. Its
+        lock tries write the state dir themselves, so a change cannot be waited for then."""
+        return self._owed or self.restart_asked_at is not None
+
+    def again(self) -> None:
+        """Read the state file at the next look even if it did not change (a try failed)."""
+        self._owed = True
+
+    def finish(self) -> bool:
+        """A command died and left work on the node (`DeadCommand`). What the last-good's
+        start would do without another release, this process does in place, the workload
+        running throughout (`finish_in_place`). Else an operator's transition is owed that
+        another release's start must finish (`install`, `activate`, an upgrade that selected
+        its candidate): restart this unit, so that the selected release's start finishes it and
+        judges that. The gate is shut already (the command's first effect). True when the work
+        was done or the restart asked; a failure is logged and tried again at the next look."""
+        now = time.monotonic()
+        if self.restart_asked_at is not None and now - self.restart_asked_at < STOP_GRACE:
+            return False  # asked already: its stop is on the way
+        try:
+            doc = self.look()
+        except AgentFsmError as exc:  # a damaged state file, a lock that cannot be opened
+            log.warning("could not look for an operator's command left owed: %s", exc)
+            return False
+        if doc is None:
+            return False
+        if self.in_place(doc):
+            return self.finish_in_place(doc)
+        owed = doc.pending
+        if owed is None:  # what `in_place` found at the look is gone since: look again
+            self.again()
+            return False
+        unit = self.node.paths.agent_unit_name
+        left = ", ".join(owed.effects[owed.done:])
+        log.warning("an operator's %s was left owed at effect %d of %d (%s not run) and no "
+                    "process holds the writers' lock: the command that ran it is gone; "
+                    "restarting %s so that its start finishes it", owed.trigger, owed.done + 1,
+                    len(owed.effects), left, unit)
+        self.notifier.status(f"an operator's {owed.trigger} died half-way; restarting {unit} "
+                             "to finish it")
+        try:
+            self.node.effectors.systemd.restart(unit)
+        except AgentFsmError as exc:
+            log.error("%s; trying again in %.0fs", exc, OWED_CHECK_SECONDS)
+            return False
+        self.restart_asked_at = now
+        return True
+
+    def finish_in_place(self, doc: StateDoc) -> bool:
+        """Do here what the last-good's start would do, without stopping the workload: abandon
+        an upgrade cut before it selected its candidate (`abandon_upgrade`, nothing marked known
+        bad), or roll back a signal the state file knows nothing of (`orphaned_signal`, its
+        restart not asked), then finish as a start from there does (`recovered`, `settle`:
+        the assets converged, the gate opened). True when the gate is open again. A failure
+        (a full disk, a held lock) leaves the rest owed: logged in one line, and the next look
+        tries again; this process never exits for it, so the workload keeps running."""
+        node = self.node
+        owed = doc.pending
+        what = (f"an operator's {owed.trigger} left owed by a command that is gone"
+                if owed is not None and owed.trigger == Trigger.begin_upgrade else
+                "an upgrade signal the state file knows nothing of" if owed is None
+                and way_back.orphan(node, doc) is not None else
+                "an earlier try here, left half-way")
+        try:
+            doc = way_back.clear_leftovers(node, doc, way_back.IN_PLACE).doc
+            on_start = node.definition.state(doc.state).on_start
+            if on_start == OnStart.finish_recovery:
+                doc = node.controller.fire(Trigger.recovered)
+            elif on_start == OnStart.converge_then_open_gate and not node.gate.is_open():
+                doc = node.controller.fire(Trigger.settle)
+        except AgentFsmError as exc:
+            log.error("could not finish %s here (the workload left running): %s; trying "
+                      "again in %.0fs", what, exc, OWED_CHECK_SECONDS)
+            self.again()
+            # As a start that failed leaves it (its RuntimeDirectory= gone): shut until done,
+            # also when it failed after its `open_gate` (`settle` still owed).
+            with contextlib.suppress(AgentFsmError):
+                node.gate.close()
+            return False
+        version = node.releases.selected()
+        log.info("finished %s in place: %s running, gate %s", what, version,
+                 "open" if node.gate.is_open() else "shut")
+        self.notifier.status(self.workload.serving_status(version))
+        return node.gate.is_open()
+
+
+class Looks:
+    """When the serving daemon looks (`DeadCommand.finish`): `every` seconds after it is
+    ready, then when the state dir changes, or by the clock while `needs_timer` says so or
+    no watch can be had."""
+
+    def __init__(self, dead: DeadCommand, every: float) -> None:
+        self.dead = dead
+        self.every = every
+        self.watch = dead.watch()
+        self.at: float | None = time.monotonic() + every
+
+    @property
+    def fd(self) -> int | None:
+        return None if self.watch is None else self.watch.fd
+
+    def due_in(self) -> float | None:
+        """Seconds until the next look by the clock; None: only a change brings it."""
+        return None if self.at is None else max(self.at - time.monotonic(), 0)
+
+    def after_wake(self) -> None:
+        """Look if a change came or the clock says so; then say when the next one is due."""
+        changed = self.watch is not None and self.watch.changed()
+        if self.watch is not None and self.watch.gone:  # the state dir itself went
+            self.close()
+        if (self.at is not None and time.monotonic() >= self.at) or (changed and self.at is None):
+            self.dead.finish()
+            self.at = None
+        if self.at is None and (self.watch is None or self.dead.needs_timer()):
+            self.at = time.monotonic() + self.every
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
