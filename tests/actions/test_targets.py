@@ -16,7 +16,7 @@ import pytest
 
 from agent_fsm.actions.releases import abi
 from agent_fsm.actions.releases.packing import add, pack
-from agent_fsm.actions.releases.vendoring import KEPT_PYTHON, launcher
+from agent_fsm.actions.releases.vendoring import BOOT_FILE, KEPT_PYTHON, boot
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.assets import kept
 from agent_fsm.node.assets.kept import KeptAssets
@@ -45,12 +45,13 @@ def stand_in(tmp_path: Path, *, machine: str | None = None,
         fakes.append(f"os.uname = lambda: ('Linux', 'node', 'r', 'v', {machine!r})")
     if version is not None:
         fakes.append(f"sys.version_info = {version!r}; sys.version = {'.'.join(map(str, version))!r}")
-    # The launcher runs `python -I -S -B -c BOOT LIB ARGS...`: run BOOT after the fakes.
+    # The launcher runs `python -I -S -B LIB/agent-fsm-boot.py ARGS...`: run it after the fakes.
     name = f"python-{machine or 'here'}-{'.'.join(map(str, version or ()))}"
     prelude = tmp_path / f"{name}.py"
-    prelude.write_text("import os, sys\n" + "\n".join(fakes) + "\nexec(sys.argv.pop(1))\n")
+    prelude.write_text("import os, sys\n" + "\n".join(fakes) + "\nboot = sys.argv.pop(1)\n"
+                       "exec(compile(open(boot).read(), boot, 'exec'), {'__file__': boot})\n")
     script = tmp_path / name
-    script.write_text(f'#!/bin/sh\nshift 4\nexec {HOST_PYTHON} -I -S -B {prelude} "$@"\n')
+    script.write_text(f'#!/bin/sh\nshift 3\nexec {HOST_PYTHON} -I -S -B {prelude} "$@"\n')
     script.chmod(0o755)
     return script
 
@@ -59,7 +60,7 @@ def covering(packed: Path, tmp_path: Path, targets: tuple[str, ...]) -> Path:
     """A copy of the packed release whose launcher covers `targets` only."""
     release = tmp_path / "rel"
     shutil.copytree(packed, release, symlinks=True)
-    (release / "bin" / "agent-fsm").write_text(launcher("6.0.0", targets))
+    (release / "lib" / BOOT_FILE).write_text(boot("6.0.0", targets))
     return release
 
 
@@ -134,6 +135,20 @@ class TestLauncher:
         for python in (HOST_PYTHON, stand_in(tmp_path, machine="aarch64")):
             proc = run(packed, python, tmp_path)
             assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
+
+    def test_the_command_line_ps_shows_is_short(self, packed: Path, tmp_path: Path) -> None:
+        """What `ps` and `systemctl status` show of a release's agent-fsm is the interpreter,
+        its flags, the release's boot file and the arguments: one short line, no program."""
+        seen = tmp_path / "argv"
+        python = tmp_path / "python-recording"
+        python.write_text(f'#!/bin/sh\nprintf "%s\\0" "$@" > {seen}\nexec {HOST_PYTHON} "$@"\n')
+        python.chmod(0o755)
+        proc = run(packed, python, tmp_path, "--version")
+        assert proc.returncode == 0 and proc.stdout.startswith("agent-fsm "), proc.stderr
+        argv = seen.read_bytes().split(b"\0")[:-1]
+        config = str(tmp_path / "config.toml").encode()
+        assert argv == [b"-I", b"-S", b"-B", str(packed / "lib" / BOOT_FILE).encode(),
+                        b"--config", config, b"--version"]
 
     def test_chooses_by_machine(self, packed: Path, tmp_path: Path) -> None:
         """A release covering cp3X-aarch64 only runs on an aarch64 interpreter of that version

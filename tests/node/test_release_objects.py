@@ -12,7 +12,7 @@ import pytest
 
 from agent_fsm.actions.releases import abi
 from agent_fsm.actions.releases.packing import add, pack, prune
-from agent_fsm.actions.releases.vendoring import launcher
+from agent_fsm.actions.releases.vendoring import BOOT_FILE, boot, launcher
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store
@@ -37,7 +37,8 @@ def variant(packed: Path, where: Path, version: str) -> Path:
     shutil.copytree(packed, rel)
     (rel / "release.toml").write_text(f'version = "{version}"\n')
     need = abi.read(rel)
-    (rel / "bin" / "agent-fsm").write_text(launcher(version, need.targets if need else ("any",)))
+    (rel / "bin" / "agent-fsm").write_text(launcher(version))
+    (rel / "lib" / BOOT_FILE).write_text(boot(version, need.targets if need else ("any",)))
     (rel / "payload").mkdir()
     (rel / "payload" / "agent.sh").write_text(f"#!/bin/sh\necho agent {version}\n")
     (rel / "payload" / "agent.sh").chmod(0o755)

@@ -31,7 +31,7 @@ from ...node.releases.pointers import check_version, natural_key, read_manifest
 from ...node.state.store import StateDoc
 from ...wiring import Node
 from . import abi, origins, trust
-from .vendoring import compile_lean, vendor
+from .vendoring import BOOT_FILE, boot, compile_lean, vendor
 from .vendoring import launcher as launcher_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # the agent_fsm package
@@ -122,8 +122,9 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
     compile_lean(tmp)
     shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
     launcher = tmp / "bin" / "agent-fsm"
-    launcher.write_text(launcher_text(version, need.targets))
+    launcher.write_text(launcher_text(version))
     launcher.chmod(0o755)
+    (tmp / "lib" / BOOT_FILE).write_text(boot(version, need.targets))
     manifest = f'version = "{version}"\n'
     if workload:
         manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"

@@ -103,12 +103,16 @@ _READ_PYTHON = ("LC_ALL=C sed -n -e '/^[[:space:]]*\\[/q' -e '/{/q' -e '/\"\"\"/
                 "[[:space:]]*\"\\([^\"\\\\[:cntrl:]]*\\)\"[[:space:]]*\\(#.*\\)\\{0,1\\}$/\\1/p' "
                 "-e q -e '}'")
 
-# The interpreter runs isolated (-I: no PYTHON* variables, no user site, no script directory;
-# -S: no site-packages of the node; -B: nothing written into the stored release) with the
-# release's lib/ first on sys.path. It first checks, in code any Python 2.7 or 3 still parses,
-# that it is one the release covers (`abi`: its target, cp313-aarch64, is in TARGETS, or
-# TARGETS holds "any"): else one line, before anything vendored is imported.
-_BOOT = ("import os, runpy, sys\n"
+# The program the launcher runs, `lib/agent-fsm-boot.py` (a file, so that `ps` and `systemctl
+# status` show a short command line). The interpreter runs isolated (-I: no PYTHON* variables,
+# no user site; -S: no site-packages of the node; -B: nothing written into the stored release)
+# with the release's lib/ (the file's directory) first on sys.path. It first checks, in code any
+# Python 2.7 or 3 still parses, that it is one the release covers (`abi`: its target,
+# cp313-aarch64, is in TARGETS, or TARGETS holds "any"): else one line, before anything vendored
+# is imported.
+BOOT_FILE = "agent-fsm-boot.py"
+_BOOT = ("# agent-fsm release {version}: what bin/agent-fsm runs (see there).\n"
+         "import os, runpy, sys\n"
          "if sys.version_info < (3, 11):\n"
          "    sys.exit(\"agent-fsm: \" + sys.executable + \" is Python \" + sys.version.split()[0]"
          " + \"; a release needs 3.11 or later: set `python` in the config\")\n"
@@ -116,7 +120,7 @@ _BOOT = ("import os, runpy, sys\n"
          "if \"any\" not in {targets} and target not in {targets}:\n"
          "    sys.exit(\"agent-fsm: \" + sys.executable + \" is \" + target + \"; release {version}"
          " covers {covers}: set `python` in the config to one of those\")\n"
-         "sys.path.insert(0, sys.argv.pop(1))\n"
+         "sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
          "runpy.run_module(\"agent_fsm\", run_name=\"__main__\", alter_sys=True)\n")
 
 # The python kept with the settings the node last read valid (`node.assets.kept`): one absolute
@@ -203,18 +207,20 @@ fi
 # Only the release's lib/, never the caller's; no __pycache__ written into the store (a stored
 # release never changes: its digest is checked).
 export PYTHONPATH="$lib" PYTHONDONTWRITEBYTECODE=1
-exec "$python" -I -S -B -c '{boot}' "$lib" "$@"
+exec "$python" -I -S -B "$lib/{boot_file}" "$@"
 """
 
 
-def launcher(version: str, targets: tuple[str, ...] = ("any",)) -> str:
-    """The text of a release's `bin/agent-fsm` for a release covering `targets` (`abi`): no
-    path of the packing machine in it."""
-    boot = _BOOT.format(targets=json.dumps(list(targets)), version=version,
-                        covers=covers(targets))
-    assert "'" not in boot, "the launcher quotes it in single quotes"
+def launcher(version: str) -> str:
+    """The text of a release's `bin/agent-fsm`: no path of the packing machine in it."""
     return LAUNCHER.format(version=version, default=DEFAULT_PYTHON, read_python=_READ_PYTHON,
-                           kept_python=KEPT_PYTHON, boot=boot)
+                           kept_python=KEPT_PYTHON, boot_file=BOOT_FILE)
+
+
+def boot(version: str, targets: tuple[str, ...] = ("any",)) -> str:
+    """The text of a release's `lib/agent-fsm-boot.py` for a release covering `targets`."""
+    return _BOOT.format(targets=json.dumps(list(targets)), version=version,
+                        covers=covers(targets))
 
 
 # What `daemon`, `recover` and `upgrade` import (the fast path): compiled at pack, so that a start
