@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/agent-fsm diagram --check
+	$(PY) -m agent_fsm_lab diagram
 
 # The suite runs on four workers: most e2e time is systemd waiting (timeouts, restarts), so two
 # cores carry four. A module whose tests share one costly module fixture (a guide walked in a
@@ -84,7 +84,7 @@ demo: $(STAMP)
 	$(PY) -m agent_fsm_lab demo
 
 diagram: $(STAMP)
-	$(VENV)/bin/agent-fsm diagram --write
+	$(PY) -m agent_fsm_lab diagram --write
 
 # A user's install (README, "Set-up"): the wheel and the sdist into $(DIST)/, built by the venv's
 # hatchling (offline once the venv has it; a user's venv gets hatchling alone, not the test

@@ -1,4 +1,5 @@
-"""The lab's command line: `python -m agent_fsm_lab demo` (what `make demo` runs).
+"""The lab's command line: `python -m agent_fsm_lab demo` (what `make demo` runs) and
+`diagram --check|--write` (the committed diagram page kept fresh: `make lint`, `make diagram`).
 
 Apart from agent-fsm's own CLI: a packed release carries only agent_fsm/, and nothing it runs
 as root can load the lab.
@@ -7,15 +8,18 @@ as root can load the lab.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from agent_fsm.cli.exits import guarded
-from agent_fsm.cli.render import out
+from agent_fsm.cli.render import err, out
+from agent_fsm.errors import AgentFsmError
 
 app = typer.Typer(name="agent-fsm-lab", add_completion=False, no_args_is_help=True,
-                  help="agent-fsm's lab: a node under a private systemd, for the demo.")
+                  help="agent-fsm's lab: the demo and the committed diagram page.")
 
 
 @app.command()
@@ -50,9 +54,41 @@ def demo() -> None:
                                     if last else "none"), markup=False)
 
 
+@app.command()
+def diagram(
+    write: Annotated[bool, typer.Option(
+        "--write", help="Regenerate the page instead of checking it.")] = False,
+    directory: Annotated[Path, typer.Option(
+        "--dir", help="Where the committed diagram page lives.")] = Path("diagrams"),
+) -> None:
+    """Check that the committed diagram page matches the machine's definition (exit 1 when it
+    is stale or missing), or regenerate it with --write.
+
+    Example: python -m agent_fsm_lab diagram --write
+    """
+    from agent_fsm.upgrade.registry import load_definition
+    from agent_fsm.views import diagram as diagram_mod
+
+    page = directory / diagram_mod.DIAGRAM_FILE
+    expected = diagram_mod.markdown(diagram_mod.from_definition(load_definition()))
+    if write:
+        directory.mkdir(parents=True, exist_ok=True)
+        page.write_text(expected, encoding="utf-8")
+        err.print(f"wrote {page}", markup=False)
+        return
+    try:
+        actual = page.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        actual = None
+    if actual != expected:
+        raise AgentFsmError(f"{page} is stale or missing: it does not match the machine "
+                            "definition; run `make diagram` and commit the result")
+    err.print(f"{page} matches the machine definition", markup=False)
+
+
 @app.callback()
 def _lab() -> None:
-    """agent-fsm's lab: a node under a private systemd, for the demo."""
+    """agent-fsm's lab: the demo and the committed diagram page."""
 
 
 def main() -> None:

@@ -380,11 +380,11 @@ class Runner:
         if not imported.startswith(str(tree) + os.sep):
             raise RuntimeError(f"agent_fsm is imported from {imported or probe.stderr!r}, not {tree}")
         self.seen_file = imported
-        rc = run([self.python, "-m", "agent_fsm", "diagram", "--write", "--dir", DIAGRAM_DIR],
+        rc = run([self.python, "-m", "agent_fsm_lab", "diagram", "--write", "--dir", DIAGRAM_DIR],
                  tree, log, deadline)
         if rc != 0:
             last = log.read_text(errors="replace").strip().splitlines()[-1:]
-            raise RuntimeError(f"`agent_fsm diagram --write` failed with status {rc}: "
+            raise RuntimeError(f"`agent_fsm_lab diagram --write` failed with status {rc}: "
                                f"{' '.join(last)[:200]} (see {log})")
         return tree
 

@@ -1,4 +1,5 @@
-"""`agent-fsm diagram`: the machine drawn from its definition, and the committed page kept fresh."""
+"""`agent-fsm diagram`: the machine drawn from its definition. (The committed page is kept fresh
+by the lab: `python -m agent_fsm_lab diagram --check|--write`.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Annotated
 import typer
 
 from ... import files
-from ...errors import AgentFsmError
 from ...views import diagram as diagram_mod
 from .. import options
 from ..render import err
@@ -34,12 +34,6 @@ def diagram(
         show_default=False)] = None,
     current: Annotated[bool, typer.Option(
         "--current", help="Highlight the node's current state (reads the state file).")] = False,
-    check: Annotated[bool, typer.Option(
-        "--check", help="Exit 1 if the committed page under --dir is stale.")] = False,
-    write: Annotated[bool, typer.Option(
-        "--write", help="Regenerate the committed page under --dir.")] = False,
-    directory: Annotated[Path, typer.Option(
-        "--dir", help="Where the committed diagram page lives.")] = Path("diagrams"),
 ) -> None:
     """Print the machine as a diagram, generated from its definition in states/.
 
@@ -48,25 +42,6 @@ def diagram(
     from ...upgrade.registry import load_definition
 
     d = diagram_mod.from_definition(load_definition())
-    page = directory / diagram_mod.DIAGRAM_FILE
-    if check or write:
-        expected = diagram_mod.markdown(d)
-        if write:
-            directory.mkdir(parents=True, exist_ok=True)
-            page.write_text(expected, encoding="utf-8")
-            err.print(f"wrote {page}", markup=False)
-            return
-        try:
-            actual = page.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            actual = None
-        if actual != expected:
-            raise AgentFsmError(
-                f"{page} is stale or missing: it does not match the machine definition; "
-                "run `agent-fsm diagram --write` and commit the result"
-            )
-        err.print(f"{page} matches the machine definition", markup=False)
-        return
     highlight = options.of(ctx).node().store.read().state if current else None
     text = {
         DiagramFormat.mermaid: lambda: diagram_mod.mermaid(d, highlight),
