@@ -49,6 +49,8 @@ from agent_fsm.wiring import Node, open_node
 from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Kind, Lab
 from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
 
+from . import big
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "bench" / "results.json"
 DEFAULT_CHART = REPO / "bench" / "ratios.svg"
@@ -116,7 +118,7 @@ UPGRADE_CYCLE = (
     ("complete", "judged_ok", "converged"),
 )
 
-GROUPS = ("durable", "status", "releases", "upgrades", "idle")  # upgrades: daemon_start_to_ready
+GROUPS = ("durable", "status", "releases", "big", "upgrades", "idle")  # upgrades: daemon_start_to_ready
 RESTART = "`systemctl restart agent.service` of a good release until READY=1"
 # name: (group, what the value is, what the floor is, unit, target ratio)
 SPECS: dict[str, tuple[str, str, str, str, float]] = {
@@ -144,6 +146,20 @@ SPECS: dict[str, tuple[str, str, str, str, float]] = {
         "releases", "disk used by a store of ten releases (ten versions, each its own small "
         "payload), each file counted once as `du` counts", "the same store holding one of them",
         "MB", 2.0),
+    "release_pack_runtime": (
+        "big", "`release pack --payload` of a Node.js-sized agent: the runtime binary (98 MB), "
+        "52 MB beside it, 20,000 files of 200 bytes", "`cp -a` of the same payload", "s", 3.0),
+    "release_add_runtime": (
+        "big", "`release add` of that release into an empty store", "`cp -a` of the packed "
+        "release", "s", 2.0),
+    "release_pack_tree_1g": (
+        "big", "`release pack --payload` of a 1 GiB tree (eight files of random bytes)",
+        "`cp -a` of the same payload", "s", 3.0),
+    "release_add_tree_1g": (
+        "big", "`release add` of that release into an empty store", "`cp -a` of the packed "
+        "release", "s", 2.0),
+    "release_add_peak_rss": (
+        "big", "peak RSS of a process adding the 1 GiB release", "a fixed budget", "MB", 1.0),
     "good_upgrade": (
         "upgrades", "`upgrade --wait` to a good candidate until READY=1, minus the soak",
         RESTART, "s", 1.8),
@@ -756,6 +772,7 @@ def run(groups: list[str], repeat: int, workdir: Path) -> list[Figure]:
         "durable": lambda: [durable_transition(workdir, repeat)],
         "status": lambda: status_figures(workdir, repeat),
         "releases": lambda: release_figures(workdir, repeat),
+        "big": lambda: big.measure(workdir, repeat, figure, _store_node),
         "upgrades": lambda: upgrade_figures(repeat),
         "idle": idle_figures,
     }
