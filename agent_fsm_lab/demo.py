@@ -1,8 +1,10 @@
-"""`agent-fsm demo`: the whole story in a private systemd, in about half a minute.
+"""The demo (`make demo`): `try` with the lab's own releases, in about half a minute.
 
-Packs three releases, installs 1.0.0, upgrades to a good 2.0.0, then to a 3.0.0 that crashes at
-start and ships broken assets; the node rolls back to 2.0.0 through 2.0.0's own held units and
-script. Reports each step through a callback and returns the timeline and final status.
+Packs three releases, then does what `python -m agent_fsm_lab try` does with them: installs
+1.0.0, upgrades to a good 2.0.0, then to a 3.0.0 that crashes at start and ships broken assets
+(the node rolls back to 2.0.0 through 2.0.0's own held units and script, byte for byte), then
+proves the way back once more with 1.0.0 killed at each start. Reports each step through a
+callback and returns the timeline and final status.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from typing import Any
 
 from agent_fsm.errors import AgentFsmError
 
-from .lab import UNIT, Lab
+from .lab import Lab
 from .sandbox import SystemdSandbox, missing_requirements, python_paths
+from .trying import Verdict, drive, lab_errors
 
 
 @dataclass(frozen=True)
@@ -28,31 +31,24 @@ def run(say: Callable[[str], None]) -> DemoResult:
     missing = missing_requirements()
     if missing:
         raise AgentFsmError("the demo boots a private systemd and needs " + "; ".join(missing))
-    with SystemdSandbox(keep=python_paths()) as sb:
-        say(f"booted a private systemd (PID 1 of its own namespaces); node files in {sb.test_dir}")
+    with lab_errors(say), SystemdSandbox(keep=python_paths()) as sb:
         lab = Lab(sb, soak=1)
-        for version, kind in (("1.0.0", "good"), ("2.0.0", "good"), ("3.0.0", "crash")):
-            lab.pack(version, kind)  # type: ignore[arg-type]
+        packs = [lab.pack(version, kind, add=False)  # type: ignore[arg-type]
+                 for version, kind in (("1.0.0", "good"), ("2.0.0", "good"), ("3.0.0", "crash"))]
         say("packed 1.0.0 and 2.0.0 (good) and 3.0.0 (crashes at start, ships broken assets)")
-        lab.install("1.0.0")
-        say("installed 1.0.0: all assets written, agent.service active, gate open")
+        seen: dict[str, Any] = {}
 
-        proc = lab.cli("upgrade", "--to", "2.0.0", "--wait", "--timeout", "120", check=False)
-        say(f"$ agent-fsm upgrade --to 2.0.0 --wait   (exit {proc.returncode})\n"
-            + proc.stdout.rstrip())
-        if proc.returncode != 0:
-            raise AgentFsmError("the good upgrade did not converge:\n" + proc.stderr
-                                + sb.diagnostics(UNIT))
-        good_assets = lab.assets()
+        def judged(v: Verdict) -> None:
+            if v.version == "2.0.0":
+                if v.outcome != "ok":
+                    raise AgentFsmError(f"the good upgrade did not converge: {v}")
+                seen["good"] = lab.assets()
+            elif v.version == "3.0.0":
+                if v.exit_code != 4:
+                    raise AgentFsmError(f"the broken upgrade did not roll back: {v}")
+                seen["kept"] = lab.assets() == seen["good"]
+                say("2.0.0's units and recovery script are byte for byte as before the broken "
+                    "upgrade" if seen["kept"] else "2.0.0's assets CHANGED during the broken upgrade")
 
-        proc = lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "120", check=False)
-        say(f"$ agent-fsm upgrade --to 3.0.0 --wait   (exit {proc.returncode})\n"
-            + proc.stdout.rstrip() + ("\n" + proc.stderr.rstrip() if proc.stderr else ""))
-        if proc.returncode != 4:
-            raise AgentFsmError("the broken upgrade did not roll back:\n" + proc.stderr
-                                + sb.diagnostics(UNIT))
-        status = lab.settled()
-        kept = lab.assets() == good_assets
-        say("2.0.0's units and recovery script are byte for byte as before the broken upgrade"
-            if kept else "2.0.0's assets CHANGED during the broken upgrade")
-        return DemoResult(lab.history(), status, kept)
+        tried = drive(lab, packs, say, judged)
+        return DemoResult(tried.timeline, tried.status, bool(seen.get("kept")))
