@@ -71,10 +71,11 @@ def _value(v: Any) -> str:
 
 
 def toml_text(data: Mapping[str, Any], prefix: str = "") -> str:
-    """`data` as TOML: plain keys first (bare: the launcher reads `python = "…"` so), then each
-    table under its dotted name."""
-    plain = "".join(f"{_key(k)} = {_value(v)}\n" for k, v in data.items()
-                    if not isinstance(v, dict))
+    """`data` as TOML: plain keys first (bare, `python` the first of them: a release's launcher
+    reads `python = "…"` so), then each table under its dotted name."""
+    keys = sorted(data, key=lambda k: k != "python")  # first: before any `{` of a value
+    plain = "".join(f"{_key(k)} = {_value(data[k])}\n" for k in keys
+                    if not isinstance(data[k], dict))
     tables = "".join(
         f"\n[{prefix}{_key(k)}]\n" + toml_text(v, f"{prefix}{_key(k)}.")
         for k, v in data.items() if isinstance(v, dict))
