@@ -1,4 +1,5 @@
-"""The operator's holds on upgrades: `hold` and `unhold`, and what a forced upgrade goes past.
+"""The operator's holds on upgrades: `hold` and `unhold` (what a forced upgrade goes past:
+`upgrade.overrides`).
 
 A hold is written and lifted under the writers' lock, so it never lands in the middle of a
 transition's conditions; it refuses only `begin_upgrade` (see `node.hold`).
@@ -12,7 +13,6 @@ from typing import Any
 from ..errors import AgentFsmError
 from ..node.records import hold as hold_file
 from ..node.records.hold import Hold, utc
-from ..node.runtime import inhibitors
 from ..wiring import Node
 
 
@@ -57,12 +57,3 @@ def unhold(node: Node) -> HoldDone:
         return HoldDone("no hold to lift: upgrades were not held", None, now)
     return HoldDone(f"hold lifted (it was {current.words()})", None, now)
 
-
-def overridden(node: Node) -> tuple[str, ...]:
-    """What a forced upgrade goes past now: the hold and the inhibitors that count, in words."""
-    now = node.clock.now()
-    found = hold_file.read(node.paths.hold_file)
-    out = [f"the hold ({found.words()})"] if found and not found.expired(now) else []
-    out += [f"the inhibitor {i.words()}" for i in inhibitors.scan(node.paths.inhibitor_dir)
-            if not i.stale]
-    return tuple(out)

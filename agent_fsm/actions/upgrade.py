@@ -160,11 +160,9 @@ def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
     recovery = node.paths.recovery_unit_name
     wait_for_recovery(node, on_wait=lambda now: tell(Waiting(recovery, now, RECOVERY_WAIT)))
     if force:
-        from ..node.records import known_bad
-        from .holds import overridden
+        from ..upgrade.overrides import passed
 
-        bad = known_bad.words(node.paths.known_bad_file, to)
-        for what in (*overridden(node), *([bad] if bad else [])):
+        for what in passed(node.paths, node.clock.now(), to):
             tell(Forced(what))
     doc = begin_upgrade(node, to, force=force)
     up = doc.upgrade

@@ -1,23 +1,17 @@
-"""The known-bad rule as the machine runs it: `not_known_bad` refuses an upgrade to a version
-that rolled back here (unless forced), `mark_known_bad` marks the candidate a rollback leaves,
-`clear_known_bad` takes the mark off a version judged ok (the record: `node.records.known_bad`)."""
+"""The known-bad marks as the machine keeps them: `mark_known_bad` marks the candidate a rollback
+leaves, `clear_known_bad` takes the mark off a version judged ok (the record:
+`node.records.known_bad`; the refusal of an upgrade to a marked version: `overrides`)."""
 
 from __future__ import annotations
 
 import logging
 
-from ..errors import AgentFsmError
 from ..machine.engine import Step
 from ..node.records import known_bad
 from ..node.state import reasons
 from .effectors import Effectors
 
 log = logging.getLogger("agent_fsm")
-
-
-def not_known_bad(effectors: Effectors, step: Step) -> AgentFsmError | None:
-    return known_bad.refusal(effectors.paths.known_bad_file, str(step.arg("release")),
-                             force=bool(step.arg("force")))
 
 
 def mark_known_bad(effectors: Effectors, step: Step) -> None:

@@ -18,7 +18,7 @@ from ..machine import definition as definition_mod
 from ..machine.definition import Definition
 from ..machine.engine import Step
 from ..machine.vocabulary import check_vocabulary
-from . import assets, gate, holds, known_bad, releases, results, signal, units
+from . import assets, gate, known_bad, overrides, releases, results, signal, units
 from .effectors import Effectors
 
 Effect = Callable[[Effectors, Step], None]
@@ -39,8 +39,7 @@ CONDITIONS: Mapping[str, Condition] = _by_name(
     gate.gate_open,
     signal.no_upgrade_pending, signal.upgrade_signalled,
     releases.release_exists, releases.not_selected, releases.last_good_selected,
-    holds.not_held, holds.not_inhibited,
-    known_bad.not_known_bad,
+    overrides.not_held, overrides.not_inhibited, overrides.not_known_bad,
     units.recovery_idle,
     assets.settings_apply,
 )

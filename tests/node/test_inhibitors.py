@@ -73,7 +73,7 @@ class TestFormat:
         path = drop(ready, "bad", body)
         (found,) = inhibitors.scan(where(ready))
         assert found.error is not None and says in found.error and not found.stale
-        refusal = inhibitors.refusal((found,), force=False)
+        refusal = inhibitors.refusal((found,))
         assert refusal is not None and str(path) in str(refusal)
 
     def test_links_fifos_and_directories_inhibit_without_being_followed(self, ready: World,

@@ -62,7 +62,7 @@ class TestOrphanedSignal:
         assert result is not None and result["outcome"] == "rolled_back"
         assert result["reason_class"] == "orphaned" and result["reason"] != ""
         world.node.controller.fire("recovered")
-        assert known_bad.refusal(world.paths.known_bad_file, "2.0.0", force=False) is None
+        assert known_bad.refusal(world.paths.known_bad_file, "2.0.0") is None
         assert world.node.controller.fire("begin_upgrade", release="2.0.0").state \
             == "candidate_running"
 

@@ -132,9 +132,10 @@ def clear(file: Path) -> bool:
     return files.remove(file)
 
 
-def refusal(hold: Hold | None, now: float, *, force: bool) -> Refused | None:
-    """The refusal of an upgrade while `hold` counts (not expired), unless forced."""
-    if hold is None or hold.expired(now) or force:
+def refusal(hold: Hold | None, now: float) -> Refused | None:
+    """The refusal of an upgrade while `hold` counts (not expired); `upgrade.overrides` decides
+    when it is forced."""
+    if hold is None or hold.expired(now):
         return None
     return Refused(f"upgrades are {hold.words()}; lift the hold with `agent-fsm unhold`, or "
                    "override it for this upgrade with `agent-fsm upgrade --force`")

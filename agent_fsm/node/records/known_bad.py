@@ -116,11 +116,9 @@ def clear(file: Path, version: str) -> bool:
     return True
 
 
-def refusal(file: Path, version: str, *, force: bool) -> Refused | None:
+def refusal(file: Path, version: str) -> Refused | None:
     """The refusal of an upgrade to a version marked known bad (or while the record is
-    damaged), unless forced."""
-    if force:
-        return None
+    damaged); `upgrade.overrides` decides when it is forced."""
     try:
         found = read(file).marks.get(version)
     except KnownBadDamaged as exc:

@@ -118,10 +118,11 @@ def scan(where: Path, alive: Callable[[int], bool] = pid_alive) -> tuple[Inhibit
     return tuple(i for i in found if i is not None)
 
 
-def refusal(inhibitors: tuple[Inhibitor, ...], *, force: bool) -> Refused | None:
-    """The refusal of an upgrade while any inhibitor counts (not stale), unless forced."""
+def refusal(inhibitors: tuple[Inhibitor, ...]) -> Refused | None:
+    """The refusal of an upgrade while any inhibitor counts (not stale); `upgrade.overrides`
+    decides when it is forced."""
     counting = [i for i in inhibitors if not i.stale]
-    if not counting or force:
+    if not counting:
         return None
     stale = len(inhibitors) - len(counting)
     also = f" ({stale} stale, not honoured)" if stale else ""
