@@ -113,7 +113,6 @@ class Controller:
         # Called as failpoint(trigger, k) before the k-th effect (and with k == len(effects)
         # before the final record): tests crash there; $AGENT_FSM_FAILPOINT kills the process.
         self.failpoint: Callable[[str, int], None] = env_failpoint
-        self._machine: Machine | None = None
         # Hooks: `before` for operator-started triggers only (never the way back); `after`
         # for transitions recorded by this run, told once the lock is released.
         self.hooks: Hooks = hooks if hooks is not None else NoHooks()
@@ -121,41 +120,41 @@ class Controller:
         self._finished: list[dict[str, Any]] = []
         # None: any role (tests, tools); else every fire and finish is checked against `by`.
         self.process = process
-        self.trigger_names = frozenset(t.trigger for t in definition.transitions)  # all triggers
+        self._transitions = {t.trigger: t for t in definition.transitions}
+        self.trigger_names = frozenset(self._transitions)  # all triggers
+        self._states = frozenset(definition.state_names)
+        self.machine: Machine = self._built()
 
-    @property
-    def machine(self) -> Machine:
-        """The `transitions` machine, built on first use: readers (`status`) never need it.
+    def _built(self) -> Machine:
+        """The `transitions` machine, its conditions bound: built with the controller.
 
         Each trigger is called with the state document and the transition's arguments as event
         data (`doc`, `args`), and a list (`refusals`) where a failing condition leaves its reason.
         """
-        if self._machine is None:
-            from transitions import Machine
+        from transitions import Machine
 
-            machine = Machine(
-                model=self.model,
-                states=list(self.definition.state_names),
-                initial=self.definition.initial,
-                auto_transitions=False,
-                send_event=True,
-                ignore_invalid_triggers=False,
+        machine = Machine(
+            model=self.model,
+            states=list(self.definition.state_names),
+            initial=self.definition.initial,
+            auto_transitions=False,
+            send_event=True,
+            ignore_invalid_triggers=False,
+        )
+        for t in self.definition.transitions:
+            machine.add_transition(
+                t.trigger, list(t.sources), t.dest,
+                conditions=[self._condition(name) for name in t.conditions],
+                before=[self._run],
             )
-            for t in self.definition.transitions:
-                machine.add_transition(
-                    t.trigger, list(t.sources), t.dest,
-                    conditions=[self._condition(name) for name in t.conditions],
-                    before=[self._run],
-                )
-            self._machine = machine
-        return self._machine
+        return machine
 
     # Writing ------------------------------------------------------------------------------
     def fire(self, trigger: str, **args: Any) -> StateDoc:
         """Run one transition to its end, under the lock; resume owed effects first."""
         from transitions import MachineError
 
-        if trigger not in {t.trigger for t in self.definition.transitions}:
+        if trigger not in self.trigger_names:
             raise AgentFsmError(f"{trigger!r} is not a trigger of {self.definition.name}")
         asked = self._before(trigger, args)
         with telling(self.hooks, self._finished), self.store.locked():
@@ -187,7 +186,7 @@ class Controller:
         instead of resuming it: one it declares with `supersedes` in the definition, or, if it
         declares any (the way back), one this agent-fsm does not know (`unknown`: a later
         agent-fsm's, left owed on the candidate's path)."""
-        t = self.definition.transition(trigger)
+        t = self._transitions[trigger]
         pending = doc.pending
         return pending is not None and doc.state in t.sources and (
             pending.trigger in t.supersedes or bool(t.supersedes and self.unknown(pending)))
@@ -195,10 +194,9 @@ class Controller:
     def unknown(self, pending: Pending) -> list[str]:
         """The names of an owed transition this agent-fsm does not know (its trigger, states or
         effects): none when it can resume it (it runs any effect it knows, in the order owed)."""
-        states = set(self.definition.state_names)
         names = [] if pending.trigger in self.trigger_names else [f"trigger {pending.trigger}"]
         names += [f"state {s}" for s in dict.fromkeys((pending.source, pending.dest))
-                  if s not in states]
+                  if s not in self._states]
         names += [f"effect {e}" for e in dict.fromkeys(pending.effects) if e not in self.effects]
         return names
 
@@ -235,7 +233,7 @@ class Controller:
 
         def holds(event: EventData) -> bool:
             trigger = event.event.name
-            step = Step(event.kwargs["doc"], trigger, self.definition.transition(trigger).dest,
+            step = Step(event.kwargs["doc"], trigger, self._transitions[trigger].dest,
                         event.kwargs["args"])
             refusal = check(self.actor, step)
             if refusal is not None:
@@ -246,7 +244,7 @@ class Controller:
 
     def _run(self, event: EventData) -> None:
         doc: StateDoc = event.kwargs["doc"]
-        t = self.definition.transition(event.event.name)
+        t = self._transitions[event.event.name]
         args = dict(event.kwargs["args"])
         if not event.kwargs["asked"]:  # the state changed since `_before` looked: ask now
             ask(self.hooks, t.trigger, doc.state, t.dest, args)
@@ -274,7 +272,7 @@ class Controller:
         `fire` False, finish it owed)."""
         if self.process is None:
             return
-        t = self.definition.transition(trigger)
+        t = self._transitions[trigger]
         role = self.process.role(doc)
         if role is not None and (role in t.by if fire else t.may_finish(role)):
             return
@@ -304,7 +302,7 @@ class Controller:
     def _finish(self, doc: StateDoc, *, resuming: bool = False) -> None:
         pending = doc.pending
         assert pending is not None
-        t = self.definition.transition(pending.trigger)
+        t = self._transitions[pending.trigger]
         tolerant = {e.name for e in t.effects if e.tolerant}
         # Owed before this process looked, and declared done by a start of the unit it restarts.
         at_start = {e.name for e in t.effects if e.done_at_own_start} if resuming else set()
@@ -361,7 +359,7 @@ class Controller:
         not asked yet, because it does not look allowed now (under the lock `_run` asks)."""
         if trigger not in self.before_triggers or not self.hooks.has_before(trigger):
             return True
-        t = self.definition.transition(trigger)
+        t = self._transitions[trigger]
         doc = self.store.read()
         step = Step(doc, trigger, t.dest, self.actor.prepare(args))
         if doc.pending is not None or doc.state not in t.sources \
