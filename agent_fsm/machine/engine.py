@@ -355,17 +355,19 @@ class Controller:
     # Hooks --------------------------------------------------------------------------------
     def _before(self, trigger: str, args: dict[str, Any]) -> bool:
         """Run the trigger's `before` hook, if it has one, outside the lock (a slow hook never
-        holds up the daemon), once the transition looks allowed; a refusal is raised. False:
-        not asked yet, because it does not look allowed now (under the lock `_run` asks)."""
+        holds up the daemon), once `transitions` says it may fire from the state read (its
+        sources and conditions: `may_<trigger>`); a refusal is raised. False: not asked yet,
+        because it may not fire now (under the lock `_run` asks)."""
         if trigger not in self.before_triggers or not self.hooks.has_before(trigger):
             return True
-        t = self._transitions[trigger]
         doc = self.store.read()
-        step = Step(doc, trigger, t.dest, self.actor.prepare(args))
-        if doc.pending is not None or doc.state not in t.sources \
-                or any(self.conditions[c](self.actor, step) is not None for c in t.conditions):
+        prepared = self.actor.prepare(args)
+        if doc.pending is not None:  # resumed first, under the lock: the state may change
             return False
-        ask(self.hooks, trigger, doc.state, t.dest, step.args)
+        self.machine.set_state(doc.state, model=self.model)
+        if not getattr(self.model, f"may_{trigger}")(doc=doc, args=prepared, refusals=[]):
+            return False
+        ask(self.hooks, trigger, doc.state, self._transitions[trigger].dest, prepared)
         return True
 
     def _illegal(self, trigger: str, doc: StateDoc) -> IllegalTransition:
