@@ -225,7 +225,8 @@ class Controller:
             return self._resumed(self.store.read())
 
     def allowed(self, state: str) -> tuple[str, ...]:
-        return self.definition.triggers_from(state)
+        """The triggers `transitions` has from `state`, in the definition's order."""
+        return tuple(self.machine.get_triggers(state))
 
     # Internals ----------------------------------------------------------------------------
     def _condition(self, name: str) -> Callable[[EventData], bool]:

@@ -10,6 +10,7 @@ state whose `on_start` or `on_recover` fires a trigger it has no transition for 
 from __future__ import annotations
 
 import enum
+import functools
 from typing import NamedTuple
 
 from ..errors import DefinitionError
@@ -123,6 +124,9 @@ class Groups(NamedTuple):
         return "busy" if state in self.pending else "ok"
 
 
+# Derived once per definition (a definition never changes): the engine, the store and the
+# hooks' check read the same facts.
+@functools.lru_cache(maxsize=8)
 def groups(d: Definition) -> Groups:
     # Pending: from where the signal is written, every state reached without clearing it.
     pending = _dests(d, "write_signal")
@@ -154,6 +158,7 @@ def groups(d: Definition) -> Groups:
     )
 
 
+@functools.lru_cache(maxsize=8)
 def count_rules(d: Definition, g: Groups) -> CountRules:
     """Which finished transitions advance which lifetime counter."""
     ok = {(t, s) for t, s in g.publishing if d.transition(t).dest not in g.pending}
