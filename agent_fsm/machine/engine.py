@@ -1,7 +1,8 @@
 """The lifecycle machine: the declared definition, run by `transitions`, made crash-safe.
 
 `Controller.fire(trigger)` takes the writers' lock, resumes any transition a crash left owed,
-checks that the trigger is allowed from the current state and that its conditions hold, records
+has `transitions` decide whether the trigger may fire from the current state (its sources, then
+its conditions; an illegal trigger is its MachineError, raised as IllegalTransition), records
 the transition and the effects it owes in the state file (write-ahead), runs the effects one by
 one recording progress after each, and finally records the new state and a history entry (in
 the journal, committed by the state file: `Store.record`). A crash anywhere leaves a state file
@@ -102,8 +103,6 @@ class Controller:
                  history_limit: int = 200, hooks: Hooks | None = None,
                  process: Process | None = None) -> None:
         self.definition = definition
-        self.groups: Groups = groups(definition)
-        self.count_rules = count_rules(definition, self.groups)
         self.store = store
         self.actor = actor
         self.effects = effects
@@ -116,10 +115,13 @@ class Controller:
         # Hooks: `before` for operator-started triggers only (never the way back); `after`
         # for transitions recorded by this run, told once the lock is released.
         self.hooks: Hooks = hooks if hooks is not None else NoHooks()
-        self.before_triggers = before_triggers(definition)
         self._finished: list[dict[str, Any]] = []
         # None: any role (tests, tools); else every fire and finish is checked against `by`.
         self.process = process
+        # Read off the definition once, when the machine is built.
+        self.groups: Groups = groups(definition)
+        self.count_rules = count_rules(definition, self.groups)
+        self.before_triggers = before_triggers(definition)
         self._transitions = {t.trigger: t for t in definition.transitions}
         self.trigger_names = frozenset(self._transitions)  # all triggers
         self._states = frozenset(definition.state_names)
