@@ -124,7 +124,6 @@ class Controller:
         self.before_triggers = before_triggers(definition)
         self._transitions = {t.trigger: t for t in definition.transitions}
         self.trigger_names = frozenset(self._transitions)  # all triggers
-        self._states = frozenset(definition.state_names)
         self.machine: Machine = self._built()
 
     def _built(self) -> Machine:
@@ -198,7 +197,7 @@ class Controller:
         effects): none when it can resume it (it runs any effect it knows, in the order owed)."""
         names = [] if pending.trigger in self.trigger_names else [f"trigger {pending.trigger}"]
         names += [f"state {s}" for s in dict.fromkeys((pending.source, pending.dest))
-                  if s not in self._states]
+                  if s not in self.machine.states]
         names += [f"effect {e}" for e in dict.fromkeys(pending.effects) if e not in self.effects]
         return names
 
