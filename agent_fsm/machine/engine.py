@@ -29,7 +29,7 @@ from ..node.state.store import Pending, StateDoc, Store
 from ..system.clock import Clock
 from .definition import Definition, Role, situation
 from .hooks import Hooks, NoHooks, ask, before_triggers, finished, telling
-from .vocabulary import COMMANDS, RESULT_EFFECTS, Groups, commands_from, count_rules, groups
+from .vocabulary import COMMANDS, RESULT_EFFECTS, Groups, count_rules, groups
 
 if TYPE_CHECKING:
     from transitions import EventData, Machine
@@ -374,16 +374,16 @@ class Controller:
 
     def _illegal(self, trigger: str, doc: StateDoc) -> IllegalTransition:
         why = situation(self.definition, doc)
+        allowed = self.allowed(doc.state)
         if trigger in COMMANDS:  # a user's command: say it, and the ones that may run now
-            can = ", ".join(f"`agent-fsm {c}`" for c in commands_from(self.definition, doc.state))
+            can = ", ".join(f"`agent-fsm {COMMANDS[t]}`" for t in allowed if t in COMMANDS)
             return IllegalTransition(
                 f"can't {COMMANDS[trigger]} now: {why} (" + (
                     f"you can run {can})" if can else "no install, activate, upgrade or recover "
                     "may run now; `agent-fsm status` says when)"),
                 trigger=trigger, state=doc.state)
-        allowed = ", ".join(self.allowed(doc.state)) or "none"
         return IllegalTransition(
-            f"can't {trigger} while {doc.state}: {why} (allowed now: {allowed})",
+            f"can't {trigger} while {doc.state}: {why} (allowed now: {', '.join(allowed) or 'none'})",
             trigger=trigger, state=doc.state,
         )
 

@@ -55,11 +55,6 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def commands_from(d: Definition, state: str) -> tuple[str, ...]:
-    """The commands whose transition the definition allows from `state`, in its order."""
-    return tuple(COMMANDS[t] for t in d.triggers_from(state) if t in COMMANDS)
-
-
 # The trigger a start or `recover` fires first from the state that declares the action (the
 # others fire none): so a state cannot declare what its transitions do not allow.
 FIRES: dict[str, Trigger] = {
