@@ -1,7 +1,8 @@
 """The lifecycle machine: the declared definition, run by `transitions`, made crash-safe.
 
 `Controller.fire(trigger)` takes the writers' lock, resumes any transition a crash left owed,
-checks that the trigger is allowed from the current state and that its conditions hold, records
+has `transitions` decide whether the trigger may fire from the current state (its sources, then
+its conditions; an illegal trigger is its MachineError, raised as IllegalTransition), records
 the transition and the effects it owes in the state file (write-ahead), runs the effects one by
 one recording progress after each, and finally records the new state and a history entry (in
 the journal, committed by the state file: `Store.record`). A crash anywhere leaves a state file
@@ -28,7 +29,7 @@ from ..node.state.store import Pending, StateDoc, Store
 from ..system.clock import Clock
 from .definition import Definition, Role, situation
 from .hooks import Hooks, NoHooks, ask, before_triggers, finished, telling
-from .vocabulary import COMMANDS, RESULT_EFFECTS, Groups, commands_from, count_rules, groups
+from .vocabulary import COMMANDS, RESULT_EFFECTS, Groups, count_rules, groups
 
 if TYPE_CHECKING:
     from transitions import EventData, Machine
@@ -102,8 +103,6 @@ class Controller:
                  history_limit: int = 200, hooks: Hooks | None = None,
                  process: Process | None = None) -> None:
         self.definition = definition
-        self.groups: Groups = groups(definition)
-        self.count_rules = count_rules(definition, self.groups)
         self.store = store
         self.actor = actor
         self.effects = effects
@@ -113,49 +112,50 @@ class Controller:
         # Called as failpoint(trigger, k) before the k-th effect (and with k == len(effects)
         # before the final record): tests crash there; $AGENT_FSM_FAILPOINT kills the process.
         self.failpoint: Callable[[str, int], None] = env_failpoint
-        self._machine: Machine | None = None
         # Hooks: `before` for operator-started triggers only (never the way back); `after`
         # for transitions recorded by this run, told once the lock is released.
         self.hooks: Hooks = hooks if hooks is not None else NoHooks()
-        self.before_triggers = before_triggers(definition)
         self._finished: list[dict[str, Any]] = []
         # None: any role (tests, tools); else every fire and finish is checked against `by`.
         self.process = process
-        self.trigger_names = frozenset(t.trigger for t in definition.transitions)  # all triggers
+        # Read off the definition once, when the machine is built.
+        self.groups: Groups = groups(definition)
+        self.count_rules = count_rules(definition, self.groups)
+        self.before_triggers = before_triggers(definition)
+        self._transitions = {t.trigger: t for t in definition.transitions}
+        self.trigger_names = frozenset(self._transitions)  # all triggers
+        self.machine: Machine = self._built()
 
-    @property
-    def machine(self) -> Machine:
-        """The `transitions` machine, built on first use: readers (`status`) never need it.
+    def _built(self) -> Machine:
+        """The `transitions` machine, its conditions bound: built with the controller.
 
         Each trigger is called with the state document and the transition's arguments as event
         data (`doc`, `args`), and a list (`refusals`) where a failing condition leaves its reason.
         """
-        if self._machine is None:
-            from transitions import Machine
+        from transitions import Machine
 
-            machine = Machine(
-                model=self.model,
-                states=list(self.definition.state_names),
-                initial=self.definition.initial,
-                auto_transitions=False,
-                send_event=True,
-                ignore_invalid_triggers=False,
+        machine = Machine(
+            model=self.model,
+            states=list(self.definition.state_names),
+            initial=self.definition.initial,
+            auto_transitions=False,
+            send_event=True,
+            ignore_invalid_triggers=False,
+        )
+        for t in self.definition.transitions:
+            machine.add_transition(
+                t.trigger, list(t.sources), t.dest,
+                conditions=[self._condition(name) for name in t.conditions],
+                before=[self._run],
             )
-            for t in self.definition.transitions:
-                machine.add_transition(
-                    t.trigger, list(t.sources), t.dest,
-                    conditions=[self._condition(name) for name in t.conditions],
-                    before=[self._run],
-                )
-            self._machine = machine
-        return self._machine
+        return machine
 
     # Writing ------------------------------------------------------------------------------
     def fire(self, trigger: str, **args: Any) -> StateDoc:
         """Run one transition to its end, under the lock; resume owed effects first."""
         from transitions import MachineError
 
-        if trigger not in {t.trigger for t in self.definition.transitions}:
+        if trigger not in self.trigger_names:
             raise AgentFsmError(f"{trigger!r} is not a trigger of {self.definition.name}")
         asked = self._before(trigger, args)
         with telling(self.hooks, self._finished), self.store.locked():
@@ -187,7 +187,7 @@ class Controller:
         instead of resuming it: one it declares with `supersedes` in the definition, or, if it
         declares any (the way back), one this agent-fsm does not know (`unknown`: a later
         agent-fsm's, left owed on the candidate's path)."""
-        t = self.definition.transition(trigger)
+        t = self._transitions[trigger]
         pending = doc.pending
         return pending is not None and doc.state in t.sources and (
             pending.trigger in t.supersedes or bool(t.supersedes and self.unknown(pending)))
@@ -195,10 +195,9 @@ class Controller:
     def unknown(self, pending: Pending) -> list[str]:
         """The names of an owed transition this agent-fsm does not know (its trigger, states or
         effects): none when it can resume it (it runs any effect it knows, in the order owed)."""
-        states = set(self.definition.state_names)
         names = [] if pending.trigger in self.trigger_names else [f"trigger {pending.trigger}"]
         names += [f"state {s}" for s in dict.fromkeys((pending.source, pending.dest))
-                  if s not in states]
+                  if s not in self.machine.states]
         names += [f"effect {e}" for e in dict.fromkeys(pending.effects) if e not in self.effects]
         return names
 
@@ -227,7 +226,8 @@ class Controller:
             return self._resumed(self.store.read())
 
     def allowed(self, state: str) -> tuple[str, ...]:
-        return self.definition.triggers_from(state)
+        """The triggers `transitions` has from `state`, in the definition's order."""
+        return tuple(self.machine.get_triggers(state))
 
     # Internals ----------------------------------------------------------------------------
     def _condition(self, name: str) -> Callable[[EventData], bool]:
@@ -235,7 +235,7 @@ class Controller:
 
         def holds(event: EventData) -> bool:
             trigger = event.event.name
-            step = Step(event.kwargs["doc"], trigger, self.definition.transition(trigger).dest,
+            step = Step(event.kwargs["doc"], trigger, self._transitions[trigger].dest,
                         event.kwargs["args"])
             refusal = check(self.actor, step)
             if refusal is not None:
@@ -246,7 +246,7 @@ class Controller:
 
     def _run(self, event: EventData) -> None:
         doc: StateDoc = event.kwargs["doc"]
-        t = self.definition.transition(event.event.name)
+        t = self._transitions[event.event.name]
         args = dict(event.kwargs["args"])
         if not event.kwargs["asked"]:  # the state changed since `_before` looked: ask now
             ask(self.hooks, t.trigger, doc.state, t.dest, args)
@@ -274,7 +274,7 @@ class Controller:
         `fire` False, finish it owed)."""
         if self.process is None:
             return
-        t = self.definition.transition(trigger)
+        t = self._transitions[trigger]
         role = self.process.role(doc)
         if role is not None and (role in t.by if fire else t.may_finish(role)):
             return
@@ -304,7 +304,7 @@ class Controller:
     def _finish(self, doc: StateDoc, *, resuming: bool = False) -> None:
         pending = doc.pending
         assert pending is not None
-        t = self.definition.transition(pending.trigger)
+        t = self._transitions[pending.trigger]
         tolerant = {e.name for e in t.effects if e.tolerant}
         # Owed before this process looked, and declared done by a start of the unit it restarts.
         at_start = {e.name for e in t.effects if e.done_at_own_start} if resuming else set()
@@ -357,31 +357,33 @@ class Controller:
     # Hooks --------------------------------------------------------------------------------
     def _before(self, trigger: str, args: dict[str, Any]) -> bool:
         """Run the trigger's `before` hook, if it has one, outside the lock (a slow hook never
-        holds up the daemon), once the transition looks allowed; a refusal is raised. False:
-        not asked yet, because it does not look allowed now (under the lock `_run` asks)."""
+        holds up the daemon), once `transitions` says it may fire from the state read (its
+        sources and conditions: `may_<trigger>`); a refusal is raised. False: not asked yet,
+        because it may not fire now (under the lock `_run` asks)."""
         if trigger not in self.before_triggers or not self.hooks.has_before(trigger):
             return True
-        t = self.definition.transition(trigger)
         doc = self.store.read()
-        step = Step(doc, trigger, t.dest, self.actor.prepare(args))
-        if doc.pending is not None or doc.state not in t.sources \
-                or any(self.conditions[c](self.actor, step) is not None for c in t.conditions):
+        prepared = self.actor.prepare(args)
+        if doc.pending is not None:  # resumed first, under the lock: the state may change
             return False
-        ask(self.hooks, trigger, doc.state, t.dest, step.args)
+        self.machine.set_state(doc.state, model=self.model)
+        if not getattr(self.model, f"may_{trigger}")(doc=doc, args=prepared, refusals=[]):
+            return False
+        ask(self.hooks, trigger, doc.state, self._transitions[trigger].dest, prepared)
         return True
 
     def _illegal(self, trigger: str, doc: StateDoc) -> IllegalTransition:
         why = situation(self.definition, doc)
+        allowed = self.allowed(doc.state)
         if trigger in COMMANDS:  # a user's command: say it, and the ones that may run now
-            can = ", ".join(f"`agent-fsm {c}`" for c in commands_from(self.definition, doc.state))
+            can = ", ".join(f"`agent-fsm {COMMANDS[t]}`" for t in allowed if t in COMMANDS)
             return IllegalTransition(
                 f"can't {COMMANDS[trigger]} now: {why} (" + (
                     f"you can run {can})" if can else "no install, activate, upgrade or recover "
                     "may run now; `agent-fsm status` says when)"),
                 trigger=trigger, state=doc.state)
-        allowed = ", ".join(self.allowed(doc.state)) or "none"
         return IllegalTransition(
-            f"can't {trigger} while {doc.state}: {why} (allowed now: {allowed})",
+            f"can't {trigger} while {doc.state}: {why} (allowed now: {', '.join(allowed) or 'none'})",
             trigger=trigger, state=doc.state,
         )
 

@@ -11,6 +11,7 @@ they run once it is recorded, and their failure is logged, never fatal.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -49,6 +50,7 @@ class NoHooks:
         return None
 
 
+@functools.lru_cache(maxsize=8)  # once per definition, as its groups
 def before_triggers(d: Definition) -> frozenset[str]:
     """The operator-started triggers, which alone may run a `before` hook: those an operator's
     command fires (`by`) that close the gate from a settled state (they begin an install, an

@@ -10,6 +10,7 @@ state whose `on_start` or `on_recover` fires a trigger it has no transition for 
 from __future__ import annotations
 
 import enum
+import functools
 from typing import NamedTuple
 
 from ..errors import DefinitionError
@@ -52,11 +53,6 @@ COMMANDS: dict[str, str] = {
     Trigger.begin_upgrade: "upgrade",
     Trigger.recover: "recover",
 }
-
-
-def commands_from(d: Definition, state: str) -> tuple[str, ...]:
-    """The commands whose transition the definition allows from `state`, in its order."""
-    return tuple(COMMANDS[t] for t in d.triggers_from(state) if t in COMMANDS)
 
 
 # The trigger a start or `recover` fires first from the state that declares the action (the
@@ -123,6 +119,9 @@ class Groups(NamedTuple):
         return "busy" if state in self.pending else "ok"
 
 
+# Derived once per definition (a definition never changes): the engine, the store and the
+# hooks' check read the same facts.
+@functools.lru_cache(maxsize=8)
 def groups(d: Definition) -> Groups:
     # Pending: from where the signal is written, every state reached without clearing it.
     pending = _dests(d, "write_signal")
@@ -154,6 +153,7 @@ def groups(d: Definition) -> Groups:
     )
 
 
+@functools.lru_cache(maxsize=8)
 def count_rules(d: Definition, g: Groups) -> CountRules:
     """Which finished transitions advance which lifetime counter."""
     ok = {(t, s) for t, s in g.publishing if d.transition(t).dest not in g.pending}

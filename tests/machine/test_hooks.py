@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.errors import ConfigError, Refused, ReleaseError
+from agent_fsm.errors import ConfigError, IllegalTransition, Refused, ReleaseError
 from agent_fsm.machine.hooks import before_triggers
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.hook_config import HookConfig
@@ -158,6 +158,16 @@ class TestBeforeHooksRefuse:
         world.installed("1.0.0")
         with pytest.raises(ReleaseError, match=r"release 9\.9\.9 is not on this host"):
             world.node.controller.fire("begin_upgrade", release="9.9.9")
+        assert seen(out) == {}
+
+    def test_a_trigger_its_state_does_not_allow_runs_no_before_hook(self, tmp_path: Path) -> None:
+        """`activate` on a node with nothing installed is refused as not allowed now, its
+        conditions holding all the same, and its hook is never run."""
+        argv, out = spy(tmp_path)
+        world = hooked(tmp_path, before={"activate": argv})
+        world.add_release("1.0.0")
+        with pytest.raises(IllegalTransition, match=r"^can't activate now: nothing is installed"):
+            world.node.controller.fire("activate", release="1.0.0")
         assert seen(out) == {}
 
     def test_a_before_hook_is_asked_after_an_interrupted_transition_resumes(
