@@ -51,7 +51,7 @@ def why_recover(node: Node, doc: StateDoc, *, by_unit: bool = False) -> dict[str
         shown = {}
     most = node.config.judgment.max_attempts
     refused = most if sig.starts > most else None
-    reason, why = reasons.from_unit(unit, shown, refused)
+    reason, why = reasons.from_unit(unit, shown, refused, sig.timeouts)
     return {"reason": reason, "reason_class": why}
 
 

@@ -13,6 +13,8 @@ host reloads systemd (252), and a converged agent that crashes twice is left fai
   refused (exit 1): the candidate's code does not run again. systemd restarts the unit as it
   does after any failure, each refused start asks for recovery again (so a recovery unit that
   could not start is retried), and once `recover` has selected the last-good the start goes on;
+- each counted start also records, in the signal, whether the attempt before it ended by
+  systemd's start timeout (`start_timeout`), so that the rollback says so;
 - when the start cannot be counted while the state file knows an upgrade that `recover` rolls
   back (its state, or the one a transition owed leads to, is among `recover`'s sources): the
   signal is gone (deleted, lost to the disk), it cannot be read (damaged, a newer schema), or
@@ -38,6 +40,7 @@ from ..machine.vocabulary import StateName
 from ..node.runtime import signal
 from ..system.systemd import Systemctl, Systemd
 from ..wiring import Node, Reader
+from . import start_timeout
 
 log = logging.getLogger("agent_fsm")
 
@@ -58,10 +61,11 @@ def start_check(node: Node | Reader, systemd: Systemd | None = None) -> int:
         sig = None  # decided under the lock, with the state file
     if sig is not None and node.releases.selected() != sig.to_version:
         return ALLOW  # nothing to count yet
+    shown = _shown(node, systemd) if sig is not None else {}
     try:
         with node.store.locked():
             # Again, under the writers' lock: `recover` may have moved on.
-            counted = _count(node)
+            counted = _count(node, shown)
     except DiskError as exc:
         counted = f"the state dir cannot be written ({exc})"
     if isinstance(counted, str):
@@ -86,11 +90,21 @@ def _last_good_starts(node: Node | Reader) -> bool:
     return selected is None or selected == node.releases.last_good()
 
 
-def _count(node: Node | Reader) -> signal.UpgradeSignal | str | None:
-    """Count this start in the signal, the caller holding the writers' lock: the signal as
-    counted; None when there is nothing to count; why the start cannot be counted while the
-    state file knows an upgrade the way back rolls back. DiskError when the count cannot be
-    written."""
+def _shown(node: Node | Reader, systemd: Systemd | None) -> dict[str, str]:
+    """What systemd shows of the agent unit for `start_timeout`; nothing when it cannot say."""
+    try:
+        return (systemd or Systemctl(node.config.systemctl)).show(
+            node.paths.agent_unit_name, start_timeout.PROPERTIES)
+    except AgentFsmError as exc:  # counted all the same, its end not told
+        log.warning("could not read %s from systemd: %s", node.paths.agent_unit_name, exc)
+        return {}
+
+
+def _count(node: Node | Reader, shown: dict[str, str]) -> signal.UpgradeSignal | str | None:
+    """Count this start in the signal (with what systemd `shown` of the attempt before it),
+    the caller holding the writers' lock: the signal as counted; None when there is nothing to
+    count; why the start cannot be counted while the state file knows an upgrade the way back
+    rolls back. DiskError when the count cannot be written."""
     if _last_good_starts(node):
         return None
     doc = node.store.read()
@@ -102,7 +116,8 @@ def _count(node: Node | Reader) -> signal.UpgradeSignal | str | None:
         if sig is not None:
             if node.releases.selected() != sig.to_version or doc.state == StateName.judged_ok:
                 return None  # not its signal, or judged already: this start only finishes `complete`
-            sig = sig._replace(starts=sig.starts + 1)
+            sig = sig._replace(starts=sig.starts + 1, **start_timeout.counted(
+                sig, shown, node.config.judgment.max_attempts))
             signal.write(node.paths.signal_file, sig)
             return sig
         lost = f"its upgrade signal {node.paths.signal_file} is gone"

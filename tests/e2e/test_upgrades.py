@@ -110,11 +110,12 @@ class TestRollback:
         assert (end["selected"], end["last_result"]["reason_class"]) == ("1.0.0", "crashed")
         assert lab.sb.show(UNIT, "RestartUSec") == "200ms"
 
-    def test_candidate_that_never_sends_ready(self, systemd_sandbox: SystemdSandbox) -> None:
+    def test_candidate_that_never_sends_ready(self, node_sandbox: SystemdSandbox) -> None:
         """A candidate that never sends READY=1 is failed by systemd's start timeout and the
-        node rolls back to the last-good."""
+        node rolls back to the last-good; the result says the start timeout ended it (class
+        deadline), not a crash."""
         # One attempt: each is a whole start timeout (12 s); the start after it is refused.
-        lab = Lab(systemd_sandbox, deadline=2, soak=0, max_attempts=1)
+        lab = Lab(node_sandbox, deadline=2, soak=0, max_attempts=1)
         lab.pack("1.0.0")
         lab.install("1.0.0")
         last_good = lab.assets()
@@ -123,7 +124,11 @@ class TestRollback:
         assert proc.returncode == 4, proc.stdout + proc.stderr + _why(lab)
         assert lab.assets() == last_good
         assert "timeout" in lab.sb.journal(UNIT)
-        assert lab.settled()["selected"] == "1.0.0"
+        end = lab.settled()
+        assert end["selected"] == "1.0.0"
+        assert end["last_result"]["reason_class"] == "deadline", end["last_result"]
+        assert ("did not finish starting within its start timeout (TimeoutStartSec=12s) in 1 "
+                "attempt(s)") in end["last_result"]["reason"]
 
 
 class TestResilience:

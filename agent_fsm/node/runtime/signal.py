@@ -29,6 +29,12 @@ class UpgradeSignal(NamedTuple):
     started: float
     deadline: float
     starts: int = 0  # counted by the last-good's start check (agent.start_check)
+    # The start check's record (agent.start_timeout): the attempts in a row that systemd's
+    # start timeout ended, and, for the start it let go last, `NRestarts` then and the time by
+    # which a start timeout had ended it (systemd's monotonic clock, seconds).
+    timeouts: int = 0
+    timed_out_by: float | None = None
+    unit_restarts: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -38,6 +44,9 @@ class UpgradeSignal(NamedTuple):
             "started": self.started,
             "deadline": self.deadline,
             **({"starts": self.starts} if self.starts else {}),  # absent when none: as before
+            **({"timeouts": self.timeouts} if self.timeouts else {}),
+            **({"timed_out_by": self.timed_out_by, "unit_restarts": self.unit_restarts}
+               if self.timed_out_by is not None and self.unit_restarts is not None else {}),
         }
 
     def next_attempt(self) -> UpgradeSignal:
@@ -61,6 +70,9 @@ def read(path: Path) -> UpgradeSignal | None:
         started=float(data["started"]),
         deadline=float(data["deadline"]),
         starts=data.get("starts", 0),
+        timeouts=data.get("timeouts", 0),
+        timed_out_by=None if data.get("timed_out_by") is None else float(data["timed_out_by"]),
+        unit_restarts=data.get("unit_restarts"),
     )
 
 

@@ -24,7 +24,7 @@ CLASSES: dict[str, str] = {
                 "whose signal was lost: the candidate was never judged",
     "unknown": "no reason was recorded (a result from before reasons were kept)",
 }
-PROPERTIES = ("Result", "ExecMainStatus", "NRestarts")
+PROPERTIES = ("Result", "ExecMainStatus", "NRestarts", "TimeoutStartUSec")
 # What the recovery unit's environment carries, so `recover` tells its run from an operator's.
 RECOVERY_ENV = "AGENT_FSM_RECOVERY"
 
@@ -35,13 +35,20 @@ def one_line(text: str) -> str:
     return shown(text.strip(), MAX_REASON)
 
 
-def from_unit(unit: str, shown: Mapping[str, str],
-              refused_after: int | None = None) -> tuple[str, str]:
+def from_unit(unit: str, shown: Mapping[str, str], refused_after: int | None = None,
+              timeouts: int = 0) -> tuple[str, str]:
     """(reason, class) for a candidate whose agent unit failed, from `systemctl show`;
     `refused_after`: the max_attempts starts after which the last-good's start check refused
-    the next (systemd's exit status is then the refused start's, not the candidate's)."""
+    the next (systemd's exit status is then the refused start's, not the candidate's);
+    `timeouts`: the attempts in a row, up to the last, that the start check saw systemd's start
+    timeout end."""
     result = shown.get("Result", "")
     status, starts = shown.get("ExecMainStatus", "?"), shown.get("NRestarts", "?")
+    if refused_after is not None and timeouts:
+        return (f"{unit} did not finish starting within its start timeout (TimeoutStartSec="
+                f"{shown.get('TimeoutStartUSec') or '?'}) in {timeouts} attempt(s) in a row; "
+                f"after {refused_after} start(s) (max_attempts) the last-good's start check "
+                f"refused the next", "deadline")
     if refused_after is not None:
         return (f"{unit} failed {refused_after} start(s) in a row (max_attempts) without being "
                 f"judged ok; the last-good's start check refused the next (result "

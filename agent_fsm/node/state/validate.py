@@ -177,8 +177,11 @@ def signal_body(data: Any) -> None:
     count(s.get("attempt", MISSING), "attempt")
     time(s.get("started", MISSING), "started")
     time(s.get("deadline", MISSING), "deadline")
-    if "starts" in s:
-        count(s["starts"], "starts")
+    for key in ("starts", "timeouts", "unit_restarts"):
+        if key in s:
+            count(s[key], key)
+    if "timed_out_by" in s:
+        time(s["timed_out_by"], "timed_out_by")
 
 
 # The values `Effectors.prepare` and the engine fix in a transition's arguments; others are kept as
