@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..node.runtime.signal import UpgradeSignal
+from ..node.state.validate import MAX_TIME
 
 PROPERTIES = ("NRestarts", "SubState", "StateChangeTimestampMonotonic", "TimeoutStartUSec",
               "RestartUSec", "RestartUSecNext")
@@ -68,6 +69,8 @@ def counted(sig: UpgradeSignal, shown: Mapping[str, str], most: int) -> dict[str
     now, restarts = _now(shown), _number(shown.get("NRestarts"))
     timeout = span(shown.get("TimeoutStartUSec"))
     delay = span(shown.get("RestartUSecNext")) or span(shown.get("RestartUSec")) or 0.0
-    if sig.starts + 1 > most or now is None or restarts is None or timeout is None:
+    by = None if now is None or timeout is None else now + timeout + delay
+    if sig.starts + 1 > most or restarts is None or by is None or not by <= MAX_TIME:
+        # Never a value the signal's readers refuse: that would lose the signal.
         return {"timeouts": timeouts, "timed_out_by": None, "unit_restarts": None}
-    return {"timeouts": timeouts, "timed_out_by": now + timeout + delay, "unit_restarts": restarts}
+    return {"timeouts": timeouts, "timed_out_by": by, "unit_restarts": restarts}

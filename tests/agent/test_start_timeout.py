@@ -111,6 +111,14 @@ class TestTheRollbackSaysHowTheAttemptsEnded:
         world.systemd.fail = set()
         assert _rolled_back(world)["reason_class"] == "crashed"
 
+    def test_a_time_the_signal_cannot_keep_is_not_recorded(self, world: World) -> None:
+        """A start timeout too long to be kept records nothing: the signal stays readable, and
+        the start is counted."""
+        _upgrade(world)
+        assert _start(world, _shown(1000.0, 0, TimeoutStartUSec="9" * 400 + "s")) == ALLOW
+        sig = world.node.signal()
+        assert sig is not None and (sig.starts, sig.timed_out_by) == (1, None)
+
     def test_refused_starts_after_the_count_keep_it(self, world: World) -> None:
         """Starts refused again while recovery is on its way keep the count of timeouts."""
         _upgrade(world)
