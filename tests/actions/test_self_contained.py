@@ -76,7 +76,7 @@ class TestRunsAlone:
         cfg = _config(tmp_path / "config.toml", str(wrapper))
         proc = _bare(release, f"--config={cfg}", "--version", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
-        assert marker.read_text().startswith("-I -S -B -c ")
+        assert marker.read_text().startswith(f"-I -S -B {release}/lib/agent-fsm-boot.py ")
         cfg = _config(tmp_path / "config.toml", "/nonexistent/python3")
         proc = _bare(release, "--config", str(cfg), "--version", cwd=tmp_path)
         assert proc.returncode == 1
