@@ -175,7 +175,8 @@ class Daemon:
             verdict = judge_mod.judge(
                 judgment, attempt=sig.attempt, clock=self.clock,
                 check=lambda spec, timeout: judge_mod.run_check(spec, env, timeout),
-                alive=self.workload.alive, stopping=lambda: self.waker.stop,
+                alive=self.workload.alive, exited=self.workload.exit_reason,
+                stopping=lambda: self.waker.stop,
             )
         except AgentFsmError as exc:
             verdict = judge_mod.Verdict(False, str(exc), "crashed")

@@ -100,6 +100,7 @@ def judge(
     clock: Timer,
     check: Check,
     alive: Callable[[], bool] = lambda: True,
+    exited: Callable[[str], str] = lambda when: f"the workload exited {when}",
     stopping: Callable[[], bool] = lambda: False,
 ) -> Verdict:
     """Decide whether the candidate is healthy, from now on (this start's monotonic clock).
@@ -107,7 +108,7 @@ def judge(
     Failed when: this is a start beyond `max_attempts` (the candidate keeps restarting); the
     checks do not all pass within `deadline_seconds`; the workload dies; or a check fails after
     the soak. Stopped (reason_class "stopped": no verdict, the caller keeps the signal) when
-    `stopping` says so.
+    `stopping` says so. `exited` words the reason of a workload that exited `when`.
     """
     if attempt > judgment.max_attempts:
         return Verdict(False, f"started {attempt} times, more than max_attempts "
@@ -119,7 +120,7 @@ def judge(
         if stopping():
             return Verdict(False, "stopped while being judged", "stopped")
         if not alive():
-            return Verdict(False, "the workload exited while being judged", "crashed")
+            return Verdict(False, exited("while being judged"), "crashed")
         cut: list[str] = []
         failing, ran = _checks(judgment, clock, check, deadline, cut)
         if ran and not failing and not cut:
@@ -135,12 +136,12 @@ def judge(
         if stopping():
             return Verdict(False, "stopped during the soak", "stopped")
         if not alive():
-            return Verdict(False, "the workload exited during the soak", "crashed")
+            return Verdict(False, exited("during the soak"), "crashed")
         clock.sleep(min(CHECK_INTERVAL, left))
     if stopping():
         return Verdict(False, "stopped at the end of the soak", "stopped")
     if not alive():
-        return Verdict(False, "the workload exited during the soak", "crashed")
+        return Verdict(False, exited("during the soak"), "crashed")
     failing, ran = _checks(judgment, clock, check, soak_end + AFTER_SOAK)
     if failing or not ran:
         why = failing[0] if failing else "no time was left to run the checks"
