@@ -2,17 +2,19 @@
 
 `upgrade` is the use case: it waits for a recovery unit still at work, says what `--force`
 goes past, begins the upgrade and, asked to, follows it; it tells each step as it happens
-(`Step`) and returns what happened (`Upgraded`).
+(`Step`), and while it follows, where the upgrade is at each read (`Progress`), and returns
+what happened (`Upgraded`).
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AgentFsmError, StateFileError
+from ..errors import AgentFsmError, SignalError, StateFileError
 from ..machine.vocabulary import StateName, Trigger
 from ..node.state.store import StateDoc
 from ..upgrade import units
@@ -60,12 +62,67 @@ class UpgradeOutcome:
     to_version: str
     outcome: str  # "ok" or "rolled_back"
     passed: tuple[tuple[float, str, str], ...]  # (time, trigger, state) in the order seen
+    reason: str = ""  # the result's, as `status` has it
+    reason_class: str = ""
+
+
+class Phase(enum.StrEnum):
+    """Where a followed upgrade is, as read from the state file and the signal."""
+
+    starting = "candidate starting"  # its start not counted yet
+    judging = "judging"  # attempt N of M
+    publishing = "publishing"  # judged ok; its result is published before the gate opens
+    rolling_back = "rolling back"  # judged failed, or the way back under way
+    converged = "converged"
+    rolled_back = "rolled back"
+    other = "other"  # a state no upgrade passes through (`Progress.state` names it)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where the followed upgrade is at one read: `time` (the wall clock), `after` seconds
+    since it began, its phase, the attempt (0 before the first start is counted) of
+    `max_attempts`, and the seconds left to the attempt's deadline (None without a signal)."""
+
+    time: float
+    after: float
+    phase: Phase
+    state: str
+    to_version: str
+    attempt: int
+    max_attempts: int
+    deadline_in: float | None
+
+
+_PHASES = {StateName.judged_ok: Phase.publishing, StateName.judged_failed: Phase.rolling_back,
+           StateName.recovering: Phase.rolling_back}
+
+
+def _progress(node: Node, doc: StateDoc, started: float, to_version: str,
+              done: str | None) -> Progress:
+    now = time.time()
+    try:
+        sig = node.signal()
+    except SignalError:
+        sig = None
+    attempt = sig.attempt if sig is not None else 0
+    if done is not None:
+        phase = Phase.converged if done == "ok" else Phase.rolled_back
+    elif doc.state == StateName.candidate_running:
+        phase = Phase.judging if attempt else Phase.starting
+    else:
+        phase = _PHASES.get(doc.state, Phase.other)  # type: ignore[call-overload]
+    return Progress(now, now - started, phase, str(doc.state), to_version, attempt,
+                    node.config.judgment.max_attempts,
+                    None if sig is None else sig.deadline - now)
 
 
 def follow(node: Node, started: float, to_version: str, timeout: float,
            on_state: Callable[[float, str, str], None] = lambda _t, _tr, _s: None,
-           interval: float = 0.02, reread: float = 0.5) -> UpgradeOutcome:
-    """Watch an upgrade (by reading, never locking) until it converges; report its outcome.
+           interval: float = 0.02, reread: float = 0.5,
+           on_progress: Callable[[Progress], None] = lambda _p: None) -> UpgradeOutcome:
+    """Watch an upgrade (by reading, never locking) until it converges; report its outcome,
+    each transition seen (`on_state`) and where it is at each read (`on_progress`).
 
     The state file and the gate are looked at (one stat each) every `interval` seconds and the
     state read when either changed, or `reread` seconds after the last read whatever they show:
@@ -86,7 +143,12 @@ def follow(node: Node, started: float, to_version: str, timeout: float,
         if (doc.state == StateName.converged and doc.pending is None and result is not None
                 and result.get("to") == to_version and result.get("started", 0) >= started
                 and node.gate.is_open()):
-            return UpgradeOutcome(to_version, str(result["outcome"]), tuple(seen))
+            outcome = str(result["outcome"])
+            on_progress(_progress(node, doc, started, to_version, outcome))
+            return UpgradeOutcome(to_version, outcome, tuple(seen),
+                                  str(result.get("reason") or ""),
+                                  str(result.get("reason_class") or ""))
+        on_progress(_progress(node, doc, started, to_version, None))
         if time.monotonic() > end:
             raise AgentFsmError(
                 f"the upgrade to {to_version} did not finish within {timeout:g}s (state "
@@ -141,7 +203,7 @@ class Passed:
     state: str
 
 
-Step = Waiting | Forced | Began | Passed
+Step = Waiting | Forced | Began | Passed | Progress
 
 
 @dataclass(frozen=True)
@@ -151,6 +213,8 @@ class Upgraded:
     from_version: str
     to_version: str
     outcome: str | None  # "ok" or "rolled_back"; None when not followed
+    reason: str = ""  # when followed: the result's reason and class, as `status` has them
+    reason_class: str = ""
 
 
 def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
@@ -176,5 +240,5 @@ def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
         return Upgraded(up.from_version, to, None)
     t0 = up.started
     result = follow(node, up.started, to, timeout, on_state=lambda when, trigger, state: tell(
-        Passed(when - t0, trigger, state)))
-    return Upgraded(up.from_version, to, result.outcome)
+        Passed(when - t0, trigger, state)), on_progress=tell)
+    return Upgraded(up.from_version, to, result.outcome, result.reason, result.reason_class)

@@ -27,7 +27,9 @@ def upgrade(
     to: Annotated[str, typer.Option("--to", help="A stored release to upgrade to.")],
     wait: Annotated[bool, typer.Option(
         "--wait", help="Follow the upgrade to its end: exit 0 when converged, 4 when rolled "
-        "back.")] = False,
+        "back. Where it is goes to stdout: one timestamped line a phase when piped, a live line "
+        "on a terminal. Rolled back, the one line on stderr ends with the reason, as `status` "
+        "has it.")] = False,
     timeout: Annotated[float, typer.Option(
         "--timeout", callback=_seconds, help="With --wait: give up following after S seconds "
         "(exit 1). A finite number above 0, else a usage error (exit 2) and nothing starts.")

@@ -1,0 +1,53 @@
+"""Where `upgrade --wait` is, in words: one timestamped line a phase when piped (`Lines`), and
+the words of the live line a terminal shows (`words`). No rich here: the fast path prints the
+piped lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from ..actions.upgrade import Phase, Progress
+from ..untrusted import shown
+
+
+def words(p: Progress) -> str:
+    """The phase of `p` as people read it, with the attempt and the time left to its deadline
+    while the candidate is judged."""
+    to = shown(p.to_version)
+    if p.phase is Phase.starting:
+        return f"candidate {to} starting"
+    if p.phase is Phase.judging:
+        left = "" if p.deadline_in is None else f"; deadline in {max(p.deadline_in, 0):.0f}s"
+        return f"judging {to}: attempt {p.attempt} of {p.max_attempts}{left}"
+    if p.phase is Phase.publishing:
+        return f"{to} judged ok; publishing the result"
+    if p.phase is Phase.rolling_back:
+        return f"{to} judged failed; rolling back"
+    if p.phase is Phase.converged:
+        return f"converged on {to}"
+    if p.phase is Phase.rolled_back:
+        return f"rolled back from {to}"
+    return f"state {shown(p.state)}"
+
+
+def stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Lines:
+    """Prints one line (`say`) when the phase (or the attempt judged) changes, never per read:
+    `2026-12-03T09:30:01Z +  1.2s judging 2.0.0: attempt 1 of 3; deadline in 60s`."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._say = say
+        self._last: tuple[Phase, str, int] | None = None
+
+    def __call__(self, p: Progress) -> None:
+        key = (p.phase, p.state if p.phase is Phase.other else "",
+               p.attempt if p.phase is Phase.judging else 0)
+        if key == self._last:
+            return
+        self._last = key
+        self._say(f"{stamp(p.time)} +{p.after:6.1f}s {words(p)}")
