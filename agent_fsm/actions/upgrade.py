@@ -12,10 +12,12 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..errors import AgentFsmError, SignalError, StateFileError
 from ..machine.vocabulary import StateName, Trigger
+from ..node.runtime.signal import UpgradeSignal
 from ..node.state.store import StateDoc
 from ..upgrade import units
 from ..wiring import Node
@@ -94,27 +96,36 @@ class Progress:
     deadline_in: float | None
 
 
-_PHASES = {StateName.judged_ok: Phase.publishing, StateName.judged_failed: Phase.rolling_back,
-           StateName.recovering: Phase.rolling_back}
+_PHASES: dict[str, Phase] = {StateName.judged_ok: Phase.publishing,
+                             StateName.judged_failed: Phase.rolling_back,
+                             StateName.recovering: Phase.rolling_back}
 
 
-def _progress(node: Node, doc: StateDoc, started: float, to_version: str,
-              done: str | None) -> Progress:
-    now = time.time()
+_ENDS: dict[str | None, Phase] = {Trigger.complete: Phase.converged,
+                                  Trigger.complete_queued: Phase.converged,
+                                  Trigger.recovered: Phase.rolled_back}
+
+
+def _phase(state: str, trigger: str | None, attempt: int) -> Phase:
+    """The phase of `state`, entered by `trigger` (None: found by a read)."""
+    if state == StateName.candidate_running:
+        judged = attempt or trigger == Trigger.candidate_started
+        return Phase.judging if judged else Phase.starting
+    if state == StateName.converged:
+        return _ENDS.get(trigger, Phase.other)
+    return _PHASES.get(state, Phase.other)
+
+
+def _signal(node: Node) -> UpgradeSignal | None:
     try:
-        sig = node.signal()
+        return node.signal()
     except SignalError:
-        sig = None
-    attempt = sig.attempt if sig is not None else 0
-    if done is not None:
-        phase = Phase.converged if done == "ok" else Phase.rolled_back
-    elif doc.state == StateName.candidate_running:
-        phase = Phase.judging if attempt else Phase.starting
-    else:
-        phase = _PHASES.get(doc.state, Phase.other)  # type: ignore[call-overload]
-    return Progress(now, now - started, phase, str(doc.state), to_version, attempt,
-                    node.config.judgment.max_attempts,
-                    None if sig is None else sig.deadline - now)
+        return None
+
+
+def _at(when: float, phase: Phase, state: str, attempt: int, *, started: float,
+        to_version: str, max_attempts: int, left: float | None) -> Progress:
+    return Progress(when, when - started, phase, state, to_version, attempt, max_attempts, left)
 
 
 def follow(node: Node, started: float, to_version: str, timeout: float,
@@ -130,25 +141,37 @@ def follow(node: Node, started: float, to_version: str, timeout: float,
     """
     end = time.monotonic() + timeout
     seen: list[tuple[float, str, str]] = []
+    starts = 0  # the candidate's starts seen
+    max_attempts = node.config.judgment.max_attempts
     while True:
         mark = _mark(node)
         last_read = time.monotonic()
         doc = node.store.read()
+        sig, now = _signal(node), time.time()
+        left = None if sig is None else sig.deadline - now
+        at = partial(_at, started=started, to_version=to_version, max_attempts=max_attempts,
+                     left=left)
         for entry in node.store.history(doc):
             step = (entry["time"], entry["trigger"], entry["to"])
             if entry["time"] >= started and step not in seen:
                 seen.append(step)
                 on_state(*step)
+                starts += entry["trigger"] == Trigger.candidate_started
+                attempt = max(starts, sig.attempt if sig is not None else 0)
+                on_progress(at(step[0], _phase(step[2], step[1], attempt), step[2], attempt))
         result: dict[str, Any] | None = doc.last_result
+        attempt = sig.attempt if sig is not None else 0
         if (doc.state == StateName.converged and doc.pending is None and result is not None
                 and result.get("to") == to_version and result.get("started", 0) >= started
                 and node.gate.is_open()):
             outcome = str(result["outcome"])
-            on_progress(_progress(node, doc, started, to_version, outcome))
+            on_progress(at(now, Phase.converged if outcome == "ok" else Phase.rolled_back,
+                           doc.state, attempt))
             return UpgradeOutcome(to_version, outcome, tuple(seen),
                                   str(result.get("reason") or ""),
                                   str(result.get("reason_class") or ""))
-        on_progress(_progress(node, doc, started, to_version, None))
+        entered = seen[-1][1] if seen and seen[-1][2] == doc.state else None
+        on_progress(at(now, _phase(doc.state, entered, attempt), doc.state, attempt))
         if time.monotonic() > end:
             raise AgentFsmError(
                 f"the upgrade to {to_version} did not finish within {timeout:g}s (state "

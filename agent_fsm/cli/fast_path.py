@@ -189,13 +189,14 @@ def _options(argv: Sequence[str], valued: Sequence[str], flags: Sequence[str] = 
 
 def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
     """`upgrade` with `--to V` once, `--wait` and `--force` at most once, `--timeout S` at most
-    once (S a finite number above 0: the full CLI says what is wrong with any other)."""
+    once (S a finite number above 0: the full CLI says what is wrong with any other); `--wait`
+    with stdout a terminal is the full CLI's (its live line is drawn with rich)."""
     found = _options(argv, ("--to", "--timeout"), ("--wait", "--force"))
     if found is None:
         return None
     given = found[0]
-    if "--to" not in given:
-        return None
+    if "--to" not in given or ("--wait" in given and sys.stdout.isatty()):
+        return None  # on a terminal, --wait draws a live line with rich: the full CLI's
     timeout = 600.0
     if "--timeout" in given:
         try:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from ..actions.upgrade import Phase, Progress
+from ..machine.vocabulary import StateName
 from ..untrusted import shown
 
 
@@ -23,8 +24,10 @@ def words(p: Progress) -> str:
         return f"judging {to}: attempt {p.attempt} of {p.max_attempts}{left}"
     if p.phase is Phase.publishing:
         return f"{to} judged ok; publishing the result"
-    if p.phase is Phase.rolling_back:
+    if p.phase is Phase.rolling_back and p.state == StateName.judged_failed:
         return f"{to} judged failed; rolling back"
+    if p.phase is Phase.rolling_back:
+        return f"rolling back from {to}"
     if p.phase is Phase.converged:
         return f"converged on {to}"
     if p.phase is Phase.rolled_back:

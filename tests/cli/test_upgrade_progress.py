@@ -3,13 +3,20 @@ the result's reason on stderr, as `status` has it."""
 
 from __future__ import annotations
 
+import io
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from rich.console import Console
+
 from agent_fsm.actions.recover import recover
 from agent_fsm.actions.upgrade import Phase, Progress, follow
+from agent_fsm.cli import fast_path
+from agent_fsm.cli.live_line import LiveLine
 from agent_fsm.cli.progress import Lines
 from agent_fsm.system.clock import SystemClock
 from tests.helpers import make_world
@@ -87,3 +94,28 @@ class TestFollow:
                                        "rolled back from 2.0.0"]
         assert (outcome.outcome, outcome.reason_class) == ("rolled_back", "crashed")
         assert outcome.reason == "the workload exited with status 3 while being judged"
+
+
+class TestTerminal:
+    def test_a_terminal_gets_one_live_line_left_at_the_end(self) -> None:
+        """On a terminal the phases redraw one line in place (the cursor moved back up), and
+        the last one stays."""
+        screen = io.StringIO()
+        console = Console(file=screen, force_terminal=True, width=100, color_system=None)
+        with LiveLine(console) as line:
+            line(_at(1.0, Phase.judging, 1, 42))
+            line(_at(1.5, Phase.judging, 1, 41.5))
+            line(_at(14.0, Phase.rolled_back, 0, None, "converged"))
+        shown = screen.getvalue()
+        assert "judging 2.0.0: attempt 1 of 3; deadline in 42s" in shown
+        drawn = shown.split("\r\x1b[2K")  # each redraw goes back over the line and clears it
+        assert len(drawn) == 4, shown
+        assert drawn[-1].startswith("+   14s rolled back from 2.0.0\n"), shown
+
+    def test_wait_on_a_terminal_is_the_full_clis(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`upgrade --wait` with stdout a terminal goes to the full CLI, which draws the live
+        line; piped, and without --wait, the fast path serves it."""
+        assert fast_path.parse(["upgrade", "--to", "2.0.0", "--wait"]) is not None
+        monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+        assert fast_path.parse(["upgrade", "--to", "2.0.0", "--wait"]) is None
+        assert fast_path.parse(["upgrade", "--to", "2.0.0"]) is not None

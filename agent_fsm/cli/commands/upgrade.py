@@ -50,5 +50,12 @@ def upgrade(
     Example: agent-fsm upgrade --to 2.0.0 --wait --timeout 300
     """
     from ..fast_path import run_upgrade  # the code `agent-fsm upgrade` runs without the full CLI
+    from ..render import out
 
-    raise typer.Exit(run_upgrade(options.of(ctx), to, wait, timeout, force))
+    if not (wait and out.is_terminal):
+        raise typer.Exit(run_upgrade(options.of(ctx), to, wait, timeout, force))
+    from ..live_line import LiveLine
+
+    with LiveLine() as line:
+        code = run_upgrade(options.of(ctx), to, wait, timeout, force, show=line)
+    raise typer.Exit(code)
