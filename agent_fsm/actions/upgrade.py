@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import AgentFsmError, SignalError, StateFileError
 from ..machine.vocabulary import StateName, Trigger
+from ..node.runtime import judgment
 from ..node.runtime.signal import UpgradeSignal
 from ..node.state.store import StateDoc
 from ..upgrade import units
@@ -72,7 +73,8 @@ class Phase(enum.StrEnum):
     """Where a followed upgrade is, as read from the state file and the signal."""
 
     starting = "candidate starting"  # its start not counted yet
-    judging = "judging"  # attempt N of M
+    judging = "judging"  # attempt N of M: its checks
+    soaking = "soaking"  # its checks passed; it must stay up the soak
     publishing = "publishing"  # judged ok; its result is published before the gate opens
     rolling_back = "rolling back"  # judged failed, or the way back under way
     converged = "converged"
@@ -84,7 +86,8 @@ class Phase(enum.StrEnum):
 class Progress:
     """Where the followed upgrade is at one read: `time` (the wall clock), `after` seconds
     since it began, its phase, the attempt (0 before the first start is counted) of
-    `max_attempts`, and the seconds left to the attempt's deadline (None without a signal)."""
+    `max_attempts`, the seconds left to the attempt's deadline (None without a signal), and
+    what the daemon judging it recorded (`node.runtime.judgment`)."""
 
     time: float
     after: float
@@ -94,6 +97,8 @@ class Progress:
     attempt: int
     max_attempts: int
     deadline_in: float | None
+    answers: tuple[judgment.Answer, ...] = ()  # each check's last answer, as the daemon said
+    soak_left: float | None = None  # seconds, once the soak began
 
 
 _PHASES: dict[str, Phase] = {StateName.judged_ok: Phase.publishing,
@@ -124,8 +129,15 @@ def _signal(node: Node) -> UpgradeSignal | None:
 
 
 def _at(when: float, phase: Phase, state: str, attempt: int, *, started: float,
-        to_version: str, max_attempts: int, left: float | None) -> Progress:
-    return Progress(when, when - started, phase, state, to_version, attempt, max_attempts, left)
+        to_version: str, max_attempts: int, left: float | None,
+        judged: judgment.Record | None) -> Progress:
+    if phase is not Phase.judging or judged is None or judged.attempt != attempt \
+            or judged.version != to_version:
+        return Progress(when, when - started, phase, state, to_version, attempt, max_attempts,
+                        left)
+    soak = None if judged.soak_ends is None else max(judged.soak_ends - when, 0.0)
+    return Progress(when, when - started, Phase.soaking if soak is not None else phase, state,
+                    to_version, attempt, max_attempts, left, judged.answers, soak)
 
 
 def follow(node: Node, started: float, to_version: str, timeout: float,
@@ -150,7 +162,7 @@ def follow(node: Node, started: float, to_version: str, timeout: float,
         sig, now = _signal(node), time.time()
         left = None if sig is None else sig.deadline - now
         at = partial(_at, started=started, to_version=to_version, max_attempts=max_attempts,
-                     left=left)
+                     left=left, judged=judgment.read(node.paths) if sig is not None else None)
         for entry in node.store.history(doc):
             step = (entry["time"], entry["trigger"], entry["to"])
             if entry["time"] >= started and step not in seen:

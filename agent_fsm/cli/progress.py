@@ -14,14 +14,18 @@ from ..untrusted import shown
 
 
 def words(p: Progress) -> str:
-    """The phase of `p` as people read it, with the attempt and the time left to its deadline
-    while the candidate is judged."""
+    """The phase of `p` as people read it; while the candidate is judged, with the attempt, the
+    time left to its deadline, and each check's last answer or the soak's time left."""
     to = shown(p.to_version)
     if p.phase is Phase.starting:
         return f"candidate {to} starting"
-    if p.phase is Phase.judging:
+    if p.phase in (Phase.judging, Phase.soaking):
         left = "" if p.deadline_in is None else f"; deadline in {max(p.deadline_in, 0):.0f}s"
-        return f"judging {to}: attempt {p.attempt} of {p.max_attempts}{left}"
+        soak = "" if p.soak_left is None else f"; checks passed, soak {p.soak_left:.0f}s left"
+        said = ", ".join(f"{shown(a.check, 60)} ok" if a.ok else shown(a.said, 120)
+                         for a in p.answers)
+        checks = f"; checks: {said}" if said and p.soak_left is None else ""
+        return f"judging {to}: attempt {p.attempt} of {p.max_attempts}{left}{soak}{checks}"
     if p.phase is Phase.publishing:
         return f"{to} judged ok; publishing the result"
     if p.phase is Phase.rolling_back and p.state == StateName.judged_failed:

@@ -4,6 +4,7 @@ the result's reason on stderr, as `status` has it."""
 from __future__ import annotations
 
 import io
+import re
 import sys
 import threading
 import time
@@ -18,6 +19,8 @@ from agent_fsm.actions.upgrade import Phase, Progress, follow
 from agent_fsm.cli import fast_path
 from agent_fsm.cli.live_line import LiveLine
 from agent_fsm.cli.progress import Lines
+from agent_fsm.node.check_config import HttpCheck
+from agent_fsm.node.runtime import judgment
 from agent_fsm.system.clock import SystemClock
 from tests.helpers import make_world
 
@@ -94,6 +97,45 @@ class TestFollow:
                                        "rolled back from 2.0.0"]
         assert (outcome.outcome, outcome.reason_class) == ("rolled_back", "crashed")
         assert outcome.reason == "the workload exited with status 3 while being judged"
+
+
+class TestJudgmentRecorded:
+    def test_the_checks_answers_then_the_soak_are_told(self, tmp_path: Path) -> None:
+        """While the candidate is judged, its daemon's record gives the judging line each
+        check's last answer, and the soak a line of its own with its time left."""
+        world = make_world(tmp_path / "root", clock=SystemClock())  # type: ignore[arg-type]
+        world.installed("1.0.0")
+        world.add_release("2.0.0")
+        c = world.node.controller
+        up = c.fire("begin_upgrade", release="2.0.0").upgrade
+        assert up is not None
+        told = judgment.teller(world.paths, "2.0.0", 1)
+        said: list[str] = []
+
+        def drive() -> None:
+            _until(said, "starting")()
+            told([(("/usr/bin/probe",), False, 'probe exited 7: "db down"'),
+                  (HttpCheck("http://127.0.0.1:8080/healthz"), True, "answered 200")], None)
+            c.fire("candidate_started")
+            _until(said, "attempt 1 of 3")()
+            told([], 30)
+            _until(said, "soak")()
+            c.fire("judge_ok")
+            c.fire("complete")
+
+        worker = threading.Thread(target=drive)
+        worker.start()
+        try:
+            follow(world.node, up.started, "2.0.0", 30, on_progress=Lines(said.append))
+        finally:
+            worker.join()
+        told_ = [line.split("s ", 1)[1] for line in said]
+        assert re.fullmatch(r'judging 2\.0\.0: attempt 1 of 3; deadline in \d+s; checks: probe '
+                            r'exited 7: "db down", http://127\.0\.0\.1:8080/healthz ok',
+                            told_[1]), told_
+        assert re.fullmatch(r"judging 2\.0\.0: attempt 1 of 3; deadline in \d+s; checks passed, "
+                            r"soak (30|29)s left", told_[2]), told_
+        assert told_[3:] == ["2.0.0 judged ok; publishing the result", "converged on 2.0.0"]
 
 
 class TestTerminal:
