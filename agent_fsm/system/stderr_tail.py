@@ -4,7 +4,8 @@ journal), its last lines kept to say why the child exited.
 Bounded in memory and time, and never a stall for the child: one thread reads the pipe as fast
 as the child writes; a line longer than `MAX_PENDING` bytes is forwarded in pieces; a line the
 output cannot take at once is kept, up to `MAX_PENDING` bytes, and past that lines are dropped
-(counted in `dropped`), never waited for. Only the last `lines` lines are kept, each cut to
+(counted in `dropped`, and said by a line in their place once the output takes lines
+again), never waited for. Only the last `lines` lines are kept, each cut to
 `width` characters (ending in "…").
 """
 
@@ -17,6 +18,8 @@ from collections import deque
 
 MAX_PENDING = 64 * 1024  # bytes waiting for the output; past that, lines are dropped
 READ = 64 * 1024
+DROPPED = ("<4>agent-fsm: {} line(s) of this stderr were dropped here: the journal took them "
+           "slower than they were written\n")  # a warning, in the journal's level prefix
 FLUSH_WAIT = 1.0  # seconds the output is given to take what waits, once the child is done
 
 
@@ -34,6 +37,7 @@ class StderrTail:
         self._line = bytearray()  # the rest of it not forwarded yet
         self._pending = bytearray()  # what `output` has not taken yet
         self.dropped = 0  # lines not forwarded: the output was too slow
+        self._unsaid = 0  # of those, the ones no notice has said yet
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="stderr-tail", daemon=True)
         self._thread.start()
@@ -58,6 +62,8 @@ class StderrTail:
                 pass
             if self._line:
                 self._forward(bytes(self._line) + b"\n")
+            if self._unsaid:
+                self._pending += DROPPED.format(self._unsaid).encode()
             self._flush(FLUSH_WAIT)
         finally:
             os.close(self._read_fd)
@@ -98,8 +104,14 @@ class StderrTail:
             del self._line[:MAX_PENDING]
 
     def _forward(self, line: bytes) -> None:
-        if len(self._pending) + len(line) > MAX_PENDING:
+        if self._unsaid:  # the first line forwarded after some were dropped says so first
+            notice = DROPPED.format(self._unsaid).encode()
+            if len(self._pending) + len(notice) + len(line) <= MAX_PENDING:
+                self._pending += notice
+                self._unsaid = 0
+        if self._unsaid or len(self._pending) + len(line) > MAX_PENDING:
             self.dropped += 1
+            self._unsaid += 1
             return
         self._pending += line
 

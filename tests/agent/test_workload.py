@@ -369,7 +369,8 @@ class TestStderrTail:
 
     def test_a_fast_writer_never_stalls_on_a_journal_that_does_not_read(self) -> None:
         """10 MB on stderr while the journal's end takes nothing: the workload finishes at
-        once, lines are dropped rather than waited for, and the tail stays bounded."""
+        once, lines are dropped rather than waited for (a line says how many), and the tail
+        stays bounded."""
         read, write = os.pipe()
         stuck_read, stuck_write = os.pipe()  # nobody reads `stuck_read`
         child = subprocess.Popen(
@@ -378,13 +379,24 @@ class TestStderrTail:
             stderr=write)
         os.close(write)
         tail = StderrTail(read, stuck_write)
+        drained = bytearray()
+
+        def drain() -> None:  # the journal, reading again once the workload is done
+            while chunk := os.read(stuck_read, 1 << 16):
+                drained.extend(chunk)
+
+        reader = threading.Thread(target=drain)
         try:
             assert child.wait(timeout=20) == 0
+            reader.start()
             last = tail.last_lines(wait=10)
         finally:
-            os.close(stuck_read)
             os.close(stuck_write)
+            reader.join(10)
+            os.close(stuck_read)
         assert tail.dropped > 90_000
+        assert f"<4>agent-fsm: {tail.dropped} line(s) of this stderr were dropped".encode() \
+            in drained
         assert [line.split()[0] for line in last] == ["99995", "99996", "99997", "99998",
                                                       "99999"]
         assert all(len(line) <= 200 for line in last)
