@@ -302,7 +302,8 @@ class TestReadOnlyView:
 
 def _crashing_candidate(tmp_path: Path, waker: Waker, script: str) -> dict[str, object]:
     """Judge a candidate whose workload runs `script` (sh) while its check fails, roll it
-    back, and return the result `status` shows."""
+    back, and return the result `status` shows (the history, the known-bad mark and the
+    published result carry its reason too)."""
     config = Config(name="agent", judgment=Judgment(deadline_seconds=10, soak_seconds=0,
                                                     checks=(("false",),)))
     world = make_world(tmp_path / "root", config)
@@ -320,6 +321,7 @@ def _crashing_candidate(tmp_path: Path, waker: Waker, script: str) -> dict[str, 
     assert mark.reason == doc.last_result["reason"]
     judged = [e for e in world.node.store.history(doc) if e["trigger"] == "judge_failed"]
     assert judged[-1]["reason"] == doc.last_result["reason"]
+    assert [r.reason for r in world.publisher.recorded] == [doc.last_result["reason"]]
     return doc.last_result
 
 
