@@ -112,6 +112,7 @@ def test_lean_and_full_paths_agree(tmp_path: Path, command: list[str], setup: st
             state = base / "root" / "var/lib/agent-fsm/state.json"
             current = json.loads(state.read_text())["state"] if state.exists() else None
             out = re.sub(r"\+ *[0-9.]+s ", "+N s ", out)  # --wait's steps, timed from the start
+            out = re.sub(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", "<time> ", out, flags=re.M)
             results.append((proc.returncode, out.replace(str(base), "<base>"),
                             err.replace(str(base), "<base>"), current))
     finally:  # one that did not end (a daemon that started after all) ends with the test
