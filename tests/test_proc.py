@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pytest_mock import MockerFixture
 
 from agent_fsm.system import proc
 
@@ -55,3 +56,12 @@ class TestRun:
             time.sleep(0.05)
         else:
             raise AssertionError("the command's child outlived the timeout")
+
+    def test_an_interrupted_wait_ends_the_command(self, mocker: MockerFixture) -> None:
+        """Interrupted while waiting (Ctrl-C), the runner kills and reaps the command before
+        the interruption goes on: it does not run on unseen."""
+        spawned = mocker.spy(proc.os, "posix_spawn")
+        mocker.patch.object(proc.select, "select", side_effect=KeyboardInterrupt)
+        with pytest.raises(KeyboardInterrupt):
+            proc.run(["sleep", "30"], timeout=60)
+        assert not Path(f"/proc/{spawned.spy_return}").exists()

@@ -69,8 +69,14 @@ def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
         pid = _spawn(argv, environ, actions, cwd, group)
         for fd in (out_w, err_w, *([in_r] if stdin is not None else [])):
             _close(fds, fd)
-        out, err = _communicate(argv, pid, out_r, err_r, in_w,
-                                (stdin or "").encode(), timeout, group, limit, fds)
+        try:
+            out, err = _communicate(argv, pid, out_r, err_r, in_w,
+                                    (stdin or "").encode(), timeout, group, limit, fds)
+        except CouldNotRun:
+            raise  # killed and reaped already
+        except BaseException:  # Ctrl-C, say: the command does not outlive the wait for it
+            _kill(pid, group)
+            raise
         status = _reap(pid)
     finally:
         for fd in fds:
