@@ -126,6 +126,8 @@ def _spawn_here(argv: Sequence[str], env: Mapping[str, str], actions: list[tuple
     first: OSError | None = None
     last = OSError(errno.ENOENT, os.strerror(errno.ENOENT))
     for path in candidates:
+        if len(candidates) > 1 and not os.path.exists(path):
+            continue  # one stat, not a spawn that fails, for each directory without it
         try:
             return os.posix_spawn(path, list(argv), env, file_actions=actions, setsid=group,
                                   setsigdef=_DEFAULT_SIGNALS)
