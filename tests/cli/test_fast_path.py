@@ -22,9 +22,9 @@ CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\n'
 HEAVY = ("typer", "rich", "pydantic", "click")
 # What the daemon does not need either, each a measured share of its resident memory: the package
 # data readers (zipfile, importlib.resources), the release store's writers (tempfile, shutil with
-# bz2 and lzma). Not `secrets`, `hmac` and OpenSSL (`_hashlib`) any more: filelock, through
-# which the writers' lock is taken, imports `secrets` at its own import (docs/benchmarks.md).
-NOT_IN_THE_DAEMON = ("zipfile", "importlib.resources", "tempfile", "shutil")
+# bz2 and lzma), OpenSSL (`_hashlib`, 3.5 MB, which filelock's `secrets` and `hmac` would map)
+# and `ssl`. Not `secrets` nor `decimal` and `inspect`: filelock imports them (docs/benchmarks.md).
+NOT_IN_THE_DAEMON = ("zipfile", "importlib.resources", "tempfile", "shutil", "_hashlib", "ssl")
 
 # The console script's entry, reporting on exit which of those modules the run imported.
 LEAN = ("import atexit, json, sys\n"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
 from ... import files
-from ...errors import AgentFsmError, ReleaseError
+from ...errors import AgentFsmError, ReleaseError, SystemdError
 from ...machine.vocabulary import StateName, Trigger
 from ...node.assets import bin_link
 from ...node.config import own_directories
@@ -18,6 +17,7 @@ from ...node.state import validate
 from ...node.state.store import OWED_CHECK_SECONDS
 from ...system import proc
 from ...system import workload as workload_proc
+from ...system.systemd import Systemctl
 from ...wiring import Node
 from ..status import units as unit_view
 from . import config_modes, modes
@@ -30,15 +30,13 @@ REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", 
 
 
 def _systemd_version(prefix: tuple[str, ...]) -> Finding:
-    exe = shutil.which(prefix[0])
-    if exe is None:
+    if shutil.which(prefix[0]) is None:
         return Finding("systemd", "fail", f"{prefix[0]} (the config's `systemctl`) is not on PATH",
                        "install systemd, or set `systemctl` in the config")
-    out = proc.run([exe, *prefix[1:], "--version"], timeout=None).stdout
-    m = re.match(r"systemd (\d+)", out)
-    if not m:
-        return Finding("systemd", "warn", f"could not read the version: {out[:60]!r}")
-    version = int(m.group(1))
+    try:
+        version = Systemctl(prefix).version()  # as the daemon asks it
+    except SystemdError as exc:
+        return Finding("systemd", "warn", f"could not read the version: {exc}")
     if version < 249:
         return Finding("systemd", "warn", f"systemd {version} is older than 249, the oldest tested",
                        "recovery semantics were checked on 249 to 255")
