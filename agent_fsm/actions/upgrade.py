@@ -77,7 +77,7 @@ class Phase(enum.StrEnum):
     soaking = "soaking"  # its checks passed; it must stay up the soak
     publishing = "publishing"  # judged ok; its result is published before the gate opens
     rolling_back = "rolling back"  # judged failed, or the way back under way
-    converged = "converged"
+    converged = StateName.converged.value
     rolled_back = "rolled back"
     other = "other"  # a state no upgrade passes through (`Progress.state` names it)
 
