@@ -151,10 +151,11 @@ class CouldNotRun(AgentFsmError):
     reaches the user as a single line.
     """
 
-    def __init__(self, argv: Sequence[str], reason: str) -> None:
+    def __init__(self, argv: Sequence[str], reason: str, error: OSError | None = None) -> None:
         super().__init__(f"`{' '.join(argv)}` could not run: {reason}")
         self.argv = tuple(argv)
         self.reason = reason
+        self.error = error  # why it did not start; None when it timed out
 
 
 class InterpreterUnreadable(AgentFsmError):

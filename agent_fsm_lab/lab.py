@@ -1,4 +1,4 @@
-"""A node under a private systemd: what `agent-fsm demo` and the end-to-end tests drive.
+"""A node under a private systemd: what the lab's `try` and `demo` and the end-to-end tests drive.
 
 `Lab` configures an agent named `agent` in a booted `SystemdSandbox`: its state and scripts in
 the sandbox's test directory, its units in the sandbox's private unit directory, a health check

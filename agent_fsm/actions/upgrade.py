@@ -2,18 +2,23 @@
 
 `upgrade` is the use case: it waits for a recovery unit still at work, says what `--force`
 goes past, begins the upgrade and, asked to, follows it; it tells each step as it happens
-(`Step`) and returns what happened (`Upgraded`).
+(`Step`), and while it follows, where the upgrade is at each read (`Progress`), and returns
+what happened (`Upgraded`).
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from ..errors import AgentFsmError, StateFileError
+from ..errors import AgentFsmError, SignalError, StateFileError
 from ..machine.vocabulary import StateName, Trigger
+from ..node.runtime import judgment
+from ..node.runtime.signal import UpgradeSignal
 from ..node.state.store import StateDoc
 from ..upgrade import units
 from ..wiring import Node
@@ -60,12 +65,87 @@ class UpgradeOutcome:
     to_version: str
     outcome: str  # "ok" or "rolled_back"
     passed: tuple[tuple[float, str, str], ...]  # (time, trigger, state) in the order seen
+    reason: str = ""  # the result's, as `status` has it
+    reason_class: str = ""
+
+
+class Phase(enum.StrEnum):
+    """Where a followed upgrade is, as read from the state file and the signal."""
+
+    starting = "candidate starting"  # its start not counted yet
+    judging = "judging"  # attempt N of M: its checks
+    soaking = "soaking"  # its checks passed; it must stay up the soak
+    publishing = "publishing"  # judged ok; its result is published before the gate opens
+    rolling_back = "rolling back"  # judged failed, or the way back under way
+    converged = StateName.converged.value
+    rolled_back = "rolled back"
+    other = "other"  # a state no upgrade passes through (`Progress.state` names it)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where the followed upgrade is at one read: `time` (the wall clock), `after` seconds
+    since it began, its phase, the attempt (0 before the first start is counted) of
+    `max_attempts`, the seconds left to the attempt's deadline (None without a signal), and
+    what the daemon judging it recorded (`node.runtime.judgment`)."""
+
+    time: float
+    after: float
+    phase: Phase
+    state: str
+    to_version: str
+    attempt: int
+    max_attempts: int
+    deadline_in: float | None
+    answers: tuple[judgment.Answer, ...] = ()  # each check's last answer, as the daemon said
+    soak_left: float | None = None  # seconds, once the soak began
+
+
+_PHASES: dict[str, Phase] = {StateName.judged_ok: Phase.publishing,
+                             StateName.judged_failed: Phase.rolling_back,
+                             StateName.recovering: Phase.rolling_back}
+
+
+_ENDS: dict[str | None, Phase] = {Trigger.complete: Phase.converged,
+                                  Trigger.complete_queued: Phase.converged,
+                                  Trigger.recovered: Phase.rolled_back}
+
+
+def _phase(state: str, trigger: str | None, attempt: int) -> Phase:
+    """The phase of `state`, entered by `trigger` (None: found by a read)."""
+    if state == StateName.candidate_running:
+        judged = attempt or trigger == Trigger.candidate_started
+        return Phase.judging if judged else Phase.starting
+    if state == StateName.converged:
+        return _ENDS.get(trigger, Phase.other)
+    return _PHASES.get(state, Phase.other)
+
+
+def _signal(node: Node) -> UpgradeSignal | None:
+    try:
+        return node.signal()
+    except SignalError:
+        return None
+
+
+def _at(when: float, phase: Phase, state: str, attempt: int, *, started: float,
+        to_version: str, max_attempts: int, left: float | None,
+        judged: judgment.Record | None) -> Progress:
+    if phase is not Phase.judging or judged is None or judged.attempt != attempt \
+            or judged.version != to_version:
+        return Progress(when, when - started, phase, state, to_version, attempt, max_attempts,
+                        left)
+    soak = None if judged.soak_ends is None else max(judged.soak_ends - when, 0.0)
+    return Progress(when, when - started, Phase.soaking if soak is not None else phase, state,
+                    to_version, attempt, max_attempts, left, judged.answers, soak)
 
 
 def follow(node: Node, started: float, to_version: str, timeout: float,
            on_state: Callable[[float, str, str], None] = lambda _t, _tr, _s: None,
-           interval: float = 0.02, reread: float = 0.5) -> UpgradeOutcome:
-    """Watch an upgrade (by reading, never locking) until it converges; report its outcome.
+           interval: float = 0.02, reread: float = 0.5,
+           on_progress: Callable[[Progress], None] = lambda _p: None) -> UpgradeOutcome:
+    """Watch an upgrade (by reading, never locking) until it converges; report its outcome,
+    each transition seen (`on_state`) and where it is at each read (`on_progress`).
 
     The state file and the gate are looked at (one stat each) every `interval` seconds and the
     state read when either changed, or `reread` seconds after the last read whatever they show:
@@ -73,20 +153,37 @@ def follow(node: Node, started: float, to_version: str, timeout: float,
     """
     end = time.monotonic() + timeout
     seen: list[tuple[float, str, str]] = []
+    starts = 0  # the candidate's starts seen
+    max_attempts = node.config.judgment.max_attempts
     while True:
         mark = _mark(node)
         last_read = time.monotonic()
         doc = node.store.read()
+        sig, now = _signal(node), time.time()
+        left = None if sig is None else sig.deadline - now
+        at = partial(_at, started=started, to_version=to_version, max_attempts=max_attempts,
+                     left=left, judged=judgment.read(node.paths) if sig is not None else None)
         for entry in node.store.history(doc):
             step = (entry["time"], entry["trigger"], entry["to"])
             if entry["time"] >= started and step not in seen:
                 seen.append(step)
                 on_state(*step)
+                starts += entry["trigger"] == Trigger.candidate_started
+                attempt = max(starts, sig.attempt if sig is not None else 0)
+                on_progress(at(step[0], _phase(step[2], step[1], attempt), step[2], attempt))
         result: dict[str, Any] | None = doc.last_result
+        attempt = sig.attempt if sig is not None else 0
         if (doc.state == StateName.converged and doc.pending is None and result is not None
                 and result.get("to") == to_version and result.get("started", 0) >= started
                 and node.gate.is_open()):
-            return UpgradeOutcome(to_version, str(result["outcome"]), tuple(seen))
+            outcome = str(result["outcome"])
+            on_progress(at(now, Phase.converged if outcome == "ok" else Phase.rolled_back,
+                           doc.state, attempt))
+            return UpgradeOutcome(to_version, outcome, tuple(seen),
+                                  str(result.get("reason") or ""),
+                                  str(result.get("reason_class") or ""))
+        entered = seen[-1][1] if seen and seen[-1][2] == doc.state else None
+        on_progress(at(now, _phase(doc.state, entered, attempt), doc.state, attempt))
         if time.monotonic() > end:
             raise AgentFsmError(
                 f"the upgrade to {to_version} did not finish within {timeout:g}s (state "
@@ -141,7 +238,7 @@ class Passed:
     state: str
 
 
-Step = Waiting | Forced | Began | Passed
+Step = Waiting | Forced | Began | Passed | Progress
 
 
 @dataclass(frozen=True)
@@ -151,6 +248,8 @@ class Upgraded:
     from_version: str
     to_version: str
     outcome: str | None  # "ok" or "rolled_back"; None when not followed
+    reason: str = ""  # when followed: the result's reason and class, as `status` has them
+    reason_class: str = ""
 
 
 def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
@@ -174,5 +273,5 @@ def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
         return Upgraded(up.from_version, to, None)
     t0 = up.started
     result = follow(node, up.started, to, timeout, on_state=lambda when, trigger, state: tell(
-        Passed(when - t0, trigger, state)))
-    return Upgraded(up.from_version, to, result.outcome)
+        Passed(when - t0, trigger, state)), on_progress=tell)
+    return Upgraded(up.from_version, to, result.outcome, result.reason, result.reason_class)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from ..errors import AgentFsmError, NotItsRole, ReleaseError, SignalError, StopRequested
 from ..machine.definition import OnStart, Role, handlers
 from ..machine.vocabulary import Trigger
+from ..node.runtime import judgment as judgment_record
 from ..node.runtime.signal import UpgradeSignal
 from ..node.state.store import OWED_CHECK_SECONDS, StateDoc
 from ..system.notify import Notifier, watchdog_interval
@@ -175,8 +176,9 @@ class Daemon:
             verdict = judge_mod.judge(
                 judgment, attempt=sig.attempt, clock=self.clock,
                 check=lambda spec, timeout: judge_mod.run_check(spec, env, timeout),
-                alive=self.workload.alive, stopping=lambda: self.waker.stop,
-            )
+                alive=self.workload.alive, exited=self.workload.exit_reason,
+                stopping=lambda: self.waker.stop,
+                told=judgment_record.teller(self.node.paths, version, sig.attempt))
         except AgentFsmError as exc:
             verdict = judge_mod.Verdict(False, str(exc), "crashed")
         if not verdict.ok and self._stopped(verdict):

@@ -73,8 +73,13 @@ def run_check(check: CheckSpec, env: dict[str, str], timeout: float) -> tuple[bo
         f": {quoted(done.tail)}" if done.tail else "")
 
 
+# Each check's answer in one round: (the check, passed, what it said).
+Answers = list[tuple[CheckSpec, bool, str]]
+
+
 def _checks(judgment: Judgment, clock: Timer, check: Check, end: float,
-            cut: list[str] | None = None) -> tuple[list[str], bool]:
+            cut: list[str] | None = None,
+            answers: Answers | None = None) -> tuple[list[str], bool]:
     """Run every check, each with the time left before `end` (at most the deadline) as its
     timeout: what the failing ones said, in order, and whether all of them had time to run.
     An HTTP check the near deadline gave under `CUT` (and under its own timeout) that timed out
@@ -86,6 +91,8 @@ def _checks(judgment: Judgment, clock: Timer, check: Check, end: float,
         if left <= 0:
             return failing, False
         ok, msg = check(spec, left)
+        if answers is not None:
+            answers.append((spec, ok, msg))
         if not ok:
             short = (isinstance(spec, HttpCheck) and left < min(spec.timeout_seconds, CUT)
                      and msg.endswith("(timeout)"))
@@ -100,14 +107,17 @@ def judge(
     clock: Timer,
     check: Check,
     alive: Callable[[], bool] = lambda: True,
+    exited: Callable[[str], str] = lambda when: f"the workload exited {when}",
     stopping: Callable[[], bool] = lambda: False,
+    told: Callable[[Answers, float | None], None] = lambda _answers, _soak: None,
 ) -> Verdict:
     """Decide whether the candidate is healthy, from now on (this start's monotonic clock).
 
     Failed when: this is a start beyond `max_attempts` (the candidate keeps restarting); the
     checks do not all pass within `deadline_seconds`; the workload dies; or a check fails after
     the soak. Stopped (reason_class "stopped": no verdict, the caller keeps the signal) when
-    `stopping` says so.
+    `stopping` says so. `exited` words the reason of a workload that exited `when`. `told`
+    hears each round's answers, and the soak's seconds when it begins.
     """
     if attempt > judgment.max_attempts:
         return Verdict(False, f"started {attempt} times, more than max_attempts "
@@ -119,9 +129,11 @@ def judge(
         if stopping():
             return Verdict(False, "stopped while being judged", "stopped")
         if not alive():
-            return Verdict(False, "the workload exited while being judged", "crashed")
+            return Verdict(False, exited("while being judged"), "crashed")
         cut: list[str] = []
-        failing, ran = _checks(judgment, clock, check, deadline, cut)
+        answers: Answers = []
+        failing, ran = _checks(judgment, clock, check, deadline, cut, answers)
+        told(answers, None)
         if ran and not failing and not cut:
             break
         if failing or (cut and last == NO_TIME):
@@ -131,16 +143,17 @@ def judge(
         clock.sleep(min(wait, max(deadline - clock.monotonic(), 0.05)))
         wait = min(wait * 2, CHECK_INTERVAL)
     soak_end = clock.monotonic() + judgment.soak_seconds
+    told(answers, judgment.soak_seconds)
     while (left := soak_end - clock.monotonic()) > 0:
         if stopping():
             return Verdict(False, "stopped during the soak", "stopped")
         if not alive():
-            return Verdict(False, "the workload exited during the soak", "crashed")
+            return Verdict(False, exited("during the soak"), "crashed")
         clock.sleep(min(CHECK_INTERVAL, left))
     if stopping():
         return Verdict(False, "stopped at the end of the soak", "stopped")
     if not alive():
-        return Verdict(False, "the workload exited during the soak", "crashed")
+        return Verdict(False, exited("during the soak"), "crashed")
     failing, ran = _checks(judgment, clock, check, soak_end + AFTER_SOAK)
     if failing or not ran:
         why = failing[0] if failing else "no time was left to run the checks"

@@ -13,16 +13,21 @@ import subprocess
 import time
 from pathlib import Path
 
+from .. import untrusted
 from ..errors import AgentFsmError
 from ..node.assets.render import RELEASES_VIEW
 from ..node.releases import workload as workload_command
 from ..node.runtime import workload as workload_state
+from ..node.state.reasons import MAX_REASON
 from ..node.state.store import CRASH_LOOP_WINDOW
 from ..system import workload as workload_proc
 from ..system.notify import Notifier
+from ..system.stderr_tail import StderrTail
 from ..wiring import Node
 
 log = logging.getLogger("agent_fsm")
+STDERR = 2
+STDERR_LINES = 5  # the workload's last lines on stderr a reason quotes
 
 
 def release_env(version: str, release_dir: Path, payload_dir: Path) -> dict[str, str]:
@@ -40,6 +45,7 @@ class Workload:
         self.process: subprocess.Popen[bytes] | None = None
         self.record: workload_state.Record | None = None  # <run_dir>/workload.json
         self.last_exit: workload_state.Exit | None = None
+        self.stderr: StderrTail | None = None  # the running workload's stderr, forwarded
         self._restarts_asked = False
         self.restarts = 0  # systemd's automatic restarts before this start (after crashes)
         # Up this long after a start that followed crashes, the crash loop is over.
@@ -80,13 +86,20 @@ class Workload:
                  who.words(), cwd, identifier if stream else "agent-fsm's", " ".join(command))
         if not self._restarts_asked:
             self.ask_restarts()
+        errors, errors_in = os.pipe()
         try:
             self.process = workload_proc.start(
-                command, cwd=cwd, env=env, who=who, output=stream,
+                command, cwd=cwd, env=env, who=who, output=stream, errors=errors_in,
                 read_only=self.kept_from_workload(), unconfined=log.warning)
+            self.stderr = StderrTail(errors, stream.fileno() if stream else STDERR,
+                                     STDERR_LINES, untrusted.MAX_SHOWN)
+        except BaseException:
+            os.close(errors)
+            raise
         finally:
+            os.close(errors_in)  # the workload holds its own copy
             if stream is not None:
-                stream.close()  # the workload holds its own copy
+                stream.close()
         self.record = workload_state.Record(
             version, command, who.name, True, self.process.pid,
             workload_state.iso(time.time()), self.restarts, self.last_exit, os.getpid())
@@ -118,6 +131,25 @@ class Workload:
             self.record = self.record._replace(running=False, last_exit=self.last_exit)
             self._write_record()
         return self.last_exit
+
+    def exit_reason(self, when: str) -> str:
+        """A judgment's reason when the workload exited `when` ("while being judged"): its
+        exit status or signal, and its last lines on stderr, quoted, as many of the newest as
+        a recorded reason holds."""
+        exit_ = self.exited()
+        words = exit_.words() if exit_ else "exited"
+        head = f"the workload {'was ' if exit_ and exit_.signal else ''}{words} {when}"
+        lines = self.stderr.last_lines() if self.stderr is not None else []
+        intro = "; its last lines on stderr: "
+        while lines:
+            tail = ", ".join(untrusted.quoted(line) for line in lines)
+            if len(head) + len(intro) + len(tail) <= MAX_REASON:
+                return head + intro + tail
+            if len(lines) == 1:
+                room = MAX_REASON - len(head) - len(intro) - 2
+                return head + intro + untrusted.quoted(lines[0], room)
+            lines = lines[1:]
+        return head
 
     def alive(self) -> bool:
         return self.process is None or self.exited() is None

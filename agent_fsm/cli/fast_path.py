@@ -26,7 +26,7 @@ from .exits import guarded
 from .options import Globals
 
 if TYPE_CHECKING:
-    from ..actions.upgrade import Step
+    from ..actions.upgrade import Progress, Step
 
 GLOBAL_OPTIONS = ("--config", "--root")
 
@@ -116,24 +116,36 @@ def say(line: str) -> None:
 
 
 def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600.0,
-                force: bool = False) -> int:
+                force: bool = False, show: Callable[[Progress], None] | None = None) -> int:
     """`agent-fsm upgrade --to V [--wait] [--timeout S]`: start an upgrade; with --wait follow it
-    to its judgment (0 converged; RolledBack, 4, when the node rolled back)."""
-    from ..actions.upgrade import upgrade
+    to its judgment (0 converged; RolledBack, 4, when the node rolled back: its one line on
+    stderr ends with the result's reason as `status` has it). `show` gets where it is at each
+    read (by default one timestamped line a phase on stdout)."""
+    from ..actions.upgrade import Progress, upgrade
     from ..errors import RolledBack
+    from .progress import Lines
 
-    done = upgrade(opts.node(), to, wait=wait, timeout=timeout, force=force, tell=_step)
+    lines = show or Lines(say)
+
+    def tell(step: Step) -> None:
+        if isinstance(step, Progress):
+            lines(step)
+        else:
+            _step(step)
+
+    done = upgrade(opts.node(), to, wait=wait, timeout=timeout, force=force, tell=tell)
     if done.outcome is None or done.outcome == "ok":
         if done.outcome == "ok":
             say(f"upgrade to {to} judged ok; converged on {to}")
         return 0
+    why = f" — {done.reason_class.replace('_', ' ')}: {done.reason}" if done.reason else ""
     raise RolledBack(f"the candidate {to} was judged failed; the node rolled back to "
-                     f"{done.from_version}")
+                     f"{done.from_version}{why}")
 
 
 def _step(step: Step) -> None:
-    """One step of `upgrade`, as it happens."""
-    from ..actions.upgrade import Began, Forced, Passed, Waiting
+    """One step of `upgrade`, as it happens (a transition followed is said by its phase)."""
+    from ..actions.upgrade import Began, Forced, Waiting
 
     if isinstance(step, Waiting):
         say(f"waiting for {step.unit} to finish ({step.state}): it is still at work for the last "
@@ -143,8 +155,6 @@ def _step(step: Step) -> None:
     elif isinstance(step, Began):
         say(f"upgrade {step.from_version} → {step.to_version} started; the candidate is being "
             "judged")
-    elif isinstance(step, Passed):
-        say(f"  +{step.after:6.1f}s  {step.trigger:<18} → {step.state}")
 
 
 def _options(argv: Sequence[str], valued: Sequence[str], flags: Sequence[str] = (), *,
@@ -179,13 +189,14 @@ def _options(argv: Sequence[str], valued: Sequence[str], flags: Sequence[str] = 
 
 def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
     """`upgrade` with `--to V` once, `--wait` and `--force` at most once, `--timeout S` at most
-    once (S a finite number above 0: the full CLI says what is wrong with any other)."""
+    once (S a finite number above 0: the full CLI says what is wrong with any other); `--wait`
+    with stdout a terminal is the full CLI's (its live line is drawn with rich)."""
     found = _options(argv, ("--to", "--timeout"), ("--wait", "--force"))
     if found is None:
         return None
     given = found[0]
-    if "--to" not in given:
-        return None
+    if "--to" not in given or ("--wait" in given and sys.stdout.isatty()):
+        return None  # on a terminal, --wait draws a live line with rich: the full CLI's
     timeout = 600.0
     if "--timeout" in given:
         try:

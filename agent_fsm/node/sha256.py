@@ -7,14 +7,16 @@ built-in implementation (`_sha256` up to 3.11, `_sha2` from 3.12) gives the same
 it, but is slower on large inputs: 98 ms for 18 MiB where OpenSSL takes 16 ms on a CPU with SHA
 instructions. `release add`, which hashes a whole tree once in a short-lived process, asks for
 OpenSSL's (`prefer_openssl`), and OpenSSL's is used whenever something in the process has loaded
-it anyway: the daemon's writers' lock (filelock, through `secrets` and `hmac`) does.
+it anyway (the full CLI's libraries do). `hashlib` may be bound to CPython's digests even then
+(the writers' lock imports filelock without OpenSSL), so OpenSSL's is asked of `_hashlib`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 
 class Hash(Protocol):
@@ -39,7 +41,10 @@ _BUILTIN = _builtin()
 
 def sha256() -> Hash:
     """A new SHA-256 hash object (`update`, `hexdigest`)."""
-    if _BUILTIN is None or "_hashlib" in sys.modules:
+    openssl = sys.modules.get("_hashlib")
+    if openssl is not None:
+        return cast(Hash, openssl.openssl_sha256())
+    if _BUILTIN is None:
         import hashlib
 
         return hashlib.sha256()
@@ -49,7 +54,8 @@ def sha256() -> Hash:
 def prefer_openssl() -> None:
     """Load OpenSSL's SHA-256 for this process's hashing from now on: for a short-lived process
     about to hash a whole release (`release add`), where speed counts and memory does not."""
-    import hashlib  # noqa: F401  (loading it is the point: `sha256` then picks it)
+    with contextlib.suppress(ImportError):  # an interpreter without OpenSSL keeps its own
+        import _hashlib  # noqa: F401  (loading it is the point: `sha256` then picks it)
 
 
 def hexdigest(data: bytes) -> str:

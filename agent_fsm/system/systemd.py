@@ -8,6 +8,7 @@ from typing import Protocol
 
 from ..errors import SystemdError
 from . import proc
+from .unit_state import blocks
 
 # What systemctl prints, exiting 0, when it believes it runs in a chroot (its root is not PID 1's)
 # or offline ($SYSTEMD_OFFLINE=1): it then ignores start, restart, daemon-reload, reset-failed...
@@ -86,7 +87,8 @@ class Systemctl:
         the way back, so it gets a short timeout of its own."""
         done = self._run("show", f"--property={','.join(properties)}", "--", unit,
                          timeout=min(self.timeout, SHOW_TIMEOUT))
-        return _properties(done.stdout)
+        found = blocks(done.stdout)
+        return found[0] if found else {}
 
     def reload_needed(self, units: Sequence[str]) -> bool:
         """Whether systemd's view of `units` may differ from their files: False only when each
@@ -95,11 +97,9 @@ class Systemctl:
         host and re-runs its generators."""
         done = self._run("show", "--property=Id,LoadState,NeedDaemonReload", "--", *units,
                          timeout=min(self.timeout, SHOW_TIMEOUT))
-        blocks = [_properties(block) for block in done.stdout.split("\n\n") if block.strip()]
-        fresh = {b.get("Id") for b in blocks
+        fresh = {b.get("Id") for b in blocks(done.stdout)
                  if b.get("LoadState") == "loaded" and b.get("NeedDaemonReload") == "no"}
         return not set(units) <= fresh
-
 
     def version(self) -> int:
         """systemd's version, from `systemctl --version` ("systemd 252 (252.36-1~deb12u1)")."""
@@ -110,8 +110,3 @@ class Systemctl:
             raise SystemdError(f"`{shlex.join([*self.prefix, '--version'])}` printed {first!r}, "
                                "expected `systemd N …`")
         return int(words[1])
-
-
-def _properties(text: str) -> dict[str, str]:
-    """`systemctl show`'s NAME=VALUE lines of one unit, as a dict."""
-    return dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)

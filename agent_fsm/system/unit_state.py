@@ -1,6 +1,6 @@
-"""What systemd says of units, for readers (`status`): `systemctl show` and the journal's last
-error, each run with a short, hard timeout, and without the `subprocess` module (readers stay
-light: docs/design.md), through `os.posix_spawnp` and a pipe.
+"""What systemd says of units: `systemctl show`'s output read (`blocks`, for readers and writers
+alike), and, for readers (`status`), `show` and the journal's last error, each run with a short,
+hard timeout through the one runner (`proc`, which needs no `subprocess`: readers stay light).
 
 Nothing here raises for systemd's sake: a missing `systemctl`, a refusal, no systemd at all or
 a timeout is returned as the reason the state is unknown.
@@ -8,18 +8,15 @@ a timeout is returned as the reason the state is unknown.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import select
-import signal
-import time
 from collections.abc import Sequence
 
-from .environment import child_environment
+from . import proc
 
 READ_TIMEOUT = 2.0  # seconds a reader waits for systemctl (or journalctl) before giving up
 MAX_OUTPUT = 1 << 20
+READ_ENV = {"SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0", "LC_ALL": "C"}
 
 PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "Result", "NRestarts",
               "ExecMainStatus", "StateChangeTimestampMonotonic", "RestartUSec",
@@ -34,65 +31,36 @@ class Unread(Exception):
         self.reason = reason
 
 
+def blocks(text: str) -> list[dict[str, str]]:
+    """`systemctl show`'s output as its blocks, one a unit in the order asked (blank lines
+    between them), each its `NAME=VALUE` lines as a dict."""
+    return [dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
+            for block in text.split("\n\n") if block.strip()]
+
+
 def _output(argv: Sequence[str], timeout: float) -> str:
     """`argv`'s stdout (stderr's last line in the error), within `timeout` seconds or killed."""
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-               (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
-               (os.POSIX_SPAWN_CLOSE, out_r), (os.POSIX_SPAWN_CLOSE, err_r)]
-    env = child_environment({"SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0", "LC_ALL": "C"})
     try:
-        pid = os.posix_spawnp(argv[0], list(argv), env, file_actions=actions, setsid=True)
-    except OSError as exc:
-        for fd in (out_r, out_w, err_r, err_w):
-            os.close(fd)
-        raise Unread(f"`{argv[0]}` could not run: {exc.strerror or exc}") from None
-    os.close(out_w)
-    os.close(err_w)
-    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    open_fds = [out_r, err_r]
-    end = time.monotonic() + timeout
-    try:
-        while open_fds:
-            left = end - time.monotonic()
-            if left <= 0:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-                raise Unread(f"`{argv[0]}` did not answer within {timeout:g}s")
-            ready, _, _ = select.select(open_fds, [], [], left)
-            for fd in ready:
-                data = os.read(fd, 65536)
-                if not data:
-                    open_fds.remove(fd)
-                elif sum(map(len, chunks[fd])) < MAX_OUTPUT:
-                    chunks[fd].append(data)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-    finally:
-        for fd in (out_r, err_r):
-            os.close(fd)
-        if pid:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    out, err = (b"".join(chunks[fd]).decode("utf-8", "replace") for fd in (out_r, err_r))
-    if code != 0:
-        lines = (err or out).strip().splitlines()
-        raise Unread(f"`{argv[0]}` exited {code}" + (f": {lines[-1]}" if lines else ""))
-    return out
+        done = proc.run(argv, timeout=timeout, stdin="", env=READ_ENV, group=True,
+                        limit=MAX_OUTPUT)
+    except proc.CouldNotRun as exc:
+        if exc.error is None:
+            raise Unread(f"`{argv[0]}` did not answer within {timeout:g}s") from None
+        raise Unread(f"`{argv[0]}` could not run: {exc.error.strerror or exc.error}") from None
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        raise Unread(f"`{argv[0]}` exited {done.returncode}" + (f": {lines[-1]}" if lines else ""))
+    return done.stdout
 
 
 def show(prefix: Sequence[str], units: Sequence[str],
          timeout: float = READ_TIMEOUT) -> dict[str, dict[str, str]]:
     """Each unit's `PROPERTIES`, by its name, from one `systemctl show`; Unread if it cannot."""
     argv = [*prefix, "show", f"--property={','.join(PROPERTIES)}", "--", *units]
-    text = _output(argv, timeout)
-    blocks = [dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
-              for block in text.split("\n\n") if block.strip()]
-    if len(blocks) != len(units):
-        raise Unread(f"`{prefix[-1]} show` answered for {len(blocks)} of {len(units)} units")
-    return {unit: block for unit, block in zip(units, blocks, strict=True)}
+    found = blocks(_output(argv, timeout))
+    if len(found) != len(units):
+        raise Unread(f"`{prefix[-1]} show` answered for {len(found)} of {len(units)} units")
+    return dict(zip(units, found, strict=True))
 
 
 def journalctl(prefix: Sequence[str]) -> list[str] | None:

@@ -6,7 +6,8 @@
   nothing is changed. A user or group that does not exist is a WorkloadError naming it.
 - Environment: built from nothing (`environment`), never the daemon's: no `NOTIFY_SOCKET`,
   `WATCHDOG_*` or whatever the unit gave agent-fsm.
-- Journal: stdout and stderr are one stream to journald's stdout socket, opened with the
+- Journal: stdout is a stream to journald's stdout socket (stderr too, unless the caller
+  reads it through a pipe and forwards it there, as the daemon does), opened with the
   header journald reads first (systemd's stream protocol, as `sd_journal_stream_fd(3)` sends
   it: identifier, unit id, priority, level-prefix flag, and the forward-to-syslog, -kmsg and
   -console flags, one a line), so its lines carry `SYSLOG_IDENTIFIER=<identifier>`, not
@@ -115,18 +116,19 @@ def journal_stream(identifier: str, socket_path: Path = JOURNAL_STDOUT) -> socke
 
 
 def start(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], who: Account,
-          output: socket.socket | None, read_only: Sequence[Path] = (),
+          output: socket.socket | None, errors: int | None = None, read_only: Sequence[Path] = (),
           unconfined: Callable[[str], None] = lambda _why: None) -> subprocess.Popen[bytes]:
-    """Start the workload as `who`, in `cwd`, with exactly `env`; stdout and stderr into
-    `output` (inherited when None); stdin from /dev/null; `read_only` (real paths) read-only
-    in its own mount namespace, whatever its user (`confine`). Where the kernel refuses that
-    view, an account that could write those paths without it (root, or the daemon's own, which
-    owns the store) is not started (WorkloadError, one line); another account is started
-    without it, `unconfined` told why: the state dir is 0700 and the store's files are the
-    daemon's, so file permissions keep it out. WorkloadError if it cannot start."""
+    """Start the workload as `who`, in `cwd`, with exactly `env`; stdout into `output`
+    (inherited when None), stderr into the file descriptor `errors` (as stdout when None);
+    stdin from /dev/null; `read_only` (real paths) read-only in its own mount namespace,
+    whatever its user (`confine`). Where the kernel refuses that view, an account that could
+    write those paths without it (root, or the daemon's own, which owns the store) is not
+    started (WorkloadError, one line); another account is started without it, `unconfined`
+    told why: the state dir is 0700 and the store's files are the daemon's, so file
+    permissions keep it out. WorkloadError if it cannot start."""
     if read_only:
         try:
-            return _start(argv, cwd, env, who, output, read_only)
+            return _start(argv, cwd, env, who, (output, errors), read_only)
         except confine.Refused as exc:
             if who.uid in (0, os.geteuid()):
                 raise WorkloadError(
@@ -138,12 +140,14 @@ def start(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], who: Accoun
             unconfined(f"the kernel refused the workload's read-only view of agent-fsm's "
                        f"directories ({exc}); starting it without one, as {who.words()}: file "
                        "permissions keep that account out of the state dir and the store")
-    return _start(argv, cwd, env, who, output, ())
+    return _start(argv, cwd, env, who, (output, errors), ())
 
 
 def _start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], who: Account,
-           output: socket.socket | None, read_only: Sequence[Path]) -> subprocess.Popen[bytes]:
-    out = output.fileno() if output is not None else None
+           streams: tuple[socket.socket | None, int | None],
+           read_only: Sequence[Path]) -> subprocess.Popen[bytes]:
+    out = streams[0].fileno() if streams[0] is not None else None
+    err = out if streams[1] is None else streams[1]
     switch = who.change
     report, tell = os.pipe()  # both close at exec: the child writes a refused step into `tell`
     try:
@@ -154,7 +158,7 @@ def _start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], who: Account,
             # The child enters `cwd` and switches the account itself, after its namespace is
             # made: a directory entered before would stay on the writable mount.
             return subprocess.Popen(
-                list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 preexec_fn=prepare)
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(tell)

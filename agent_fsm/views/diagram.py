@@ -123,7 +123,7 @@ def markdown(diagram: Diagram) -> str:
     out = [
         f"# The `{diagram.name}` machine",
         "",
-        f"Generated from `{diagram.source}` by `agent-fsm diagram --write`; do not edit by hand.",
+        f"Generated from `{diagram.source}` by `make diagram`; do not edit by hand.",
         "`make test` fails when this page no longer matches the definition.",
         "",
         "```mermaid",

@@ -76,7 +76,7 @@ class TestRunsAlone:
         cfg = _config(tmp_path / "config.toml", str(wrapper))
         proc = _bare(release, f"--config={cfg}", "--version", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
-        assert marker.read_text().startswith("-I -S -B -c ")
+        assert marker.read_text().startswith(f"-I -S -B {release}/lib/agent-fsm-boot.py ")
         cfg = _config(tmp_path / "config.toml", "/nonexistent/python3")
         proc = _bare(release, "--config", str(cfg), "--version", cwd=tmp_path)
         assert proc.returncode == 1
@@ -119,7 +119,7 @@ class TestContents:
         assert list(lib.glob("rich-*.dist-info/**/LICENSE*"))
         assert not list(release.rglob("*.pth"))
         compiled = {p.relative_to(lib).parts[0] for p in lib.rglob("*.pyc")}
-        assert compiled == {"agent_fsm", "transitions", "filelock"}
+        assert compiled == {"agent_fsm", "transitions", "filelock", "__pycache__"}  # six's
 
     def test_the_lean_path_starts_from_byte_code_checked_against_its_source(self, release: Path) -> None:
         """The daemon's, recover's and upgrade's modules ship as checked-hash .pyc that the
@@ -134,6 +134,24 @@ class TestContents:
             data = (source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc").read_bytes()
             assert data[:4].hex() == node_magic, f"{source}: byte code for another Python"
             assert int.from_bytes(data[4:8], "little") == 0b11, f"{source}: not checked-hash"
+
+    @needs_node_python
+    def test_nothing_the_daemon_imports_is_compiled_at_its_start(self, release: Path) -> None:
+        """Every module of lib/ the daemon imports (through the lean path, the writers' lock
+        taken) has its byte code there: none is compiled from source at each start."""
+        lib = release / "lib"
+        code = ("import importlib.util, os, sys\n"
+                f"sys.path.insert(0, {str(lib)!r})\n"
+                "import agent_fsm.cli.fast_path, agent_fsm.agent.daemon, agent_fsm.wiring\n"
+                "import transitions\n"  # as the engine does when it builds the machine
+                "from agent_fsm.node.state import lock\n"
+                "lock._filelock()\n"
+                "print(sorted(n for n, m in list(sys.modules.items())\n"
+                f"    if (getattr(m, '__file__', None) or '').startswith({str(lib)!r})\n"
+                "    and not os.path.exists(importlib.util.cache_from_source(m.__file__))))\n")
+        out = subprocess.run([str(NODE_PYTHON), "-I", "-S", "-B", "-c", code],
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+        assert out == "[]\n"
 
     def test_runtime_requirements_are_the_projects_dependencies(self) -> None:
         """What a release vendors starts from pyproject.toml's `dependencies`, no more, no less."""

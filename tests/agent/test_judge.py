@@ -46,6 +46,17 @@ class TestJudge:
         v = judge(J, attempt=3, clock=FakeClock(), check=passing_after(0))
         assert not v.ok and "more than max_attempts (2)" in v.reason
 
+    def test_each_round_and_the_soak_are_told(self) -> None:
+        """Each round of the checks is told with every check's answer, then the soak's
+        seconds as it begins: what `upgrade --wait` shows."""
+        told: list[tuple[list[tuple[bool, str]], float | None]] = []
+        v = judge(J, attempt=1, clock=FakeClock(), check=passing_after(2),
+                  told=lambda answers, soak: told.append(([(ok, m) for _, ok, m in answers],
+                                                          soak)))
+        assert v.ok
+        assert told == [([(False, "check exited 1: not yet")], None)] * 2 + [
+            ([(True, "check exited 1: not yet")], None), ([(True, "check exited 1: not yet")], 5)]
+
     def test_workload_dying_in_soak(self) -> None:
         """The workload exiting during the soak fails the judgment."""
         clock = FakeClock()

@@ -14,13 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from agent_fsm.actions.recover import recover
 from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.errors import WorkloadError
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
+from agent_fsm.node.records import known_bad
 from agent_fsm.node.runtime import workload as record
+from agent_fsm.node.state.reasons import MAX_REASON
 from agent_fsm.system import workload as workload_proc
 from agent_fsm.system.environment import child_environment
 from agent_fsm.system.notify import Notifier
+from agent_fsm.system.stderr_tail import StderrTail
 from tests.helpers import make_world
 
 
@@ -294,3 +298,107 @@ class TestReadOnlyView:
         lines = done.stdout.splitlines()
         assert lines[0].startswith(said), done
         assert lines[1:] == ([] if user == "root" else ["started 0"]), done
+
+
+def _crashing_candidate(tmp_path: Path, waker: Waker, script: str) -> dict[str, object]:
+    """Judge a candidate whose workload runs `script` (sh) while its check fails, roll it
+    back, and return the result `status` shows (the history, the known-bad mark and the
+    published result carry its reason too)."""
+    config = Config(name="agent", judgment=Judgment(deadline_seconds=10, soak_seconds=0,
+                                                    checks=(("false",),)))
+    world = make_world(tmp_path / "root", config)
+    world.installed("1.0.0")
+    release = world.add_release("2.0.0")
+    (release / "release.toml").write_text(
+        f'version = "2.0.0"\nworkload = ["/bin/sh", "-c", {json.dumps(script)}]\n')
+    world.node.controller.fire("begin_upgrade", release="2.0.0")
+    assert not Daemon(world.node, Notifier(""), waker).startup()
+    recover(world.node)
+    world.node.controller.fire("recovered")
+    doc = world.node.store.read()
+    assert doc.last_result is not None and doc.last_result["reason_class"] == "crashed"
+    mark = known_bad.read(world.paths.known_bad_file).marks["2.0.0"]
+    assert mark.reason == doc.last_result["reason"]
+    judged = [e for e in world.node.store.history(doc) if e["trigger"] == "judge_failed"]
+    assert judged[-1]["reason"] == doc.last_result["reason"]
+    assert [r.reason for r in world.publisher.recorded] == [doc.last_result["reason"]]
+    return doc.last_result
+
+
+class TestCrashReason:
+    def test_the_reason_names_the_exit_status_and_the_last_stderr_line(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """A candidate whose workload says why on stderr and exits 3 while being judged
+        records the status and the line, in the result, the history and the known-bad mark."""
+        result = _crashing_candidate(tmp_path, waker,
+                                     "echo starting; echo 'cannot start: bad build' >&2; exit 3")
+        assert result["reason"] == ('the workload exited with status 3 while being judged; its '
+                                    'last lines on stderr: "cannot start: bad build"')
+
+    def test_control_characters_on_stderr_are_shown_escaped(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """An escape sequence the workload wrote on stderr is recorded visibly, never raw."""
+        result = _crashing_candidate(tmp_path, waker, r"printf '\033[2Jgone\n' >&2; kill -9 $$")
+        reason = str(result["reason"])
+        assert reason.startswith("the workload was killed by SIGKILL while being judged")
+        assert reason.endswith('"\\x1b[2Jgone"') and "\x1b" not in reason
+
+    def test_many_long_lines_keep_the_newest_within_the_reasons_bound(
+            self, tmp_path: Path, waker: Waker) -> None:
+        """Of many long lines the reason keeps the newest ones that fit its 500 characters."""
+        script = "for i in 1 2 3 4 5 6 7; do printf \"line $i %0300d\\n\" 0 >&2; done; exit 1"
+        reason = str(_crashing_candidate(tmp_path, waker, script)["reason"])
+        assert len(reason) <= MAX_REASON and '"line 7 000' in reason
+        assert '"line 6 000' in reason and "line 5" not in reason and reason.endswith('0…"')
+
+
+class TestStderrTail:
+    def test_every_line_is_forwarded_and_the_last_ones_kept(self, tmp_path: Path) -> None:
+        """The journal gets every line as written; the tail keeps the last five, each cut."""
+        journal = (tmp_path / "journal").open("wb")
+        read, write = os.pipe()
+        child = subprocess.Popen(
+            ["/bin/sh", "-c", "for i in 1 2 3 4 5 6 7; do echo \"line $i\" >&2; done; "
+                              "printf 'x%.0s' $(seq 300) >&2"], stderr=write)
+        os.close(write)
+        tail = StderrTail(read, journal.fileno())
+        child.wait()
+        last = tail.last_lines(wait=10)
+        journal.close()
+        assert last == ["line 4", "line 5", "line 6", "line 7", "x" * 199 + "…"]
+        assert (tmp_path / "journal").read_text() == \
+            "".join(f"line {i}\n" for i in range(1, 8)) + "x" * 300 + "\n"
+
+    def test_a_fast_writer_never_stalls_on_a_journal_that_does_not_read(self) -> None:
+        """10 MB on stderr while the journal's end takes nothing: the workload finishes at
+        once, lines are dropped rather than waited for (a line says how many), and the tail
+        stays bounded."""
+        read, write = os.pipe()
+        stuck_read, stuck_write = os.pipe()  # nobody reads `stuck_read`
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import sys\nfor i in range(100_000): "
+                                   "sys.stderr.write(f'{i} ' + 'y' * 100 + '\\n')"],
+            stderr=write)
+        os.close(write)
+        tail = StderrTail(read, stuck_write)
+        drained = bytearray()
+
+        def drain() -> None:  # the journal, reading again once the workload is done
+            while chunk := os.read(stuck_read, 1 << 16):
+                drained.extend(chunk)
+
+        reader = threading.Thread(target=drain)
+        try:
+            assert child.wait(timeout=20) == 0
+            reader.start()
+            last = tail.last_lines(wait=10)
+        finally:
+            os.close(stuck_write)
+            reader.join(10)
+            os.close(stuck_read)
+        assert tail.dropped > 90_000
+        assert f"<4>agent-fsm: {tail.dropped} line(s) of this stderr were dropped".encode() \
+            in drained
+        assert [line.split()[0] for line in last] == ["99995", "99996", "99997", "99998",
+                                                      "99999"]
+        assert all(len(line) <= 200 for line in last)

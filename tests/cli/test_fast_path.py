@@ -22,9 +22,9 @@ CONFIG = 'name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\n'
 HEAVY = ("typer", "rich", "pydantic", "click")
 # What the daemon does not need either, each a measured share of its resident memory: the package
 # data readers (zipfile, importlib.resources), the release store's writers (tempfile, shutil with
-# bz2 and lzma). Not `secrets`, `hmac` and OpenSSL (`_hashlib`) any more: filelock, through
-# which the writers' lock is taken, imports `secrets` at its own import (docs/benchmarks.md).
-NOT_IN_THE_DAEMON = ("zipfile", "importlib.resources", "tempfile", "shutil")
+# bz2 and lzma), OpenSSL (`_hashlib`, 3.5 MB, which filelock's `secrets` and `hmac` would map)
+# and `ssl`. Not `secrets` nor `decimal` and `inspect`: filelock imports them (docs/benchmarks.md).
+NOT_IN_THE_DAEMON = ("zipfile", "importlib.resources", "tempfile", "shutil", "_hashlib", "ssl")
 
 # The console script's entry, reporting on exit which of those modules the run imported.
 LEAN = ("import atexit, json, sys\n"
@@ -112,6 +112,7 @@ def test_lean_and_full_paths_agree(tmp_path: Path, command: list[str], setup: st
             state = base / "root" / "var/lib/agent-fsm/state.json"
             current = json.loads(state.read_text())["state"] if state.exists() else None
             out = re.sub(r"\+ *[0-9.]+s ", "+N s ", out)  # --wait's steps, timed from the start
+            out = re.sub(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", "<time> ", out, flags=re.M)
             results.append((proc.returncode, out.replace(str(base), "<base>"),
                             err.replace(str(base), "<base>"), current))
     finally:  # one that did not end (a daemon that started after all) ends with the test

@@ -5,6 +5,7 @@ mid-judgment) on a Debian 13 node's systemd 257 too (`node_sandbox`)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -76,20 +77,40 @@ class TestGoodUpgrade:
 
 
 class TestRollback:
-    @pytest.mark.parametrize("kind", ["unhealthy", "crash"])
+    @pytest.mark.parametrize("kind", ["unhealthy", "crash", "exits"])
     def test_broken_candidate_rolls_back_through_held_assets(self, node_lab: Lab, kind: str) -> None:
-        """A candidate with broken assets that fails its check, or crashes at start, rolls back
-        through the last-good's held units and script: the node ends on the last-good with its
-        assets byte for byte, the signal cleared, the gate open, the agent active."""
+        """A candidate with broken assets that fails its check, crashes at start, or whose
+        workload exits while judged, rolls back through the last-good's held units and script:
+        the node ends on the last-good with its assets byte for byte, the signal cleared, the
+        gate open, the agent active. `upgrade --wait`, piped, says each phase on a timestamped
+        line, and its last line on stderr ends with the reason `status` has."""
         lab = node_lab
         last_good = lab.assets()
-        lab.pack("3.0.0", kind)  # type: ignore[arg-type]
+        if kind == "exits":
+            lab.pack("3.0.0", "unhealthy", workload=(
+                "/bin/sh", "-c", "echo 'cannot start: bad build' >&2; exit 3"))
+        else:
+            lab.pack("3.0.0", kind)  # type: ignore[arg-type]
         proc = lab.cli("upgrade", "--to", "3.0.0", "--wait", "--timeout", "120", check=False)
         assert proc.returncode == 4, proc.stdout + proc.stderr + _why(lab)
         assert "rolled back to 1.0.0" in proc.stderr
         end = lab.settled()
         assert (end["selected"], end["last_good"]) == ("1.0.0", "1.0.0")
         assert end["last_result"]["outcome"] == "rolled_back"
+        reason = end["last_result"]["reason"]
+        assert proc.stderr.strip().splitlines()[-1].endswith(
+            f"{end['last_result']['reason_class'].replace('_', ' ')}: {reason}"), proc.stderr
+        phases = [m[1] for m in re.finditer(r"^\d{4}-\d\d-\d\dT[\d:]{8}Z \+ *[\d.]+s (.*)$",
+                                            proc.stdout, re.M)]
+        assert phases[0] == "candidate 3.0.0 starting", proc.stdout
+        rolling = "rolling back from 3.0.0" if kind == "crash" else \
+            "3.0.0 judged failed; rolling back"  # the recovery unit's `recover`, no verdict
+        assert phases[-2:] == [rolling, "rolled back from 3.0.0"], phases
+        if kind != "crash":  # a daemon that exits at start never counts its attempt
+            assert any(p.startswith("judging 3.0.0: attempt 1 of ") for p in phases), phases
+        if kind == "exits":
+            assert reason == ('the workload exited with status 3 while being judged; its last '
+                              'lines on stderr: "cannot start: bad build"'), reason
         assert lab.assets() == last_good
         assert lab.sb.show(RECOVERY_UNIT, "Result") == "success"
         # The held units are what systemd loaded: back on the last-good, it was not reloaded.

@@ -240,13 +240,23 @@ class TestTheGuide:
 
     def test_a_crash_at_start_rolls_back(self, walk: Walk) -> None:
         """The build that exits at start is judged failed and rolled back to 1.1.0 (exit 4),
-        and is known bad."""
+        and is known bad; the reason has its exit status and its line on stderr. `--wait`
+        said each phase on a line, and its last line on stderr ends with that reason."""
         step = walk.after("upgrade --to 1.2.0")
         assert step.proc.returncode == 4, walk.output(step)
         assert converged_on(step, "1.1.0"), step.status
         status = step.status or {}
         assert status["last_result"]["to"] == "1.2.0"
         assert status["last_result"]["outcome"] == "rolled_back"
+        reason = status["last_result"]["reason"]
+        assert reason == ('the workload exited with status 1 while being judged; its last lines '
+                          'on stderr: "myagent 1.2.0: cannot start: bad build"'), reason
+        assert step.proc.stderr.strip().splitlines()[-1].endswith(f"crashed: {reason}")
+        phases = [line.split("s ", 1)[1] for line in step.proc.stdout.splitlines()
+                  if re.match(r"\d{4}-\d\d-\d\dT[\d:]{8}Z \+", line)]
+        assert phases == ["candidate 1.2.0 starting", phases[1], "1.2.0 judged failed; rolling "
+                          "back", "rolled back from 1.2.0"], step.proc.stdout
+        assert phases[1].startswith("judging 1.2.0: attempt 1 of 2; deadline in "), phases
         assert "1.2.0" in [k["version"] for k in status["known_bad"]]
         assert step.healthz == (200, "ok 1.1.0\n")
 

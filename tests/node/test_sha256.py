@@ -56,3 +56,17 @@ class TestSha256:
         out = _in_a_fresh_process("import hashlib\nfrom agent_fsm.node import sha256\n"
                                   "print(type(sha256.sha256()) is type(hashlib.sha256()))\n")
         assert out == "True\n"
+
+    def test_openssl_is_used_when_asked_after_the_lock(self, tmp_path: Path) -> None:
+        """A process that took the writers' lock (filelock imported without OpenSSL), then asks
+        for OpenSSL's SHA-256 (`release add`), hashes with OpenSSL's, and the lock mapped none."""
+        out = _in_a_fresh_process(
+            "from pathlib import Path\n"
+            "from agent_fsm.node import sha256\n"
+            "from agent_fsm.node.state import lock\n"
+            f"with lock.held(Path({str(tmp_path / 'lock')!r}), 5.0):\n"
+            "    print('_hashlib' in sys.modules)\n"
+            "sha256.prefer_openssl()\n"
+            "import _hashlib\n"
+            "print(type(sha256.sha256()) is _hashlib.HASH)\n")
+        assert out == "False\nTrue\n"

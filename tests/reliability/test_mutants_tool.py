@@ -57,12 +57,14 @@ def test_stall():
 
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
-    """A scratch directory whose snapshot is the tiny tree: an importable agent_fsm whose
-    `diagram --write` does nothing, a definition, and the tests above."""
+    """A scratch directory whose snapshot is the tiny tree: an importable agent_fsm and a lab
+    whose `diagram --write` does nothing, a definition, and the tests above."""
     snapshot = tmp_path / "snapshot"
     for rel, text in {
         "agent_fsm/__init__.py": "",
         "agent_fsm/__main__.py": "",
+        "agent_fsm_lab/__init__.py": "",
+        "agent_fsm_lab/__main__.py": "",
         "states/agent-upgrade.toml": "baseline",
         "pytest.ini": "[pytest]\ntimeout = 1\naddopts = -p no:randomly\n",
         "tests/test_tiny.py": TINY_TESTS,

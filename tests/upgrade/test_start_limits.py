@@ -363,13 +363,14 @@ class TestCrashLoop:
         """After one restart, status and history say "restarted once after a crash", never
         crash loop; from the second on, "crash-looping: 2 restarts since"."""
         from agent_fsm.cli import render as cli_render
+        from agent_fsm.cli import status_view as cli_status_view
         from agent_fsm.views.history import history
 
         world.installed("1.0.0")
         _crash_restart(world, 1)
         st = status(world.node)
         assert st.next.summary.startswith("restarted once after a crash, 0.0s ago;")
-        cli_render.show(cli_render.status_view(st, diff=False))
+        cli_render.show(cli_status_view.status_view(st, diff=False))
         cli_render.show_history(history(world.node))
         shown = capsys.readouterr().out
         assert shown.count("restarted once after a crash") == 3, shown

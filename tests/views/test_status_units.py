@@ -205,11 +205,11 @@ class TestUnknown:
 def _rendered(st: Status) -> str:
     from rich.console import Console
 
-    from agent_fsm.cli import render
+    from agent_fsm.cli import status_view
 
     console = Console(width=300, color_system=None)
     with console.capture() as captured:
-        console.print(render.status_view(st, False))
+        console.print(status_view.status_view(st, False))
     return captured.get()
 
 

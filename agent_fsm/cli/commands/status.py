@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .. import options, render
+from .. import options, render, status_view
 
 if TYPE_CHECKING:
     from ...views.status.report import Status
@@ -43,8 +43,8 @@ def status(
         return get_status(node, diff=diff, prog=opts.prog())
 
     if watch:
-        render.watch(read, lambda st: render.status_view(st, diff), as_json,
-                     2.0 if interval is None else interval, count)
+        status_view.watch(read, lambda st: status_view.status_view(st, diff), as_json,
+                          2.0 if interval is None else interval, count)
         return
     if interval is not None or count is not None:
         raise typer.BadParameter("only with --watch", param_hint="--interval/--count")
@@ -52,4 +52,4 @@ def status(
     if as_json:
         render.print_json(st.to_json())
         return
-    render.show(render.status_view(st, diff))
+    render.show(status_view.status_view(st, diff))

@@ -27,7 +27,9 @@ def upgrade(
     to: Annotated[str, typer.Option("--to", help="A stored release to upgrade to.")],
     wait: Annotated[bool, typer.Option(
         "--wait", help="Follow the upgrade to its end: exit 0 when converged, 4 when rolled "
-        "back.")] = False,
+        "back. Where it is goes to stdout: one timestamped line a phase when piped, a live line "
+        "on a terminal. Rolled back, the one line on stderr ends with the reason, as `status` "
+        "has it.")] = False,
     timeout: Annotated[float, typer.Option(
         "--timeout", callback=_seconds, help="With --wait: give up following after S seconds "
         "(exit 1). A finite number above 0, else a usage error (exit 2) and nothing starts.")
@@ -48,5 +50,12 @@ def upgrade(
     Example: agent-fsm upgrade --to 2.0.0 --wait --timeout 300
     """
     from ..fast_path import run_upgrade  # the code `agent-fsm upgrade` runs without the full CLI
+    from ..render import out
 
-    raise typer.Exit(run_upgrade(options.of(ctx), to, wait, timeout, force))
+    if not (wait and out.is_terminal):
+        raise typer.Exit(run_upgrade(options.of(ctx), to, wait, timeout, force))
+    from ..live_line import LiveLine
+
+    with LiveLine() as line:
+        code = run_upgrade(options.of(ctx), to, wait, timeout, force, show=line)
+    raise typer.Exit(code)

@@ -14,7 +14,8 @@ it does not know without a word, hence the floor in pyproject.toml.) filelock op
 O_NOFOLLOW (a planted symlink fails, ELOOP, refused here by name) and creates the file with the
 mode asked; the check it runs once it holds the lock (`on_acquired`, on the locked descriptor)
 refuses anything but a regular file and gives an existing file exactly that mode.
-Imported when a lock is taken: readers (`status`) take none and never import filelock.
+Imported when a lock is taken: readers (`status`) take none and never import filelock. It is
+imported without OpenSSL (`_filelock`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ import contextlib
 import errno
 import os
 import stat
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 from ... import files
 from ...errors import DiskError, LockTimeout, StopRequested
@@ -34,6 +37,23 @@ from ...errors import DiskError, LockTimeout, StopRequested
 _FIRST_WAIT = 0.001
 _MAX_WAIT = 0.05
 _NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
+
+
+def _filelock() -> ModuleType:
+    """filelock, imported with `_hashlib` kept out. filelock imports `secrets`, whose `hmac`
+    would map OpenSSL's libcrypto: 3.5 MB of an idle daemon's memory, for no digest the lock
+    computes. `hmac` and `hashlib`, if this is their first import, then use CPython's own
+    digests; `sha256` still finds OpenSSL when something loads it later."""
+    if "filelock" in sys.modules or "_hashlib" in sys.modules:
+        import filelock
+
+        return filelock
+    sys.modules["_hashlib"] = None  # type: ignore[assignment]  # None: import fails, ImportError
+    try:
+        import filelock
+    finally:
+        del sys.modules["_hashlib"]
+    return filelock
 
 
 def _checked(path: Path, mode: int, fd: int) -> None:
@@ -53,8 +73,7 @@ def held(path: Path, timeout: float, mode: int = 0o600,
     StopRequested as soon as `stopping()` says a stop came while waiting (the daemon's SIGTERM
     flag: its handler only sets it), DiskError (the path, the errno's words, the fix) when the
     file cannot be opened or fixed."""
-    import filelock  # writers only
-
+    filelock = _filelock()  # writers only
     lock = filelock.UnixFileLock(
         path, mode=mode, fallback_to_soft=False, preserve_lock_file=True,
         on_acquired=lambda fd: _checked(path, mode, fd))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
 from ... import files
-from ...errors import AgentFsmError, ReleaseError
+from ...errors import AgentFsmError, SystemdError
 from ...machine.vocabulary import StateName, Trigger
 from ...node.assets import bin_link
 from ...node.config import own_directories
@@ -18,9 +17,10 @@ from ...node.state import validate
 from ...node.state.store import OWED_CHECK_SECONDS
 from ...system import proc
 from ...system import workload as workload_proc
+from ...system.systemd import Systemctl
 from ...wiring import Node
 from ..status import units as unit_view
-from . import config_modes, modes
+from . import config_modes, modes, stored
 from .finding import Finding, Level
 from .signatures import signatures
 
@@ -30,15 +30,13 @@ REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", 
 
 
 def _systemd_version(prefix: tuple[str, ...]) -> Finding:
-    exe = shutil.which(prefix[0])
-    if exe is None:
+    if shutil.which(prefix[0]) is None:
         return Finding("systemd", "fail", f"{prefix[0]} (the config's `systemctl`) is not on PATH",
                        "install systemd, or set `systemctl` in the config")
-    out = proc.run([exe, *prefix[1:], "--version"], timeout=None).stdout
-    m = re.match(r"systemd (\d+)", out)
-    if not m:
-        return Finding("systemd", "warn", f"could not read the version: {out[:60]!r}")
-    version = int(m.group(1))
+    try:
+        version = Systemctl(prefix).version()  # as the daemon asks it
+    except SystemdError as exc:
+        return Finding("systemd", "warn", f"could not read the version: {exc}")
     if version < 249:
         return Finding("systemd", "warn", f"systemd {version} is older than 249, the oldest tested",
                        "recovery semantics were checked on 249 to 255")
@@ -195,62 +193,6 @@ def _bin_link(node: Node) -> list[Finding]:
     return [Finding("link on PATH", level, link.detail(), link.fix())]
 
 
-def _releases(node: Node) -> list[Finding]:
-    """Every stored release hashed whole against its digest (bit rot included), each file once
-    however many releases share it, and what the store takes on disk. A damaged selected
-    release cannot start (the node is down) and a damaged last-good is no way back: both fail
-    with their own fix; another damaged release fails with the fix for a stored one."""
-    from ...node.releases import objects
-    from ...node.releases.tree import Hashed
-
-    releases, unit = node.releases, node.paths.agent_unit_name
-    selected, last_good = releases.selected(), releases.last_good()
-    versions = releases.versions()
-    out = []
-    seen: Hashed = {}  # a file several releases share is read once
-    for role, version in (("selected", selected), ("last-good", last_good)):
-        if version is None or (role == "last-good" and version == selected):
-            continue
-        try:
-            problem = releases.integrity(version, seen).problem
-            if problem is None and not releases.exists(version):
-                problem = f"it is not in {node.paths.releases_dir}"
-        except ReleaseError as exc:  # a pointer at no release: `state dir entries` says more
-            problem = str(exc)
-        if problem is None:
-            continue
-        fix = f"add release {version} again (`agent-fsm release add DIR`, DIR: its directory or " \
-              "image; it replaces the damaged copy)"
-        if role == "selected":
-            fix += f", then `systemctl restart {unit}`" + (
-                f"; or switch back to the last-good: `agent-fsm activate --to {last_good}`"
-                if last_good not in (None, version) else "")
-        out.append(Finding("release", "fail", f"the {role} release {version} is damaged: "
-                           f"{problem}" + (": the agent cannot start it" if role == "selected"
-                                           else ": the way back runs its code"), fix))
-    if not out and selected is not None:
-        out.append(Finding("release", "ok", "the selected" + (
-            " and last-good releases match their digests" if last_good not in (None, selected)
-            else " release matches its digest")))
-    if not versions:
-        return out
-    for version in versions:
-        if version in (selected, last_good):
-            continue
-        problem = releases.integrity(version, seen).problem
-        if problem is not None:
-            out.append(Finding("release", "fail", f"release {version} is DAMAGED: {problem}",
-                               f"add it again (`agent-fsm release add DIR`, DIR: release "
-                               f"{version}'s directory), or `agent-fsm release prune {version}` "
-                               "if nothing needs it"))
-    damaged = sum(f.level == "fail" for f in out)
-    size = objects.usage(node.paths.releases_dir) / 1e6
-    return [Finding("releases", "warn" if damaged else "ok",
-                    f"{len(versions)} stored" + (f", {damaged} damaged" if damaged else "")
-                    + f"; {size:.1f} MB on disk, each file kept once however many releases "
-                    "hold it"), *out]
-
-
 def _outbox(node: Node) -> list[Finding]:
     """Queued results that delivery refuses, checked as `system.publish` checks them."""
     try:
@@ -396,7 +338,7 @@ def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -
     findings += _directories(node)
     findings += _consistency(node)
     findings += _bin_link(node)
-    findings += _releases(node)
+    findings += stored.releases(node)
     findings += _way_back(node)
     findings += _skipped(node)
     findings += _hooks(node)
