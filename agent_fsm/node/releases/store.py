@@ -38,6 +38,7 @@ from typing import NamedTuple
 from ... import files
 from ...errors import AgentFsmError, BadTree, Refused
 from ..sha256 import hexdigest, prefer_openssl
+from ..store_config import StoreConfig
 from .objects import Collected, Objects, collect, intact, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
@@ -45,7 +46,7 @@ HEADER = b"agent-fsm release manifest v1\n"
 DIGESTS = ".digests"
 HASHED = ".hashed"
 HASHED_HEADER = b"agent-fsm release hashes v1\n"
-MAX_RECORD_BYTES = 16 << 20  # a recorded manifest: 10,000 lines
+MAX_RECORD_BYTES = 1 << 30  # a recorded manifest: a million lines of ~1 KiB
 
 
 def manifest(entries: list[Entry]) -> bytes:
@@ -241,10 +242,10 @@ class Staged(NamedTuple):
 
 
 @contextlib.contextmanager
-def staged(directory: Path, releases_dir: Path,
-           validate: Callable[[Path], str]) -> Iterator[Staged]:
+def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
+           limits: StoreConfig) -> Iterator[Staged]:
     """Copy the release `directory` into a hidden directory inside `releases_dir`, normalized,
-    and `validate` it there (it returns the version), so that what is checked is what is
+    within `limits`, and `validate` it there (it returns the version), so that what is checked is what is
     stored; the copy is removed when the block ends (`commit` it before). Needs no lock: the
     slow part of an add (the copy, the digest, a signature check, the ABI probe) runs while
     transitions go on. The staging directory is flock(2)ed for the block, so no `sweep` of
@@ -253,9 +254,11 @@ def staged(directory: Path, releases_dir: Path,
     with _staging(releases_dir) as holder:
         staging = holder / "release"
         hashed: Hashed = {}
-        copy(directory, staging, Objects(releases_dir), hashed)
+        copy(directory, staging, Objects(releases_dir), hashed, limits)
         version = validate(staging)
         new = manifest(scan(staging, hashed=hashed, fresh=True))
+        if len(new) > MAX_RECORD_BYTES:  # it could not be read back
+            raise BadTree(directory, f"has a manifest over {MAX_RECORD_BYTES >> 30} GiB")
         yield Staged(directory, staging, version, new, hashed)
 
 
@@ -290,11 +293,12 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
 
 
 def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
-          locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Stored:
+          locked: Callable[[], contextlib.AbstractContextManager[object]],
+          limits: StoreConfig) -> Stored:
     """Store a normalized copy of the release `directory` in `releases_dir`, with its digest:
     staged and checked without the writers' lock, committed under it (`locked()` takes it)."""
     try:
-        with staged(directory, releases_dir, validate) as ready, locked():
+        with staged(directory, releases_dir, validate, limits) as ready, locked():
             return commit(releases_dir, ready)
     finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
         tidy(releases_dir, locked)
