@@ -39,6 +39,7 @@ from ... import files
 from ...errors import AgentFsmError, BadTree, Refused
 from ..sha256 import hexdigest, prefer_openssl
 from ..store_config import StoreConfig
+from . import room
 from .objects import Collected, Objects, collect, intact, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
@@ -254,6 +255,7 @@ def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
     with _staging(releases_dir) as holder:
         staging = holder / "release"
         hashed: Hashed = {}
+        room.check(directory, releases_dir, limits, f"release {directory}")
         copy(directory, staging, Objects(releases_dir), hashed, limits)
         version = validate(staging)
         new = manifest(scan(staging, hashed=hashed, fresh=True))

@@ -16,7 +16,7 @@ import errno
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
@@ -241,6 +241,34 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
         files.sync_filesystem(dst)
     finally:
         os.close(src_fd)
+
+
+def footprint(src: Path, limits: StoreConfig, block: int,
+              stored: Callable[[str, int, int], bool] | None = None) -> int:
+    """The bytes a copy of the release directory `src` takes on disk: each file rounded up to
+    whole `block`s, a directory one block; refused (BadTree) over a ceiling of `limits`. Only
+    its entries' stat is read, unless `stored` is given: then each file is hashed and left out
+    when `stored(sha, mode, size)` (the store holds those bytes) or when met before in `src`."""
+    src_fd = _open_root(src, follow=True)
+    total, seen, reader = 0, set(), _Reader(src, limits)
+    try:
+        for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
+            size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
+            if size > limits.max_file_bytes:
+                reader._too_big(rel)
+            reader.total += size
+            if reader.total > limits.max_release_bytes:
+                reader._too_many_bytes()
+            if stored is not None and size:
+                key = (_hash(reader.chunks(dir_fd, name, st, rel, again=True))[0],
+                       normal_mode(st), size)
+                if key in seen or stored(*key):
+                    continue
+                seen.add(key)
+            total += max(-(-size // block), 1) * block
+    finally:
+        os.close(src_fd)
+    return total
 
 
 _SETTLED_NS = 2_000_000_000
