@@ -29,9 +29,11 @@ file's ctime, so after each add and prune `refresh_hashed` records such files ag
 from __future__ import annotations
 
 import contextlib
+import io
+import itertools
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -51,7 +53,11 @@ MAX_RECORD_BYTES = 1 << 30  # a recorded manifest: a million lines of ~1 KiB
 
 
 def manifest(entries: list[Entry]) -> bytes:
-    return HEADER + b"".join(e.line() for e in entries)
+    out = io.BytesIO()  # grown in place: no list of 100,000s of lines beside it
+    out.write(HEADER)
+    for e in entries:
+        out.write(e.line())
+    return out.getvalue()
 
 
 def digest(manifest_bytes: bytes) -> str:
@@ -87,32 +93,83 @@ def forget(releases_dir: Path, version: str) -> None:
     files.remove(releases_dir / HASHED / version)
 
 
+Key = tuple[str, int, int, int, int, int, int]  # as `Hashed` keys a file
+
+
+def _line(key: Key, entry: Entry) -> bytes:
+    rel, dev, ino, size, mode, mtime, ctime = key
+    return f"{dev} {ino} {size} {mode} {mtime} {ctime} {entry.sha256} {rel}\n".encode()
+
+
+def _write_hashed(releases_dir: Path, version: str, lines: Iterable[bytes]) -> None:
+    files.atomic_write(releases_dir / HASHED / version, itertools.chain([HASHED_HEADER], lines),
+                       0o644)
+
+
 def record_hashed(releases_dir: Path, version: str, hashed: Hashed) -> None:
     """Record the files' hashes with their stat as stored (the caller holds the writers' lock)."""
-    lines = (f"{dev} {ino} {size} {mode} {mtime} {ctime} {e.sha256} {rel}\n"
-             for (rel, dev, ino, size, mode, mtime, ctime), e in sorted(hashed.items()))
-    files.atomic_write(releases_dir / HASHED / version,
-                       HASHED_HEADER + "".join(lines).encode(), 0o644)
+    _write_hashed(releases_dir, version, (_line(k, e) for k, e in sorted(hashed.items())))
+
+
+def _parsed(data: bytes) -> Iterator[tuple[Key, Entry]]:
+    """The entries of a hashes record, one line at a time; ValueError at one it never holds."""
+    pos = len(HASHED_HEADER)
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        *numbers, sha, rel = data[pos:end].decode().split(" ", 7)
+        pos = end + 1
+        dev, ino, size, mode, mtime, ctime = map(int, numbers)
+        if len(sha) != 64 or sha.strip("0123456789abcdef") or not stat.S_ISREG(mode):
+            raise ValueError("not a hashes record")
+        yield (rel, dev, ino, size, mode, mtime, ctime), Entry(rel, stat.S_IMODE(mode), size, sha)
+
+
+def _hashed_record(releases_dir: Path, version: str) -> bytes | None:
+    """The hashes recorded when `version` was stored, checked line by line; None when there is
+    no record or it is not one (then every file is hashed, as before it existed)."""
+    try:
+        data = files.read_regular(releases_dir / HASHED / version, MAX_RECORD_BYTES)
+        if not data.startswith(HASHED_HEADER):
+            return None
+        for _ in _parsed(data):
+            pass
+    except (OSError, ValueError):  # missing, unreadable, or not a record
+        return None
+    return data
 
 
 def recorded_hashed(releases_dir: Path, version: str) -> Hashed:
     """The hashes recorded when `version` was stored, keyed as `scan` keys them; empty when
     there is no record or it is not one (then every file is hashed, as before it existed)."""
+    data = _hashed_record(releases_dir, version)
+    return {} if data is None else dict(_parsed(data))
+
+
+_Again = dict[tuple[int, int], tuple[os.stat_result, str] | None]
+
+
+def _kept(base: str, key: Key, entry: Entry, again: _Again) -> Key | None:
+    """The key a recorded file keeps in its record (a new ctime when it was hashed again, in
+    `again` once for all its names), or None when it is no longer recorded."""
+    rel, dev, ino, size, mode, mtime, ctime = key
+    if rel.startswith("/") or ".." in rel.split("/"):
+        return None  # not a record this store wrote
     try:
-        data = files.read_regular(releases_dir / HASHED / version, MAX_RECORD_BYTES)
-        if not data.startswith(HASHED_HEADER):
-            return {}
-        out: Hashed = {}
-        for line in data[len(HASHED_HEADER):].decode().splitlines():
-            *numbers, sha, rel = line.split(" ", 7)
-            dev, ino, size, mode, mtime, ctime = map(int, numbers)
-            if len(sha) != 64 or sha.strip("0123456789abcdef") or not stat.S_ISREG(mode):
-                return {}
-            out[(rel, dev, ino, size, mode, mtime, ctime)] = Entry(rel, stat.S_IMODE(mode), size,
-                                                                    sha)
-    except (OSError, ValueError):  # missing, unreadable, or not a record: hash every file
-        return {}
-    return out
+        st = os.lstat(base + rel)
+    except OSError:
+        return None  # gone: the check says so
+    if (st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns) != \
+            (dev, ino, size, mode, mtime):
+        return None  # changed: the check hashes it, and says so if it differs
+    if st.st_ctime_ns != ctime and (dev, ino) not in again:
+        now = intact(base + rel, entry.sha256, stat.S_IMODE(mode), size)
+        again[(dev, ino)] = None if now is None else (now, entry.sha256)
+    found = again.get((dev, ino)) if st.st_ctime_ns != ctime else (st, entry.sha256)
+    if found is None or found[1] != entry.sha256 or found[0].st_ino != ino:
+        return None
+    now = found[0]
+    return rel, dev, ino, now.st_size, now.st_mode, now.st_mtime_ns, now.st_ctime_ns
 
 
 def refresh_hashed(releases_dir: Path,
@@ -123,41 +180,28 @@ def refresh_hashed(releases_dir: Path,
     whose stat differs from its record. Run after each add and prune: the files are hashed
     without the lock, the records written under it (`locked()`). A record is a cache of true
     facts (this file, with this stat, had this hash), and an entry is written only for a file
-    hashed with that stat. Returns the files hashed again."""
+    hashed with that stat. Each record is read a line at a time, and only a changed one is
+    held, as lines. Returns the files hashed again."""
     versions = [e.name for e in os.scandir(releases_dir)
                 if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
-    again: dict[tuple[int, int], tuple[os.stat_result, str] | None] = {}
-    changed: dict[str, Hashed] = {}
+    again: _Again = {}
+    changed: dict[str, list[bytes]] = {}
     for version in versions:
-        old = recorded_hashed(releases_dir, version)
-        new: Hashed = {}
+        data = _hashed_record(releases_dir, version)
+        if data is None:
+            continue
         base = f"{releases_dir}/{version}/"  # strings: ~10,000 files for ten releases
-        for key, entry in old.items():
-            rel, dev, ino, size, mode, mtime, ctime = key
-            if rel.startswith("/") or ".." in rel.split("/"):
-                continue  # not a record this store wrote
-            try:
-                st = os.lstat(base + rel)
-            except OSError:
-                continue  # gone: the check says so
-            if (st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns) != \
-                    (dev, ino, size, mode, mtime):
-                continue  # changed: the check hashes it, and says so if it differs
-            if st.st_ctime_ns != ctime and (dev, ino) not in again:
-                now = intact(base + rel, entry.sha256, stat.S_IMODE(mode), size)
-                again[(dev, ino)] = None if now is None else (now, entry.sha256)
-            found = again.get((dev, ino)) if st.st_ctime_ns != ctime else (st, entry.sha256)
-            if found is not None and found[1] == entry.sha256 and found[0].st_ino == ino:
-                now = found[0]
-                new[(rel, dev, ino, now.st_size, now.st_mode, now.st_mtime_ns,
-                     now.st_ctime_ns)] = entry
-        if new != old and new:
-            changed[version] = new
+        if all(_kept(base, key, entry, again) == key for key, entry in _parsed(data)):
+            continue  # read again only when something changed: a record of a big release
+        lines = [_line(kept, entry) for key, entry in _parsed(data)  # is held as lines alone
+                 if (kept := _kept(base, key, entry, again)) is not None]
+        if lines:
+            changed[version] = lines
     if changed:
         with locked():
             for version, new in changed.items():
                 if os.path.isdir(releases_dir / version):  # not pruned meanwhile
-                    record_hashed(releases_dir, version, new)
+                    _write_hashed(releases_dir, version, new)
     return len(again)
 
 
@@ -300,10 +344,18 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
     """Store a normalized copy of the release `directory` in `releases_dir`, with its digest:
     staged and checked without the writers' lock, committed under it (`locked()` takes it)."""
     try:
-        with staged(directory, releases_dir, validate, limits) as ready, locked():
-            return commit(releases_dir, ready)
+        return _staged_and_committed(directory, releases_dir, validate, locked, limits)
     finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
         tidy(releases_dir, locked)
+
+
+def _staged_and_committed(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
+                          locked: Callable[[], contextlib.AbstractContextManager[object]],
+                          limits: StoreConfig) -> Stored:
+    """`store` but its tidying: a frame of its own, so that the staged copy's hashes are freed
+    before `tidy` reads every release's."""
+    with staged(directory, releases_dir, validate, limits) as ready, locked():
+        return commit(releases_dir, ready)
 
 
 def tidy(releases_dir: Path,

@@ -315,4 +315,5 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
                 hashed[key] = entries[-1]
     finally:
         os.close(root_fd)
-    return sorted(entries, key=lambda e: e.path.encode())
+    entries.sort(key=lambda e: e.path.encode())
+    return entries
