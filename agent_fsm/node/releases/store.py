@@ -33,6 +33,7 @@ import io
 import itertools
 import os
 import stat
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -43,7 +44,8 @@ from ..sha256 import hexdigest, prefer_openssl
 from ..store_config import StoreConfig
 from . import room
 from .objects import Collected, Objects, collect, intact, shared
-from .tree import DIR_MODE, Entry, Hashed, copy, scan
+from .tree import DIR_MODE, STAMP, Entry, Hashed, Key, copy, scan
+from .tree import key as tree_key
 
 HEADER = b"agent-fsm release manifest v1\n"
 DIGESTS = ".digests"
@@ -93,11 +95,8 @@ def forget(releases_dir: Path, version: str) -> None:
     files.remove(releases_dir / HASHED / version)
 
 
-Key = tuple[str, int, int, int, int, int, int]  # as `Hashed` keys a file
-
-
 def _line(key: Key, entry: Entry) -> bytes:
-    rel, dev, ino, size, mode, mtime, ctime = key
+    rel, (dev, ino, size, mode, mtime, ctime) = key[0], STAMP.unpack(key[1])
     return f"{dev} {ino} {size} {mode} {mtime} {ctime} {entry.sha256} {rel}\n".encode()
 
 
@@ -107,8 +106,9 @@ def _write_hashed(releases_dir: Path, version: str, lines: Iterable[bytes]) -> N
 
 
 def record_hashed(releases_dir: Path, version: str, hashed: Hashed) -> None:
-    """Record the files' hashes with their stat as stored (the caller holds the writers' lock)."""
-    _write_hashed(releases_dir, version, (_line(k, e) for k, e in sorted(hashed.items())))
+    """Record the files' hashes with their stat as stored (the caller holds the writers' lock),
+    in the order they were hashed: a record is read into a table, so no order is needed."""
+    _write_hashed(releases_dir, version, (_line(k, e) for k, e in hashed.items()))
 
 
 def _parsed(data: bytes) -> Iterator[tuple[Key, Entry]]:
@@ -122,7 +122,11 @@ def _parsed(data: bytes) -> Iterator[tuple[Key, Entry]]:
         dev, ino, size, mode, mtime, ctime = map(int, numbers)
         if len(sha) != 64 or sha.strip("0123456789abcdef") or not stat.S_ISREG(mode):
             raise ValueError("not a hashes record")
-        yield (rel, dev, ino, size, mode, mtime, ctime), Entry(rel, stat.S_IMODE(mode), size, sha)
+        try:
+            stamp = STAMP.pack(dev, ino, size, mode, mtime, ctime)
+        except struct.error:
+            raise ValueError("not a hashes record") from None
+        yield (rel, stamp), Entry(rel, stat.S_IMODE(mode), size, sha)
 
 
 def _hashed_record(releases_dir: Path, version: str) -> bytes | None:
@@ -152,7 +156,7 @@ _Again = dict[tuple[int, int], tuple[os.stat_result, str] | None]
 def _kept(base: str, key: Key, entry: Entry, again: _Again) -> Key | None:
     """The key a recorded file keeps in its record (a new ctime when it was hashed again, in
     `again` once for all its names), or None when it is no longer recorded."""
-    rel, dev, ino, size, mode, mtime, ctime = key
+    rel, (dev, ino, size, mode, mtime, ctime) = key[0], STAMP.unpack(key[1])
     if rel.startswith("/") or ".." in rel.split("/"):
         return None  # not a record this store wrote
     try:
@@ -168,8 +172,7 @@ def _kept(base: str, key: Key, entry: Entry, again: _Again) -> Key | None:
     found = again.get((dev, ino)) if st.st_ctime_ns != ctime else (st, entry.sha256)
     if found is None or found[1] != entry.sha256 or found[0].st_ino != ino:
         return None
-    now = found[0]
-    return rel, dev, ino, now.st_size, now.st_mode, now.st_mtime_ns, now.st_ctime_ns
+    return tree_key(rel, found[0])
 
 
 def refresh_hashed(releases_dir: Path,
