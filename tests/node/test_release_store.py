@@ -18,6 +18,7 @@ import pytest
 from agent_fsm.actions.releases.packing import add
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.assets.render import TEMPLATES
+from agent_fsm.node.releases import hashes as release_hashes
 from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.releases import tree as release_tree
@@ -66,7 +67,7 @@ def leftovers(world: World) -> list[str]:
                if p.stat().st_nlink == 1] if objects.is_dir() else []
     return sorted(p.name for p in world.paths.releases_dir.iterdir()
                   if p.name.startswith(".") and p.name not in (release_store.DIGESTS,
-                                                               release_store.HASHED,
+                                                               release_hashes.HASHED,
                                                                release_objects.OBJECTS)) + garbage
 
 
@@ -306,7 +307,7 @@ class TestHashedRecord:
         """A record of hashes that is damaged or gone changes nothing but the time a check
         takes: the release still checks out, and a change in it is still found."""
         add(make_release(tmp_path), world.node)
-        path = world.paths.releases_dir / release_store.HASHED / "1.0.0"
+        path = world.paths.releases_dir / release_hashes.HASHED / "1.0.0"
         if record is None:
             path.unlink()
         else:
@@ -319,8 +320,8 @@ class TestHashedRecord:
     def test_forgetting_a_release_removes_its_record(self, world: World, tmp_path: Path) -> None:
         """When a release leaves the store, its record of hashes goes with its digest."""
         add(make_release(tmp_path), world.node)
-        path = world.paths.releases_dir / release_store.HASHED / "1.0.0"
-        assert path.read_bytes().startswith(release_store.HASHED_HEADER)
+        path = world.paths.releases_dir / release_hashes.HASHED / "1.0.0"
+        assert path.read_bytes().startswith(release_hashes.HASHED_HEADER)
         release_store.forget(world.paths.releases_dir, "1.0.0")
         assert not path.exists()
 
