@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ... import files
-from ...errors import AssetError, BadTree, DiskError, Refused, ReleaseError, StateFileError, UnsafePath
+from ...errors import AssetError, BadTree, Refused, ReleaseError, StateFileError, UnsafePath
 from ...node.assets import render as assets
 from ...node.records import known_bad
 from ...node.releases import objects as release_objects
-from ...node.releases import room as release_room
 from ...node.releases import store as release_store
 from ...node.releases import tree
 from ...node.releases import workload as workload_command
@@ -258,12 +257,9 @@ def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
             f"refusing release {shown}: {named(exc)}; a release holds regular files and "
             "directories only, within the store's limits (docs/operations.md, Releases); "
             "nothing was stored") from None
-    except (OSError, DiskError) as exc:
-        full = release_room.filled(exc, f"release {shown}", node.paths.state_dir)
-        if full is None and isinstance(exc, DiskError):
-            raise  # it says what it could not do, and what to do
-        raise full or ReleaseError(f"could not store release {shown}: {named(exc)}; nothing "
-                                   "was stored") from None
+    except OSError as exc:
+        raise ReleaseError(f"could not store release {shown}: {named(exc)}; nothing "
+                           "was stored") from None
     except (ReleaseError, AssetError, Refused) as exc:
         raise type(exc)(named(exc)) from None
     return Added(done.version, done.path, done.already, done.digest, done.replaced)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ... import files
-from ...errors import AgentFsmError, BadTree, Refused
+from ...errors import AgentFsmError, BadTree, DiskError, Refused
 from ..sha256 import hexdigest, prefer_openssl
 from ..store_config import StoreConfig
 from . import room
@@ -222,6 +222,11 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
     staged and checked without the writers' lock, committed under it (`locked()` takes it)."""
     try:
         return _staged_and_committed(directory, releases_dir, validate, locked, limits)
+    except (OSError, DiskError) as exc:  # the disk filled: NoRoom, one line; else as it came
+        full = room.filled(exc, f"release {directory}", releases_dir.parent)
+        if full is None:
+            raise
+        raise full from None
     finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
         tidy(releases_dir, locked)
 
