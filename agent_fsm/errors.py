@@ -110,6 +110,10 @@ class BadTree(ReleaseError):
         super().__init__(f"{path} {why}")
 
 
+class NoRoom(ReleaseError):
+    """A release does not fit the store's disk: what it needs, what is free, what is kept."""
+
+
 class BadArchive(ReleaseError):
     """A tar archive refused while it is read: why, as a clause ("it is not a tar archive")."""
 

@@ -27,7 +27,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .errors import DiskError, NeedsRoot, UnsafePath
@@ -175,8 +175,10 @@ def _refuse_link(dir_fd: int, path: Path) -> None:
         raise unsafe(path, "a symlink is planted there")
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, create_dir: bool = True) -> None:
-    """Replace `path` with `data` and exactly `mode`, atomically and durably; DiskError (the
+def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, *,
+                 create_dir: bool = True) -> None:
+    """Replace `path` with `data` (bytes, or chunks of them written as they come) and exactly
+    `mode`, atomically and durably; DiskError (the
     old file as it was, unless only the final fsync failed) when the disk fails it. Without
     `create_dir`, a missing directory is FileNotFoundError (and nothing is written)."""
     doing = f"write {path}"
@@ -192,10 +194,10 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, *, create_dir: bool
                 raise unsafe(path, f"something is planted at the temporary name {tmp}") from None
             try:
                 try:
-                    view = memoryview(data)
-                    while view:
-                        written = os.write(fd, view)
-                        view = view[written:]
+                    for chunk in (data,) if isinstance(data, bytes) else data:
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[os.write(fd, view):]
                     os.fchmod(fd, mode)  # exact, whatever the umask
                     os.fsync(fd)
                 finally:

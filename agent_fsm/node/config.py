@@ -27,6 +27,7 @@ from .check_config import parse as parse_checks
 from .check_config import to_table as checks_table
 from .hook_config import MAX_TIMEOUT as MAX_HOOK_TIMEOUT
 from .hook_config import HookConfig, by_trigger
+from .store_config import CEILING, StoreConfig
 
 DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")
 CONFIG_ENV = "AGENT_FSM_CONFIG"
@@ -90,6 +91,7 @@ class Config(NamedTuple):
     judgment: Judgment = Judgment()
     hooks: HookConfig = HookConfig()  # [hooks]: before/after transitions
     workload: WorkloadConfig = WorkloadConfig()  # [workload]: the workload's user, environment...
+    store: StoreConfig = StoreConfig()  # [store]: how big a release may be
     source: Path | None = None  # the file it was read from, if any
     fallback: Fallback | None = None  # the way back's: the live file is wrong, these are kept
 
@@ -196,11 +198,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("workload.environment", values.environment, dict),
     Setting("workload.writable_paths", values.paths, _strings),
     Setting("workload.identifier", values.identifier),
+    *(Setting(f"store.{key}", values.number(1, CEILING, integer=True))
+      for key in StoreConfig._fields),
 )
 # Each table's record, and whether its unknown keys are refused even where the file is read
 # leniently (those of [hooks] are).
 _SECTIONS: dict[str, tuple[type[Any], bool]] = {
-    "judgment": (Judgment, False), "hooks": (HookConfig, True), "workload": (WorkloadConfig, False)}
+    "judgment": (Judgment, False), "hooks": (HookConfig, True), "workload": (WorkloadConfig, False),
+    "store": (StoreConfig, False)}
 
 
 def _keys(section: str | None) -> frozenset[str]:

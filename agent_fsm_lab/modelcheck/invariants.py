@@ -269,12 +269,12 @@ def leftovers(releases_dir: Path) -> list[str]:
     """What the store holds besides its releases, their records and the objects they link:
     hidden staging copies and trees taken out, records of releases not stored, objects no
     release links (link count 1)."""
-    from agent_fsm.node.releases import objects, store
+    from agent_fsm.node.releases import hashes, objects, store
 
-    kept = (store.DIGESTS, store.HASHED, objects.OBJECTS)
+    kept = (store.DIGESTS, hashes.HASHED, objects.OBJECTS)
     out = sorted(p.name for p in releases_dir.glob(".*") if p.name not in kept)
     versions = {p.name for p in releases_dir.iterdir() if not p.name.startswith(".")}
-    for kind in (store.DIGESTS, store.HASHED):
+    for kind in (store.DIGESTS, hashes.HASHED):
         out += sorted(f"{kind}/{p.name}" for p in (releases_dir / kind).glob("*")
                       if p.name not in versions)
     out += sorted(f"{objects.OBJECTS}/{p.name}" for p in (releases_dir / objects.OBJECTS).glob("*")

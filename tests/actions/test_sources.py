@@ -16,7 +16,7 @@ import pytest
 from agent_fsm.actions.releases import trust
 from agent_fsm.actions.releases.sources import add_source
 from agent_fsm.errors import ReleaseError
-from agent_fsm.node.releases import tree
+from agent_fsm.node.store_config import StoreConfig
 from tests.actions.test_payload import with_payload
 from tests.helpers import World, one_line
 from tests.node.test_release_store import CONFIG, leftovers
@@ -85,12 +85,12 @@ class TestArchives:
         ("device", "member 'myagent-1.0.0/payload/null' is a device"),
         ("FIFO", "member 'myagent-1.0.0/payload/fifo' is a FIFO"),
         ("twice", "member 'myagent-1.0.0/release.toml' is in the archive twice"),
-        ("over the limit", "member 'myagent-1.0.0/payload/big' is larger than"),
+        ("over the limit", "member 'myagent-1.0.0/payload/big' is larger than 1 MiB (the "
+                           "store's limit: raise `[store] max_file_bytes`"),
         ("control character", "member 'myagent-1.0.0/payload/a\\x00b' has a name with a control"),
     ])
     def test_a_bad_member_is_refused_naming_it(self, world: World, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch, case: str,
-                                               says: str) -> None:
+                                               case: str, says: str) -> None:
         """An archive with an absolute member, a `..` component, a link, a device, a FIFO, a
         member twice or one over the store's limits is refused in one line naming the member
         and the archive; nothing is left in the store."""
@@ -110,12 +110,14 @@ class TestArchives:
         }[case]
         if case == "control character":  # only a pax header carries a NUL in a name
             member.pax_headers["path"] = member.name
+        node = world.node
         if case == "over the limit":
-            monkeypatch.setattr(tree, "MAX_FILE_BYTES", 1 << 20)
+            node = node._replace(config=node.config._replace(
+                store=StoreConfig(max_file_bytes=1 << 20)))
         with_member(release, archive, member, b"x" * ((1 << 20) + 1 if case == "over the limit"
                                                       else 3))
         with pytest.raises(ReleaseError) as refused:
-            add_source(str(archive), world.node)
+            add_source(str(archive), node)
         message = str(refused.value)
         assert "\n" not in message and says in message, message
         assert f"refusing release archive {archive}" in message and "nothing was stored" in message

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from agent_fsm.actions.releases import tarstream, trust
 from agent_fsm.actions.releases.sources import add_source, unpack
 from agent_fsm.errors import BadArchive, ReleaseError
-from agent_fsm.node.releases import tree
+from agent_fsm.node.store_config import StoreConfig
 from tests.actions import hostile_tars as h
 from tests.actions.test_payload import with_payload
 from tests.actions.test_sources import nothing_stored
@@ -40,11 +40,12 @@ _PEAK = ("import resource, subprocess, sys\n"
          "sys.exit(done.returncode)\n")
 
 
-def release_add(tmp_path: Path, archive: Path) -> tuple[int, str, int, int]:
-    """`agent-fsm release add ARCHIVE` on a node below tmp_path: its exit code, the start of its
-    stderr, the lines of its stderr and its peak resident memory (bytes)."""
+def release_add(tmp_path: Path, archive: Path, config: str = "") -> tuple[int, str, int, int]:
+    """`agent-fsm release add ARCHIVE` on a node below tmp_path (`config` added to its config):
+    its exit code, the start of its stderr, the lines of its stderr and its peak resident memory
+    (bytes)."""
     cfg = tmp_path / "config.toml"
-    cfg.write_text(CONFIG)
+    cfg.write_text(CONFIG + config)
     env = {k: v for k, v in os.environ.items() if k != "AGENT_FSM_CONFIG"}
     with (tmp_path / "stderr").open("w+b") as err:
         done = subprocess.run(
@@ -64,10 +65,10 @@ def left_in_store(tmp_path: Path) -> list[str]:
     return sorted(p.name for p in releases.iterdir()) if releases.exists() else []
 
 
-def refused_in_one_line(tmp_path: Path, archive: Path, says: str) -> None:
+def refused_in_one_line(tmp_path: Path, archive: Path, says: str, config: str = "") -> None:
     """`release add ARCHIVE` exits 1 with one line saying `says`, leaves nothing in the store,
     and stays within RSS_BOUND."""
-    code, stderr, lines, rss = release_add(tmp_path, archive)
+    code, stderr, lines, rss = release_add(tmp_path, archive, config)
     assert rss < RSS_BOUND, f"peak RSS {rss >> 20} MiB"
     assert "Traceback" not in stderr and lines == 1, stderr
     assert code == 1, stderr
@@ -92,11 +93,14 @@ class TestHostileArchives:
 
     def test_a_flood_of_dot_members_is_refused_at_the_member_limit(self, tmp_path: Path) -> None:
         """500,000 `./` headers in a .tar.xz count as members: refused in one line once the
-        member limit is passed, before the rest is decompressed; memory stays small."""
+        member limit (`[store] max_release_files`, and two) is passed, naming the key, before
+        the rest is decompressed; memory stays small."""
         archive = h.dot_members(tmp_path / "dots.tar.xz", 500_000)
         refused_in_one_line(tmp_path, archive,
-                            f"it has more than {tree.MAX_ENTRIES + 2} members, counting every "
-                            "header")
+                            "it has more than 10002 members, counting every header (files, "
+                            "directories, `./`, headers of any kind): the store's limit: raise "
+                            "`[store] max_release_files`",
+                            config="[store]\nmax_release_files = 10000\n")
 
     def test_a_chain_of_pax_headers_is_refused_in_one_line(self, tmp_path: Path) -> None:
         """5,000 pax headers in a row (11 KB) are refused in one line at the second, with no
@@ -164,22 +168,23 @@ class TestRealArchives:
         assert added.digest == trust.digest(release)
 
     def test_every_member_counts_and_the_archive_top_is_allowed(
-            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+            self, world: World, tmp_path: Path) -> None:
         """With the store's limit at exactly a release's entries, its archive with `./` and a
         top directory is stored; one more `./` header is refused, naming the member limit."""
         release = shutil.copytree(with_payload(tmp_path), tmp_path / "top" / "myagent")
         entries = sum(1 for _ in release.rglob("*"))
-        monkeypatch.setattr(tree, "MAX_ENTRIES", entries)
+        node = world.node._replace(config=world.node.config._replace(
+            store=StoreConfig(max_release_files=entries)))
         archive = tmp_path / "r.tar"
         with tarfile.open(archive, "w") as tar:
             tar.add(release.parent, arcname=".")  # `.`, the top directory, then the release
-        assert add_source(str(archive), world.node).version == "1.0.0"
+        assert add_source(str(archive), node).version == "1.0.0"
         with tarfile.open(archive, "a") as tar:
             dot = tarfile.TarInfo("./")
             dot.type = tarfile.DIRTYPE
             tar.addfile(dot)
         with pytest.raises(ReleaseError, match=f"more than {entries + 2} members"):
-            add_source(str(archive), world.node)
+            add_source(str(archive), node)
 
 
 class TestMembers:
@@ -278,13 +283,11 @@ class TestBoundedReading:
             assert peak < _baseline(compression) + _HELD, (peak, _baseline(compression))
             assert counted <= _BYTES  # data and extended headers
             assert position - counted <= (_MEMBERS + 1) * _FRAMING + 2 * h.BLOCK, position
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(tree, "MAX_ENTRIES", _MEMBERS - 2)
-                patch.setattr(tree, "MAX_RELEASE_BYTES", _BYTES)
-                try:
-                    unpack(archive, Path(work) / "into")
-                except ReleaseError as exc:
-                    assert "\n" not in str(exc) and len(str(exc)) < 1000, str(exc)[:2000]
+            try:
+                unpack(archive, Path(work) / "into",
+                       StoreConfig(max_release_files=_MEMBERS - 2, max_release_bytes=_BYTES))
+            except ReleaseError as exc:
+                assert "\n" not in str(exc) and len(str(exc)) < 1000, str(exc)[:2000]
 
 
 def _read_all(archive: Path) -> tuple[int, int, int]:

@@ -197,8 +197,7 @@ def test_read_only_state_dir_while_judged_converges_once_writable(
 
 # 3. The writers' lock is held --------------------------------------------------------------
 def _big_release(lab: Lab, version: str) -> Path:
-    """A release with a payload large enough that adding it takes a while (48 MiB, within the
-    store's 64 MiB a file)."""
+    """A release with a payload large enough that adding it takes a while (48 MiB)."""
     path = packing.pack(version, lab.packs / version)
     (path / "payload").mkdir(exist_ok=True)
     with open(path / "payload" / "blob", "wb") as out:

@@ -18,9 +18,12 @@ import pytest
 from agent_fsm.actions.releases.packing import add
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.assets.render import TEMPLATES
+from agent_fsm.node.releases import hashes as release_hashes
 from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.releases import tree as release_tree
+from agent_fsm.node.store_config import StoreConfig
+from agent_fsm.wiring import Node
 from tests.helpers import World, make_world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +67,7 @@ def leftovers(world: World) -> list[str]:
                if p.stat().st_nlink == 1] if objects.is_dir() else []
     return sorted(p.name for p in world.paths.releases_dir.iterdir()
                   if p.name.startswith(".") and p.name not in (release_store.DIGESTS,
-                                                               release_store.HASHED,
+                                                               release_hashes.HASHED,
                                                                release_objects.OBJECTS)) + garbage
 
 
@@ -152,27 +155,32 @@ class TestNormalized:
             add(rel, world.node)
         assert world.node.releases.versions() == [] and leftovers(world) == []
 
-    def test_oversized_inputs_are_refused(self, world: World, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
-        """A file over 64 MiB (sparse: refused before it is read), a release.toml over 64 KiB,
-        too many entries, and too many bytes in all are each refused."""
+    def test_oversized_inputs_are_refused(self, world: World, tmp_path: Path) -> None:
+        """A file over `[store] max_file_bytes` (sparse: refused before it is read), a
+        release.toml over 64 KiB, more entries than `max_release_files` and more bytes than
+        `max_release_bytes` are each refused, naming the key to raise."""
         rel = make_release(tmp_path)
+
+        def ceiling(**limits: int) -> Node:
+            return world.node._replace(config=world.node.config._replace(
+                store=StoreConfig(**limits)))
+
         with open(rel / "big", "wb") as f:
-            f.truncate(release_tree.MAX_FILE_BYTES + 1)
-        with pytest.raises(ReleaseError, match="big is larger than 64 MiB"):
-            add(rel, world.node)
+            f.truncate((1 << 20) + 1)
+        with pytest.raises(ReleaseError, match=r"big is larger than 1 MiB \(the store's limit: "
+                           r"raise `\[store\] max_file_bytes`"):
+            add(rel, ceiling(max_file_bytes=1 << 20))
         (rel / "big").unlink()
         (rel / "release.toml").write_text('version = "1.0.0"\n' + "#" * (64 << 10))
         with pytest.raises(ReleaseError, match="larger than 65536 bytes"):
             add(rel, world.node)
         (rel / "release.toml").write_text('version = "1.0.0"\n')
-        monkeypatch.setattr(release_tree, "MAX_ENTRIES", 5)
-        with pytest.raises(ReleaseError, match="more than 5 files and directories"):
-            add(rel, world.node)
-        monkeypatch.setattr(release_tree, "MAX_ENTRIES", 10_000)
-        monkeypatch.setattr(release_tree, "MAX_RELEASE_BYTES", 1000)
-        with pytest.raises(ReleaseError, match="holds more than"):
-            add(rel, world.node)
+        with pytest.raises(ReleaseError, match=r"more than 5 files and directories \(the "
+                           r"store's limit: raise `\[store\] max_release_files`"):
+            add(rel, ceiling(max_release_files=5))
+        with pytest.raises(ReleaseError, match=r"holds more than 1000 bytes \(the store's "
+                           r"limit: raise `\[store\] max_release_bytes`"):
+            add(rel, ceiling(max_release_bytes=1000))
         assert world.node.releases.versions() == [] and leftovers(world) == []
 
 
@@ -299,7 +307,7 @@ class TestHashedRecord:
         """A record of hashes that is damaged or gone changes nothing but the time a check
         takes: the release still checks out, and a change in it is still found."""
         add(make_release(tmp_path), world.node)
-        path = world.paths.releases_dir / release_store.HASHED / "1.0.0"
+        path = world.paths.releases_dir / release_hashes.HASHED / "1.0.0"
         if record is None:
             path.unlink()
         else:
@@ -312,8 +320,8 @@ class TestHashedRecord:
     def test_forgetting_a_release_removes_its_record(self, world: World, tmp_path: Path) -> None:
         """When a release leaves the store, its record of hashes goes with its digest."""
         add(make_release(tmp_path), world.node)
-        path = world.paths.releases_dir / release_store.HASHED / "1.0.0"
-        assert path.read_bytes().startswith(release_store.HASHED_HEADER)
+        path = world.paths.releases_dir / release_hashes.HASHED / "1.0.0"
+        assert path.read_bytes().startswith(release_hashes.HASHED_HEADER)
         release_store.forget(world.paths.releases_dir, "1.0.0")
         assert not path.exists()
 

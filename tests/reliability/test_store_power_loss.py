@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.actions.releases.packing import add, prune
+from agent_fsm.node.releases import hashes as release_hashes
 from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store
 from tests.helpers import World, make_world
@@ -47,7 +48,7 @@ def _store(world: World) -> tuple[dict[str, str | None], list[str], list[str]]:
     """Each stored release's problem, what the store holds that no release uses, and the
     releases it keeps records for."""
     releases, where = world.node.releases, world.paths.releases_dir
-    records = sorted(f"{d}/{p.name}" for d in (release_store.DIGESTS, release_store.HASHED)
+    records = sorted(f"{d}/{p.name}" for d in (release_store.DIGESTS, release_hashes.HASHED)
                      for p in (where / d).glob("*"))
     return ({v: releases.integrity(v).problem for v in releases.versions()}, leftovers(world),
             records)

@@ -251,7 +251,8 @@ def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
 
     try:
         done = release_store.store(directory, node.paths.releases_dir,
-                                   lambda staged: validate(staged, node), node.store.locked)
+                                   lambda staged: validate(staged, node), node.store.locked,
+                                   node.config.store)
     except BadTree as exc:
         raise ReleaseError(
             f"refusing release {shown}: {named(exc)}; a release holds regular files and "

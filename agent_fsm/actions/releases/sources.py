@@ -28,6 +28,8 @@ from ... import files
 from ...errors import BadArchive, ReleaseError
 from ...node.releases import store as release_store
 from ...node.releases import tree
+from ...node.releases.room import Room, room
+from ...node.store_config import DEFAULTS, StoreConfig, raise_key, size_text
 from ...system.podman import parse_reference
 from ...wiring import Node
 from . import images, packing, tarstream
@@ -64,7 +66,7 @@ def add_archive(archive: Path, node: Node) -> packing.Added:
     """Store the release the tar archive `archive` holds (see the module docstring)."""
     with release_store.scratch(node.paths.releases_dir) as holder:
         into = holder / "release"
-        unpack(archive, into)
+        unpack(archive, into, node.config.store, room(node.paths.releases_dir))
         return packing.add(release_root(archive, into), node, shown_as=str(archive))
 
 
@@ -72,20 +74,24 @@ def _refuse(archive: Path, why: str) -> NoReturn:
     raise ReleaseError(f"refusing release archive {archive}: {why}; {_NOTHING}")
 
 
-def unpack(archive: Path, into: Path) -> None:
+def unpack(archive: Path, into: Path, limits: StoreConfig = DEFAULTS,
+           space: Room | None = None) -> None:
     """Unpack the tar archive `archive` into the new directory `into`, member by member, each
     checked before it is written (see the module docstring); ReleaseError naming the first one
-    refused. Files are written 0755 when the member has an x bit, else 0644 (the store gives
-    the modes again); owners, times and other bits in the archive are not kept."""
+    refused; `limits`: the host's ceilings; `space`: the room on the disk of `into`, each file
+    checked to fit it before it is written (NoRoom). Files are written 0755 when the member has an x
+    bit, else 0644 (the store gives the modes again); owners, times and other bits in the
+    archive are not kept."""
     try:
         raw = open(archive, "rb")  # noqa: SIM115 (closed by the `with` below)
     except OSError as exc:
         raise ReleaseError(f"cannot read release archive {archive}: {exc.strerror or exc}; "
                            + _NOTHING) from None
     # Every member counts, the archive's own top (`./`) and a top directory too.
-    limits = {"max_members": tree.MAX_ENTRIES + 2, "max_bytes": tree.MAX_RELEASE_BYTES}
+    bounds = {"max_members": limits.max_release_files + 2, "max_bytes": limits.max_release_bytes}
+    need = 0
     try:
-        with raw, tarstream.Reader(raw, **limits) as tar:
+        with raw, tarstream.Reader(raw, **bounds) as tar:
             files.make_dir(into, 0o700)
             for member in tar.members():
                 rel = _checked(archive, member)
@@ -96,9 +102,14 @@ def unpack(archive: Path, into: Path) -> None:
                     if member.kind == tarstream.DIRECTORY:
                         _make_dirs(into, target)
                         continue
-                    if member.size > tree.MAX_FILE_BYTES:
+                    if member.size > limits.max_file_bytes:
                         _refuse(archive, f"member {_shown(member.name)} is larger than "
-                                         f"{tree.MAX_FILE_BYTES >> 20} MiB (the store's limit)")
+                                         f"{size_text(limits.max_file_bytes)} "
+                                         f"({raise_key('max_file_bytes')})")
+                    if space is not None:  # the size is known as the stream is read
+                        need += -(-member.size // space.block) * space.block
+                        if not space.fits(need):
+                            raise space.refuse(f"release archive {archive}", need, so_far=True)
                     _make_dirs(into, target.parent)
                     _write(tar.data(), member, target)
                 except (FileExistsError, NotADirectoryError):

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ...errors import BadArchive
+from ...node.store_config import raise_key, size_text
 
 try:  # a Python built without lzma reads no .tar.xz (BadArchive says so)
     import lzma
@@ -116,7 +117,7 @@ class Reader:
             if self._members > self.max_members:
                 raise BadArchive(f"it has more than {self.max_members} members, counting "
                                  "every header (files, directories, `./`, headers of any "
-                                 "kind): over the store's limit")
+                                 f"kind): {raise_key('max_release_files')}")
             if kind == _GLOBAL:
                 for _ in _pax_records(self._extended(kind, size, offset), self._damaged, offset):
                     pass  # checked, not used
@@ -158,7 +159,7 @@ class Reader:
         """Count `size` bytes of data or extended header, before they are read."""
         if self.counted + size > self.max_bytes:
             raise BadArchive(f"its files and extended headers hold more than "
-                             f"{self.max_bytes >> 20} MiB (the store's limit)")
+                             f"{size_text(self.max_bytes)} ({raise_key('max_release_bytes')})")
         self.counted += size
 
     def _member(self, name: str, kind: bytes, mode: int, size: int, linkname: str, offset: int,

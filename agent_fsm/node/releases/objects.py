@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -110,11 +111,20 @@ def collect(releases_dir: Path) -> Collected:
     """Remove every object no release links any more (link count 1), and what an interrupted
     `keep` left; needs no lock (see the module's docstring for a race with an add)."""
     where = releases_dir / OBJECTS
-    freed, size = 0, 0
     try:
-        entries = list(os.scandir(where))
+        entries = os.scandir(where)  # not listed: a store of big releases has 100,000s
     except FileNotFoundError:
         return Collected()
+    with entries:
+        freed, size = _collect(entries)
+    if freed:
+        files.fsync_dir(where)
+    return Collected(freed, size)
+
+
+def _collect(entries: Iterator[os.DirEntry[str]]) -> tuple[int, int]:
+    """Unlink the garbage among `entries`: how many files, and their bytes."""
+    freed, size = 0, 0
     for e in entries:
         try:
             st = e.stat(follow_symlinks=False)
@@ -124,9 +134,7 @@ def collect(releases_dir: Path) -> Collected:
         except FileNotFoundError:  # another prune's collect freed it first
             continue
         freed, size = freed + 1, size + st.st_size
-    if freed:
-        files.fsync_dir(where)
-    return Collected(freed, size)
+    return freed, size
 
 
 def shared(path: Path) -> int:

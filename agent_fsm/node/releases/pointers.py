@@ -23,6 +23,7 @@ from typing import NamedTuple
 from ... import files
 from ...errors import BadTree, ReleaseError
 from ..paths import Paths
+from . import hashes as release_hashes
 from . import repair as release_repair
 from . import signing
 from . import store as release_store
@@ -160,7 +161,7 @@ class Releases:
         FileNotFoundError when it is not stored."""
         if check_version(version) not in self._recorded:
             self._recorded.add(version)
-            self._hashed.update(release_store.recorded_hashed(self.paths.releases_dir, version))
+            self._hashed.update(release_hashes.recorded_hashed(self.paths.releases_dir, version))
         try:
             return release_store.check(self.paths.releases_dir, version, self._hashed)
         except BadTree as exc:

@@ -24,6 +24,7 @@ from ... import files
 from ...errors import ConfigError
 from ..config import Config
 from ..paths import Paths
+from ..store_config import DEFAULTS
 from . import store as release_store
 from .tree import scan
 
@@ -36,8 +37,10 @@ def message(release: Path, *, stored: bool) -> bytes:
     """The message a release's signature signs: its digest without `release.sig`.
 
     `stored`: the release is a stored (or staged) copy, checked as the store holds it; else a
-    packed directory, whose modes are taken as the store will give them."""
-    entries = [e for e in scan(release, stored=stored, normalize=not stored)
+    packed directory, whose modes are taken as the store will give them, within the default
+    ceilings (`store_config.DEFAULTS`)."""
+    entries = [e for e in scan(release, stored=stored, normalize=not stored,
+                               limits=None if stored else DEFAULTS)
                if e.path != SIGNATURE]
     return release_store.digest(release_store.manifest(entries)).encode("ascii")
 

@@ -14,42 +14,39 @@ holds nothing else (`release_tree`), so this is all of a release. The manifest i
 when the release is added, in `releases/.digests/<version>` (outside the release tree, and
 hidden, so never taken for a version), so that a mismatch can name what changed.
 
-Beside it, `releases/.hashed/<version>` records each file's hash with its stat as the store
-wrote it (device, inode, size, mode, mtime and ctime, which no writer can set back): a later
-check re-hashes only a file whose stat differs, so a start of the agent walks its release
-(~8 ms) instead of reading all of it (~40 ms with OpenSSL, ~100 ms without). Damage that keeps
-a file's stat (a disk's bit rot) is then found by `doctor` and `release list`, which hash
-everything. A missing or unreadable record only means every file is hashed.
-
+Beside it, `releases/.hashed/<version>` records each file's hash with its stat (`hashes`).
 The files themselves are kept once across releases (`objects`): each file of a release is a
-hard link to `releases/.objects/<sha256>-<mode>`. Linking or unlinking a name moves a shared
-file's ctime, so after each add and prune `refresh_hashed` records such files again.
+hard link to `releases/.objects/<sha256>-<mode>`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
-import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from ... import files
-from ...errors import AgentFsmError, BadTree, Refused
+from ...errors import AgentFsmError, BadTree, DiskError, Refused
 from ..sha256 import hexdigest, prefer_openssl
-from .objects import Collected, Objects, collect, intact, shared
+from ..store_config import StoreConfig
+from . import room
+from .hashes import HASHED, MAX_RECORD_BYTES, record_hashed, refresh_hashed
+from .objects import Collected, Objects, collect, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
 DIGESTS = ".digests"
-HASHED = ".hashed"
-HASHED_HEADER = b"agent-fsm release hashes v1\n"
-MAX_RECORD_BYTES = 16 << 20  # a recorded manifest: 10,000 lines
 
 
 def manifest(entries: list[Entry]) -> bytes:
-    return HEADER + b"".join(e.line() for e in entries)
+    out = io.BytesIO()  # grown in place: no list of 100,000s of lines beside it
+    out.write(HEADER)
+    for e in entries:
+        out.write(e.line())
+    return out.getvalue()
 
 
 def digest(manifest_bytes: bytes) -> str:
@@ -83,80 +80,6 @@ def recorded(releases_dir: Path, version: str) -> bytes | None:
 def forget(releases_dir: Path, version: str) -> None:
     files.remove(record_path(releases_dir, version))
     files.remove(releases_dir / HASHED / version)
-
-
-def record_hashed(releases_dir: Path, version: str, hashed: Hashed) -> None:
-    """Record the files' hashes with their stat as stored (the caller holds the writers' lock)."""
-    lines = (f"{dev} {ino} {size} {mode} {mtime} {ctime} {e.sha256} {rel}\n"
-             for (rel, dev, ino, size, mode, mtime, ctime), e in sorted(hashed.items()))
-    files.atomic_write(releases_dir / HASHED / version,
-                       HASHED_HEADER + "".join(lines).encode(), 0o644)
-
-
-def recorded_hashed(releases_dir: Path, version: str) -> Hashed:
-    """The hashes recorded when `version` was stored, keyed as `scan` keys them; empty when
-    there is no record or it is not one (then every file is hashed, as before it existed)."""
-    try:
-        data = files.read_regular(releases_dir / HASHED / version, MAX_RECORD_BYTES)
-        if not data.startswith(HASHED_HEADER):
-            return {}
-        out: Hashed = {}
-        for line in data[len(HASHED_HEADER):].decode().splitlines():
-            *numbers, sha, rel = line.split(" ", 7)
-            dev, ino, size, mode, mtime, ctime = map(int, numbers)
-            if len(sha) != 64 or sha.strip("0123456789abcdef") or not stat.S_ISREG(mode):
-                return {}
-            out[(rel, dev, ino, size, mode, mtime, ctime)] = Entry(rel, stat.S_IMODE(mode), size,
-                                                                    sha)
-    except (OSError, ValueError):  # missing, unreadable, or not a record: hash every file
-        return {}
-    return out
-
-
-def refresh_hashed(releases_dir: Path,
-                   locked: Callable[[], contextlib.AbstractContextManager[object]]) -> int:
-    """Record again the hashes of stored files whose stat changed in its ctime alone, each
-    hashed once more: a file linked from several releases changes ctime whenever an add links
-    it or a prune unlinks one of its names, and a check of a release re-hashes every file
-    whose stat differs from its record. Run after each add and prune: the files are hashed
-    without the lock, the records written under it (`locked()`). A record is a cache of true
-    facts (this file, with this stat, had this hash), and an entry is written only for a file
-    hashed with that stat. Returns the files hashed again."""
-    versions = [e.name for e in os.scandir(releases_dir)
-                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
-    again: dict[tuple[int, int], tuple[os.stat_result, str] | None] = {}
-    changed: dict[str, Hashed] = {}
-    for version in versions:
-        old = recorded_hashed(releases_dir, version)
-        new: Hashed = {}
-        base = f"{releases_dir}/{version}/"  # strings: ~10,000 files for ten releases
-        for key, entry in old.items():
-            rel, dev, ino, size, mode, mtime, ctime = key
-            if rel.startswith("/") or ".." in rel.split("/"):
-                continue  # not a record this store wrote
-            try:
-                st = os.lstat(base + rel)
-            except OSError:
-                continue  # gone: the check says so
-            if (st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns) != \
-                    (dev, ino, size, mode, mtime):
-                continue  # changed: the check hashes it, and says so if it differs
-            if st.st_ctime_ns != ctime and (dev, ino) not in again:
-                now = intact(base + rel, entry.sha256, stat.S_IMODE(mode), size)
-                again[(dev, ino)] = None if now is None else (now, entry.sha256)
-            found = again.get((dev, ino)) if st.st_ctime_ns != ctime else (st, entry.sha256)
-            if found is not None and found[1] == entry.sha256 and found[0].st_ino == ino:
-                now = found[0]
-                new[(rel, dev, ino, now.st_size, now.st_mode, now.st_mtime_ns,
-                     now.st_ctime_ns)] = entry
-        if new != old and new:
-            changed[version] = new
-    if changed:
-        with locked():
-            for version, new in changed.items():
-                if os.path.isdir(releases_dir / version):  # not pruned meanwhile
-                    record_hashed(releases_dir, version, new)
-    return len(again)
 
 
 def differences(was: bytes, now: bytes, limit: int = 3) -> str:
@@ -241,10 +164,10 @@ class Staged(NamedTuple):
 
 
 @contextlib.contextmanager
-def staged(directory: Path, releases_dir: Path,
-           validate: Callable[[Path], str]) -> Iterator[Staged]:
+def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
+           limits: StoreConfig) -> Iterator[Staged]:
     """Copy the release `directory` into a hidden directory inside `releases_dir`, normalized,
-    and `validate` it there (it returns the version), so that what is checked is what is
+    within `limits`, and `validate` it there (it returns the version), so that what is checked is what is
     stored; the copy is removed when the block ends (`commit` it before). Needs no lock: the
     slow part of an add (the copy, the digest, a signature check, the ABI probe) runs while
     transitions go on. The staging directory is flock(2)ed for the block, so no `sweep` of
@@ -253,9 +176,12 @@ def staged(directory: Path, releases_dir: Path,
     with _staging(releases_dir) as holder:
         staging = holder / "release"
         hashed: Hashed = {}
-        copy(directory, staging, Objects(releases_dir), hashed)
+        room.check(directory, releases_dir, limits, f"release {directory}")
+        copy(directory, staging, Objects(releases_dir), hashed, limits)
         version = validate(staging)
         new = manifest(scan(staging, hashed=hashed, fresh=True))
+        if len(new) > MAX_RECORD_BYTES:  # it could not be read back
+            raise BadTree(directory, f"has a manifest over {MAX_RECORD_BYTES >> 30} GiB")
         yield Staged(directory, staging, version, new, hashed)
 
 
@@ -290,14 +216,28 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
 
 
 def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
-          locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Stored:
+          locked: Callable[[], contextlib.AbstractContextManager[object]],
+          limits: StoreConfig) -> Stored:
     """Store a normalized copy of the release `directory` in `releases_dir`, with its digest:
     staged and checked without the writers' lock, committed under it (`locked()` takes it)."""
     try:
-        with staged(directory, releases_dir, validate) as ready, locked():
-            return commit(releases_dir, ready)
+        return _staged_and_committed(directory, releases_dir, validate, locked, limits)
+    except (OSError, DiskError) as exc:  # the disk filled: NoRoom, one line; else as it came
+        full = room.filled(exc, f"release {directory}", releases_dir.parent)
+        if full is None:
+            raise
+        raise full from None
     finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
         tidy(releases_dir, locked)
+
+
+def _staged_and_committed(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
+                          locked: Callable[[], contextlib.AbstractContextManager[object]],
+                          limits: StoreConfig) -> Stored:
+    """`store` but its tidying: a frame of its own, so that the staged copy's hashes are freed
+    before `tidy` reads every release's."""
+    with staged(directory, releases_dir, validate, limits) as ready, locked():
+        return commit(releases_dir, ready)
 
 
 def tidy(releases_dir: Path,

@@ -4,7 +4,10 @@ that hashes a stored one (`release_store` records and checks the digest).
 A stored copy is normalized: regular files and directories only (a symlink, device, FIFO or
 socket anywhere in the release is refused, naming it; no link is ever followed), owned by the
 uid that stored it, directories and executables (any x bit) 0755 and other files 0644: never
-setuid, setgid or sticky, never writable by group or others; within the LIMITS below.
+setuid, setgid or sticky, never writable by group or others. A tree on its way in (`copy`, and
+`scan` of a packed one) is held to the host's ceilings (`[store]`, `StoreConfig`), each refusal
+naming the key that raises it; a stored tree is checked against its record, whatever they are now,
+so a ceiling lowered later never strands the way back. MAX_DEPTH bounds every walk.
 """
 
 from __future__ import annotations
@@ -12,21 +15,20 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from ... import files
 from ...errors import BadTree
 from ..sha256 import sha256
+from ..store_config import DEFAULTS, StoreConfig, raise_key, size_text
 
 if TYPE_CHECKING:
     from .objects import Objects
 
-MAX_FILE_BYTES = 64 << 20  # one file
-MAX_RELEASE_BYTES = 256 << 20  # all files of a release
-MAX_ENTRIES = 10_000  # files and directories of a release
 MAX_DEPTH = 32  # nested directories
 DIR_MODE = EXEC_MODE = 0o755
 FILE_MODE = 0o644
@@ -67,14 +69,17 @@ def _check_stored(st: os.stat_result, path: Path) -> None:
         raise BadTree(path, f"has mode {stat.S_IMODE(st.st_mode):04o}")
 
 
-def _walk(root_fd: int, root: Path, *, stored: bool) -> Iterator[tuple[str, int, str, os.stat_result]]:
+def _walk(root_fd: int, root: Path, *, stored: bool,
+          limits: StoreConfig | None) -> Iterator[tuple[str, int, str, os.stat_result]]:
     """Every entry below `root_fd` as (relative path, parent's fd, name, lstat), each directory
-    before what it holds, names in order; only regular files and directories, within the limits.
+    before what it holds, names in order; only regular files and directories, within `limits`
+    (None: no ceiling but MAX_DEPTH).
     `stored`: also refuse an entry another uid owns or one with a mode the store never gives.
     A Path is made only to name a refused entry: a release has ~1,000 entries, and each start of
     the daemon walks one."""
     count = 0
     uid = os.geteuid()
+    most = None if limits is None else limits.max_release_files
 
     def visit(dir_fd: int, prefix: str, depth: int) -> Iterator[tuple[str, int, str, os.stat_result]]:
         nonlocal count
@@ -82,8 +87,9 @@ def _walk(root_fd: int, root: Path, *, stored: bool) -> Iterator[tuple[str, int,
         with os.scandir(dir_fd) as it:
             for e in it:
                 count += 1
-                if count > MAX_ENTRIES:
-                    raise BadTree(root, f"has more than {MAX_ENTRIES} files and directories")
+                if most is not None and count > most:
+                    raise BadTree(root, f"has more than {most:,} files and directories "
+                                  f"({raise_key('max_release_files')})")
                 names.append(e.name)
         for name in sorted(names):
             rel = prefix + name
@@ -109,11 +115,19 @@ def _walk(root_fd: int, root: Path, *, stored: bool) -> Iterator[tuple[str, int,
 
 
 class _Reader:
-    """Reads the files of one tree within the per-file and per-release byte limits."""
+    """Reads the files of one tree within the per-file and per-release byte ceilings (None:
+    none)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, limits: StoreConfig | None) -> None:
         self.root = root
         self.total = 0
+        self.file_bytes = self.release_bytes = 1 << 63
+        if limits is not None:
+            self.file_bytes, self.release_bytes = limits.max_file_bytes, limits.max_release_bytes
+
+    def _too_big(self, rel: str) -> NoReturn:
+        raise BadTree(self.root / rel, f"is larger than {size_text(self.file_bytes)} "
+                      f"({raise_key('max_file_bytes')})")
 
     def chunks(self, dir_fd: int, name: str, st: os.stat_result, rel: str, *,
                again: bool = False) -> Iterator[bytes]:
@@ -124,19 +138,25 @@ class _Reader:
             now = os.fstat(fd)
             if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
                 raise BadTree(self.root / rel, "was replaced while it was read")
-            if now.st_size > MAX_FILE_BYTES:  # refused before a byte is copied
-                raise BadTree(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+            if now.st_size > self.file_bytes:  # refused before a byte is copied
+                self._too_big(rel)
+            if not again and self.total + now.st_size > self.release_bytes:
+                self._too_many_bytes()
             size = 0
             while chunk := os.read(fd, _CHUNK):
                 size += len(chunk)
                 self.total += 0 if again else len(chunk)
-                if size > MAX_FILE_BYTES:
-                    raise BadTree(self.root / rel, f"is larger than {MAX_FILE_BYTES >> 20} MiB")
-                if self.total > MAX_RELEASE_BYTES:
-                    raise BadTree(self.root, f"holds more than {MAX_RELEASE_BYTES >> 20} MiB")
+                if size > self.file_bytes:
+                    self._too_big(rel)
+                if self.total > self.release_bytes:
+                    self._too_many_bytes()
                 yield chunk
         finally:
             os.close(fd)
+
+    def _too_many_bytes(self) -> NoReturn:
+        raise BadTree(self.root, f"holds more than {size_text(self.release_bytes)} "
+                      f"({raise_key('max_release_bytes')})")
 
 
 def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
@@ -178,7 +198,7 @@ def _open_root(root: Path, *, follow: bool) -> int:
 
 
 def copy(src: Path, dst: Path, objects: Objects | None = None,
-         hashed: Hashed | None = None) -> None:
+         hashed: Hashed | None = None, limits: StoreConfig = DEFAULTS) -> None:
     """Store a normalized copy of the release directory `src` as the new directory `dst`.
 
     `src` itself may be reached through a symlink (it is what the operator named); nothing in
@@ -187,15 +207,16 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
     mode the staged file is a link to it, else it is copied and becomes that object
     (`objects.Objects`); its hash goes into `hashed` (keyed as `scan` keys them), so the scan
     that makes the manifest reads no file again. The copy is made durable at the end, whole,
-    by one sync of its file system. Without `objects` (a payload copied into a release being
-    packed, outside any store) each file is a plain copy and nothing is synced. Raises
+    by one sync of its file system; `limits`: the host's ceilings. Without `objects` (a
+    payload copied into a release being packed, outside any store) each file is a plain copy
+    and nothing is synced. Raises
     BadTree for an entry the store refuses; OSError as it comes (DiskError from `files`).
     """
     src_fd = _open_root(src, follow=True)
     try:
         files.make_dir(dst, 0o700)
-        reader = _Reader(src)
-        for rel, dir_fd, name, st in _walk(src_fd, src, stored=False):
+        reader = _Reader(src, limits)
+        for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
             target = dst / rel
             if stat.S_ISDIR(st.st_mode):
                 files.make_dir(target, DIR_MODE)
@@ -211,8 +232,7 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
                     objects.keep(target, sha, mode)
                 now = os.lstat(target)
             if hashed is not None:
-                hashed[(rel, now.st_dev, now.st_ino, now.st_size, now.st_mode, now.st_mtime_ns,
-                        now.st_ctime_ns)] = Entry(rel, mode, size, sha)
+                hashed[key(rel, now)] = Entry(rel, mode, size, sha)
         if objects is None:
             return
         # Durable before the commit renames it into place. An object named before its bytes
@@ -223,34 +243,74 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
         os.close(src_fd)
 
 
+def footprint(src: Path, limits: StoreConfig, block: int,
+              stored: Callable[[str, int, int], bool] | None = None) -> int:
+    """The bytes a copy of the release directory `src` takes on disk: each file rounded up to
+    whole `block`s, a directory one block; refused (BadTree) over a ceiling of `limits`. Only
+    its entries' stat is read, unless `stored` is given: then each file is hashed and left out
+    when `stored(sha, mode, size)` (the store holds those bytes) or when met before in `src`."""
+    src_fd = _open_root(src, follow=True)
+    total, seen, reader = 0, set(), _Reader(src, limits)
+    try:
+        for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
+            size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
+            if size > limits.max_file_bytes:
+                reader._too_big(rel)
+            reader.total += size
+            if reader.total > limits.max_release_bytes:
+                reader._too_many_bytes()
+            if stored is not None and size:
+                key = (_hash(reader.chunks(dir_fd, name, st, rel, again=True))[0],
+                       normal_mode(st), size)
+                if key in seen or stored(*key):
+                    continue
+                seen.add(key)
+            total += max(-(-size // block), 1) * block
+    finally:
+        os.close(src_fd)
+    return total
+
+
 _SETTLED_NS = 2_000_000_000
 # What a file's hash was when its inode, size, mode and times were these: a writer cannot set
-# st_ctime_ns, so an unchanged key means unchanged bytes.
-Hashed = dict[tuple[str, int, int, int, int, int, int], Entry]
+# st_ctime_ns, so an unchanged key means unchanged bytes. The stat is packed (STAMP: device,
+# inode, size, mode, mtime, ctime): a release of 100,000 files holds 100,000 keys.
+STAMP = struct.Struct("<QQQQqq")
+Key = tuple[str, bytes]
+Hashed = dict[Key, Entry]
+
+
+def key(rel: str, st: os.stat_result) -> Key:
+    """How `Hashed` keys the file `rel` with this stat."""
+    return rel, STAMP.pack(st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns,
+                           st.st_ctime_ns)
 
 
 def scan(release: Path, *, stored: bool = True, normalize: bool = False,
-         hashed: Hashed | None = None, fresh: bool = False) -> list[Entry]:
+         hashed: Hashed | None = None, fresh: bool = False,
+         limits: StoreConfig | None = None) -> list[Entry]:
     """The entries of a release tree, hashed, in manifest order. `stored`: refuse what the store
     never holds (another owner, a loose mode); `normalize`: give the modes the store would;
     `hashed`: hashes of files seen before (in this process, or recorded when the release was
     stored), reused while their stat is the same, and filled with the ones hashed now;
     `fresh`: fill it with files whose times are fresh too, for a tree no other process can
-    have written (the store's own staged copy, in a directory only its owner may enter)."""
+    have written (the store's own staged copy, in a directory only its owner may enter);
+    `limits`: the ceilings of a tree on its way in (None: a stored one, checked against its
+    record)."""
     root_fd = _open_root(release, follow=False)
-    reader = _Reader(release)
+    reader = _Reader(release, limits)
     entries = []
     try:
         if stored:
             _check_stored(os.fstat(root_fd), release)
-        for rel, dir_fd, name, st in _walk(root_fd, release, stored=stored):
+        for rel, dir_fd, name, st in _walk(root_fd, release, stored=stored, limits=limits):
             mode = normal_mode(st) if normalize else stat.S_IMODE(st.st_mode)
             if stat.S_ISDIR(st.st_mode):
                 entries.append(Entry(rel, mode))
                 continue
-            key = (rel, st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns, st.st_ctime_ns)
-            if hashed is not None and key in hashed:
-                entries.append(hashed[key])
+            known = key(rel, st)
+            if hashed is not None and known in hashed:
+                entries.append(hashed[known])
                 continue
             h, size = sha256(), 0
             for chunk in reader.chunks(dir_fd, name, st, rel):
@@ -261,7 +321,8 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
             # hashing would keep the same stat (as git's "racily clean" entries).
             if hashed is not None and size == st.st_size and (
                     fresh or time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS):
-                hashed[key] = entries[-1]
+                hashed[known] = entries[-1]
     finally:
         os.close(root_fd)
-    return sorted(entries, key=lambda e: e.path.encode())
+    entries.sort(key=lambda e: e.path.encode())
+    return entries
