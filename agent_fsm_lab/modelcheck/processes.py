@@ -6,7 +6,7 @@ release `ExecStart=` resolved, the recovery unit's `recover`, an operator's comm
 agent-fsm's own code for it: `start_check`, `Daemon.startup`, the serving daemon's
 `DeadCommand.finish`, `recover`, `install`, `activate`, `begin_upgrade`,
 and for `release add DIR` and `release prune --keep 0` what those commands run
-(`sources.add_source`, `packing.prune`), with the engine, the effects, the store and the files
+(`sources.add_source`, `pruning.prune`), with the engine, the effects, the store and the files
 all real. What crosses
 the process boundary is the model's: `systemctl` (`units.ModelSystemd`), the publish command, the
 host's checks and the candidate's workload, the clocks, and at most one fault per step:
@@ -485,8 +485,8 @@ def _release(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePubl
              candidate: str | None) -> None:
     """An operator's `release add DIR` (what the CLI's `add_from` runs: `sources.add_source`,
     DIR the release directory packed for V outside the node's root) or `release prune
-    --keep 0` (`packing.prune`: every release not protected removed, staged ones too)."""
-    from agent_fsm.actions.releases import packing, sources
+    --keep 0` (`pruning.prune`: every release not protected removed, staged ones too)."""
+    from agent_fsm.actions.releases import pruning, sources
 
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(reasons.RECOVERY_ENV, raising=False)
@@ -501,7 +501,7 @@ def _release(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePubl
                                                       and not added.replaced else "stored")
             else:
                 ran.who = "operator: agent-fsm release prune --keep 0"
-                pruned = packing.prune(node, keep=0)
+                pruned = pruning.prune(node, keep=0)
                 done = f"removed {', '.join(pruned.removed) or 'nothing'}"
             ran.end = f"exit 0: {done}"
         except (AgentFsmError, Exception) as exc:

@@ -215,7 +215,7 @@ def _initial(host: Host, systemd: int, added: tuple[str, ...] = (), unit: str = 
     releases share their files but `release.toml`, as packed ones share their code); `unit`
     "older": the first release's agent unit has the older start limit. Also whether the install
     enabled the agent unit."""
-    from agent_fsm.actions.releases import packing
+    from agent_fsm.actions.releases import packing, pruning
     from tests.helpers import make_world
     from tests.node.test_release_store import make_release
 
@@ -238,7 +238,7 @@ def _initial(host: Host, systemd: int, added: tuple[str, ...] = (), unit: str = 
     world.installed(host.versions[0])
     rendered = {v: world.rendered(v) for v in [*host.versions, *extra]}
     if extra:  # stored only to render them: taken out again, as a prune does
-        packing.prune(world.node, tuple(extra))
+        pruning.prune(world.node, tuple(extra))
     return Tree.take(host.root), rendered, ("enable", host.agent_unit) in fake.calls
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from agent_fsm.actions.releases import images as image_releases
 from agent_fsm.actions.releases import origins
-from agent_fsm.actions.releases.packing import prune
+from agent_fsm.actions.releases.pruning import prune
 from agent_fsm.errors import ConfigError, ReleaseError
 from agent_fsm.node.config import parse
 from agent_fsm.system.podman import ImageRef, parse_reference

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.releases.packing import add, pack, prune
+from agent_fsm.actions.releases.packing import add, pack
+from agent_fsm.actions.releases.pruning import prune
 from agent_fsm.errors import AssetError, ReleaseError
 from agent_fsm.node.config import Config
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.actions.recover import recover
-from agent_fsm.actions.releases.packing import prune
+from agent_fsm.actions.releases.pruning import prune
 from agent_fsm.errors import StateFileError
 from tests.helpers import Crash, World, crash_at, make_world, one_line
 

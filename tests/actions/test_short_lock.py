@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_fsm.actions.releases import abi
-from agent_fsm.actions.releases.packing import add, prune
+from agent_fsm.actions.releases.packing import add
+from agent_fsm.actions.releases.pruning import prune
 from tests.helpers import DEFAULT_CONFIG, World, make_world
 from tests.node.test_release_store import make_release
 

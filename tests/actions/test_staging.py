@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.actions.releases import images
-from agent_fsm.actions.releases.packing import add, pack, prune
+from agent_fsm.actions.releases.packing import add, pack
+from agent_fsm.actions.releases.pruning import prune
 from agent_fsm.actions.releases.sources import add_archive
 from agent_fsm.errors import DiskError, ReleaseError
 from agent_fsm.node.config import Config

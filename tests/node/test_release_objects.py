@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.actions.releases import abi
-from agent_fsm.actions.releases.packing import add, pack, prune
+from agent_fsm.actions.releases.packing import add, pack
+from agent_fsm.actions.releases.pruning import prune
 from agent_fsm.actions.releases.vendoring import BOOT_FILE, boot, launcher
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.releases import objects as release_objects

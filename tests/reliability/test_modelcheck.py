@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agent_fsm import files
-from agent_fsm.actions.releases import packing
+from agent_fsm.actions.releases import packing, pruning
 from agent_fsm.machine.definition import Role
 from agent_fsm.machine.reading import shipped
 from agent_fsm.node.records import known_bad
@@ -118,7 +118,7 @@ def test_a_prune_that_removes_the_last_good_during_a_judgment_is_caught(
     """With prune sparing the last-good only while it is also the selected (broken on purpose),
     the store bound finds `release prune` removing it while the candidate is judged, the way
     back's own release gone (`releases-kept`), and shows the upgrade and the prune."""
-    protected = packing.protected
+    protected = pruning.protected
 
     def forgetful(node: Node, doc: StateDoc) -> dict[str, list[str]]:
         why = protected(node, doc)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.releases.packing import add, prune
+from agent_fsm.actions.releases.packing import add
+from agent_fsm.actions.releases.pruning import prune
 from agent_fsm.node.releases import hashes as release_hashes
 from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent_fsm.actions.recover import recover
-from agent_fsm.actions.releases import packing
+from agent_fsm.actions.releases import pruning
 from agent_fsm.actions.upgrade import begin_upgrade
 from agent_fsm.errors import Refused
 from agent_fsm.node import config as config_mod
@@ -157,8 +157,8 @@ class TestRecord:
     def test_prune_may_remove_a_known_bad_version(self, world: World) -> None:
         """`release prune` does not protect a known-bad version."""
         rolled_back(world)
-        assert "2.0.0" not in packing.protected(world.node, world.node.store.read())
-        packing.prune(world.node, ("2.0.0",))
+        assert "2.0.0" not in pruning.protected(world.node, world.node.store.read())
+        pruning.prune(world.node, ("2.0.0",))
         assert not world.node.effectors.releases.exists("2.0.0")
 
     def test_written_atomically_and_readable_by_status(self, world: World) -> None:

@@ -14,7 +14,7 @@ transport carried it), `digest` the manifest's digest as podman reports it ("" i
 
 `added` is true when that `release add` put the image into podman's store (it was not there
 before); only such an image is ever removed, and only once its version is neither stored nor
-kept by prune's rule (`packing.protected` and what prune was asked).
+kept by prune's rule (`pruning.protected` and what prune was asked).
 """
 
 from __future__ import annotations

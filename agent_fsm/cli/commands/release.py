@@ -304,7 +304,7 @@ def release_prune(
 
     Example: agent-fsm release prune --dry-run, then agent-fsm release prune --keep 2
     """
-    from ...actions.releases.packing import prune
+    from ...actions.releases.pruning import prune
     from ...node.releases.pointers import natural_key
     from . import release_images
 
