@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agent_fsm import files
-from agent_fsm.actions.releases import packing, pruning
+from agent_fsm.actions.releases import pruning
 from agent_fsm.machine.definition import Role
 from agent_fsm.machine.reading import shipped
 from agent_fsm.node.records import known_bad
@@ -126,7 +126,7 @@ def test_a_prune_that_removes_the_last_good_during_a_judgment_is_caught(
             why.pop(str(node.releases.last_good()), None)
         return why
 
-    monkeypatch.setattr(packing, "protected", forgetful)
+    monkeypatch.setattr(pruning, "protected", forgetful)
     result = check(replace(BOUNDS["store"], systemds=(257,), faults=0,
                            operator_commands=("upgrade", "prune")))
     text = broken_rule(result, "releases-kept")
