@@ -24,7 +24,8 @@ files in `<test_dir>/faults/` (`Lab.fault(name)` sets one, `Lab.fault(name, Fals
 - systemctl: the CLI (`Lab.cli`), the agent unit and the recovery unit find a wrapper first in
   their PATH, which refuses the verb V ("Access denied", exit 1) while `refuse-V` is set, e.g.
   `refuse-reset-failed`, `refuse-daemon-reload`, answers it only after S seconds while `slow-V`
-  holds S (`Lab.slow`), and otherwise runs the real systemctl;
+  holds S (`slow-recovery-V`: the recovery unit's calls alone; `Lab.slow`), and otherwise runs
+  the real systemctl;
 - a start of a `racing` release (its own launcher, see `Lab.pack`) that resolved `selected`
   waits, while `hold-start` is set, until `selected` names another release: the race of a
   `Restart=` start with `recover` on a slow host, made certain.
@@ -81,6 +82,10 @@ if [ -n "${{1:-}}" ] && [ -e "$faults/refuse-$1" ]; then
 fi
 if [ -n "${{1:-}}" ] && [ -e "$faults/slow-$1" ]; then
     sleep "$(cat "$faults/slow-$1")"
+fi
+if [ -n "${{1:-}}" ] && [ "${{AGENT_FSM_RECOVERY:-}}" = unit ] \
+        && [ -e "$faults/slow-recovery-$1" ]; then
+    sleep "$(cat "$faults/slow-recovery-$1")"  # the recovery unit's calls only
 fi
 exec {systemctl} "$@"
 """
@@ -265,9 +270,10 @@ class Lab:
                     reload=False)
         return publisher
 
-    def slow(self, verb: str, seconds: float | None) -> None:
-        """Make systemctl answer `verb` only after `seconds` (None: at once again)."""
-        flag = self.faults_dir / f"slow-{verb}"
+    def slow(self, verb: str, seconds: float | None, *, recovery_only: bool = False) -> None:
+        """Make systemctl answer `verb` only after `seconds` (None: at once again); with
+        `recovery_only`, only when the recovery unit asks (its `recover`)."""
+        flag = self.faults_dir / f"slow-{'recovery-' if recovery_only else ''}{verb}"
         if seconds is None:
             flag.unlink(missing_ok=True)
         else:

@@ -113,10 +113,9 @@ def test_a_candidate_of_this_tree_rolls_back_through_the_earlier_release(
     candidate wrote and rolls back to converged on the earlier release, `upgrade --wait`
     (the earlier code's) exiting 4."""
     commit = _earlier_commit()
-    # No `bin_link`: the earlier code's operator commands refuse a key they do not know, and a
-    # candidate judged failed writes no assets (the host's /usr/local/bin stays untouched; the
-    # session's guard checks it).
-    lab = Lab(systemd_sandbox, deadline=3, soak=1, config_extra={"bin_link": None})
+    # The lab's `bin_link`, below its directory: 0.1.0 knows the key, and its install writes the
+    # link (the host's /usr/local/bin stays untouched; the session's guard checks it).
+    lab = Lab(systemd_sandbox, deadline=3, soak=1)
     earlier = _earlier_tree(commit, lab.dir / "earlier")
     if (earlier / CHANGED).read_bytes() == (REPO / CHANGED).read_bytes():
         pytest.fail(f"{CHANGED} is the same at {commit[:12]} and here: pick another proof file")
