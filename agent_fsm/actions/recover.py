@@ -43,7 +43,8 @@ def why_recover(node: Node, doc: StateDoc, *, by_unit: bool = False) -> dict[str
     if sig is None:
         return reasons.signal_lost(doc.state, f"{node.paths.signal_file} is gone")
     if not by_unit:
-        return {"reason": "rolled back by hand with `agent-fsm recover`", "reason_class": "manual"}
+        return {"reason": "rolled back by hand with `agent-fsm recover`",
+                "reason_class": reasons.ReasonClass.manual}
     unit = node.paths.agent_unit_name
     try:
         shown = node.effectors.systemd.show(unit, reasons.PROPERTIES)

@@ -37,6 +37,7 @@ from ..machine.definition import OnStart, Role, handlers
 from ..machine.vocabulary import Trigger
 from ..node.runtime import judgment as judgment_record
 from ..node.runtime.signal import UpgradeSignal
+from ..node.state.reasons import ReasonClass
 from ..node.state.store import OWED_CHECK_SECONDS, StateDoc
 from ..system.notify import Notifier, watchdog_interval
 from ..upgrade import way_back
@@ -180,7 +181,7 @@ class Daemon:
                 stopping=lambda: self.waker.stop,
                 told=judgment_record.teller(self.node.paths, version, sig.attempt))
         except AgentFsmError as exc:
-            verdict = judge_mod.Verdict(False, str(exc), "crashed")
+            verdict = judge_mod.Verdict(False, str(exc), ReasonClass.crashed)
         if not verdict.ok and self._stopped(verdict):
             # No verdict: keep the signal, record nothing, mark nothing; the next start judges
             # again (an attempt counted), exactly as after a power cut.
@@ -233,7 +234,7 @@ class Daemon:
     def _stopped(self, verdict: judge_mod.Verdict) -> bool:
         """Whether a failed judgment is the doing of a stop: SIGTERM came, or the workload died
         of it (systemd signals the whole unit, so it may die before this process hears)."""
-        if verdict.reason_class == "stopped" or self.waker.stop:
+        if verdict.reason_class == ReasonClass.stopped or self.waker.stop:
             return True
         died_of_term = (w := self.workload.process) is not None and w.poll() == -signal.SIGTERM
         return died_of_term and self._stop_follows()

@@ -22,6 +22,7 @@ from typing import Protocol
 from ..node.check_config import Check as CheckSpec
 from ..node.check_config import HttpCheck
 from ..node.config import Judgment
+from ..node.state.reasons import ReasonClass
 from ..system import http_probe, proc
 from ..untrusted import quoted
 
@@ -50,7 +51,7 @@ Check = Callable[[CheckSpec, float], tuple[bool, str]]
 class Verdict:
     ok: bool
     reason: str
-    reason_class: str = "passed"  # one of `node.reasons.CLASSES`
+    reason_class: ReasonClass = ReasonClass.passed
 
 
 NO_TIME = "no time was left to run the checks"
@@ -121,15 +122,15 @@ def judge(
     """
     if attempt > judgment.max_attempts:
         return Verdict(False, f"started {attempt} times, more than max_attempts "
-                              f"({judgment.max_attempts})", "crashed")
+                              f"({judgment.max_attempts})", ReasonClass.crashed)
     deadline = clock.monotonic() + judgment.deadline_seconds
     last = NO_TIME
     wait = FIRST_RECHECK
     while True:
         if stopping():
-            return Verdict(False, "stopped while being judged", "stopped")
+            return Verdict(False, "stopped while being judged", ReasonClass.stopped)
         if not alive():
-            return Verdict(False, exited("while being judged"), "crashed")
+            return Verdict(False, exited("while being judged"), ReasonClass.crashed)
         cut: list[str] = []
         answers: Answers = []
         failing, ran = _checks(judgment, clock, check, deadline, cut, answers)
@@ -139,24 +140,25 @@ def judge(
         if failing or (cut and last == NO_TIME):
             last = (failing or cut)[0]
         if clock.monotonic() >= deadline:
-            return Verdict(False, f"checks still failing at the deadline: {last}", "check_failed")
+            return Verdict(False, f"checks still failing at the deadline: {last}",
+                           ReasonClass.check_failed)
         clock.sleep(min(wait, max(deadline - clock.monotonic(), 0.05)))
         wait = min(wait * 2, CHECK_INTERVAL)
     soak_end = clock.monotonic() + judgment.soak_seconds
     told(answers, judgment.soak_seconds)
     while (left := soak_end - clock.monotonic()) > 0:
         if stopping():
-            return Verdict(False, "stopped during the soak", "stopped")
+            return Verdict(False, "stopped during the soak", ReasonClass.stopped)
         if not alive():
-            return Verdict(False, exited("during the soak"), "crashed")
+            return Verdict(False, exited("during the soak"), ReasonClass.crashed)
         clock.sleep(min(CHECK_INTERVAL, left))
     if stopping():
-        return Verdict(False, "stopped at the end of the soak", "stopped")
+        return Verdict(False, "stopped at the end of the soak", ReasonClass.stopped)
     if not alive():
-        return Verdict(False, exited("during the soak"), "crashed")
+        return Verdict(False, exited("during the soak"), ReasonClass.crashed)
     failing, ran = _checks(judgment, clock, check, soak_end + AFTER_SOAK)
     if failing or not ran:
         why = failing[0] if failing else "no time was left to run the checks"
-        return Verdict(False, f"a check failed after the soak: {why}", "check_failed")
+        return Verdict(False, f"a check failed after the soak: {why}", ReasonClass.check_failed)
     return Verdict(True, f"checks passed and it stayed up {judgment.soak_seconds:g}s"
                    if judgment.checks else f"stayed up {judgment.soak_seconds:g}s (no checks)")

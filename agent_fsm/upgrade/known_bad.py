@@ -28,7 +28,7 @@ def mark_known_bad(effectors: Effectors, step: Step) -> None:
                  up.to_version, r.get("reason"))
         return
     mark = known_bad.Mark(up.to_version, float(r.get("time", step.arg("started"))),
-                          str(r.get("reason", "")), str(r.get("reason_class", "unknown")),
+                          str(r.get("reason", "")), str(r.get("reason_class", reasons.ReasonClass.unknown)),
                           up.started)
     if known_bad.mark(effectors.paths.known_bad_file, mark):
         log.warning("release %s is now known bad: `agent-fsm upgrade --to %s` is refused unless "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..machine.engine import Step
 from ..machine.vocabulary import StateName
-from ..node.state.reasons import CLASSES, one_line
+from ..node.state.reasons import CLASSES, ReasonClass, one_line
 from ..system.publish import Outcome, Result
 from .effectors import Effectors
 
@@ -20,11 +20,12 @@ def _result(effectors: Effectors, step: Step) -> Result | None:
     if last and last.get("to") == up.to_version and last.get("started") == up.started \
             and last.get("outcome") == outcome:
         return None
-    why = str(step.arg("reason_class") or ("passed" if ok else "unknown"))
+    default = ReasonClass.passed if ok else ReasonClass.unknown
+    why = str(step.arg("reason_class") or default)
     since = step.arg("publisher_unreachable_since")  # complete_queued's: a dead publisher
     return Result(up.from_version, up.to_version, outcome, up.started, effectors.clock.now(),
-                  one_line(str(step.arg("reason") or CLASSES["passed" if ok else "unknown"])),
-                  why if why in CLASSES else "unknown",
+                  one_line(str(step.arg("reason") or CLASSES[default])),
+                  why if why in CLASSES else ReasonClass.unknown,
                   float(since) if isinstance(since, int | float) else None)
 
 

@@ -20,7 +20,7 @@ from ..node.records import hold, known_bad
 from ..node.runtime import inhibitors
 from ..node.runtime import workload as workload_state
 from ..node.state.counters import Counters
-from ..node.state.reasons import CLASSES
+from ..node.state.reasons import CLASSES, ReasonClass
 from ..node.state.store import StateDoc
 from ..wiring import Node
 
@@ -96,7 +96,7 @@ def collect(node: Node) -> tuple[Family, ...]:
     families.append(Family(f"{PREFIX}_rollbacks_by_reason_total", "counter", "Rollbacks by "
                            "reason_class (check_failed, crashed, deadline, stopped, manual, ...).",
                            tuple(Sample((agent, ("reason_class", k)), float(by_reason.get(k, 0)))
-                                 for k in CLASSES if k != "passed")))
+                                 for k in CLASSES if k != ReasonClass.passed)))
     work = workload_state.view(node.paths, node.releases.selected(), "")
     if work is not None:  # none declared: no workload to count
         families.append(one("workload_running", "gauge", "1 while the selected release's "

@@ -289,3 +289,28 @@ class TestTheGuide:
         assert "link on PATH" in out
         own = walk.node.sb.run("journalctl", "-t", "myagent", "-o", "cat", "--no-pager").stdout
         assert "listening on" in own and "judging candidate" not in own, own
+
+    def test_try_takes_the_guides_releases_through_a_throwaway_node(self, walk: Walk) -> None:
+        """`python -m agent_fsm_lab try` with the guide's own config and release archives (once
+        the guide's node is stopped: they listen on the same port) judges 1.1.0 ok, rolls the
+        crashing 1.2.0 back with its stderr line, proves the way back and leaves nothing."""
+        node = walk.node
+        assert len(walk.steps) == len(guide_blocks()), walk.stopped
+        node.sb.systemctl("stop", "myagent.service")
+        archives = {p.name: p for p in node.dir.rglob("myagent-1.*.tar.gz")}
+        releases = [archives[f"myagent-{v}.tar.gz"] for v in ("1.0.0", "1.1.0", "1.2.0")]
+        proc = subprocess.run([sys.executable, "-m", "agent_fsm_lab", "try", "--config",
+                               str(node.config), *map(str, releases)], capture_output=True,
+                              text=True, timeout=280, check=False,
+                              cwd=Path(agent_fsm.__file__).resolve().parents[1],
+                              env={"PATH": SERVICE_PATH, "COLUMNS": "200"})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out = proc.stdout
+        assert "added 1.0.0, 1.1.0, 1.2.0" in out and "installed 1.0.0" in out
+        assert "upgrade --to 1.1.0 --wait: exit 0, judged ok" in out
+        assert "upgrade --to 1.2.0 --wait: exit 4, the workload exited with status 1 while " \
+            "being judged" in out and "cannot start: bad build" in out
+        assert "way back: 1.0.0 killed at each of its 2 start(s): exit 4, rolled back, the " \
+            "node back on 1.1.0" in out
+        booted = Path(out.split(" in ", 1)[1].split()[0])
+        assert booted.name.startswith("agent-fsm-e2e-") and not booted.exists()

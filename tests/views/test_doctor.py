@@ -93,3 +93,30 @@ class TestCommand:
         assert any("chmod go-w" in f["detail"] for f in fail)
         human = subprocess.run(argv[:-1], capture_output=True, text=True, check=False)
         assert "FAIL" in human.stdout and "state directory" in human.stdout
+
+    def test_a_config_typo_is_a_finding_with_its_line(self, world: World, tmp_path: object) -> None:
+        """A key agent-fsm does not know, or a value out of range, is a failing `config` finding
+        naming the key and its line, not an exit before any check; the other checks still run
+        with the config as the daemon reads it."""
+        import json
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        world.installed("1.0.0")
+        cfg = Path(str(tmp_path)) / "config.toml"
+        for text, needle in (
+                ('name = "agent"\n\n[judgment]\nsoak_secnds = 1\n', "`judgment.soak_secnds`"),
+                ('name = "agent"\nhistory_limit = 0\n', "`history_limit`")):
+            cfg.write_text(text)
+            line = next(n for n, t in enumerate(text.splitlines(), 1) if "=" in t and
+                        t.split("=")[0].strip() in needle)
+            proc = subprocess.run([sys.executable, "-m", "agent_fsm", "--config", str(cfg),
+                                   "--root", str(world.root), "doctor", "--json"],
+                                  capture_output=True, text=True, check=False, timeout=60)
+            assert proc.returncode == 1, proc.stderr
+            findings = json.loads(proc.stdout)
+            (config,) = [f for f in findings if f["check"] == "config"]
+            assert config["level"] == "fail" and needle in config["detail"]
+            assert f"(line {line})" in config["detail"] and f"line {line}" in config["fix"]
+            assert {f["check"] for f in findings} >= {"state file", "signal", "gate"}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 import typer
 
-from ...errors import EXIT_ERROR
+from ...errors import EXIT_ERROR, ConfigError
 from .. import options, render
 
 
@@ -18,15 +19,28 @@ def doctor(
     units, directory ownership and modes, the lock's filesystem, the state file, the signal and
     the gate against the state, the assets, the selected and last-good releases against their
     digests, and what the units say now (a failed agent or recovery unit, a rollback systemd
-    retries, a state dir that cannot be written). Exits 1 when any check fails: a damaged
-    selected release (the agent cannot start it) is one.
+    retries, a state dir that cannot be written). A config agent-fsm refuses (a typo in a key, a
+    value out of range) is a finding naming its line; the other checks then run with the config
+    as the daemon reads it. Exits 1 when any check fails: a damaged selected release (the agent
+    cannot start it) is one.
 
     Example: agent-fsm doctor --json
     """
     from ...views.doctor.checks import doctor as run_doctor
+    from ...views.doctor.config_refused import config_refused
 
     opts = options.of(ctx)
-    findings = run_doctor(opts.node(), prog=opts.prog())
+    try:
+        findings = run_doctor(opts.node(), prog=opts.prog())
+    except ConfigError as exc:
+        from ...node.config import source_of
+        from ...node.config_fallback import way_back_config
+        from ...wiring import open_node
+
+        findings = [config_refused(source_of(opts.config, opts.root)[0], exc)]
+        with contextlib.suppress(ConfigError):  # wrong for the daemon too: that finding alone
+            config = way_back_config(opts.config, opts.root, quiet=True)
+            findings += run_doctor(open_node(config, opts.root), prog=opts.prog())
     failed = any(f.level == "fail" for f in findings)
     if as_json:
         render.print_json([f.to_json() for f in findings])

@@ -1,9 +1,11 @@
-"""Why an upgrade ended as it did: the classes a result's `reason_class` takes, and the words for
-a candidate that systemd saw fail (from the agent unit's `Result`, `ExecMainStatus`, `NRestarts`).
+"""Why an upgrade ended as it did: the class of its reason (`ReasonClass`, a closed vocabulary
+as states and triggers are; the outcome is `system.publish.Outcome`), and the words for a
+candidate that systemd saw fail (from the agent unit's `Result`, `ExecMainStatus`, `NRestarts`).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,18 +13,32 @@ from ...untrusted import shown
 
 MAX_REASON = 500  # characters of a reason kept: one line, cut with an ellipsis
 
+class ReasonClass(enum.StrEnum):
+    """Why, in one word (a result's `reason_class`)."""
+
+    passed = "passed"
+    check_failed = "check_failed"
+    crashed = "crashed"
+    deadline = "deadline"
+    stopped = "stopped"
+    manual = "manual"
+    orphaned = "orphaned"
+    unknown = "unknown"
+
+
 # Each class, and when a result gets it (docs/operations.md lists the same).
-CLASSES: dict[str, str] = {
-    "passed": "judged ok: its checks passed and it stayed up for the soak",
-    "check_failed": "a check failed (the reason names it, with its last output line)",
-    "crashed": "the candidate or its workload exited, or kept restarting, while being judged",
-    "deadline": "the judgment was not over by its deadline (systemd's start timeout)",
-    "stopped": "the agent was stopped while the candidate was being judged (recorded only "
-               "before a stop was no verdict: now the next start judges it again)",
-    "manual": "an operator ran `agent-fsm recover`",
-    "orphaned": "a signal without an upgrade in the state file, or an upgrade in the state file "
-                "whose signal was lost: the candidate was never judged",
-    "unknown": "no reason was recorded (a result from before reasons were kept)",
+CLASSES: dict[ReasonClass, str] = {
+    ReasonClass.passed: "judged ok: its checks passed and it stayed up for the soak",
+    ReasonClass.check_failed: "a check failed (the reason names it, with its last output line)",
+    ReasonClass.crashed: "the candidate or its workload exited, or kept restarting, while being "
+                         "judged",
+    ReasonClass.deadline: "the judgment was not over by its deadline (systemd's start timeout)",
+    ReasonClass.stopped: "the agent was stopped while the candidate was being judged (recorded "
+                         "only before a stop was no verdict: now the next start judges it again)",
+    ReasonClass.manual: "an operator ran `agent-fsm recover`",
+    ReasonClass.orphaned: "a signal without an upgrade in the state file, or an upgrade in the "
+                          "state file whose signal was lost: the candidate was never judged",
+    ReasonClass.unknown: "no reason was recorded (a result from before reasons were kept)",
 }
 PROPERTIES = ("Result", "ExecMainStatus", "NRestarts", "TimeoutStartUSec")
 # What the recovery unit's environment carries, so `recover` tells its run from an operator's.
@@ -36,7 +52,7 @@ def one_line(text: str) -> str:
 
 
 def from_unit(unit: str, shown: Mapping[str, str], refused_after: int | None = None,
-              timeouts: int = 0) -> tuple[str, str]:
+              timeouts: int = 0) -> tuple[str, ReasonClass]:
     """(reason, class) for a candidate whose agent unit failed, from `systemctl show`;
     `refused_after`: the max_attempts starts after which the last-good's start check refused
     the next (systemd's exit status is then the refused start's, not the candidate's);
@@ -48,19 +64,19 @@ def from_unit(unit: str, shown: Mapping[str, str], refused_after: int | None = N
         return (f"{unit} did not finish starting within its start timeout (TimeoutStartSec="
                 f"{shown.get('TimeoutStartUSec') or '?'}) in {timeouts} attempt(s) in a row; "
                 f"after {refused_after} start(s) (max_attempts) the last-good's start check "
-                f"refused the next", "deadline")
+                f"refused the next", ReasonClass.deadline)
     if refused_after is not None:
         return (f"{unit} failed {refused_after} start(s) in a row (max_attempts) without being "
                 f"judged ok; the last-good's start check refused the next (result "
-                f"{result or '?'}, restarted {starts} time(s))", "crashed")
+                f"{result or '?'}, restarted {starts} time(s))", ReasonClass.crashed)
     if result == "timeout":
         return (f"{unit} did not finish starting within its start timeout (the judgment "
-                f"deadline; restarted {starts} time(s))", "deadline")
+                f"deadline; restarted {starts} time(s))", ReasonClass.deadline)
     if not result:
         return f"{unit} failed while being judged (systemd's view of it could not be read)", \
-            "crashed"
+            ReasonClass.crashed
     return (f"{unit} failed at start: result {result}, exit status {status}, restarted "
-            f"{starts} time(s)", "crashed")
+            f"{starts} time(s)", ReasonClass.crashed)
 
 
 def entry_keys(result: Mapping[str, Any] | None, reported: object) -> dict[str, Any]:
@@ -81,7 +97,7 @@ def publish_given_up(error: str, seconds: float, since: float) -> dict[str, Any]
 
 
 # The class of an orphaned signal's rollback and of a lost signal's: never judged, never marked.
-ORPHANED = "orphaned"
+ORPHANED = ReasonClass.orphaned
 
 
 def orphaned(state: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ from .reasons import CLASSES, MAX_REASON
 
 MISSING: Any = object()  # a key the object lacks
 COUNTERS = Counters._fields
-OUTCOMES = ("ok", "rolled_back")
+OUTCOMES = ("ok", "rolled_back")  # as system.publish.Outcome (node does not import system)
 MAX_TIME = 1e15  # seconds since the epoch: some thirty million years, and exact as a float
 TIME = f"a time in seconds since the epoch, from 0 to {MAX_TIME:g}"
 MAX_COUNT = 2**53  # beyond it a count no longer survives conversion to a float (metrics)
@@ -117,7 +117,7 @@ def name(value: Any, field: str, known: Collection[str] | None, kind: str, *,
 
 def one_of(value: Any, field: str, choices: Collection[str]) -> str:
     if not isinstance(value, str) or value not in choices:
-        raise invalid(field, value, " or ".join(repr(c) for c in choices))
+        raise invalid(field, value, " or ".join(repr(str(c)) for c in choices))
     return value
 
 
