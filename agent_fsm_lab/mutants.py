@@ -54,6 +54,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_fsm import files
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFINITION = Path("states") / "agent-upgrade.toml"
 DIAGRAM_DIR = "diagrams"
@@ -579,9 +581,7 @@ def write_json(path: Path, meta: dict[str, Any], results: list[Result]) -> None:
     body = {**meta, "summary": summary(results),
             **{key: [r.id for r in results if r.result == key] for key in NOT_KILLED},
             "variants": [asdict(r) for r in results]}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    files.atomic_write(path, (json.dumps(body, indent=2) + "\n").encode(), 0o644)
 
 
 def main(argv: list[str] | None = None) -> int:
