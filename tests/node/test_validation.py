@@ -457,6 +457,15 @@ RESULT_CASES: list[tuple[str, bytes, str]] = [
 
 
 class TestQueuedResult:
+    def test_the_outcomes_read_back_are_the_ones_published(self) -> None:
+        """A queued result's outcome is checked against the very outcomes the publisher writes
+        (`system.publish.Outcome`; the node's reader keeps its own list beside it)."""
+        from typing import get_args
+
+        from agent_fsm.system.publish import Outcome
+
+        assert tuple(validate.OUTCOMES) == get_args(Outcome)
+
     @pytest.mark.parametrize(("case", "raw", "needle"), RESULT_CASES,
                              ids=[c for c, _, _ in RESULT_CASES])
     def test_not_sent_and_left_queued(self, tmp_path: Path, case: str, raw: bytes,
