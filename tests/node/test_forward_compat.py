@@ -46,6 +46,8 @@ LATER_PENDING = {  # a transition of the candidate's path only a later agent-fsm
                         "effects": ["close_gate", "note_progress"]},
     "unknown effect": {"trigger": "candidate_started", "dest": "candidate_running",
                        "effects": ["close_gate", "hold_assets", "count_attempt", "log_v3"]},
+    "unknown state": {"trigger": "candidate_started", "dest": "soaking",
+                      "effects": ["close_gate", "hold_assets", "count_attempt"]},
     # superseded for its unknown effect alone: `recover` does not declare `judge_ok`
     "unknown effect, undeclared trigger": {"trigger": "judge_ok", "dest": "judged_ok",
                                            "effects": ["note_verdict"]},
@@ -154,6 +156,22 @@ class TestOwedByALaterVersion:
                            r"retune unknown here, so this one cannot finish it"):
             world.node.controller.fire("settle")
         assert world.paths.state_file.read_bytes() == raw
+
+    def test_an_owed_unknown_state_is_refused(self, tmp_path: Path) -> None:
+        """An owed transition of known trigger and effects whose destination is a state this
+        agent-fsm does not know is refused, naming the state, and the file is left untouched."""
+        world = _world(tmp_path)
+        body = _body(world)
+        body["pending"] = {"trigger": "settle", "source": "converged", "dest": "soaking",
+                           "effects": ["open_gate"], "done": 0, "args": {"started": 5.0},
+                           "started": 5.0}
+        raw = _write_as_later(world, body)
+        world = world.reopen()
+        with pytest.raises(StateFileError, match=r"owes settle \(converged -> soaking\).* state "
+                           r"soaking unknown here, so this one cannot finish it"):
+            world.node.controller.fire("settle")
+        assert world.paths.state_file.read_bytes() == raw
+        assert world.node.store.read().state == "converged"
 
     def test_a_name_must_still_be_a_name(self, tmp_path: Path) -> None:
         """An owed effect that is no name at all is refused as a field, as before."""
