@@ -10,6 +10,8 @@ from importlib import resources
 from pathlib import Path
 
 from agent_fsm.node.config import Config, Judgment
+from agent_fsm.node.releases import store as release_store
+from agent_fsm.node.releases import tree as release_tree
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
 from agent_fsm.wiring import Node, open_node
 
@@ -38,7 +40,8 @@ class World:
 
     def add_release(self, version: str, *, agent_unit: str | None = None,
                     recovery_unit: str | None = None, recovery_script: str | None = None) -> Path:
-        """Store a release with the packaged templates, or with the given (e.g. broken) ones."""
+        """Store a release with the packaged templates, or with the given (e.g. broken) ones, and
+        record its digest as `release add` does."""
         release = self.paths.releases_dir / version
         templates = release / "assets"
         templates.mkdir(parents=True)
@@ -48,7 +51,15 @@ class World:
             text = override if override is not None else (packaged / name).read_text()
             (templates / name).write_text(text)
         (release / "release.toml").write_text(f'version = "{version}"\n')
+        self.record_digest(version)
         return release
+
+    def record_digest(self, version: str) -> None:
+        """Record the stored release's digest as it is now (a test that changes a release on
+        purpose, before it is used, records it again)."""
+        releases_dir = self.paths.releases_dir
+        manifest = release_store.manifest(release_tree.scan(releases_dir / version))
+        release_store.record(releases_dir, version, manifest)
 
     def assets_on_disk(self) -> dict[str, bytes | None]:
         out: dict[str, bytes | None] = {}

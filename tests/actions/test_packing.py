@@ -89,6 +89,7 @@ class TestAddListPrune:
         """A stored release whose manifest names another version is refused when used."""
         world.add_release("1.0.0")
         (world.paths.releases_dir / "1.0.0" / "release.toml").write_text('version = "1.0.1"\n')
+        world.record_digest("1.0.0")
         with pytest.raises(ReleaseError, match=r"says version '1\.0\.1', but its directory is '1\.0\.0'"):
             world.node.controller.fire("install", release="1.0.0")
 

@@ -21,6 +21,7 @@ def _with_payload(world: World, version: str, **files: bytes) -> Path:
     (release / "payload").mkdir()
     for name, data in files.items():
         (release / "payload" / name).write_bytes(data)
+    world.record_digest(version)
     return release
 
 

@@ -166,6 +166,7 @@ class TestStopping:
         world = _world(tmp_path, ())
         release = world.add_release("1.0.0")
         (release / "release.toml").write_text('version = "1.0.0"\nworkload = ["sleep", "60"]\n')
+        world.record_digest("1.0.0")
         world.node.controller.fire("install", release="1.0.0")
         cfg = tmp_path / "config.toml"
         cfg.write_text('name = "agent"\n[judgment]\ndeadline_seconds = 1\nsoak_seconds = 0\n'
@@ -403,6 +404,7 @@ class TestDeadCommand:
     def _with_workload(world: World) -> None:
         (world.paths.releases_dir / "1.0.0" / "release.toml").write_text(
             'version = "1.0.0"\nworkload = ["sleep", "60"]\n')
+        world.record_digest("1.0.0")
 
     def test_an_upgrade_killed_after_its_signal_is_abandoned_in_place(
             self, tmp_path: Path) -> None:

@@ -135,6 +135,7 @@ class TestDaemonStartsIt:
             'version = "1.0.0"\nworkload = ["/bin/sh", "-c", '
             f'"echo $(pwd) $0 $1 $MODE $AGENT_FSM_PAYLOAD_DIR > {out}; exec sleep 30", '
             '"{release_dir}", "v{version}"]\n')
+        world.record_digest("1.0.0")
         world.node.controller.fire("install", release="1.0.0")
         daemon = Daemon(world.node, Notifier(""), waker)
         try:
@@ -162,6 +163,7 @@ class TestDaemonStartsIt:
         release = world.add_release("1.0.0")
         (release / "release.toml").write_text(
             'version = "1.0.0"\nworkload = ["/bin/sh", "-c", "exit 3"]\n')
+        world.record_digest("1.0.0")
         world.node.controller.fire("install", release="1.0.0")
         notifier = Recording()
         sent = notifier.sent
@@ -182,6 +184,7 @@ class TestDaemonStartsIt:
         release = world.add_release("1.0.0")
         (release / "release.toml").write_text(
             'version = "1.0.0"\nworkload = ["/bin/sleep", "30"]\n')
+        world.record_digest("1.0.0")
         world.node.controller.fire("install", release="1.0.0")
         notifier = Recording()
         sent = notifier.sent
@@ -237,6 +240,7 @@ class TestReadOnlyView:
         (release / "release.toml").write_text(
             f'version = "1.0.0"\nworkload = ["{sys.executable}", "tries.py", '
             f'"{world.paths.state_dir}", "{report}"]\n')
+        world.record_digest("1.0.0")
         world.node.controller.fire("install", release="1.0.0")
         return world, release, report
 
@@ -311,6 +315,7 @@ def _crashing_candidate(tmp_path: Path, waker: Waker, script: str) -> dict[str, 
     release = world.add_release("2.0.0")
     (release / "release.toml").write_text(
         f'version = "2.0.0"\nworkload = ["/bin/sh", "-c", {json.dumps(script)}]\n')
+    world.record_digest("2.0.0")
     world.node.controller.fire("begin_upgrade", release="2.0.0")
     assert not Daemon(world.node, Notifier(""), waker).startup()
     recover(world.node)

@@ -54,6 +54,7 @@ def _manifest(text: str, version: str = "2.0.0") -> Callable[[World], Path]:
     def plant(world: World) -> Path:
         path = world.paths.releases_dir / version / "release.toml"
         path.write_text(text)
+        world.record_digest(version)  # stored so: the manifest itself is what is wrong
         return path
     return plant
 
@@ -61,6 +62,7 @@ def _manifest(text: str, version: str = "2.0.0") -> Callable[[World], Path]:
 def _missing_release(world: World) -> Path:
     path = world.paths.releases_dir / "2.0.0" / "release.toml"
     path.unlink()
+    world.record_digest("2.0.0")  # stored so: the manifest itself is what is missing
     return path
 
 

@@ -43,6 +43,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], dict[str,
     release = world.add_release("1.0.0")
     words = ", ".join(json.dumps(w) for w in ["/bin/sleep", HOSTILE, *LONG])  # TOML's escapes
     (release / "release.toml").write_text(f'version = "1.0.0"\nworkload = [{words}]\n')
+    world.record_digest("1.0.0")
     world.installed("1.0.0").upgrading("2.0.0")
     world.node.controller.fire("judge_failed", reason=f"probe exited 1: {HOSTILE}",
                                reason_class="check_failed")

@@ -134,6 +134,7 @@ class TestDoctor:
         world = make_world(tmp_path / "root", config_mod.load(cfg))
         release = world.add_release("1.0.0")
         (release / "release.toml").write_text('version = "1.0.0"\nworkload = ["/bin/myagent"]\n')
+        world.record_digest("1.0.0")
         world.installed("1.0.0")
         found = [f.detail for f in doctor(world.node, check_systemd=False) if f.check == "workload"]
         assert any(f"writable path {inside} is inside agent-fsm's" in d for d in found), found

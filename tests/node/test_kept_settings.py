@@ -203,6 +203,7 @@ class TestFromTheRelease:
         world = make_world(tmp_path / "root", config)
         shutil.copytree(pack("1.0.0", tmp_path / "packed"), world.paths.releases_dir / "1.0.0",
                         symlinks=True)
+        world.record_digest("1.0.0")
         world.installed("1.0.0")
         world.upgrading("2.0.0")
         cfg = tmp_path / "config.toml"

@@ -249,16 +249,24 @@ class TestDigest:
         assert not (stored(world) / ".digests").exists()
         assert add(make_release(tmp_path / "b"), world.node).digest == first.digest
 
-    def test_a_release_stored_before_digests_gets_one_at_select(self, world: World) -> None:
-        """A release stored without a digest is selected if it holds only what the store holds,
-        and its digest is recorded then; one with a setuid file is refused."""
-        world.add_release("1.0.0")
-        world.installed("1.0.0")
-        assert release_store.recorded(world.paths.releases_dir, "1.0.0") is not None
-        legacy = world.add_release("2.0.0")
-        (legacy / "assets" / "agent.service").chmod(0o4755)
-        with pytest.raises(ReleaseError, match=r"agent.service has mode 4755"):
-            world.node.controller.fire("begin_upgrade", release="2.0.0")
+    def test_a_release_without_its_recorded_digest_is_damaged(self, world: World,
+                                                             tmp_path: Path) -> None:
+        """A stored release whose digest record is gone is refused when selected, in one line
+        saying to add it again; `release list` shows it damaged, and adding the same content
+        again replaces it."""
+        source = make_release(tmp_path)
+        add(source, world.node)
+        release_store.record_path(world.paths.releases_dir, "1.0.0").unlink()
+        with pytest.raises(ReleaseError, match=r"^release 1\.0\.0 is not what was stored: \S+"
+                           r"/\.digests/1\.0\.0 is missing: no digest was recorded for this "
+                           r"release; .*Add it again with `agent-fsm release add DIR`[^\n]*$"):
+            world.node.controller.fire("install", release="1.0.0")
+        assert world.node.releases.selected() is None
+        assert world.node.releases.integrity("1.0.0").problem is not None
+        again = add(source, world.node)
+        assert again.replaced == "its digest record was missing or unreadable"
+        world.node.controller.fire("install", release="1.0.0")
+        assert world.node.releases.selected() == "1.0.0"
 
     def test_an_interrupted_replace_is_put_back(self, world: World, tmp_path: Path) -> None:
         """A crash between an add's two renames leaves the old copy hidden; the next add puts

@@ -69,6 +69,7 @@ class TestLastGoodAssets:
         before = world.assets_on_disk()
         world.paths.recovery_unit.unlink()
         (world.add_release("2.0.0") / "assets" / "recovery.service").unlink()
+        world.record_digest("2.0.0")
         _begin(world, "2.0.0")
         doc = world.node.store.read()
         assert (doc.state, doc.pending) == ("candidate_running", None)

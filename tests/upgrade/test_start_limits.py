@@ -121,6 +121,7 @@ class TestRenderedForTheHostsSystemd:
             stub.parent.mkdir()
             stub.write_text("#!/bin/sh\nexit 0\n")
             stub.chmod(0o755)
+            world.record_digest("1.0.0")
             world.node.controller.fire("install", release="1.0.0")
             units = [str(world.paths.agent_unit), str(world.paths.recovery_unit)]
             return subprocess.run(["systemd-analyze", "verify", "--man=no", *units],

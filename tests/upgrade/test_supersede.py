@@ -10,7 +10,6 @@ from agent_fsm.errors import AssetError, DefinitionError, DiskError
 from agent_fsm.machine.definition import default_text
 from agent_fsm.machine.engine import env_failpoint
 from agent_fsm.node.records import known_bad
-from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.state.store import StateDoc
 from agent_fsm.upgrade.registry import load_definition
 from agent_fsm.upgrade.way_back import abandon_cut_upgrade
@@ -36,9 +35,9 @@ class TestSupersede:
         world.node.controller.failpoint = env_failpoint
         for version in ("1.0.0",):  # ... and cannot: neither the kept copy nor the release
             (world.paths.releases_dir / version / "assets" / "recovery.sh").unlink()
-            # As if it had been stored so (no recorded digest to say otherwise): a release
-            # changed since it was added would be refused at select (test_release_store).
-            release_store.forget(world.paths.releases_dir, version)
+            # As if it had been stored so: a release changed since it was added would be
+            # refused at select (test_release_store).
+            world.record_digest(version)
         with pytest.raises(AssetError, match="recovery"):
             world.reopen().node.controller.resume()
         done = recover(world.node)

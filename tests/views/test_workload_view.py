@@ -31,6 +31,7 @@ def node_world(tmp_path: Path, cfg: Path) -> World:
     world = make_world(tmp_path / "root", config_mod.load(cfg))
     release = world.add_release("1.0.0")
     (release / "release.toml").write_text('version = "1.0.0"\nworkload = ["/bin/myagent"]\n')
+    world.record_digest("1.0.0")
     world.installed("1.0.0")
     return world
 
@@ -108,6 +109,7 @@ class TestDoctor:
         world = make_world(tmp_path / "doctor-root", config_mod.load(cfg))
         release = world.add_release("1.0.0")
         (release / "release.toml").write_text('version = "1.0.0"\nworkload = ["/bin/myagent"]\n')
+        world.record_digest("1.0.0")
         world.installed("1.0.0")
         return [(f.level, f.detail) for f in doctor(world.node, check_systemd=False)
                 if f.check == "workload"]

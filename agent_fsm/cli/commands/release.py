@@ -258,8 +258,6 @@ def release_list(
         line = f"{shown(r['version'])}  {shown(r['digest'] or 'no digest')}"
         line += f"  ({', '.join(marks)})" if marks else ""
         line += f"  release.sig signs {shown(r['signed_digest'])}" if r["signed_digest"] else ""
-        if not r["digest_recorded"] and r["intact"]:
-            line += "  (stored before digests were kept; recorded when next selected)"
         line += f"  DAMAGED: {shown(r['problem'], MAX_LINE)}" if r["problem"] else ""
         k = bad.get(str(r["version"]))
         if k:  # `upgrade --to` refuses it unless --force

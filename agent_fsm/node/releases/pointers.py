@@ -88,7 +88,7 @@ def read_manifest(path: Path, expected_version: str | None = None) -> Manifest:
 class Integrity(NamedTuple):
     """A stored release against its recorded digest, for `release list`."""
 
-    digest: str | None  # recorded when it was added; else (stored before digests) as it is now
+    digest: str | None  # recorded when it was added; None when no record can be read
     recorded: bool
     problem: str | None  # why it would be refused; None when intact
     signed: str | None = None  # the digest its release.sig signs; None when unsigned
@@ -155,10 +155,9 @@ class Releases:
         return self._checked(version)[0]
 
     def verify(self, version: str) -> release_store.Checked:
-        """Check a stored release against the digest recorded when it was added; one stored
-        before digests were kept must at least be what the store holds (regular files and
-        directories, ours, no loose mode). ReleaseError says what differs and what to do;
-        FileNotFoundError when it is not stored."""
+        """Check a stored release against the digest recorded when it was added (one without a
+        record is damaged). ReleaseError says what differs and what to do; FileNotFoundError
+        when it is not stored."""
         if check_version(version) not in self._recorded:
             self._recorded.add(version)
             self._hashed.update(release_hashes.recorded_hashed(self.paths.releases_dir, version))
@@ -200,9 +199,8 @@ class Releases:
                 was = None
             return Integrity(None if was is None else release_store.digest(was), was is not None,
                              str(exc), None if was is None else signing.signed_digest(was))
-        manifest = checked.recorded or checked.manifest
-        return Integrity(release_store.digest(manifest), checked.recorded is not None, None,
-                         signing.signed_digest(manifest))
+        return Integrity(release_store.digest(checked.recorded), True, None,
+                         signing.signed_digest(checked.recorded))
 
     def _pointer(self, link: Path) -> str | None:
         try:
@@ -236,14 +234,7 @@ class Releases:
         return self._pointer(self.paths.last_good)
 
     def _point(self, link: Path, version: str) -> None:
-        _, checked = self._checked(version)  # refuse to point at a missing or broken release
-        if checked.recorded is None:  # stored before digests were kept: record it now (locked)
-            release_store.record(self.paths.releases_dir, version, checked.manifest)
-            import logging  # here: only this warning logs, and reading a release logs nothing
-
-            logging.getLogger("agent_fsm").warning(
-                "release %s was stored before digests were kept; recorded its digest %s",
-                version, release_store.digest(checked.manifest))
+        self._checked(version)  # refuse to point at a missing or broken release
         # Relative target: the pointer stays right when the tree is seen below --root.
         target = os.path.relpath(self.path(version), link.parent)
         files.atomic_symlink(link, target)

@@ -63,8 +63,8 @@ def record(releases_dir: Path, version: str, manifest_bytes: bytes) -> None:
 
 
 def recorded(releases_dir: Path, version: str) -> bytes | None:
-    """The manifest recorded for `version`, or None (a release stored before digests were kept).
-    Raises BadTree when the record is not a readable manifest."""
+    """The manifest recorded for `version`, or None when there is none. Raises BadTree when the
+    record is not a readable manifest."""
     path = record_path(releases_dir, version)
     try:
         data = files.read_regular(path, MAX_RECORD_BYTES)
@@ -109,7 +109,7 @@ class Checked(NamedTuple):
     """A stored release as it is now, and the manifest recorded when it was added."""
 
     manifest: bytes
-    recorded: bytes | None  # None: stored before digests were kept
+    recorded: bytes
 
     @property
     def digest(self) -> str:
@@ -122,7 +122,10 @@ def check(releases_dir: Path, version: str, hashed: Hashed | None = None) -> Che
     release = releases_dir / version
     now = manifest(scan(release, hashed=hashed))
     was = recorded(releases_dir, version)
-    if was is not None and was != now:
+    if was is None:  # every release is stored with its record: one without is damaged
+        raise BadTree(record_path(releases_dir, version), "is missing: no digest was recorded "
+                      "for this release")
+    if was != now:
         raise BadTree(release, f"does not match its digest {digest(was)} recorded when it was added "
                   f"({differences(was, now)}){_shared_note(release, was, now)}")
     return Checked(now, was)
@@ -189,8 +192,9 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
     """Store a staged release, with its digest: renamed into place whole. The caller holds the
     writers' lock, only for this (a few renames and two small records).
 
-    A version stored with the same digest is `already` (a damaged copy, or one stored before
-    digests were kept, is replaced by the new one); with another digest, Refused, naming both.
+    A version stored with the same digest is `already` (a damaged copy, or one whose record is
+    missing or unreadable, is replaced by the new one); with another digest, Refused, naming
+    both.
     """
     sweep(releases_dir)
     version, new, staging = staged.version, staged.manifest, staged.staging
@@ -291,18 +295,18 @@ def _abandoned(staging: Path) -> bool:
 
 def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> str | None:
     """None when the stored `version` is `new`, intact; why it is replaced when it holds the
-    same content, damaged or never normalized; Refused when its content differs."""
+    same content, damaged or without a readable record; Refused when its content differs."""
     try:
         was = recorded(releases_dir, version)
     except BadTree:
-        was = None  # an unreadable record: judged by the stored tree, as if none was kept
-    if was is None:  # stored before digests were kept: compare it as the store would hold it
+        was = None
+    if was is None:  # a missing or unreadable record: compare the tree as the store would hold it
         try:
             stored = digest(manifest(scan(releases_dir / version, stored=False, normalize=True)))
         except (BadTree, OSError) as exc:
             stored = f"none (its copy cannot be read: {exc})"
         if stored == digest(new):
-            return "it was stored before digests were kept"
+            return "its digest record was missing or unreadable"
     elif was == new:
         try:
             check(releases_dir, version)
