@@ -111,7 +111,10 @@ def retry_delay(node: Node | None) -> float:
 
 
 def _roll_back(node: Node, doc: StateDoc, by_unit: bool) -> Done:
-    doc = node.controller.fire(Trigger.recover, **why_recover(node, doc, by_unit=by_unit))
+    # The last-good is checked where it is selected and where the way back makes sure it can
+    # run: one walk of its tree serves both.
+    with node.releases.checked_once():
+        doc = node.controller.fire(Trigger.recover, **why_recover(node, doc, by_unit=by_unit))
     _restart_refused(node, f"rolled back to last-good {node.releases.last_good()}",
                      by_unit=by_unit)
     return Done(f"rolling back to last-good {node.releases.last_good()}: selected, "

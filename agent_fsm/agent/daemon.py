@@ -31,6 +31,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import AgentFsmError, NotItsRole, ReleaseError, SignalError, StopRequested
 from ..machine.definition import OnStart, Role, handlers
@@ -43,11 +44,13 @@ from ..system.notify import Notifier, watchdog_interval
 from ..upgrade import way_back
 from ..upgrade.releases import way_back as way_back_release
 from ..wiring import Node
-from . import judge as judge_mod
 from .dead_command import STOP_GRACE, DeadCommand, Looks
 from .publishing import PUBLISH_RETRY_FIRST, PUBLISH_RETRY_MAX, open_gate_after_judgment
 from .runtime import Waker, WakerClock, return_free_memory, setup_logging
 from .supervision import Workload, release_env
+
+if TYPE_CHECKING:
+    from . import judge as judge_mod
 
 log = logging.getLogger("agent_fsm")
 
@@ -160,6 +163,8 @@ class Daemon:
         return False
 
     def judge_candidate(self, doc: StateDoc, version: str) -> bool:
+        from . import judge as judge_mod  # here: a converged daemon judges nothing
+
         controller = self.node.controller
         if isinstance(sig := self._signal(), str):
             return self.not_judged(doc, version, sig)
@@ -244,7 +249,7 @@ class Daemon:
         return open_gate_after_judgment(
             self.node.controller, self.clock, before_try=self.extend_start,
             give_up_after=self.node.config.publish_give_up_seconds,
-            stopping=lambda: self.waker.stop)
+            stopping=lambda: self.waker.stop, each_try=self.node.releases.checked_once)
 
     def publish_then_open_gate(self, _doc: StateDoc, selected: str) -> bool:
         self.status("publishing the result of the upgrade before opening the gate")

@@ -5,6 +5,7 @@ and at a start in `judged_ok`."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -29,6 +30,8 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
                              *, give_up_after: float | None = None,
                              monotonic: Callable[[], float] = time.monotonic,
                              stopping: Callable[[], bool] = lambda: False,
+                             each_try: Callable[[], contextlib.AbstractContextManager[object]]
+                             = contextlib.nullcontext,
                              ) -> StateDoc:
     """Run `complete` (publish, clear signal, write assets, reload, promote, open the gate).
 
@@ -43,7 +46,9 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
     state file's time for `judged_ok`, so a restart does not start the count again) or from
     this call on the monotonic clock, whichever says first, `complete_queued` supersedes the
     owed `complete`: the result is queued in the outbox, recorded as such, and the gate opens.
-    A stop (`stopping()`) ends the retries with the state as it is.
+    A stop (`stopping()`) ends the retries with the state as it is. Each try runs inside
+    `each_try()` (the daemon's: one check of the candidate's release serves the effects that
+    read it, `write_assets` and `promote_last_good`).
     """
     delay = PUBLISH_RETRY_FIRST
     tries = 0
@@ -54,12 +59,13 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
         tries += 1
         before_try(tries, why)
         try:
-            if queued is not None:
-                return _complete_queued(controller, queued)
-            doc = controller.resume()
-            if doc.state == StateName.judged_ok:
-                doc = controller.fire(Trigger.complete)
-            return doc
+            with each_try():
+                if queued is not None:
+                    return _complete_queued(controller, queued)
+                doc = controller.resume()
+                if doc.state == StateName.judged_ok:
+                    doc = controller.fire(Trigger.complete)
+                return doc
         except PublishError as exc:
             why = str(exc)
             if max_tries is not None and tries >= max_tries:
