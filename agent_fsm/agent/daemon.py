@@ -31,7 +31,6 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 from ..errors import AgentFsmError, NotItsRole, ReleaseError, SignalError, StopRequested
 from ..machine.definition import OnStart, Role, handlers
@@ -44,13 +43,11 @@ from ..system.notify import Notifier, watchdog_interval
 from ..upgrade import way_back
 from ..upgrade.releases import way_back as way_back_release
 from ..wiring import Node
+from . import judge as judge_mod
 from .dead_command import STOP_GRACE, DeadCommand, Looks
 from .publishing import PUBLISH_RETRY_FIRST, PUBLISH_RETRY_MAX, open_gate_after_judgment
 from .runtime import Waker, WakerClock, return_free_memory, setup_logging
 from .supervision import Workload, release_env
-
-if TYPE_CHECKING:
-    from . import judge as judge_mod
 
 log = logging.getLogger("agent_fsm")
 
@@ -163,8 +160,6 @@ class Daemon:
         return False
 
     def judge_candidate(self, doc: StateDoc, version: str) -> bool:
-        from . import judge as judge_mod  # here: a converged daemon judges nothing
-
         controller = self.node.controller
         if isinstance(sig := self._signal(), str):
             return self.not_judged(doc, version, sig)

@@ -24,6 +24,7 @@ from ... import files
 from ...errors import BadTree, ReleaseError
 from ..paths import Paths
 from . import hashes as release_hashes
+from . import repair as release_repair
 from . import signing
 from . import store as release_store
 from . import tree as release_tree
@@ -178,8 +179,6 @@ class Releases:
             self._checked(version)
             return []
         except ReleaseError as damaged:
-            from . import repair as release_repair  # here: only a damaged release is repaired
-
             try:
                 fixed = release_repair.repair(self.paths.releases_dir, version)
             except (BadTree, OSError) as exc:

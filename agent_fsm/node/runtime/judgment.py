@@ -1,10 +1,9 @@
 """`<run_dir>/judgment.json`: where the daemon's judgment of a candidate is, for `upgrade --wait`:
 each check's last answer and, once they passed, when the soak ends.
 
-The daemon writes it (atomically) after a round of the checks whose answers changed and when the
-soak begins; a reader trusts it only for the version and attempt the signal names (systemd
-removes the run dir whenever the agent unit stops), and never fails on it: a missing or garbled
-one is None.
+The daemon writes it (atomically) after each round of the checks and when the soak begins; a
+reader trusts it only for the version and attempt the signal names (systemd removes the run dir
+whenever the agent unit stops), and never fails on it: a missing or garbled one is None.
 """
 
 from __future__ import annotations
@@ -72,22 +71,16 @@ def name(check: Check) -> str:
 def teller(paths: Paths, version: str, attempt: int
            ) -> Callable[[Sequence[tuple[Check, bool, str]], float | None], None]:
     """What the judgment tells (each round's answers; the soak's seconds when it begins),
-    recorded for the candidate `version`'s `attempt`, each time it differs from the last one
-    written. A run dir that cannot take it is logged and the judgment goes on: only `upgrade
-    --wait` reads it."""
+    recorded for the candidate `version`'s `attempt`. A run dir that cannot take it is logged
+    and the judgment goes on: only `upgrade --wait` reads it."""
     last: list[Answer] = []
-    written: list[Record] = []
 
     def told(answers: Sequence[tuple[Check, bool, str]], soak: float | None) -> None:
         if answers:
             last[:] = [Answer(name(c), ok, said) for c, ok, said in answers]
         ends = None if soak is None else time.time() + soak
-        record = Record(version, attempt, tuple(last), ends)
-        if written and written[0] == record:
-            return
         try:
-            write(paths, record)
-            written[:] = [record]
+            write(paths, Record(version, attempt, tuple(last), ends))
         except AgentFsmError as exc:
             log.info("could not record the judgment's progress in %s: %s", path(paths), exc)
     return told
