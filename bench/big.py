@@ -108,6 +108,33 @@ def peak_rss_of_add(release: Path, root: Path) -> float:
     return usage.ru_maxrss / 1024
 
 
+def two_versions(base: Path, payload: Path, first: Path, figure: Callable[..., Any],
+                 store_node: Callable[[Path], Any]) -> Any:
+    """The store's bytes on disk holding two versions of the runtime agent that differ in one
+    small file of the payload, against the same store holding the first alone."""
+    from agent_fsm.actions.releases import packing
+    from agent_fsm.node.releases import objects
+
+    changed = payload / "node_modules" / "pkg000" / "f000.js"
+    was = changed.read_bytes()
+    changed.write_bytes(b"// the next version\n".ljust(SMALL_BYTES, b" "))
+    try:
+        second = packing.pack("2.0.1", base / "runtime-pack-next", payload=payload)
+    finally:
+        changed.write_bytes(was)
+    node = store_node(base / "two-node")
+    packing.add(first, node)
+    one = objects.usage(node.paths.releases_dir)
+    packing.add(second, node)
+    two = objects.usage(node.paths.releases_dir)
+    shutil.rmtree(base / "two-node")
+    shutil.rmtree(second)
+    return figure("store_two_versions", [two / 1e6], [one / 1e6], {
+        "differs_in": "one 200-byte file of the payload (and the version in release.toml, "
+                      "bin/agent-fsm and lib/'s boot file)",
+        "mb_one": round(one / 1e6, 1), "mb_two": round(two / 1e6, 1)})
+
+
 def measure(workdir: Path, repeat: int, figure: Callable[..., Any],
             store_node: Callable[[Path], Any]) -> list[Any]:
     from agent_fsm.actions.releases import packing
@@ -134,6 +161,9 @@ def measure(workdir: Path, repeat: int, figure: Callable[..., Any],
                 shutil.rmtree(out)
         figures += [figure(f"release_pack_{name}", packs, pack_floor, made),
                     figure(f"release_add_{name}", adds, add_floor, made)]
+        if name == "runtime":
+            figures.append(two_versions(base, payload, base / f"{name}-pack-0", figure,
+                                        store_node))
         if name == "tree_1g":
             rss = peak_rss_of_add(base / f"{name}-pack-0", base / "rss-node")
             figures.append(figure("release_add_peak_rss", [rss], [RSS_BUDGET_MB],

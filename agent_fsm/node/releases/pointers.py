@@ -162,8 +162,19 @@ class Releases:
         if check_version(version) not in self._recorded:
             self._recorded.add(version)
             self._hashed.update(release_hashes.recorded_hashed(self.paths.releases_dir, version))
+        return self._check(version, self._hashed)
+
+    def reread(self, version: str) -> release_store.Checked:
+        """`verify`, every byte of every file read and hashed again, whatever its recorded
+        stat: what an install, an activate and an upgrade run on the release they are about to
+        run, so damage that kept a file's stat (a disk's) is caught before it runs again as a
+        candidate. A start of the daemon and the way back run `verify`: a walk, no file read
+        whose stat is the one recorded, whatever the payload's size."""
+        return self._check(check_version(version), None)
+
+    def _check(self, version: str, hashed: release_tree.Hashed | None) -> release_store.Checked:
         try:
-            return release_store.check(self.paths.releases_dir, version, self._hashed)
+            return release_store.check(self.paths.releases_dir, version, hashed)
         except BadTree as exc:
             raise ReleaseError(
                 f"release {version} is not what was stored: {exc}; it was not used. Add it again "
