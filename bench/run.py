@@ -151,14 +151,14 @@ SPECS: dict[str, tuple[str, str, str, str, float]] = {
         "big", "`release pack --payload` of a Node.js-sized agent: the runtime binary (98 MB), "
         "52 MB beside it, 20,000 files of 200 bytes", "`cp -a` of the same payload", "s", 3.0),
     "release_add_runtime": (
-        "big", "`release add` of that release into an empty store", "`cp -a` of the packed "
-        "release", "s", 2.0),
+        "big", "`release add` of that release into an empty store (its copy synced)",
+        "`cp -a` of the packed release, then `sync`", "s", 2.0),
     "release_pack_tree_1g": (
         "big", "`release pack --payload` of a 1 GiB tree (eight files of random bytes)",
         "`cp -a` of the same payload", "s", 3.0),
     "release_add_tree_1g": (
-        "big", "`release add` of that release into an empty store", "`cp -a` of the packed "
-        "release", "s", 2.0),
+        "big", "`release add` of that release into an empty store (its copy synced)",
+        "`cp -a` of the packed release, then `sync`", "s", 2.0),
     "store_two_versions": (
         "big", "disk used by a store holding two versions of the Node.js-sized agent that differ "
         "in one small payload file, each file counted once as `du` counts",
