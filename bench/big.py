@@ -88,6 +88,18 @@ def _cp(src: Path, dst: Path) -> None:
     subprocess.run(["cp", "-a", str(src), str(dst)], check=True)
 
 
+def _cp_durable(src: Path, dst: Path) -> tuple[float, float]:
+    """Seconds of `cp -a src dst` alone, and with a sync of what it wrote after it: `release
+    add` ends with its copy on the disk (one syncfs), and `cp -a` of hot pages writes nothing
+    back before it ends."""
+    os.sync()
+    t0 = time.perf_counter()
+    _cp(src, dst)
+    copied = time.perf_counter() - t0
+    os.sync()
+    return copied, time.perf_counter() - t0
+
+
 ADD_CHILD = """
 import sys
 from pathlib import Path
@@ -108,6 +120,33 @@ def peak_rss_of_add(release: Path, root: Path) -> float:
     return usage.ru_maxrss / 1024
 
 
+def two_versions(base: Path, payload: Path, first: Path, figure: Callable[..., Any],
+                 store_node: Callable[[Path], Any]) -> Any:
+    """The store's bytes on disk holding two versions of the runtime agent that differ in one
+    small file of the payload, against the same store holding the first alone."""
+    from agent_fsm.actions.releases import packing
+    from agent_fsm.node.releases import objects
+
+    changed = payload / "node_modules" / "pkg000" / "f000.js"
+    was = changed.read_bytes()
+    changed.write_bytes(b"// the next version\n".ljust(SMALL_BYTES, b" "))
+    try:
+        second = packing.pack("2.0.1", base / "runtime-pack-next", payload=payload)
+    finally:
+        changed.write_bytes(was)
+    node = store_node(base / "two-node")
+    packing.add(first, node)
+    one = objects.usage(node.paths.releases_dir)
+    packing.add(second, node)
+    two = objects.usage(node.paths.releases_dir)
+    shutil.rmtree(base / "two-node")
+    shutil.rmtree(second)
+    return figure("store_two_versions", [two / 1e6], [one / 1e6], {
+        "differs_in": "one 200-byte file of the payload (and the version in release.toml, "
+                      "bin/agent-fsm and lib/'s boot file)",
+        "mb_one": round(one / 1e6, 1), "mb_two": round(two / 1e6, 1)})
+
+
 def measure(workdir: Path, repeat: int, figure: Callable[..., Any],
             store_node: Callable[[Path], Any]) -> list[Any]:
     from agent_fsm.actions.releases import packing
@@ -119,21 +158,28 @@ def measure(workdir: Path, repeat: int, figure: Callable[..., Any],
                                 ("tree_1g", tree_payload, "3.0.0")):
         payload = base / f"payload-{name}"
         made = make(payload)
-        packs, pack_floor, adds, add_floor = [], [], [], []
+        packs, pack_floor, adds, add_floor, add_cp_alone = [], [], [], [], []
         for i in range(repeat):
             out = base / f"{name}-pack-{i}"
             packs.append(_timed(packing.pack, version, out, payload=payload))
             pack_floor.append(_timed(_cp, payload, base / f"{name}-cp-payload-{i}"))
             node = store_node(base / f"{name}-node-{i}")
             adds.append(_timed(packing.add, out, node))
-            add_floor.append(_timed(_cp, out, base / f"{name}-cp-release-{i}"))
+            alone, durable = _cp_durable(out, base / f"{name}-cp-release-{i}")
+            add_floor.append(durable)
+            add_cp_alone.append(alone)
             for gone in (base / f"{name}-cp-payload-{i}", base / f"{name}-cp-release-{i}",
                          base / f"{name}-node-{i}"):
                 shutil.rmtree(gone)
             if i:
                 shutil.rmtree(out)
         figures += [figure(f"release_pack_{name}", packs, pack_floor, made),
-                    figure(f"release_add_{name}", adds, add_floor, made)]
+                    figure(f"release_add_{name}", adds, add_floor, {
+                        **made, "floor": "`cp -a` of the packed release, then `sync`",
+                        "cp_alone_s": [round(x, 3) for x in add_cp_alone]})]
+        if name == "runtime":
+            figures.append(two_versions(base, payload, base / f"{name}-pack-0", figure,
+                                        store_node))
         if name == "tree_1g":
             rss = peak_rss_of_add(base / f"{name}-pack-0", base / "rss-node")
             figures.append(figure("release_add_peak_rss", [rss], [RSS_BUDGET_MB],

@@ -49,7 +49,7 @@ from agent_fsm.wiring import Node, open_node
 from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Kind, Lab
 from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
 
-from . import big
+from . import big, wayback
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO / "bench" / "results.json"
@@ -118,7 +118,8 @@ UPGRADE_CYCLE = (
     ("complete", "judged_ok", "converged"),
 )
 
-GROUPS = ("durable", "status", "releases", "big", "upgrades", "idle")  # upgrades: daemon_start_to_ready
+# upgrades: daemon_start_to_ready; wayback: rollback_big, daemon_start_big
+GROUPS = ("durable", "status", "releases", "big", "upgrades", "wayback", "idle")
 RESTART = "`systemctl restart agent.service` of a good release until READY=1"
 # name: (group, what the value is, what the floor is, unit, target ratio)
 SPECS: dict[str, tuple[str, str, str, str, float]] = {
@@ -150,14 +151,18 @@ SPECS: dict[str, tuple[str, str, str, str, float]] = {
         "big", "`release pack --payload` of a Node.js-sized agent: the runtime binary (98 MB), "
         "52 MB beside it, 20,000 files of 200 bytes", "`cp -a` of the same payload", "s", 3.0),
     "release_add_runtime": (
-        "big", "`release add` of that release into an empty store", "`cp -a` of the packed "
-        "release", "s", 2.0),
+        "big", "`release add` of that release into an empty store (its copy synced)",
+        "`cp -a` of the packed release, then `sync`", "s", 2.0),
     "release_pack_tree_1g": (
         "big", "`release pack --payload` of a 1 GiB tree (eight files of random bytes)",
         "`cp -a` of the same payload", "s", 3.0),
     "release_add_tree_1g": (
-        "big", "`release add` of that release into an empty store", "`cp -a` of the packed "
-        "release", "s", 2.0),
+        "big", "`release add` of that release into an empty store (its copy synced)",
+        "`cp -a` of the packed release, then `sync`", "s", 2.0),
+    "store_two_versions": (
+        "big", "disk used by a store holding two versions of the Node.js-sized agent that differ "
+        "in one small payload file, each file counted once as `du` counts",
+        "the same store holding the first alone", "MB", 1.2),
     "release_add_peak_rss": (
         "big", "peak RSS of a process adding the 1 GiB release", "a fixed budget", "MB", 1.0),
     "good_upgrade": (
@@ -174,6 +179,13 @@ SPECS: dict[str, tuple[str, str, str, str, float]] = {
         "upgrades", "`systemctl restart agent.service` of a converged agent until READY=1",
         "`systemctl restart` of a bare-Python Type=notify service (same interpreter, -I -S -B) "
         "until READY=1", "s", 1.5),
+    "rollback_big": (
+        "wayback", "`upgrade --wait` to a candidate that crashes at start, back to a last-good "
+        "with a 1 GiB payload, minus the restart waits (as `rollback_crash_at_start`)",
+        "the same rollback to a last-good with a 1 KiB payload", "s", 1.2),
+    "daemon_start_big": (
+        "wayback", "`systemctl restart agent.service` to READY=1 of a last-good with a 1 GiB "
+        "payload", "the same with a 1 KiB payload", "s", 1.2),
     "daemon_idle_rss": (
         "idle", "the daemon's VmRSS after 10 s idle", "a fixed budget", "MB", 1.0),
     "daemon_idle_wakeups": (
@@ -596,12 +608,19 @@ def store_figures(workdir: Path, repeat: int) -> list[Figure]:
 
 # Systemd figures ---------------------------------------------------------------------------------
 @contextlib.contextmanager
-def lab_node(settings: dict[str, float]) -> Iterator[Lab]:
-    """A private systemd with 1.0.0 (good) installed and settled, with these judgment settings."""
+def lab_node(settings: dict[str, float],
+             last_good: Callable[[Path], object] | None = None) -> Iterator[Lab]:
+    """A private systemd with 1.0.0 (good) installed and settled, with these judgment settings
+    (`last_good`: packs 1.0.0 at the path it is given, instead of the lab's)."""
     with SystemdSandbox(keep=python_paths()) as sb:
         lab = Lab(sb, deadline=settings["deadline"], soak=settings["soak"],
                   max_attempts=int(settings["max_attempts"]), restart=settings["restart"])
-        lab.pack("1.0.0")
+        if last_good is None:
+            lab.pack("1.0.0")
+        else:
+            lab.packs.mkdir(parents=True, exist_ok=True)
+            last_good(lab.packs / "1.0.0")
+            lab.cli("release", "add", str(lab.packs / "1.0.0"))
         lab.install("1.0.0")
         yield lab
 
@@ -774,10 +793,11 @@ def run(groups: list[str], repeat: int, workdir: Path) -> list[Figure]:
         "releases": lambda: release_figures(workdir, repeat),
         "big": lambda: big.measure(workdir, repeat, figure, _store_node),
         "upgrades": lambda: upgrade_figures(repeat),
+        "wayback": lambda: wayback.measure(workdir, repeat, figure),
         "idle": idle_figures,
     }
     for group in groups:
-        if group in ("upgrades", "idle") and missing:
+        if group in ("upgrades", "wayback", "idle") and missing:
             why = "cannot boot a private systemd here: " + "; ".join(missing)
             say(f"{group}: skipped ({why})")
             figures += [figure(n, skipped=why) for n, spec in SPECS.items() if spec[0] == group]

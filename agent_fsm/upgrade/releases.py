@@ -20,8 +20,10 @@ log = logging.getLogger("agent_fsm")
 
 
 def release_exists(effectors: Effectors, step: Step) -> AgentFsmError | None:
+    """The release is stored and intact, every byte read (`Releases.reread`): an install, an
+    activate or an upgrade is about to run it, and pays once for reading it all."""
     try:
-        effectors.releases.manifest(str(step.arg("release")))
+        effectors.releases.reread(str(step.arg("release")))
     except ReleaseError as exc:
         return exc
     return None

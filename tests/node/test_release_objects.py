@@ -270,3 +270,50 @@ class TestPrune:
         assert (world.paths.releases_dir / ".1.0.0.pruning").is_dir()
         assert prune(world.node).removed == ("1.0.0",)
         assert leftovers(world) == [] and problems(world) == {"2.0.0": None}
+
+
+class TestBigFiles:
+    """A file over the size read whole (1 MiB) is streamed into the store: read once, and
+    still kept once across releases."""
+
+    BIG = "payload/big.bin"
+
+    def _with_big(self, where: Path, version: str, data: bytes) -> Path:
+        rel = make_release(where, version, marker=version)
+        (rel / "payload").mkdir()
+        (rel / self.BIG).write_bytes(data)
+        return rel
+
+    def test_a_big_file_is_read_once_and_kept_once_across_releases(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`release add` reads each source file once, and a second release holding the same
+        3 MiB file links the stored one: one inode, the store grows by far less than it."""
+        data = os.urandom(3 << 20)
+        first = self._with_big(tmp_path, "1.0.0", data)
+        expected = source_digest(first)
+        read = files_read(monkeypatch)
+        assert add(first, world.node).digest == expected
+        assert read.count(self.BIG) == 1 and read.count(SHARED) == 1
+        used = release_objects.usage(world.paths.releases_dir)
+        second = self._with_big(tmp_path, "2.0.0", data)
+        assert add(second, world.node).digest == source_digest(second)
+        stored = [os.lstat(world.paths.releases_dir / v / self.BIG) for v in ("1.0.0", "2.0.0")]
+        assert stored[0].st_ino == stored[1].st_ino
+        assert release_objects.usage(world.paths.releases_dir) - used < len(data) // 4
+        assert problems(world) == {"1.0.0": None, "2.0.0": None}
+
+    def test_a_big_file_whose_stored_copy_was_damaged_is_stored_anew(
+            self, world: World, tmp_path: Path) -> None:
+        """With the stored copy of a big file damaged in place, a new release holding it is
+        stored with the source's bytes in a file of its own, and checks intact."""
+        data = os.urandom(3 << 20)
+        add(self._with_big(tmp_path, "1.0.0", data), world.node)
+        with (world.paths.releases_dir / "1.0.0" / self.BIG).open("r+b") as f:
+            f.write(b"rot")
+        second = self._with_big(tmp_path, "2.0.0", data)
+        assert add(second, world.node).digest == source_digest(second)
+        stored = world.paths.releases_dir / "2.0.0" / self.BIG
+        assert stored.read_bytes() == data
+        assert os.lstat(stored).st_ino != os.lstat(world.paths.releases_dir / "1.0.0"
+                                                    / self.BIG).st_ino
+        assert problems(world)["2.0.0"] is None

@@ -325,6 +325,28 @@ class TestHashedRecord:
         with pytest.raises(ReleaseError, match="not what was stored"):
             world.reopen().node.releases.verify("1.0.0")
 
+    def test_a_change_that_kept_its_stat_is_refused_before_it_runs_as_a_candidate(
+            self, world: World, tmp_path: Path) -> None:
+        """A byte changed under a file's recorded stat (what a disk can do; here the record
+        is written again with the changed file's stat) passes the walk a start runs, but an
+        upgrade to that release is refused before it is selected: every byte is read then."""
+        world.add_release("1.0.0")
+        world.installed("1.0.0")
+        add(make_release(tmp_path, "2.0.0"), world.node)
+        damaged = stored(world, "2.0.0") / "assets" / "agent.service"
+        _flip_a_byte_keeping_times(damaged)
+        releases_dir = world.paths.releases_dir
+        kept = {release_tree.key(rel, os.lstat(stored(world, "2.0.0") / rel))
+                if rel == "assets/agent.service" else (rel, stamp): entry
+                for (rel, stamp), entry in release_hashes.recorded_hashed(releases_dir,
+                                                                          "2.0.0").items()}
+        release_hashes.record_hashed(releases_dir, "2.0.0", kept)
+        assert world.reopen().node.releases.verify("2.0.0").recorded  # the start's walk
+        with pytest.raises(ReleaseError, match=r"release 2\.0\.0 is not what was stored: .*"
+                           r"assets/agent\.service changed content"):
+            world.reopen().node.controller.fire("begin_upgrade", release="2.0.0")
+        assert world.reopen().node.releases.selected() == "1.0.0"
+
     def test_forgetting_a_release_removes_its_record(self, world: World, tmp_path: Path) -> None:
         """When a release leaves the store, its record of hashes goes with its digest."""
         add(make_release(tmp_path), world.node)

@@ -25,6 +25,7 @@ from ...node.releases import store as release_store
 from ...node.releases import tree
 from ...node.releases import workload as workload_command
 from ...node.releases.pointers import check_version, read_manifest
+from ...node.sha256 import prefer_openssl
 from ...wiring import Node
 from . import abi, origins, trust
 from .vendoring import BOOT_FILE, boot, compile_lean, vendor
@@ -40,6 +41,19 @@ def _ignore(_dir: str, names: list[str]) -> list[str]:
 def pack(version: str, output: Path, workload: tuple[str, ...] = (),
          sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET,
          payload: Path | None = None) -> Path:
+    """`packed` (which see), returning the release's path alone."""
+    return packed(version, output, workload, sign_key, targets, payload).path
+
+
+@dataclass(frozen=True)
+class Packed:
+    path: Path
+    digest: str  # what `release digest` prints for it (`trust.digest`)
+
+
+def packed(version: str, output: Path, workload: tuple[str, ...] = (),
+           sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET,
+           payload: Path | None = None) -> Packed:
     """Write a release directory for `version` at `output` (which must not exist yet), with
     what it needs of the node's `python` (`abi`), `payload`'s tree as its `payload/` if given
     (`copy_payload`), signed with `sign_key` if given (`trust`); ReleaseError when it would not
@@ -67,7 +81,7 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
     try:
         with files.private_dir(where, f".{real.name}.packing.") as holder:
             tmp = holder / "release"
-            _make(tmp, version, workload, sign_key, targets, payload, output)
+            signed = _make(tmp, version, workload, sign_key, targets, payload, output)
             os.replace(tmp, real)  # over the empty directory that held the name
             renamed = True
     except BaseException as exc:
@@ -79,7 +93,7 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
                                        f"left by a pack that failed: {exc}") from exc
         raise
     files.fsync_dir(where)
-    return output
+    return Packed(output, signed)
 
 
 def _trusted_parent(output: Path) -> Path:
@@ -103,13 +117,22 @@ def _trusted_parent(output: Path) -> Path:
 
 
 def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | None,
-          targets: tuple[str, ...], payload: Path | None, output: Path) -> None:
-    """Make the release in the new directory `tmp`, inside a private one (see `pack`)."""
+          targets: tuple[str, ...], payload: Path | None, output: Path) -> str:
+    """Make the release in the new directory `tmp`, inside a private one (see `pack`); return
+    its digest. The payload's files are hashed as they are copied, and not read again for the
+    digest: `tmp` is in a directory only this user may enter, and a file changed since has
+    another stat (`tree.scan`)."""
+    prefer_openssl()  # a payload may be gigabytes, hashed once: OpenSSL's is the fast one
+    hashed: tree.Hashed = {}
     if payload is not None:
         check_payload(payload, output, tmp)
     (tmp / "bin").mkdir(parents=True)
     if payload is not None:  # first: what is wrong with it is said before the slow part
-        copy_payload(payload, tmp / PAYLOAD)
+        copied: tree.Hashed = {}
+        copy_payload(payload, tmp / PAYLOAD, copied)
+        for (rel, stamp), entry in copied.items():
+            hashed[f"{PAYLOAD}/{rel}", stamp] = entry._replace(path=f"{PAYLOAD}/{rel}")
+        del copied
     # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
     shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
     vendor(tmp / "lib")
@@ -128,9 +151,8 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
     abi.record(tmp, targets)
     _settle_modes(tmp)
     if sign_key is not None:  # last: the signature covers everything else, payload included
-        trust.sign(tmp, sign_key)
-    else:  # what `release add` would refuse (over the limits), refused here
-        trust.digest(tmp)
+        return trust.sign(tmp, sign_key, hashed)
+    return trust.digest(tmp, hashed)  # what `release add` would refuse (over the limits) too
 
 
 def _settle_modes(release: Path) -> None:
@@ -141,8 +163,8 @@ def _settle_modes(release: Path) -> None:
         for name in (*dirs, *names):
             path = os.path.join(top, name)
             st = os.lstat(path)
-            if not stat.S_ISLNK(st.st_mode):
-                os.chmod(path, tree.normal_mode(st))
+            if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) != tree.normal_mode(st):
+                os.chmod(path, tree.normal_mode(st))  # (a file left as it is keeps its ctime)
     os.chmod(release, tree.DIR_MODE)
 
 
@@ -166,11 +188,12 @@ def check_payload(src: Path, output: Path, tmp: Path) -> None:
                                "pack into a directory outside it; nothing was packed")
 
 
-def copy_payload(src: Path, dst: Path) -> None:
+def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None) -> None:
     """Copy `src`'s tree to `dst` as the store copies a release: regular files and directories
     only, nothing followed, modes 0755 (directories, executables) or 0644, within the limits.
     A setuid or setgid file is refused rather than quietly stripped of its bit: the program
-    that needs it would fail only on the node. ReleaseError naming the path otherwise."""
+    that needs it would fail only on the node. ReleaseError naming the path otherwise.
+    `hashed`: filled with the copied files' hashes (`tree.copy`)."""
     for top, _dirs, names in os.walk(src):
         for name in names:
             path = Path(top) / name
@@ -183,7 +206,7 @@ def copy_payload(src: Path, dst: Path) -> None:
                     "files (the store would not keep the bit): clear it (`chmod ug-s`) and have "
                     "the service's unit or the host grant what it needs; nothing was packed")
     try:
-        tree.copy(src, dst)
+        tree.copy(src, dst, hashed=hashed)
     except BadTree as exc:
         raise ReleaseError(
             f"cannot pack --payload {src}: {exc}; a release holds regular files and "

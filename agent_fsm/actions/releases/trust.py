@@ -18,26 +18,28 @@ from ...node.paths import Paths
 from ...node.releases import signing
 from ...node.releases import store as release_store
 from ...node.releases.pointers import read_manifest
+from ...node.releases.tree import Hashed
 from ...system import sshsig
 
 _AFTER = "nothing was stored"
 
 
-def digest(release: Path) -> str:
-    """The digest a signature of `release` covers (`signing.message`), `sha256:<hex>`: what
-    `release digest` prints. ReleaseError naming the entry the store would refuse."""
+def digest(release: Path, hashed: Hashed | None = None) -> str:
+    """The digest a signature of `release` covers (`signing.message`, `hashed` as there),
+    `sha256:<hex>`: what `release digest` prints. ReleaseError naming the entry the store would
+    refuse."""
     try:
-        return signing.message(release, stored=False).decode("ascii")
+        return signing.message(release, stored=False, hashed=hashed).decode("ascii")
     except BadTree as exc:
         raise ReleaseError(f"{exc}; a release holds regular files and directories only, within "
                            "the store's limits (docs/operations.md, Releases)") from None
 
 
-def sign(release: Path, key: Path) -> str:
+def sign(release: Path, key: Path, hashed: Hashed | None = None) -> str:
     """Sign a packed release directory with `key` (a private key file, or a public one whose
     private half is in ssh-agent): write (or replace) its `release.sig`, atomically. Returns
-    the signed digest."""
-    message = digest(release).encode("ascii")
+    the signed digest (`hashed`: as `digest`'s)."""
+    message = digest(release, hashed).encode("ascii")
     try:
         signature = sshsig.sign(key, signing.NAMESPACE, message)
     except (BadSignature, CouldNotRun) as exc:

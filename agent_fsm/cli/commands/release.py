@@ -69,7 +69,7 @@ def release_pack(
     Example: agent-fsm release pack --version 2.0.0 --output ./myagent-2.0.0 --payload
     ./build --sign-key ~/.ssh/id_ed25519
     """
-    from ...actions.releases.packing import pack
+    from ...actions.releases.packing import packed
 
     try:
         argv = tuple(shlex.split(workload)) if workload else ()
@@ -83,13 +83,14 @@ def release_pack(
         return
     if output is None:
         raise typer.BadParameter("give --output DIR, --image REF, or both", param_hint="--output")
-    from ...actions.releases import abi, trust
+    from ...actions.releases import abi
 
-    path = pack(version, output, argv, sign_key, tuple(target) if target else abi.FLEET,
-                payload=payload)
+    made = packed(version, output, argv, sign_key, tuple(target) if target else abi.FLEET,
+                  payload=payload)
+    path = made.path
     signed = f", signed with {sign_key}" if sign_key is not None else ""
     need = abi.read(path) or abi.Needs()
-    out.print(f"packed release {version} in {path} (release digest {trust.digest(path)}{signed}); "
+    out.print(f"packed release {version} in {path} (release digest {made.digest}{signed}); "
               "it covers "
               f"{abi.covers(need.targets, need.requires_python)}", markup=False, soft_wrap=True)
 

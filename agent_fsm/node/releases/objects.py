@@ -54,7 +54,7 @@ class Objects:
         self.dir = releases_dir / OBJECTS
         files.ensure_dir(self.dir, 0o700)
 
-    def link(self, target: Path, sha: str, mode: int, size: int) -> os.stat_result | None:
+    def link(self, target: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
         """Make `target` (a new name in a staging copy) a link to the object of these bytes
         and mode, if one is intact (checked through the new link, so what is checked is what
         is linked), and return its stat as checked; None, and no `target`, if there is none,
@@ -70,9 +70,37 @@ class Objects:
             os.unlink(target)
         return checked
 
-    def keep(self, target: Path, sha: str, mode: int) -> None:
+    def adopt(self, target: str, sha: str, mode: int, size: int) -> os.stat_result | None:
+        """Replace the file just written at `target` (a staging copy's) by a link to the
+        intact object of these bytes and mode, if there is one (checked through a new link of
+        its own, so what is checked is what is linked); its stat as checked, else None and
+        `target` left as it is."""
+        tmp = self.dir / f".new-{os.urandom(6).hex()}"
+        try:
+            os.link(self.dir / name(sha, mode), tmp)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EMLINK):
+                return None
+            raise
+        checked = None
+        try:
+            checked = intact(tmp, sha, mode, size)
+            if checked is not None:
+                os.replace(tmp, target)  # the written copy goes, unread again
+        finally:
+            if checked is None:
+                os.unlink(tmp)
+        # A rename moves the ctime: the stat a record keys is the one after it.
+        return None if checked is None else os.lstat(target)
+
+    def keep(self, target: Path | str, sha: str, mode: int) -> None:
         """Make the staged file `target` the object of its bytes: a damaged object of the same
         name is replaced (the releases linking it keep their damaged inode)."""
+        try:
+            os.link(target, self.dir / name(sha, mode))  # the common case: none yet
+            return
+        except FileExistsError:
+            pass
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         os.link(target, tmp)
         os.replace(tmp, self.dir / name(sha, mode))

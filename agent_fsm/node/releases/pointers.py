@@ -133,12 +133,14 @@ class Releases:
         finally:
             self._once = None
 
-    def _checked(self, version: str) -> tuple[Manifest, release_store.Checked]:
-        if self._once is not None and version in self._once:
+    def _checked(self, version: str, *,
+                 every_byte: bool = False) -> tuple[Manifest, release_store.Checked]:
+        if not every_byte and self._once is not None and version in self._once:
             return self._once[version]
         path = self.path(version) / "release.toml"
         try:
-            checked = self.verify(version)
+            checked = self._check(check_version(version), None) if every_byte else \
+                self.verify(version)
             found = read_manifest(path, expected_version=version), checked
             if self._once is not None:
                 self._once[version] = found
@@ -161,8 +163,20 @@ class Releases:
         if check_version(version) not in self._recorded:
             self._recorded.add(version)
             self._hashed.update(release_hashes.recorded_hashed(self.paths.releases_dir, version))
+        return self._check(version, self._hashed)
+
+    def reread(self, version: str) -> Manifest:
+        """`verify`, every byte of every file read and hashed again, whatever its recorded
+        stat: what an install, an activate and an upgrade run on the release they are about to
+        run, so damage that kept a file's stat (a disk's) is caught before it runs again as a
+        candidate. A start of the daemon and the way back run `verify`: a walk, no file read
+        whose stat is the one recorded, whatever the payload's size. ReleaseError as `manifest`
+        says it; within `checked_once`, what the rest of the block uses."""
+        return self._checked(version, every_byte=True)[0]
+
+    def _check(self, version: str, hashed: release_tree.Hashed | None) -> release_store.Checked:
         try:
-            return release_store.check(self.paths.releases_dir, version, self._hashed)
+            return release_store.check(self.paths.releases_dir, version, hashed)
         except BadTree as exc:
             raise ReleaseError(
                 f"release {version} is not what was stored: {exc}; it was not used. Add it again "

@@ -26,20 +26,21 @@ from ..config import Config
 from ..paths import Paths
 from ..store_config import DEFAULTS
 from . import store as release_store
-from .tree import scan
+from .tree import Hashed, scan
 
 SIGNATURE = "release.sig"
 NAMESPACE = "agent-fsm-release"
 MAX_SIGNATURE_BYTES = 64 << 10  # an armored SSH signature is under 2 KiB; an RSA certificate more
 
 
-def message(release: Path, *, stored: bool) -> bytes:
+def message(release: Path, *, stored: bool, hashed: Hashed | None = None) -> bytes:
     """The message a release's signature signs: its digest without `release.sig`.
 
     `stored`: the release is a stored (or staged) copy, checked as the store holds it; else a
     packed directory, whose modes are taken as the store will give them, within the default
-    ceilings (`store_config.DEFAULTS`)."""
-    entries = [e for e in scan(release, stored=stored, normalize=not stored,
+    ceilings (`store_config.DEFAULTS`). `hashed`: the files hashed as they were written, by
+    this process, in a directory only it may write (see `tree.scan`), not read again."""
+    entries = [e for e in scan(release, stored=stored, normalize=not stored, hashed=hashed,
                                limits=None if stored else DEFAULTS)
                if e.path != SIGNATURE]
     return release_store.digest(release_store.manifest(entries)).encode("ascii")

@@ -33,6 +33,8 @@ MAX_DEPTH = 32  # nested directories
 DIR_MODE = EXEC_MODE = 0o755
 FILE_MODE = 0o644
 _CHUNK = 1 << 16  # larger reads left a long-lived daemon ~6 MB bigger per check
+_STREAM = 1 << 20  # a copy's reads: a short-lived add, ~1 MiB held at a time
+_WHOLE = 1 << 20  # a file up to this is read whole by a copy, and written from memory
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -130,9 +132,10 @@ class _Reader:
                       f"({raise_key('max_file_bytes')})")
 
     def chunks(self, dir_fd: int, name: str, st: os.stat_result, rel: str, *,
-               again: bool = False) -> Iterator[bytes]:
-        """The bytes of the file `rel` (`name` in `dir_fd`), lstat `st` when walked; `again`:
-        read a second time, not counted twice against the release's limit."""
+               again: bool = False, size: int = _CHUNK) -> Iterator[bytes]:
+        """The bytes of the file `rel` (`name` in `dir_fd`), lstat `st` when walked, read
+        `size` bytes at a time; `again`: read a second time, not counted twice against the
+        release's limit."""
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)  # a link swapped in: ELOOP
         try:
             now = os.fstat(fd)
@@ -142,8 +145,8 @@ class _Reader:
                 self._too_big(rel)
             if not again and self.total + now.st_size > self.release_bytes:
                 self._too_many_bytes()
-            size = 0
-            while chunk := os.read(fd, _CHUNK):
+            read, size = size, 0
+            while chunk := os.read(fd, read):
                 size += len(chunk)
                 self.total += 0 if again else len(chunk)
                 if size > self.file_bytes:
@@ -167,23 +170,59 @@ def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-def _write(target: Path, chunks: Iterator[bytes], mode: int, sha: str, *, root: Path) -> None:
-    """Write a new file `target` with these bytes and mode; BadTree (naming `root`) if they no
-    longer hash to `sha` (the source changed since it was hashed)."""
-    h = sha256()
-    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                  0o600)
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write(target: str, chunks: Iterator[bytes], mode: int) -> tuple[str, int]:
+    """Write a new file `target` with these bytes and mode, hashing each chunk as it is
+    written: the hash returned, with the size, is of the bytes stored."""
+    h, size = sha256(), 0
+    out = os.open(target, _WRITE_FLAGS, 0o600)
     try:
         for chunk in chunks:
             h.update(chunk)
+            size += len(chunk)
             view = memoryview(chunk)
             while view:
                 view = view[os.write(out, view):]
-        if h.hexdigest() != sha:
-            raise BadTree(root, "changed while it was read")
         os.fchmod(out, mode)
     finally:
         os.close(out)
+    return h.hexdigest(), size
+
+
+def _copy_file(reader: _Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
+               target: str, mode: int, objects: Objects | None) -> tuple[str, int,
+                                                                        os.stat_result]:
+    """Store the file `rel` as the new name `target`, each byte read once: its hash, size and
+    stat as stored. A small file is read whole (at most _WHOLE bytes held), hashed, and linked
+    to the store's intact object of those bytes if there is one, else written; a larger one is
+    streamed into `target` and hashed on its way, then replaced by a link to an intact object
+    of the same bytes if the store holds one (the copy just written is dropped), else kept as
+    that object."""
+    if st.st_size <= _WHOLE:
+        parts, held = [], 0
+        for chunk in reader.chunks(dir_fd, name, st, rel, size=_WHOLE):
+            held += len(chunk)
+            if held > _WHOLE:  # it grew since it was walked: never held whole
+                raise BadTree(reader.root / rel, "changed while it was read")
+            parts.append(chunk)
+        data = b"".join(parts)
+        sha = sha256()
+        sha.update(data)
+        digest, size = sha.hexdigest(), len(data)
+        now = None if objects is None else objects.link(target, digest, mode, size)
+        if now is not None:
+            return digest, size, now
+        _write(target, iter((data,)), mode)
+    else:
+        digest, size = _write(target, reader.chunks(dir_fd, name, st, rel, size=_STREAM), mode)
+        now = None if objects is None else objects.adopt(target, digest, mode, size)
+        if now is not None:
+            return digest, size, now
+    if objects is not None:
+        objects.keep(target, digest, mode)
+    return digest, size, os.lstat(target)
 
 
 def _open_root(root: Path, *, follow: bool) -> int:
@@ -203,34 +242,27 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
 
     `src` itself may be reached through a symlink (it is what the operator named); nothing in
     it is followed. `dst` is left 0700 (the caller renames it into place, then opens it up).
-    Each file is hashed first: where the store holds an intact object of the same bytes and
-    mode the staged file is a link to it, else it is copied and becomes that object
-    (`objects.Objects`); its hash goes into `hashed` (keyed as `scan` keys them), so the scan
-    that makes the manifest reads no file again. The copy is made durable at the end, whole,
-    by one sync of its file system; `limits`: the host's ceilings. Without `objects` (a
-    payload copied into a release being packed, outside any store) each file is a plain copy
-    and nothing is synced. Raises
-    BadTree for an entry the store refuses; OSError as it comes (DiskError from `files`).
+    Each file is read once (`_copy_file`): where the store holds an intact object of the same
+    bytes and mode the staged file is a link to it, else it is the copy just written, and
+    becomes that object (`objects.Objects`); its hash, of the bytes stored, goes into `hashed`
+    (keyed as `scan` keys them), so the scan that makes the manifest reads no file again. The
+    copy is made durable at the end, whole, by one sync of its file system; `limits`: the
+    host's ceilings. Without `objects` (a payload copied into a release being packed, outside
+    any store) each file is a plain copy and nothing is synced. Raises BadTree for an entry
+    the store refuses; OSError as it comes (DiskError from `files`).
     """
     src_fd = _open_root(src, follow=True)
     try:
         files.make_dir(dst, 0o700)
         reader = _Reader(src, limits)
+        base = f"{dst}/"  # strings: a release may hold 100,000s of files
         for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
-            target = dst / rel
+            target = base + rel
             if stat.S_ISDIR(st.st_mode):
-                files.make_dir(target, DIR_MODE)
+                files.make_dir(Path(target), DIR_MODE)
                 continue
             mode = normal_mode(st)
-            # Hashed first: a file the store holds already is linked, not copied.
-            sha, size = _hash(reader.chunks(dir_fd, name, st, rel))
-            now = None if objects is None else objects.link(target, sha, mode, size)
-            if now is None:  # (when linked: its stat as it was checked)
-                _write(target, reader.chunks(dir_fd, name, st, rel, again=True), mode, sha,
-                       root=src / rel)
-                if objects is not None:
-                    objects.keep(target, sha, mode)
-                now = os.lstat(target)
+            sha, size, now = _copy_file(reader, dir_fd, name, st, rel, target, mode, objects)
             if hashed is not None:
                 hashed[key(rel, now)] = Entry(rel, mode, size, sha)
         if objects is None:
