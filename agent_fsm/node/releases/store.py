@@ -32,7 +32,7 @@ from ... import files
 from ...errors import AgentFsmError, BadTree, DiskError, Refused
 from ..sha256 import hexdigest, prefer_openssl
 from ..store_config import StoreConfig
-from . import room
+from . import room, usage
 from .hashes import HASHED, MAX_RECORD_BYTES, record_hashed, refresh_hashed
 from .objects import Collected, Objects, collect, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
@@ -244,7 +244,8 @@ def tidy(releases_dir: Path,
          locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Collected:
     """After an add or a prune: delete the trees an interrupted prune took out of the store
     (`.<version>.pruning`), free the objects no release links (`objects.collect`) and record
-    again the files whose ctime the links moved (`refresh_hashed`). Housekeeping: if it cannot
+    again the files whose ctime the links moved (`refresh_hashed`), and record what the store
+takes on disk (`usage.record`). Housekeeping: if it cannot
     be done now (a full disk, the lock held), the next add or prune does it, so it never turns a
     done add or prune into a failure. Needs no lock: what is deleted is out of the store."""
     freed = Collected()
@@ -253,6 +254,7 @@ def tidy(releases_dir: Path,
             clear(stale)
         freed = collect(releases_dir)
         refresh_hashed(releases_dir, locked)
+        usage.record(releases_dir, locked)
     return freed
 
 
