@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ...node.state.reasons import MAX_REASON
+from ...node.store_config import size_text
 from ...untrusted import MAX_LINE, shown
 from .. import options, render
 from ..exits import EXIT_CODES
@@ -286,7 +287,8 @@ def release_prune(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Say what would be removed and kept; remove nothing.")] = False,
     as_json: Annotated[bool, typer.Option(
-        "--json", help="One JSON object: removed, kept (version, why), dry_run, images, freed.")] = False,
+        "--json", help="One JSON object: removed, kept (version, why), dry_run, freed_bytes, "
+        "images, freed.")] = False,
 ) -> None:
     """Remove stored releases that neither the way back nor an owed transition needs.
 
@@ -300,7 +302,9 @@ def release_prune(
     or `kept V (why)`. The images releases were added from go with them, except those agent-fsm
     did not put into podman's store (docs/containers.md); one podman will not remove stays
     recorded, is named, and makes the exit 1. The store keeps identical files of its releases
-    once; the files no stored release uses any more are freed (`freed`: files and bytes).
+    once; the files no stored release uses any more are freed. The last line says what that
+    gave back on disk, `freed 1.1 GiB` (with --dry-run, `would free`): a file a kept release
+    still holds frees nothing (`freed_bytes` in --json).
 
     Example: agent-fsm release prune --dry-run, then agent-fsm release prune --keep 2
     """
@@ -323,9 +327,12 @@ def release_prune(
             f"kept {version} ({', '.join(kept[version])})")
         out.print(line, markup=False)
     release_images.show_images(result.images, dry_run)
-    if result.freed.files:
-        out.print(f"freed {result.freed.bytes / 1e6:.1f} MB in {result.freed.files} files no "
-                  "stored release uses", markup=False)
-    if not result.removed and not result.images.removed:
+    if not result.removed and not result.images.removed and not result.freed_bytes:
         out.print("nothing to prune" if kept else "no releases stored", markup=False)
+    elif dry_run:
+        out.print(f"would free {size_text(result.freed_bytes)}", markup=False)
+    else:
+        files = f" ({result.freed.files:,} files no stored release uses)" \
+            if result.freed.files else ""
+        out.print(f"freed {size_text(result.freed_bytes)}{files}", markup=False)
     release_images.images_failed(result.images)

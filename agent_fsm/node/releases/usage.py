@@ -64,8 +64,15 @@ class StoreBytes(NamedTuple):
                 "reserve_bytes": self.reserve}
 
 
+def _tree(top: str) -> Iterator[os.stat_result]:
+    """The lstat of the directory `top` and of every entry below it, nothing followed."""
+    with contextlib.suppress(OSError):
+        yield os.lstat(top)
+        yield from _entries(top)
+
+
 def _entries(top: str) -> Iterator[os.stat_result]:
-    """The lstat of every entry below `top` (not `top` itself), nothing followed."""
+    """The lstat of every entry below `top`, nothing followed."""
     try:
         it = os.scandir(top)
     except OSError:
@@ -101,7 +108,7 @@ def holders(trees: Iterable[tuple[str, Path]]) -> dict[_Inode, _Held]:
     """Each inode below the named trees, with who holds it, each inode once."""
     seen: dict[_Inode, _Held] = {}
     for label, tree in trees:
-        for st in _entries(str(tree)):
+        for st in _tree(str(tree)):
             ino = (st.st_dev, st.st_ino)
             known = seen.get(ino)
             if known is None:
@@ -122,14 +129,14 @@ def _walked(releases_dir: Path, versions: list[str]) -> tuple[dict[str, int], in
             shared += held.size
         else:
             own[next(iter(held.trees))] += held.size
-    for v in versions:  # the release's directory itself
-        with contextlib.suppress(OSError):
-            own[v] += os.lstat(releases_dir / v).st_blocks * 512
     return own, shared
 
 
 def _with_room(releases_dir: Path, own: dict[str, int], shared: int) -> StoreBytes:
-    space = room(releases_dir if releases_dir.is_dir() else releases_dir.parent)
+    where = releases_dir  # the store's, or where it will be: the state dir's file system
+    while not where.is_dir() and where != where.parent:
+        where = where.parent
+    space = room(where)
     return StoreBytes(own, shared, space.free, space.reserve)
 
 
