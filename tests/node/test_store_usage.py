@@ -13,8 +13,7 @@ import pytest
 
 from agent_fsm.actions.releases.packing import add
 from agent_fsm.actions.releases.pruning import prune
-from agent_fsm.node.releases import room
-from agent_fsm.node.releases import usage
+from agent_fsm.node.releases import room, usage
 from agent_fsm.node.store_config import size_text
 from agent_fsm.views.doctor.checks import doctor
 from agent_fsm.views.status.report import status
@@ -88,13 +87,16 @@ class TestStoreBytes:
         store finds then."""
         where = two.paths.releases_dir
         assert usage.seen(where).releases == usage.store_bytes(where).releases
-        recorded = json.loads((where / usage.USAGE).read_text())
-        assert recorded["releases"] == usage.store_bytes(where).releases
+        walked = usage.store_bytes(where)
+        assert (where / usage.USAGE).read_text().splitlines() == [
+            "agent-fsm store usage v1", f"shared {walked.shared}",
+            *(f"release {n} {v}" for v, n in walked.releases.items())]
         prune(two.node)
-        recorded = json.loads((where / usage.USAGE).read_text())
-        assert recorded == {"releases": usage.store_bytes(where).releases,
-                            "shared": usage.store_bytes(where).shared}
-        assert list(recorded["releases"]) == ["2.0.0"] and recorded["shared"] == 0
+        walked = usage.store_bytes(where)
+        assert list(walked.releases) == ["2.0.0"] and walked.shared == 0
+        assert (where / usage.USAGE).read_text().splitlines() == [
+            "agent-fsm store usage v1", "shared 0", f"release {walked.releases['2.0.0']} 2.0.0"]
+        assert usage.seen(where)[:2] == walked[:2]
 
     def test_doctor_fails_when_less_is_free_than_the_way_back_keeps(
             self, two: World, monkeypatch: pytest.MonkeyPatch) -> None:

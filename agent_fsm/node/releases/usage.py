@@ -12,7 +12,6 @@ while the stored versions are the ones recorded (`seen`); the free space is alwa
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +25,7 @@ from .room import room
 
 _Inode = tuple[int, int]
 USAGE = ".usage"
+HEADER = b"agent-fsm store usage v1\n"
 _MAX_RECORD = 1 << 20
 
 
@@ -148,23 +148,30 @@ def store_bytes(releases_dir: Path) -> StoreBytes:
 def record(releases_dir: Path,
            locked: Callable[[], contextlib.AbstractContextManager[object]]) -> None:
     """Walk the store and record its bytes for `seen`, after an add or a prune: walked without
-    the writers' lock, written under it (`locked()`), as the store's other records are."""
+    the writers' lock, written under it (`locked()`), as the store's other records are. A text
+    record as they are: its header, `shared <bytes>`, then `release <bytes> <version>` each."""
     own, shared = _walked(releases_dir, _versions(releases_dir))
-    data = json.dumps({"releases": own, "shared": shared}, sort_keys=True).encode()
+    lines = [HEADER, f"shared {shared}\n".encode()]
+    lines += [f"release {n} {v}\n".encode() for v, n in own.items()]
     with locked():
-        files.atomic_write(releases_dir / USAGE, data, 0o644)
+        files.atomic_write(releases_dir / USAGE, b"".join(lines), 0o644)
 
 
 def _recorded(releases_dir: Path) -> tuple[dict[str, int], int] | None:
+    """The record's figures; None when there is none or it is not one."""
     try:
-        data = json.loads(files.read_regular(releases_dir / USAGE, _MAX_RECORD))
-        own, shared = data["releases"], data["shared"]
-    except (OSError, ValueError, KeyError, TypeError):
+        data = files.read_regular(releases_dir / USAGE, _MAX_RECORD)
+        if not data.startswith(HEADER):
+            return None
+        rows = [line.split(" ", 2) for line in data[len(HEADER):].decode().splitlines()]
+        shared = int(rows[0][1]) if rows and rows[0][0] == "shared" and len(rows[0]) == 2 \
+            else -1
+        own = {r[2]: int(r[1]) for r in rows[1:] if len(r) == 3 and r[0] == "release"}
+    except (OSError, ValueError):
         return None
-    numbers = [shared, *own.values()] if isinstance(own, dict) else []
-    if not numbers or not all(type(n) is int and n >= 0 for n in numbers):
+    if shared < 0 or len(own) != len(rows) - 1 or any(n < 0 for n in own.values()):
         return None
-    return {str(v): n for v, n in own.items()}, shared
+    return own, shared
 
 
 def seen(releases_dir: Path) -> StoreBytes:
