@@ -334,6 +334,8 @@ def sweep(releases_dir: Path) -> None:
     for stale in [*releases_dir.glob(".adding.*"), *releases_dir.glob(".*.adding")]:
         if _abandoned(stale):  # another add may be staging there, without the lock
             clear(stale)
+    for path in releases_dir.glob(f".{usage.USAGE}.*.tmp"):  # a write of it cut short
+        files.remove(path)
     for kind in (DIGESTS, HASHED):
         for path in (releases_dir / kind).glob("*"):
             hidden = path.name.startswith(".")
