@@ -24,6 +24,7 @@ from ...node.assets import render as assets
 from ...node.releases import store as release_store
 from ...node.releases import tree
 from ...node.releases import workload as workload_command
+from ...node.releases.moving import Meter, Report
 from ...node.releases.pointers import check_version, read_manifest
 from ...wiring import Node
 from . import abi, origins, trust
@@ -39,12 +40,12 @@ def _ignore(_dir: str, names: list[str]) -> list[str]:
 
 def pack(version: str, output: Path, workload: tuple[str, ...] = (),
          sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET,
-         payload: Path | None = None) -> Path:
+         payload: Path | None = None, report: Report | None = None) -> Path:
     """Write a release directory for `version` at `output` (which must not exist yet), with
     what it needs of the node's `python` (`abi`), `payload`'s tree as its `payload/` if given
-    (`copy_payload`), signed with `sign_key` if given (`trust`); ReleaseError when it would not
-    cover every one of `targets` (`abi.FLEET`: the fleet's). Nothing is left at `output` (nor
-    beside it) when it fails.
+    (`copy_payload`, telling `report` how far it is), signed with `sign_key` if given (`trust`);
+    ReleaseError when it would not cover every one of `targets` (`abi.FLEET`: the fleet's).
+    Nothing is left at `output` (nor beside it) when it fails.
 
     No other user can put a file in it or swap one: `output`'s name is taken first (an empty
     0700 directory, made exclusively: whatever is planted there is refused), the release is made
@@ -67,7 +68,7 @@ def pack(version: str, output: Path, workload: tuple[str, ...] = (),
     try:
         with files.private_dir(where, f".{real.name}.packing.") as holder:
             tmp = holder / "release"
-            _make(tmp, version, workload, sign_key, targets, payload, output)
+            _make(tmp, version, workload, sign_key, targets, payload, output, report)
             os.replace(tmp, real)  # over the empty directory that held the name
             renamed = True
     except BaseException as exc:
@@ -103,13 +104,14 @@ def _trusted_parent(output: Path) -> Path:
 
 
 def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | None,
-          targets: tuple[str, ...], payload: Path | None, output: Path) -> None:
+          targets: tuple[str, ...], payload: Path | None, output: Path,
+          report: Report | None = None) -> None:
     """Make the release in the new directory `tmp`, inside a private one (see `pack`)."""
     if payload is not None:
         check_payload(payload, output, tmp)
     (tmp / "bin").mkdir(parents=True)
     if payload is not None:  # first: what is wrong with it is said before the slow part
-        copy_payload(payload, tmp / PAYLOAD)
+        copy_payload(payload, tmp / PAYLOAD, report, f"{version} ({payload})")
     # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
     shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
     vendor(tmp / "lib")
@@ -166,15 +168,18 @@ def check_payload(src: Path, output: Path, tmp: Path) -> None:
                                "pack into a directory outside it; nothing was packed")
 
 
-def copy_payload(src: Path, dst: Path) -> None:
+def copy_payload(src: Path, dst: Path, report: Report | None = None, shown: str = "") -> None:
     """Copy `src`'s tree to `dst` as the store copies a release: regular files and directories
     only, nothing followed, modes 0755 (directories, executables) or 0644, within the limits.
     A setuid or setgid file is refused rather than quietly stripped of its bit: the program
-    that needs it would fail only on the node. ReleaseError naming the path otherwise."""
+    that needs it would fail only on the node. ReleaseError naming the path otherwise.
+    `report` is told how far the copy is, naming it `shown`."""
+    count = size = 0
     for top, _dirs, names in os.walk(src):
         for name in names:
             path = Path(top) / name
             st = path.lstat()
+            count, size = count + 1, size + st.st_size
             if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
                 bit = "setuid" if st.st_mode & stat.S_ISUID else "setgid"
                 raise ReleaseError(
@@ -182,8 +187,9 @@ def copy_payload(src: Path, dst: Path) -> None:
                     f"{stat.S_IMODE(st.st_mode):04o}); a release never holds setuid or setgid "
                     "files (the store would not keep the bit): clear it (`chmod ug-s`) and have "
                     "the service's unit or the host grant what it needs; nothing was packed")
+    meter = None if report is None else Meter(report, "packing", shown or str(src), count, size)
     try:
-        tree.copy(src, dst)
+        tree.copy(src, dst, meter=meter)
     except BadTree as exc:
         raise ReleaseError(
             f"cannot pack --payload {src}: {exc}; a release holds regular files and "
@@ -192,6 +198,8 @@ def copy_payload(src: Path, dst: Path) -> None:
     except OSError as exc:  # unreadable: a file or directory of SRC this user may not read
         raise ReleaseError(f"cannot pack --payload {src}: {exc}; nothing was packed") from None
     os.chmod(dst, tree.DIR_MODE)  # `copy` leaves its top 0700
+    if meter is not None:
+        meter.done()
 
 
 def _toml_str(s: str) -> str:
@@ -227,7 +235,8 @@ def validate(directory: Path, node: Node) -> str:
     return version
 
 
-def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
+def add(directory: Path, node: Node, *, shown_as: str | None = None,
+        report: Report | None = None) -> Added:
     """Store a normalized copy of a release directory as `<state_dir>/releases/<version>/`, with
     its digest (`node.release_store`): copied into a hidden directory inside `releases/` and
     checked there (what is checked is what is stored) without the writers' lock, then renamed
@@ -237,7 +246,7 @@ def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
     The same version with the same digest is `already` stored; with another, Refused, naming
     both. A symlink, device, FIFO or socket in it, or a release over the limits, is refused
     (ReleaseError) naming the path, with nothing stored. Messages name it `shown_as` if given
-    (an image's reference, not where it is mounted).
+    (an image's reference, not where it is mounted); `report` is told how far the copy is.
     """
     staging = re.compile(re.escape(str(node.paths.releases_dir)) + r"/\.adding\.[0-9a-f]+(?:/release)?")
     shown = shown_as or str(directory)
@@ -248,7 +257,7 @@ def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
     try:
         done = release_store.store(directory, node.paths.releases_dir,
                                    lambda staged: validate(staged, node), node.store.locked,
-                                   node.config.store)
+                                   node.config.store, report, shown)
     except BadTree as exc:
         raise ReleaseError(
             f"refusing release {shown}: {named(exc)}; a release holds regular files and "

@@ -56,6 +56,9 @@ def release_pack(
         "--target", metavar="cpXY-MACHINE", show_default=False,
         help="A node interpreter the release must run on (repeatable), e.g. cp313-aarch64; "
              "default: CPython 3.11 to 3.14 on x86_64 and aarch64 (docs/operations.md).")] = None,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", help="No progress on stderr (shown for a long copy: a bar on a terminal, a "
+        "line every 5 s when piped).")] = False,
 ) -> None:
     """Make a release directory from this agent-fsm: release.toml, python.toml (what it needs
     of the node's python), bin/agent-fsm, lib/, assets/, with --payload SRC, payload/ (a copy
@@ -77,17 +80,21 @@ def release_pack(
     except ValueError as exc:  # an unclosed quote or a trailing backslash
         raise typer.BadParameter(f"{workload!r} is not a command in shell words: {exc}",
                                  param_hint="--workload") from None
+    from ..copy_progress import shown_on_stderr
+
     if image is not None:
         from .release_images import pack_image
 
-        pack_image(ctx, version, output, argv, image, sign_key, payload)
+        with shown_on_stderr(quiet) as report:
+            pack_image(ctx, version, output, argv, image, sign_key, payload, report)
         return
     if output is None:
         raise typer.BadParameter("give --output DIR, --image REF, or both", param_hint="--output")
     from ...actions.releases import abi, trust
 
-    path = pack(version, output, argv, sign_key, tuple(target) if target else abi.FLEET,
-                payload=payload)
+    with shown_on_stderr(quiet) as report:
+        path = pack(version, output, argv, sign_key, tuple(target) if target else abi.FLEET,
+                    payload=payload, report=report)
     signed = f", signed with {sign_key}" if sign_key is not None else ""
     need = abi.read(path) or abi.Needs()
     out.print(f"packed release {version} in {path} (release digest {trust.digest(path)}{signed}); "
@@ -150,6 +157,9 @@ def release_add(
         metavar="DIRECTORY|ARCHIVE|IMAGE", help="A release directory (from `release pack`), a "
         "tar archive of one (.tar, .tar.gz, .tgz), or an image: oci-archive:FILE, "
         "docker-archive:FILE, containers-storage:REF or docker://REF.")],
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", help="No progress on stderr (shown for a long copy: a bar on a terminal, a "
+        "line every 5 s when piped).")] = False,
 ) -> None:
     """Validate a release directory, archive or image and store a normalized copy of it on
     this host.
@@ -176,17 +186,19 @@ def release_add(
     Example: agent-fsm release add ./agent-fsm-2.0.0, ./agent-fsm-2.0.0.tar.gz, or
     oci-archive:./agent-fsm-2.0.0.tar
     """
-    add_from(options.of(ctx).node(), source)
+    add_from(options.of(ctx).node(), source, quiet=quiet)
 
 
-def add_from(node: Node, source: str) -> Added:
+def add_from(node: Node, source: str, *, quiet: bool = False) -> Added:
     """Store the release `source` names (a directory, an archive or an image:
-    `sources.add_source`), saying so in one line: what `release add` and `install --from`
-    run."""
+    `sources.add_source`), saying so in one line, and how far the copy is on stderr unless
+    `quiet` (`copy_progress`): what `release add` and `install --from` run."""
     from ...actions.releases.sources import add_source
+    from ..copy_progress import shown_on_stderr
     from .release_images import show_image
 
-    added = add_source(source, node)
+    with shown_on_stderr(quiet) as report:
+        added = add_source(source, node, report)
     if added.image is not None:
         show_image(added.image)
     verb = "already stored at" if added.already and not added.replaced else "stored at"

@@ -34,6 +34,7 @@ from ..sha256 import hexdigest, prefer_openssl
 from ..store_config import StoreConfig
 from . import room, usage
 from .hashes import HASHED, MAX_RECORD_BYTES, record_hashed, refresh_hashed
+from .moving import Meter, Report
 from .objects import Collected, Objects, collect, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
@@ -165,19 +166,25 @@ class Staged(NamedTuple):
 
 @contextlib.contextmanager
 def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
-           limits: StoreConfig) -> Iterator[Staged]:
+           limits: StoreConfig, report: Report | None = None,
+           shown: str | None = None) -> Iterator[Staged]:
     """Copy the release `directory` into a hidden directory inside `releases_dir`, normalized,
     within `limits`, and `validate` it there (it returns the version), so that what is checked is what is
     stored; the copy is removed when the block ends (`commit` it before). Needs no lock: the
     slow part of an add (the copy, the digest, a signature check, the ABI probe) runs while
     transitions go on. The staging directory is flock(2)ed for the block, so no `sweep` of
-    another add removes it. Raises BadTree for an entry the store refuses."""
+    another add removes it. `report` is told how far the copy is (`moving`), naming it `shown`
+    (else `directory`). Raises BadTree for an entry the store refuses."""
     prefer_openssl()  # an add hashes the whole tree, once: OpenSSL's is the fast one
     with _staging(releases_dir) as holder:
         staging = holder / "release"
         hashed: Hashed = {}
-        room.check(directory, releases_dir, limits, f"release {directory}")
-        copy(directory, staging, Objects(releases_dir), hashed, limits)
+        whole = room.check(directory, releases_dir, limits, f"release {directory}")
+        meter = None if report is None else Meter(report, "adding", shown or str(directory),
+                                                  whole.files, whole.bytes)
+        copy(directory, staging, Objects(releases_dir), hashed, limits, meter)
+        if meter is not None:
+            meter.done()
         version = validate(staging)
         new = manifest(scan(staging, hashed=hashed, fresh=True))
         if len(new) > MAX_RECORD_BYTES:  # it could not be read back
@@ -217,11 +224,13 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
 
 def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
           locked: Callable[[], contextlib.AbstractContextManager[object]],
-          limits: StoreConfig) -> Stored:
+          limits: StoreConfig, report: Report | None = None, shown: str | None = None) -> Stored:
     """Store a normalized copy of the release `directory` in `releases_dir`, with its digest:
-    staged and checked without the writers' lock, committed under it (`locked()` takes it)."""
+    staged and checked without the writers' lock, committed under it (`locked()` takes it);
+    `report` and `shown`: see `staged`."""
     try:
-        return _staged_and_committed(directory, releases_dir, validate, locked, limits)
+        return _staged_and_committed(directory, releases_dir, validate, locked, limits, report,
+                                     shown)
     except (OSError, DiskError) as exc:  # the disk filled: NoRoom, one line; else as it came
         full = room.filled(exc, f"release {directory}", releases_dir.parent)
         if full is None:
@@ -233,10 +242,11 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
 
 def _staged_and_committed(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
                           locked: Callable[[], contextlib.AbstractContextManager[object]],
-                          limits: StoreConfig) -> Stored:
+                          limits: StoreConfig, report: Report | None,
+                          shown: str | None) -> Stored:
     """`store` but its tidying: a frame of its own, so that the staged copy's hashes are freed
     before `tidy` reads every release's."""
-    with staged(directory, releases_dir, validate, limits) as ready, locked():
+    with staged(directory, releases_dir, validate, limits, report, shown) as ready, locked():
         return commit(releases_dir, ready)
 
 

@@ -27,6 +27,7 @@ from ..sha256 import sha256
 from ..store_config import DEFAULTS, StoreConfig, raise_key, size_text
 
 if TYPE_CHECKING:
+    from .moving import Meter
     from .objects import Objects
 
 MAX_DEPTH = 32  # nested directories
@@ -167,6 +168,12 @@ def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+def _counted(chunks: Iterator[bytes], meter: Meter) -> Iterator[bytes]:
+    for chunk in chunks:
+        meter.moved(len(chunk))
+        yield chunk
+
+
 def _write(target: Path, chunks: Iterator[bytes], mode: int, sha: str, *, root: Path) -> None:
     """Write a new file `target` with these bytes and mode; BadTree (naming `root`) if they no
     longer hash to `sha` (the source changed since it was hashed)."""
@@ -198,7 +205,8 @@ def _open_root(root: Path, *, follow: bool) -> int:
 
 
 def copy(src: Path, dst: Path, objects: Objects | None = None,
-         hashed: Hashed | None = None, limits: StoreConfig = DEFAULTS) -> None:
+         hashed: Hashed | None = None, limits: StoreConfig = DEFAULTS,
+         meter: Meter | None = None) -> None:
     """Store a normalized copy of the release directory `src` as the new directory `dst`.
 
     `src` itself may be reached through a symlink (it is what the operator named); nothing in
@@ -207,7 +215,8 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
     mode the staged file is a link to it, else it is copied and becomes that object
     (`objects.Objects`); its hash goes into `hashed` (keyed as `scan` keys them), so the scan
     that makes the manifest reads no file again. The copy is made durable at the end, whole,
-    by one sync of its file system; `limits`: the host's ceilings. Without `objects` (a
+    by one sync of its file system; `limits`: the host's ceilings; `meter`: counts each file
+    and its bytes as they are read (`moving`). Without `objects` (a
     payload copied into a release being packed, outside any store) each file is a plain copy
     and nothing is synced. Raises
     BadTree for an entry the store refuses; OSError as it comes (DiskError from `files`).
@@ -223,7 +232,8 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
                 continue
             mode = normal_mode(st)
             # Hashed first: a file the store holds already is linked, not copied.
-            sha, size = _hash(reader.chunks(dir_fd, name, st, rel))
+            chunks = reader.chunks(dir_fd, name, st, rel)
+            sha, size = _hash(chunks if meter is None else _counted(chunks, meter))
             now = None if objects is None else objects.link(target, sha, mode, size)
             if now is None:  # (when linked: its stat as it was checked)
                 _write(target, reader.chunks(dir_fd, name, st, rel, again=True), mode, sha,
@@ -233,6 +243,8 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
                 now = os.lstat(target)
             if hashed is not None:
                 hashed[key(rel, now)] = Entry(rel, mode, size, sha)
+            if meter is not None:
+                meter.moved(files=1)
         if objects is None:
             return
         # Durable before the commit renames it into place. An object named before its bytes
@@ -243,17 +255,25 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
         os.close(src_fd)
 
 
+class Footprint(NamedTuple):
+    disk: int  # the bytes a copy takes on disk (see `footprint`)
+    files: int  # its regular files
+    bytes: int  # their bytes
+
+
 def footprint(src: Path, limits: StoreConfig, block: int,
-              stored: Callable[[str, int, int], bool] | None = None) -> int:
+              stored: Callable[[str, int, int], bool] | None = None) -> Footprint:
     """The bytes a copy of the release directory `src` takes on disk: each file rounded up to
     whole `block`s, a directory one block; refused (BadTree) over a ceiling of `limits`. Only
     its entries' stat is read, unless `stored` is given: then each file is hashed and left out
-    when `stored(sha, mode, size)` (the store holds those bytes) or when met before in `src`."""
+    when `stored(sha, mode, size)` (the store holds those bytes) or when met before in `src`.
+    With its files and their bytes, all of them."""
     src_fd = _open_root(src, follow=True)
-    total, seen, reader = 0, set(), _Reader(src, limits)
+    total, seen, reader, count = 0, set(), _Reader(src, limits), 0
     try:
         for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
             size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
+            count += 0 if stat.S_ISDIR(st.st_mode) else 1
             if size > limits.max_file_bytes:
                 reader._too_big(rel)
             reader.total += size
@@ -268,7 +288,7 @@ def footprint(src: Path, limits: StoreConfig, block: int,
             total += max(-(-size // block), 1) * block
     finally:
         os.close(src_fd)
-    return total
+    return Footprint(total, count, reader.total)
 
 
 _SETTLED_NS = 2_000_000_000
