@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from agent_fsm.node.releases import room, usage
 from agent_fsm.node.store_config import size_text
 from agent_fsm.views.doctor.checks import doctor
 from agent_fsm.views.status.report import status
-from tests.helpers import World
+from tests.helpers import World, env_with_stub_systemctl
 from tests.node.test_release_store import make_release
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,6 +81,19 @@ class TestStoreBytes:
         space = room.room(two.paths.releases_dir)
         assert got["reserve_bytes"] == space.reserve >= room.RESERVE_MIN
         assert isinstance(got["free_bytes"], int) and got["free_bytes"] > 0
+
+    def test_human_status_says_the_store_in_one_line(self, two: World, tmp_path: Path) -> None:
+        """`status` shows the store in one line: its size, how many releases, what they share,
+        and what is free."""
+        cfg = two.root.parent / "config.toml"
+        cfg.write_text('name = "agent"\n[judgment]\ndeadline_seconds = 60\nsoak_seconds = 5\n')
+        done = subprocess.run([sys.executable, "-m", "agent_fsm", "--config", str(cfg), "--root",
+                               str(two.root), "status"], capture_output=True, text=True,
+                              env=env_with_stub_systemctl(tmp_path), cwd=ROOT, timeout=60,
+                              check=True)
+        line = next(x for x in done.stdout.splitlines() if x.startswith("store "))
+        assert re.fullmatch(r"store +3\.\d MiB \(2 releases, 1 MiB shared\), [\d.]+ [KMGT]iB free",
+                            line), line
 
     def test_the_record_status_reads_is_the_walk_after_adds_and_prunes(self, two: World,
                                                                        tmp_path: Path) -> None:
