@@ -20,9 +20,9 @@ from agent_fsm.errors import ReleaseError
 from agent_fsm.node.assets.render import TEMPLATES
 from agent_fsm.node.releases import hashes as release_hashes
 from agent_fsm.node.releases import objects as release_objects
-from agent_fsm.node.releases import usage as release_usage
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.releases import tree as release_tree
+from agent_fsm.node.releases import usage as release_usage
 from agent_fsm.node.store_config import StoreConfig
 from agent_fsm.wiring import Node
 from tests.helpers import World, make_world
