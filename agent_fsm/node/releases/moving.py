@@ -1,16 +1,16 @@
 """How far a long copy into or out of the store is: `release add` (a directory, an archive, an
 image's tree), `release pack`'s payload. The copy counts as it goes (`Meter`) and hands a
-frozen `Moved` to a callback the CLI gives; what is shown, and how often, is the CLI's.
+frozen `Moved` to a callback the CLI gives; what is shown, and how often, is the CLI's. A
+NamedTuple: the store's modules are imported by `status`, which imports no dataclasses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Moved:
+class Moved(NamedTuple):
     """`doing` (`adding`, `unpacking`, `packing`) `what` (a path or a reference, as the
     operator named it): `files` and `bytes` so far of `total_files` and `total_bytes` (None:
     not known before the end, as an archive's files). `done`: the last record of this copy."""

@@ -149,8 +149,12 @@ def record(releases_dir: Path,
            locked: Callable[[], contextlib.AbstractContextManager[object]]) -> None:
     """Walk the store and record its bytes for `seen`, after an add or a prune: walked without
     the writers' lock, written under it (`locked()`), as the store's other records are. A text
-    record as they are: its header, `shared <bytes>`, then `release <bytes> <version>` each."""
+    record as they are: its header, `shared <bytes>`, then `release <bytes> <version>` each.
+    Written only when the figures changed (an empty store has none): a refused add writes
+    nothing."""
     own, shared = _walked(releases_dir, _versions(releases_dir))
+    if (own, shared) == (_recorded(releases_dir) or ({}, 0)):
+        return
     lines = [HEADER, f"shared {shared}\n".encode()]
     lines += [f"release {n} {v}\n".encode() for v, n in own.items()]
     with locked():
