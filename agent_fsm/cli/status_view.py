@@ -86,6 +86,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     table.add_row("hold", hold_view(st))
     table.add_row("inhibitors", inhibitors_view(st))
     table.add_row("assets", assets_view(st))
+    if st.store is not None:
+        table.add_row("store", Text(st.store.words(), style="red" if st.store.short else ""))
     if st.last_result:
         r = st.last_result
         style = "green" if r["outcome"] == "ok" else "red"

@@ -120,18 +120,24 @@ class TestPrune:
             world.add_release(v)
         dry = _cli(world, "--keep", "1", "--dry-run")
         assert dry.returncode == 0, dry.stderr
-        assert dry.stdout.splitlines() == ["would remove 1.0.0", "kept 2.0.0 (selected, last-good)",
-                                           "would remove 3.0.0", "kept 10.0.0 (within --keep 1)"]
+        *lines, freed = dry.stdout.splitlines()
+        assert lines == ["would remove 1.0.0", "kept 2.0.0 (selected, last-good)",
+                         "would remove 3.0.0", "kept 10.0.0 (within --keep 1)"]
+        assert freed.startswith("would free ") and freed.endswith(" KiB"), freed
         assert world.node.releases.versions() == ["1.0.0", "10.0.0", "2.0.0", "3.0.0"]
         proc = _cli(world, "--keep", "1", "--json")
         assert proc.returncode == 0, proc.stderr
-        assert json.loads(proc.stdout) == {
+        said = json.loads(proc.stdout)
+        assert said.pop("freed_bytes") > 0
+        assert said == {
             "removed": ["1.0.0", "3.0.0"], "dry_run": False,
             "kept": [{"version": "2.0.0", "why": ["selected", "last-good"]},
                      {"version": "10.0.0", "why": ["within --keep 1"]}]}
         assert world.node.releases.versions() == ["10.0.0", "2.0.0"]
         zero = _cli(world, "--keep", "0")
-        assert zero.stdout.splitlines() == ["kept 2.0.0 (selected, last-good)", "removed 10.0.0"]
+        assert zero.stdout.splitlines()[:-1] == ["kept 2.0.0 (selected, last-good)",
+                                                 "removed 10.0.0"]
+        assert zero.stdout.splitlines()[-1].startswith("freed ")
         assert world.node.releases.versions() == ["2.0.0"]
 
     def test_named_versions_removed_protected_refused_with_exit_3(self, world: World) -> None:
@@ -151,9 +157,10 @@ class TestPrune:
         assert missing.returncode == 1 and "4.0.0 is not stored" in one_line(missing)
         proc = _cli(world, "3.0.0", "0.9.0")
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.splitlines() == ["removed 0.9.0", "kept 1.0.0 (last-good, pending upgrade)",
-                                            "kept 2.0.0 (selected, pending upgrade)",
-                                            "removed 3.0.0"]
+        assert proc.stdout.splitlines()[:-1] == [
+            "removed 0.9.0", "kept 1.0.0 (last-good, pending upgrade)",
+            "kept 2.0.0 (selected, pending upgrade)", "removed 3.0.0"]
+        assert proc.stdout.splitlines()[-1].startswith("freed ")
         assert world.node.releases.versions() == ["1.0.0", "2.0.0"]
 
     def test_damaged_state_file_refuses_and_removes_nothing(self, world: World) -> None:

@@ -22,6 +22,7 @@ from agent_fsm.node.releases import hashes as release_hashes
 from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.releases import tree as release_tree
+from agent_fsm.node.releases import usage as release_usage
 from agent_fsm.node.store_config import StoreConfig
 from agent_fsm.wiring import Node
 from tests.helpers import World, make_world
@@ -68,7 +69,8 @@ def leftovers(world: World) -> list[str]:
     return sorted(p.name for p in world.paths.releases_dir.iterdir()
                   if p.name.startswith(".") and p.name not in (release_store.DIGESTS,
                                                                release_hashes.HASHED,
-                                                               release_objects.OBJECTS)) + garbage
+                                                               release_objects.OBJECTS,
+                                                               release_usage.USAGE)) + garbage
 
 
 def cli(root: Path, cfg: Path, *args: str) -> subprocess.Popen[str]:

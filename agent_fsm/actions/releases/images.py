@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from ... import files
 from ...errors import ReleaseError
+from ...node.releases.moving import Report
 from ...node.releases.pointers import check_version
 from ...system.podman import STORE, ImageRef, Podman
 from ...wiring import Node
@@ -33,10 +34,12 @@ class ImageAdded:
     image: origins.Image
 
 
-def add(ref: ImageRef, node: Node, podman: Podman | None = None) -> ImageAdded:
+def add(ref: ImageRef, node: Node, podman: Podman | None = None,
+        report: Report | None = None) -> ImageAdded:
     """Store the release that image `ref` holds at RELEASE_PATH, and record the image: `added`
     when this call put it into podman's store. If storing fails, an image this call put there
-    is removed again, so nothing is left behind."""
+    is removed again, so nothing is left behind. `report` is told how far the copy of its
+    release tree into the store is (podman's pull itself is quiet)."""
     podman = podman or Podman(node.config.podman)
     if ref.archive and not os.path.isfile(ref.target):
         raise ReleaseError(f"image archive {ref.target} does not exist or is not a regular file "
@@ -52,7 +55,8 @@ def add(ref: ImageRef, node: Node, podman: Podman | None = None) -> ImageAdded:
     try:
         mount = podman.mount(image_id)
         try:
-            stored = packing.add(_tree(mount, ref), node, shown_as=f"{ref} ({RELEASE_PATH})")
+            stored = packing.add(_tree(mount, ref), node, shown_as=f"{ref} ({RELEASE_PATH})",
+                                 report=report)
         finally:
             _quietly(podman.unmount, image_id)  # stored or not, the mount is podman's to keep
     except BaseException:
@@ -91,7 +95,7 @@ def _tree(mount: Path, ref: ImageRef) -> Path:
 
 def pack(version: str, target: ImageRef | str, workload: tuple[str, ...], podman: Podman,
          output: Path | None = None, sign_key: Path | None = None,
-         payload: Path | None = None) -> tuple[Path | None, str]:
+         payload: Path | None = None, report: Report | None = None) -> tuple[Path | None, str]:
     """Build a release image for `version` (`release pack --image`): the release packed (into
     `output` if given, else a temporary directory) and copied to RELEASE_PATH of a `FROM scratch`
     image. `target` is an image name (the image is tagged with it in podman's store) or an
@@ -103,7 +107,7 @@ def pack(version: str, target: ImageRef | str, workload: tuple[str, ...], podman
         raise ReleaseError(f"{target.target} already exists; write the image to a new file")
     with files.private_dir(prefix="agent-fsm-pack.") as work:
         release = packing.pack(version, output or work / "release", workload, sign_key,
-                               payload=payload)
+                               payload=payload, report=report)
         if output is not None:
             shutil.copytree(release, work / "release")
         (work / "Containerfile").write_text(CONTAINERFILE)

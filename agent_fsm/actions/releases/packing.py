@@ -24,6 +24,7 @@ from ...node.assets import render as assets
 from ...node.releases import store as release_store
 from ...node.releases import tree
 from ...node.releases import workload as workload_command
+from ...node.releases.moving import Meter, Report
 from ...node.releases.pointers import check_version, read_manifest
 from ...node.sha256 import prefer_openssl
 from ...wiring import Node
@@ -40,9 +41,9 @@ def _ignore(_dir: str, names: list[str]) -> list[str]:
 
 def pack(version: str, output: Path, workload: tuple[str, ...] = (),
          sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET,
-         payload: Path | None = None) -> Path:
+         payload: Path | None = None, report: Report | None = None) -> Path:
     """`packed` (which see), returning the release's path alone."""
-    return packed(version, output, workload, sign_key, targets, payload).path
+    return packed(version, output, workload, sign_key, targets, payload, report).path
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,12 @@ class Packed:
 
 def packed(version: str, output: Path, workload: tuple[str, ...] = (),
            sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET,
-           payload: Path | None = None) -> Packed:
+           payload: Path | None = None, report: Report | None = None) -> Packed:
     """Write a release directory for `version` at `output` (which must not exist yet), with
     what it needs of the node's `python` (`abi`), `payload`'s tree as its `payload/` if given
-    (`copy_payload`), signed with `sign_key` if given (`trust`); ReleaseError when it would not
-    cover every one of `targets` (`abi.FLEET`: the fleet's). Nothing is left at `output` (nor
-    beside it) when it fails.
+    (`copy_payload`, telling `report` how far it is), signed with `sign_key` if given (`trust`);
+    ReleaseError when it would not cover every one of `targets` (`abi.FLEET`: the fleet's).
+    Nothing is left at `output` (nor beside it) when it fails.
 
     No other user can put a file in it or swap one: `output`'s name is taken first (an empty
     0700 directory, made exclusively: whatever is planted there is refused), the release is made
@@ -81,7 +82,7 @@ def packed(version: str, output: Path, workload: tuple[str, ...] = (),
     try:
         with files.private_dir(where, f".{real.name}.packing.") as holder:
             tmp = holder / "release"
-            signed = _make(tmp, version, workload, sign_key, targets, payload, output)
+            signed = _make(tmp, version, workload, sign_key, targets, payload, output, report)
             os.replace(tmp, real)  # over the empty directory that held the name
             renamed = True
     except BaseException as exc:
@@ -117,7 +118,8 @@ def _trusted_parent(output: Path) -> Path:
 
 
 def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | None,
-          targets: tuple[str, ...], payload: Path | None, output: Path) -> str:
+          targets: tuple[str, ...], payload: Path | None, output: Path,
+          report: Report | None = None) -> str:
     """Make the release in the new directory `tmp`, inside a private one (see `pack`); return
     its digest. The payload's files are hashed as they are copied, and not read again for the
     digest: `tmp` is in a directory only this user may enter, and a file changed since has
@@ -129,7 +131,7 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
     (tmp / "bin").mkdir(parents=True)
     if payload is not None:  # first: what is wrong with it is said before the slow part
         copied: tree.Hashed = {}
-        copy_payload(payload, tmp / PAYLOAD, copied)
+        copy_payload(payload, tmp / PAYLOAD, copied, report, f"{version} ({payload})")
         for (rel, stamp), entry in copied.items():
             hashed[f"{PAYLOAD}/{rel}", stamp] = entry._replace(path=f"{PAYLOAD}/{rel}")
         del copied
@@ -188,16 +190,20 @@ def check_payload(src: Path, output: Path, tmp: Path) -> None:
                                "pack into a directory outside it; nothing was packed")
 
 
-def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None) -> None:
+def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None,
+                 report: Report | None = None, shown: str = "") -> None:
     """Copy `src`'s tree to `dst` as the store copies a release: regular files and directories
     only, nothing followed, modes 0755 (directories, executables) or 0644, within the limits.
     A setuid or setgid file is refused rather than quietly stripped of its bit: the program
     that needs it would fail only on the node. ReleaseError naming the path otherwise.
-    `hashed`: filled with the copied files' hashes (`tree.copy`)."""
+    `hashed`: filled with the copied files' hashes (`tree.copy`); `report` is told how far the
+    copy is, naming it `shown`."""
+    count = size = 0
     for top, _dirs, names in os.walk(src):
         for name in names:
             path = Path(top) / name
             st = path.lstat()
+            count, size = count + 1, size + st.st_size
             if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
                 bit = "setuid" if st.st_mode & stat.S_ISUID else "setgid"
                 raise ReleaseError(
@@ -205,8 +211,9 @@ def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None) -> Non
                     f"{stat.S_IMODE(st.st_mode):04o}); a release never holds setuid or setgid "
                     "files (the store would not keep the bit): clear it (`chmod ug-s`) and have "
                     "the service's unit or the host grant what it needs; nothing was packed")
+    meter = None if report is None else Meter(report, "packing", shown or str(src), count, size)
     try:
-        tree.copy(src, dst, hashed=hashed)
+        tree.copy(src, dst, hashed=hashed, meter=meter)
     except BadTree as exc:
         raise ReleaseError(
             f"cannot pack --payload {src}: {exc}; a release holds regular files and "
@@ -215,6 +222,8 @@ def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None) -> Non
     except OSError as exc:  # unreadable: a file or directory of SRC this user may not read
         raise ReleaseError(f"cannot pack --payload {src}: {exc}; nothing was packed") from None
     os.chmod(dst, tree.DIR_MODE)  # `copy` leaves its top 0700
+    if meter is not None:
+        meter.done()
 
 
 def _toml_str(s: str) -> str:
@@ -250,7 +259,8 @@ def validate(directory: Path, node: Node) -> str:
     return version
 
 
-def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
+def add(directory: Path, node: Node, *, shown_as: str | None = None,
+        report: Report | None = None) -> Added:
     """Store a normalized copy of a release directory as `<state_dir>/releases/<version>/`, with
     its digest (`node.release_store`): copied into a hidden directory inside `releases/` and
     checked there (what is checked is what is stored) without the writers' lock, then renamed
@@ -260,7 +270,7 @@ def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
     The same version with the same digest is `already` stored; with another, Refused, naming
     both. A symlink, device, FIFO or socket in it, or a release over the limits, is refused
     (ReleaseError) naming the path, with nothing stored. Messages name it `shown_as` if given
-    (an image's reference, not where it is mounted).
+    (an image's reference, not where it is mounted); `report` is told how far the copy is.
     """
     staging = re.compile(re.escape(str(node.paths.releases_dir)) + r"/\.adding\.[0-9a-f]+(?:/release)?")
     shown = shown_as or str(directory)
@@ -271,7 +281,7 @@ def add(directory: Path, node: Node, *, shown_as: str | None = None) -> Added:
     try:
         done = release_store.store(directory, node.paths.releases_dir,
                                    lambda staged: validate(staged, node), node.store.locked,
-                                   node.config.store)
+                                   node.config.store, report, shown)
     except BadTree as exc:
         raise ReleaseError(
             f"refusing release {shown}: {named(exc)}; a release holds regular files and "

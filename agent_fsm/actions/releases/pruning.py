@@ -13,6 +13,7 @@ from ...errors import Refused, ReleaseError, StateFileError
 from ...node.records import known_bad
 from ...node.releases import objects as release_objects
 from ...node.releases import store as release_store
+from ...node.releases import usage
 from ...node.releases.pointers import check_version, natural_key
 from ...node.state.store import StateDoc
 from ...wiring import Node
@@ -28,9 +29,11 @@ class Pruned:
     dry_run: bool = False
     images: origins.ImagesPruned = field(default_factory=origins.ImagesPruned)  # their images
     freed: release_objects.Collected = field(default_factory=release_objects.Collected)  # unlinked files
+    freed_bytes: int = 0  # on disk, given back (dry: that would be): `usage.freed_by`
 
     def to_json(self) -> dict[str, Any]:
         return {"removed": list(self.removed), "dry_run": self.dry_run,
+                "freed_bytes": self.freed_bytes,
                 "kept": [{"version": v, "why": list(why)} for v, why in self.kept],
                 **({"images": self.images.to_json()} if self.images else {}),
                 **({"freed": self.freed._asdict()} if self.freed.files else {})}
@@ -141,7 +144,9 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
             release_store.sweep(node.paths.releases_dir)
     # The slow part without the lock: deleting the trees, and `podman rmi` (up to 300 s each).
     # What is deleted here is out of the store already; the images' records are written under
-    # the lock again.
+    # the lock again. What it gives back is counted first, while the trees are still there.
+    where = node.paths.releases_dir
+    freed_bytes = usage.freed_by(gone if not dry_run else [where / v for v in removed], where)
     for stale in gone:
         release_store.clear(stale)  # what fails or a crash leaves, the next add or prune does
     # The stored files no release links any more, these and any an interrupted add or prune
@@ -150,7 +155,7 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
         release_store.tidy(node.paths.releases_dir, node.store.locked)
     pruned_images = origins.apply(node, image_plan, dry_run=dry_run, locked=node.store.locked)
     kept = tuple((v, tuple(why[v])) for v in stored if v not in remove)
-    return Pruned(removed, kept, dry_run, pruned_images, freed)
+    return Pruned(removed, kept, dry_run, pruned_images, freed, freed_bytes)
 
 
 def _take_out(path: Path) -> Path:

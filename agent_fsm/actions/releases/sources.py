@@ -28,6 +28,7 @@ from ... import files
 from ...errors import BadArchive, ReleaseError
 from ...node.releases import store as release_store
 from ...node.releases import tree
+from ...node.releases.moving import Meter, Report
 from ...node.releases.room import Room, room
 from ...node.store_config import DEFAULTS, StoreConfig, raise_key, size_text
 from ...system.podman import parse_reference
@@ -43,31 +44,33 @@ SOURCES = ("a release directory (from `agent-fsm release pack`), a tar archive o
            "containers-storage:REF, docker://REF)")
 
 
-def add_source(source: str, node: Node) -> packing.Added:
+def add_source(source: str, node: Node, report: Report | None = None) -> packing.Added:
     """Store the release `source` names (see the module docstring) and return what was stored;
     `image` is set when it came from an image. ReleaseError (and the refusals of
-    `packing.add`) in one line; nothing is stored when it fails."""
+    `packing.add`) in one line; nothing is stored when it fails. `report` is told how far the
+    copies are (`moving`)."""
     ref = parse_reference(source)
     if ref is not None:
-        done = images.add(ref, node)
+        done = images.add(ref, node, report=report)
         return dataclasses.replace(done.release, image=done.image)
     path = Path(source)
     if path.is_dir():
-        return packing.add(path, node)
+        return packing.add(path, node, report=report)
     if path.is_file():
-        return add_archive(path, node)
+        return add_archive(path, node, report)
     if os.path.lexists(path):
         raise ReleaseError(f"{source} is neither a directory nor a regular file; give {SOURCES}; "
                            + _NOTHING)
     raise ReleaseError(f"{source} does not exist; give {SOURCES}; " + _NOTHING)
 
 
-def add_archive(archive: Path, node: Node) -> packing.Added:
+def add_archive(archive: Path, node: Node, report: Report | None = None) -> packing.Added:
     """Store the release the tar archive `archive` holds (see the module docstring)."""
     with release_store.scratch(node.paths.releases_dir) as holder:
         into = holder / "release"
-        unpack(archive, into, node.config.store, room(node.paths.releases_dir))
-        return packing.add(release_root(archive, into), node, shown_as=str(archive))
+        unpack(archive, into, node.config.store, room(node.paths.releases_dir), report)
+        return packing.add(release_root(archive, into), node, shown_as=str(archive),
+                           report=report)
 
 
 def _refuse(archive: Path, why: str) -> NoReturn:
@@ -75,11 +78,13 @@ def _refuse(archive: Path, why: str) -> NoReturn:
 
 
 def unpack(archive: Path, into: Path, limits: StoreConfig = DEFAULTS,
-           space: Room | None = None) -> None:
+           space: Room | None = None, report: Report | None = None) -> None:
     """Unpack the tar archive `archive` into the new directory `into`, member by member, each
     checked before it is written (see the module docstring); ReleaseError naming the first one
     refused; `limits`: the host's ceilings; `space`: the room on the disk of `into`, each file
-    checked to fit it before it is written (NoRoom). Files are written 0755 when the member has an x
+    checked to fit it before it is written (NoRoom); `report`: told how much of the archive is
+    read (its bytes as stored, compressed or not) and how many files are written. Files are
+    written 0755 when the member has an x
     bit, else 0644 (the store gives the modes again); owners, times and other bits in the
     archive are not kept."""
     try:
@@ -90,6 +95,8 @@ def unpack(archive: Path, into: Path, limits: StoreConfig = DEFAULTS,
     # Every member counts, the archive's own top (`./`) and a top directory too.
     bounds = {"max_members": limits.max_release_files + 2, "max_bytes": limits.max_release_bytes}
     need = 0
+    meter = None if report is None else Meter(report, "unpacking", str(archive), None,
+                                              os.fstat(raw.fileno()).st_size)
     try:
         with raw, tarstream.Reader(raw, **bounds) as tar:
             files.make_dir(into, 0o700)
@@ -112,9 +119,13 @@ def unpack(archive: Path, into: Path, limits: StoreConfig = DEFAULTS,
                             raise space.refuse(f"release archive {archive}", need, so_far=True)
                     _make_dirs(into, target.parent)
                     _write(tar.data(), member, target)
+                    if meter is not None:
+                        meter.at(raw.tell(), meter.files + 1)
                 except (FileExistsError, NotADirectoryError):
                     _refuse(archive, f"member {_shown(member.name)} is in the archive twice, or "
                                      "below a file of the same name")
+            if meter is not None:
+                meter.done()
     except BadArchive as exc:
         _refuse(archive, str(exc))
     except OSError as exc:

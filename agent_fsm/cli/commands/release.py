@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ...node.state.reasons import MAX_REASON
+from ...node.store_config import size_text
 from ...untrusted import MAX_LINE, shown
 from .. import options, render
 from ..exits import EXIT_CODES
@@ -55,6 +56,9 @@ def release_pack(
         "--target", metavar="cpXY-MACHINE", show_default=False,
         help="A node interpreter the release must run on (repeatable), e.g. cp313-aarch64; "
              "default: CPython 3.11 to 3.14 on x86_64 and aarch64 (docs/operations.md).")] = None,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", help="No progress on stderr (shown for a long copy: a bar on a terminal, a "
+        "line every 5 s when piped).")] = False,
 ) -> None:
     """Make a release directory from this agent-fsm: release.toml, python.toml (what it needs
     of the node's python), bin/agent-fsm, lib/, assets/, with --payload SRC, payload/ (a copy
@@ -76,17 +80,21 @@ def release_pack(
     except ValueError as exc:  # an unclosed quote or a trailing backslash
         raise typer.BadParameter(f"{workload!r} is not a command in shell words: {exc}",
                                  param_hint="--workload") from None
+    from ..copy_progress import shown_on_stderr
+
     if image is not None:
         from .release_images import pack_image
 
-        pack_image(ctx, version, output, argv, image, sign_key, payload)
+        with shown_on_stderr(quiet) as report:
+            pack_image(ctx, version, output, argv, image, sign_key, payload, report)
         return
     if output is None:
         raise typer.BadParameter("give --output DIR, --image REF, or both", param_hint="--output")
     from ...actions.releases import abi
 
-    made = packed(version, output, argv, sign_key, tuple(target) if target else abi.FLEET,
-                  payload=payload)
+    with shown_on_stderr(quiet) as report:
+        made = packed(version, output, argv, sign_key, tuple(target) if target else abi.FLEET,
+                      payload=payload, report=report)
     path = made.path
     signed = f", signed with {sign_key}" if sign_key is not None else ""
     need = abi.read(path) or abi.Needs()
@@ -150,6 +158,9 @@ def release_add(
         metavar="DIRECTORY|ARCHIVE|IMAGE", help="A release directory (from `release pack`), a "
         "tar archive of one (.tar, .tar.gz, .tgz), or an image: oci-archive:FILE, "
         "docker-archive:FILE, containers-storage:REF or docker://REF.")],
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", help="No progress on stderr (shown for a long copy: a bar on a terminal, a "
+        "line every 5 s when piped).")] = False,
 ) -> None:
     """Validate a release directory, archive or image and store a normalized copy of it on
     this host.
@@ -176,17 +187,19 @@ def release_add(
     Example: agent-fsm release add ./agent-fsm-2.0.0, ./agent-fsm-2.0.0.tar.gz, or
     oci-archive:./agent-fsm-2.0.0.tar
     """
-    add_from(options.of(ctx).node(), source)
+    add_from(options.of(ctx).node(), source, quiet=quiet)
 
 
-def add_from(node: Node, source: str) -> Added:
+def add_from(node: Node, source: str, *, quiet: bool = False) -> Added:
     """Store the release `source` names (a directory, an archive or an image:
-    `sources.add_source`), saying so in one line: what `release add` and `install --from`
-    run."""
+    `sources.add_source`), saying so in one line, and how far the copy is on stderr unless
+    `quiet` (`copy_progress`): what `release add` and `install --from` run."""
     from ...actions.releases.sources import add_source
+    from ..copy_progress import shown_on_stderr
     from .release_images import show_image
 
-    added = add_source(source, node)
+    with shown_on_stderr(quiet) as report:
+        added = add_source(source, node, report)
     if added.image is not None:
         show_image(added.image)
     verb = "already stored at" if added.already and not added.replaced else "stored at"
@@ -285,7 +298,8 @@ def release_prune(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Say what would be removed and kept; remove nothing.")] = False,
     as_json: Annotated[bool, typer.Option(
-        "--json", help="One JSON object: removed, kept (version, why), dry_run, images, freed.")] = False,
+        "--json", help="One JSON object: removed, kept (version, why), dry_run, freed_bytes, "
+        "images, freed.")] = False,
 ) -> None:
     """Remove stored releases that neither the way back nor an owed transition needs.
 
@@ -299,7 +313,9 @@ def release_prune(
     or `kept V (why)`. The images releases were added from go with them, except those agent-fsm
     did not put into podman's store (docs/containers.md); one podman will not remove stays
     recorded, is named, and makes the exit 1. The store keeps identical files of its releases
-    once; the files no stored release uses any more are freed (`freed`: files and bytes).
+    once; the files no stored release uses any more are freed. The last line says what that
+    gave back on disk, `freed 1.1 GiB` (with --dry-run, `would free`): a file a kept release
+    still holds frees nothing (`freed_bytes` in --json).
 
     Example: agent-fsm release prune --dry-run, then agent-fsm release prune --keep 2
     """
@@ -322,9 +338,12 @@ def release_prune(
             f"kept {version} ({', '.join(kept[version])})")
         out.print(line, markup=False)
     release_images.show_images(result.images, dry_run)
-    if result.freed.files:
-        out.print(f"freed {result.freed.bytes / 1e6:.1f} MB in {result.freed.files} files no "
-                  "stored release uses", markup=False)
-    if not result.removed and not result.images.removed:
+    if not result.removed and not result.images.removed and not result.freed_bytes:
         out.print("nothing to prune" if kept else "no releases stored", markup=False)
+    elif dry_run:
+        out.print(f"would free {size_text(result.freed_bytes)}", markup=False)
+    else:
+        files = f" ({result.freed.files:,} files no stored release uses)" \
+            if result.freed.files else ""
+        out.print(f"freed {size_text(result.freed_bytes)}{files}", markup=False)
     release_images.images_failed(result.images)

@@ -10,6 +10,7 @@ import typer
 from ...actions.releases import images as image_releases
 from ...actions.releases import origins
 from ...errors import ReleaseError
+from ...node.releases.moving import Report
 from ...system.podman import REGISTRY, STORE, ImageRef, Podman, parse_reference
 from ...untrusted import MAX_LINE, shown
 from .. import options
@@ -30,7 +31,7 @@ def show_image(image: origins.Image) -> None:
 
 def pack_image(ctx: typer.Context, version: str, output: Path | None,
                workload: tuple[str, ...], image: str, sign_key: Path | None,
-               payload: Path | None = None) -> None:
+               payload: Path | None = None, report: Report | None = None) -> None:
     """`release pack --image REF`: a name (or containers-storage:NAME) is tagged in podman's
     store; an archive reference is written as that file."""
     try:
@@ -50,7 +51,7 @@ def pack_image(ctx: typer.Context, version: str, output: Path | None,
         target = ref.target if ref.transport == STORE else ref
     podman = Podman(options.of(ctx).node().config.podman)
     kept, image_id = image_releases.pack(version, target, workload, podman, output, sign_key,
-                                           payload)
+                                           payload, report)
     where = f"{target}" if isinstance(target, ImageRef) else f"containers-storage:{target}"
     also = f" (and its directory {kept})" if kept is not None else ""
     _say(f"packed release {version} as image {image_id} in {where}{also}")

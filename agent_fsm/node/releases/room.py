@@ -18,7 +18,7 @@ from typing import NamedTuple
 from ...errors import NoRoom
 from ..store_config import StoreConfig, size_text
 from .objects import OBJECTS, name
-from .tree import footprint
+from .tree import Footprint, footprint
 
 RESERVE_MIN = 64 << 20
 RESERVE_MAX = 1 << 30
@@ -55,13 +55,14 @@ def room(releases_dir: Path) -> Room:
                 max(RESERVE_MIN, min(share, RESERVE_MAX)), block)
 
 
-def check(src: Path, releases_dir: Path, limits: StoreConfig, what: str) -> None:
+def check(src: Path, releases_dir: Path, limits: StoreConfig, what: str) -> Footprint:
     """Refuse (NoRoom, one line) to copy the release directory `src` into the store when it
     does not fit (see the module's docstring); `what` names it. The ceilings of `limits` are
-    checked on the way (BadTree), before anything is copied."""
+    checked on the way (BadTree), before anything is copied. Its footprint, all of it."""
     space = room(releases_dir)
-    if space.fits(footprint(src, limits, space.block)):
-        return
+    whole = footprint(src, limits, space.block)
+    if space.fits(whole.disk):
+        return whole
     objects = releases_dir / OBJECTS
 
     def stored(sha: str, mode: int, size: int) -> bool:
@@ -70,9 +71,10 @@ def check(src: Path, releases_dir: Path, limits: StoreConfig, what: str) -> None
         except OSError:
             return False
 
-    need = footprint(src, limits, space.block, stored)
+    need = footprint(src, limits, space.block, stored).disk
     if not space.fits(need):
         raise space.refuse(what, need)
+    return whole
 
 
 def filled(exc: BaseException, what: str, where: Path) -> NoRoom | None:

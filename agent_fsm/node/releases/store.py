@@ -32,8 +32,9 @@ from ... import files
 from ...errors import AgentFsmError, BadTree, DiskError, Refused
 from ..sha256 import hexdigest, prefer_openssl
 from ..store_config import StoreConfig
-from . import room
+from . import room, usage
 from .hashes import HASHED, MAX_RECORD_BYTES, record_hashed, refresh_hashed
+from .moving import Meter, Report
 from .objects import Collected, Objects, collect, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
@@ -168,19 +169,25 @@ class Staged(NamedTuple):
 
 @contextlib.contextmanager
 def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
-           limits: StoreConfig) -> Iterator[Staged]:
+           limits: StoreConfig, report: Report | None = None,
+           shown: str | None = None) -> Iterator[Staged]:
     """Copy the release `directory` into a hidden directory inside `releases_dir`, normalized,
     within `limits`, and `validate` it there (it returns the version), so that what is checked is what is
     stored; the copy is removed when the block ends (`commit` it before). Needs no lock: the
     slow part of an add (the copy, the digest, a signature check, the ABI probe) runs while
     transitions go on. The staging directory is flock(2)ed for the block, so no `sweep` of
-    another add removes it. Raises BadTree for an entry the store refuses."""
+    another add removes it. `report` is told how far the copy is (`moving`), naming it `shown`
+    (else `directory`). Raises BadTree for an entry the store refuses."""
     prefer_openssl()  # an add hashes the whole tree, once: OpenSSL's is the fast one
     with _staging(releases_dir) as holder:
         staging = holder / "release"
         hashed: Hashed = {}
-        room.check(directory, releases_dir, limits, f"release {directory}")
-        copy(directory, staging, Objects(releases_dir), hashed, limits)
+        whole = room.check(directory, releases_dir, limits, f"release {directory}")
+        meter = None if report is None else Meter(report, "adding", shown or str(directory),
+                                                  whole.files, whole.bytes)
+        copy(directory, staging, Objects(releases_dir), hashed, limits, meter)
+        if meter is not None:
+            meter.done()
         version = validate(staging)
         new = manifest(scan(staging, hashed=hashed, fresh=True))
         if len(new) > MAX_RECORD_BYTES:  # it could not be read back
@@ -221,11 +228,13 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
 
 def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
           locked: Callable[[], contextlib.AbstractContextManager[object]],
-          limits: StoreConfig) -> Stored:
+          limits: StoreConfig, report: Report | None = None, shown: str | None = None) -> Stored:
     """Store a normalized copy of the release `directory` in `releases_dir`, with its digest:
-    staged and checked without the writers' lock, committed under it (`locked()` takes it)."""
+    staged and checked without the writers' lock, committed under it (`locked()` takes it);
+    `report` and `shown`: see `staged`."""
     try:
-        return _staged_and_committed(directory, releases_dir, validate, locked, limits)
+        return _staged_and_committed(directory, releases_dir, validate, locked, limits, report,
+                                     shown)
     except (OSError, DiskError) as exc:  # the disk filled: NoRoom, one line; else as it came
         full = room.filled(exc, f"release {directory}", releases_dir.parent)
         if full is None:
@@ -237,10 +246,11 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
 
 def _staged_and_committed(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
                           locked: Callable[[], contextlib.AbstractContextManager[object]],
-                          limits: StoreConfig) -> Stored:
+                          limits: StoreConfig, report: Report | None,
+                          shown: str | None) -> Stored:
     """`store` but its tidying: a frame of its own, so that the staged copy's hashes are freed
     before `tidy` reads every release's."""
-    with staged(directory, releases_dir, validate, limits) as ready, locked():
+    with staged(directory, releases_dir, validate, limits, report, shown) as ready, locked():
         return commit(releases_dir, ready)
 
 
@@ -248,7 +258,8 @@ def tidy(releases_dir: Path,
          locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Collected:
     """After an add or a prune: delete the trees an interrupted prune took out of the store
     (`.<version>.pruning`), free the objects no release links (`objects.collect`) and record
-    again the files whose ctime the links moved (`refresh_hashed`). Housekeeping: if it cannot
+    again the files whose ctime the links moved (`refresh_hashed`), and record what the store
+takes on disk (`usage.record`). Housekeeping: if it cannot
     be done now (a full disk, the lock held), the next add or prune does it, so it never turns a
     done add or prune into a failure. Needs no lock: what is deleted is out of the store."""
     freed = Collected()
@@ -257,6 +268,7 @@ def tidy(releases_dir: Path,
             clear(stale)
         freed = collect(releases_dir)
         refresh_hashed(releases_dir, locked)
+        usage.record(releases_dir, locked)
     return freed
 
 
@@ -336,6 +348,8 @@ def sweep(releases_dir: Path) -> None:
     for stale in [*releases_dir.glob(".adding.*"), *releases_dir.glob(".*.adding")]:
         if _abandoned(stale):  # another add may be staging there, without the lock
             clear(stale)
+    for path in releases_dir.glob(f".{usage.USAGE}.*.tmp"):  # a write of it cut short
+        files.remove(path)
     for kind in (DIGESTS, HASHED):
         for path in (releases_dir / kind).glob("*"):
             hidden = path.name.startswith(".")

@@ -27,6 +27,7 @@ from ..sha256 import sha256
 from ..store_config import DEFAULTS, StoreConfig, raise_key, size_text
 
 if TYPE_CHECKING:
+    from .moving import Meter
     from .objects import Objects
 
 MAX_DEPTH = 32  # nested directories
@@ -237,7 +238,8 @@ def _open_root(root: Path, *, follow: bool) -> int:
 
 
 def copy(src: Path, dst: Path, objects: Objects | None = None,
-         hashed: Hashed | None = None, limits: StoreConfig = DEFAULTS) -> None:
+         hashed: Hashed | None = None, limits: StoreConfig = DEFAULTS,
+         meter: Meter | None = None) -> None:
     """Store a normalized copy of the release directory `src` as the new directory `dst`.
 
     `src` itself may be reached through a symlink (it is what the operator named); nothing in
@@ -247,9 +249,10 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
     becomes that object (`objects.Objects`); its hash, of the bytes stored, goes into `hashed`
     (keyed as `scan` keys them), so the scan that makes the manifest reads no file again. The
     copy is made durable at the end, whole, by one sync of its file system; `limits`: the
-    host's ceilings. Without `objects` (a payload copied into a release being packed, outside
-    any store) each file is a plain copy and nothing is synced. Raises BadTree for an entry
-    the store refuses; OSError as it comes (DiskError from `files`).
+    host's ceilings; `meter`: counts each file and its bytes as they are copied (`moving`).
+    Without `objects` (a payload copied into a release being packed, outside any store) each
+    file is a plain copy and nothing is synced. Raises BadTree for an entry the store refuses;
+    OSError as it comes (DiskError from `files`).
     """
     src_fd = _open_root(src, follow=True)
     try:
@@ -265,6 +268,8 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
             sha, size, now = _copy_file(reader, dir_fd, name, st, rel, target, mode, objects)
             if hashed is not None:
                 hashed[key(rel, now)] = Entry(rel, mode, size, sha)
+            if meter is not None:
+                meter.moved(size, files=1)
         if objects is None:
             return
         # Durable before the commit renames it into place. An object named before its bytes
@@ -275,17 +280,25 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
         os.close(src_fd)
 
 
+class Footprint(NamedTuple):
+    disk: int  # the bytes a copy takes on disk (see `footprint`)
+    files: int  # its regular files
+    bytes: int  # their bytes
+
+
 def footprint(src: Path, limits: StoreConfig, block: int,
-              stored: Callable[[str, int, int], bool] | None = None) -> int:
+              stored: Callable[[str, int, int], bool] | None = None) -> Footprint:
     """The bytes a copy of the release directory `src` takes on disk: each file rounded up to
     whole `block`s, a directory one block; refused (BadTree) over a ceiling of `limits`. Only
     its entries' stat is read, unless `stored` is given: then each file is hashed and left out
-    when `stored(sha, mode, size)` (the store holds those bytes) or when met before in `src`."""
+    when `stored(sha, mode, size)` (the store holds those bytes) or when met before in `src`.
+    With its files and their bytes, all of them."""
     src_fd = _open_root(src, follow=True)
-    total, seen, reader = 0, set(), _Reader(src, limits)
+    total, seen, reader, count = 0, set(), _Reader(src, limits), 0
     try:
         for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
             size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
+            count += 0 if stat.S_ISDIR(st.st_mode) else 1
             if size > limits.max_file_bytes:
                 reader._too_big(rel)
             reader.total += size
@@ -300,7 +313,7 @@ def footprint(src: Path, limits: StoreConfig, block: int,
             total += max(-(-size // block), 1) * block
     finally:
         os.close(src_fd)
-    return total
+    return Footprint(total, count, reader.total)
 
 
 _SETTLED_NS = 2_000_000_000

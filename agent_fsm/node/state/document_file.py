@@ -50,7 +50,8 @@ later agent-fsm must keep (docs/state-files.md has the state file's core in full
 | `releases/.images/<version>` (`origins`) | `image-record`  | 1      |
 
 Not documents: the history journal (`journal`: one checksummed line a transition, appended),
-the release store's manifests and hashes (`releases.store`: text with a header line), the locks,
+the release store's manifests, hashes and usage (`releases.store`, `releases.usage`: text with a
+header line), the locks,
 and the `selected` and `last-good` pointers (symlinks).
 """
 

@@ -339,6 +339,7 @@ def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -
     findings += _consistency(node)
     findings += _bin_link(node)
     findings += stored.releases(node)
+    findings.append(stored.store(node))
     findings += _way_back(node)
     findings += _skipped(node)
     findings += _hooks(node)

@@ -1,10 +1,10 @@
 """`doctor`'s look at the release store: every stored release against its digest, and what
-the store takes on disk."""
+the store takes on disk with the room left."""
 
 from __future__ import annotations
 
 from ...errors import ReleaseError
-from ...node.releases import objects
+from ...node.releases import usage
 from ...node.releases.tree import Hashed
 from ...wiring import Node
 from .finding import Finding
@@ -56,8 +56,18 @@ def releases(node: Node) -> list[Finding]:
                                f"{version}'s directory), or `agent-fsm release prune {version}` "
                                "if nothing needs it"))
     damaged = sum(f.level == "fail" for f in out)
-    size = objects.usage(node.paths.releases_dir) / 1e6
     return [Finding("releases", "warn" if damaged else "ok",
                     f"{len(versions)} stored" + (f", {damaged} damaged" if damaged else "")
-                    + f"; {size:.1f} MB on disk, each file kept once however many releases "
-                    "hold it"), *out]
+                    + "; each file kept once however many releases hold it"), *out]
+
+
+def store(node: Node) -> Finding:
+    """What the store takes on disk (walked, not the record `status` reads) and the room left:
+    a fail when less is free than the way back keeps."""
+    where = node.paths.releases_dir
+    seen = usage.store_bytes(where)
+    if not seen.short:
+        return Finding("store", "ok", seen.words())
+    return Finding("store", "fail", seen.words(),
+                   f"free space on the file system of {node.paths.state_dir}, or remove releases "
+                   "nothing needs: `agent-fsm release prune --dry-run` says what it frees")

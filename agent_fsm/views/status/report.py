@@ -16,6 +16,7 @@ from ...errors import ReleaseError
 from ...machine.definition import situation
 from ...machine.vocabulary import COMMANDS, Trigger
 from ...node.records import hold, hook_failures, known_bad, known_good
+from ...node.releases import usage
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
 from ...node.runtime import workload as workload_state
@@ -78,6 +79,7 @@ class Status(NamedTuple):
     # What the way back last did to a damaged last-good: null, or {time, release, action
     # ("repaired", "fell_back"), to, files, more, reason, words} (`records.known_good`).
     way_back: dict[str, Any] | None = None
+    store: usage.StoreBytes | None = None  # what the store takes on disk, the room left
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,6 +117,7 @@ class Status(NamedTuple):
             "crash_loop": self.crash_loop,
             "workload": self.workload,
             "way_back": self.way_back,
+            "store": None if self.store is None else self.store.to_json(),
         }
 
 
@@ -274,6 +277,7 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         crash_loop=loop,
         workload=work,
         way_back=_way_back(node),
+        store=usage.seen(node.paths.releases_dir),
     )
 
 

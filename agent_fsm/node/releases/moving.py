@@ -1,0 +1,65 @@
+"""How far a long copy into or out of the store is: `release add` (a directory, an archive, an
+image's tree), `release pack`'s payload. The copy counts as it goes (`Meter`) and hands a
+frozen `Moved` to a callback the CLI gives; what is shown, and how often, is the CLI's. A
+NamedTuple: the store's modules are imported by `status`, which imports no dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+
+class Moved(NamedTuple):
+    """`doing` (`adding`, `unpacking`, `packing`) `what` (a path or a reference, as the
+    operator named it): `files` and `bytes` so far of `total_files` and `total_bytes` (None:
+    not known before the end, as an archive's files). `done`: the last record of this copy."""
+
+    doing: str
+    what: str
+    files: int
+    bytes: int
+    total_files: int | None
+    total_bytes: int | None
+    done: bool = False
+
+    @property
+    def fraction(self) -> float | None:
+        """How much is done, 0 to 1, by bytes (by files when there are no bytes); None when
+        the total is not known."""
+        if self.total_bytes:
+            return min(self.bytes / self.total_bytes, 1.0)
+        if self.total_files:
+            return min(self.files / self.total_files, 1.0)
+        return None if self.total_bytes is None else 1.0
+
+
+Report = Callable[[Moved], None]
+
+
+class Meter:
+    """Counts one copy's files and bytes and reports each change to `report`."""
+
+    def __init__(self, report: Report, doing: str, what: str, total_files: int | None = None,
+                 total_bytes: int | None = None) -> None:
+        self._report = report
+        self.doing, self.what = doing, what
+        self.total_files, self.total_bytes = total_files, total_bytes
+        self.files = self.bytes = 0
+
+    def record(self, *, done: bool = False) -> Moved:
+        return Moved(self.doing, self.what, self.files, self.bytes, self.total_files,
+                     self.total_bytes, done)
+
+    def moved(self, nbytes: int = 0, files: int = 0) -> None:
+        self.bytes += nbytes
+        self.files += files
+        self._report(self.record())
+
+    def at(self, nbytes: int, files: int) -> None:
+        """Set how far it is (a reader that knows its position)."""
+        self.bytes, self.files = nbytes, files
+        self._report(self.record())
+
+    def done(self) -> None:
+        self._report(self.record(done=True))
