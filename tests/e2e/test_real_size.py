@@ -13,7 +13,6 @@ the packed releases it adds in its own directory (the 257 node sees nothing else
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -30,7 +29,7 @@ from typing import Any
 import pytest
 
 from agent_fsm.actions.releases import packing
-from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Lab, output
+from agent_fsm_lab.lab import Lab, output
 from agent_fsm_lab.sandbox import DEFAULT_BASE_DIR, SystemdSandbox
 from tests.e2e.conftest import require_sandbox
 
