@@ -25,16 +25,16 @@ KEYS = {name: f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA{name.upper():A<20}"
 
 
 def sign(body: dict[str, object], *names: str) -> bytes:
-    signed = docs.canonical(body)
-    return docs.envelope(body, tuple(Signature(n, _sig(signed, n)) for n in names))
+    message = docs.message(docs.canonical(body))
+    return docs.envelope(body, tuple(Signature(n, _sig(message, n)) for n in names))
 
 
-def _sig(message: bytes, name: str) -> str:
-    return hashlib.sha256(KEYS[name].encode() + b"\0" + message).hexdigest()
+def _sig(message: str, name: str) -> str:
+    return hashlib.sha256(f"{KEYS[name]}\0{message}".encode()).hexdigest()
 
 
-def check(message: bytes, name: str, public_key: str, sig: str) -> bool:
-    return hashlib.sha256(public_key.encode() + b"\0" + message).hexdigest() == sig
+def check(message: str, name: str, public_key: str, sig: str) -> bool:
+    return hashlib.sha256(f"{public_key}\0{message}".encode()).hexdigest() == sig
 
 
 def a_root(version: int = 1, *, root_keys: tuple[str, ...] = ("primary", "backup"),

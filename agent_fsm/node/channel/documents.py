@@ -2,7 +2,9 @@
 
 Both are JSON envelopes, `{"signed": {...}, "signatures": [{"key": NAME, "sig": ARMORED}]}`.
 What is signed is the canonical form of `signed` (sorted keys, no spaces, UTF-8, integers only),
-in the `agent-fsm-channel` namespace of ssh-keygen. The root names the keys and, per role
+in the `agent-fsm-channel` namespace of ssh-keygen: the signed message is the ASCII text
+`sha256:<hex>` of those bytes, as a release's signature is of its digest, so a signature can be
+checked by hand (`printf %s sha256:… | ssh-keygen -Y verify …`). The root names the keys and, per role
 (`root`, `index`), which of them sign and how many must. The index names, per version, the
 release (an archive path or URL, or an image reference), the release's digest, a rollout
 percentage, a not-before time and a revoked mark with its reason.
@@ -13,6 +15,7 @@ document's size, a length per string, a count per list) and refuses what it does
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -52,6 +55,11 @@ class Envelope:
     signed: bytes
     body: Mapping[str, Any]
     signatures: tuple[Signature, ...]
+
+    @property
+    def message(self) -> str:
+        """What each signature signs: `sha256:<hex>` of the canonical bytes."""
+        return message(self.signed)
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,10 @@ def canonical(body: Mapping[str, Any]) -> bytes:
     """The bytes a signature covers."""
     return json.dumps(body, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def message(signed: bytes) -> str:
+    return "sha256:" + hashlib.sha256(signed).hexdigest()
 
 
 def envelope(body: Mapping[str, Any], signatures: tuple[Signature, ...]) -> bytes:

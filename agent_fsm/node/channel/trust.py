@@ -11,7 +11,6 @@ boundary); everything else here is pure.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,8 +18,8 @@ from datetime import datetime
 from ...errors import ChannelError
 from .documents import Envelope, Index, Role, Root, parse_index, parse_root, stamp
 
-# (message, key name, public key, armored signature) -> whether the signature verifies
-Check = Callable[[bytes, str, str, str], bool]
+# (message `sha256:<hex>`, key name, public key, armored signature) -> whether it verifies
+Check = Callable[[str, str, str, str], bool]
 
 
 @dataclass(frozen=True)
@@ -32,14 +31,14 @@ class Seen:
 
 
 def digest(env: Envelope) -> str:
-    return "sha256:" + hashlib.sha256(env.signed).hexdigest()
+    return env.message
 
 
 def signers(env: Envelope, role: Role, keys: Mapping[str, str], check: Check) -> tuple[str, ...]:
     """The keys of `role` whose signature of `env` verifies, until the threshold is reached."""
     good: list[str] = []
     for s in env.signatures:
-        if s.key in role.keys and s.key not in good and check(env.signed, s.key, keys[s.key], s.sig):
+        if s.key in role.keys and s.key not in good and check(env.message, s.key, keys[s.key], s.sig):
             good.append(s.key)
             if len(good) == role.threshold:
                 break
