@@ -17,6 +17,7 @@ from .. import __version__
 from ..node.config import keys_text
 from .commands import (
     activate,
+    channel,
     daemon,
     diagram,
     doctor,
@@ -87,6 +88,7 @@ for _command in (status.status, history.history, diagram.diagram, metrics.metric
 
 
 app.add_typer(release.app, name="release")
+app.add_typer(channel.app, name="channel")
 
 
 def main() -> None:
