@@ -23,6 +23,7 @@ from agent_fsm.node.config import Config, Judgment, WorkloadConfig
 from agent_fsm.node.config_fallback import way_back_config
 from agent_fsm.node.hook_config import HookConfig
 from agent_fsm.node.state.document_file import Kind
+from agent_fsm.node.channel_config import ChannelConfig
 from agent_fsm.node.store_config import StoreConfig
 from tests.helpers import World, env_with_stub_systemctl, make_world, one_line
 
@@ -105,9 +106,14 @@ def every_setting_off_its_default() -> Config:
         workload=WorkloadConfig(user="nobody", group=65534, environment=(("A", "b"),),
                                 writable_paths=(Path("/srv/data"),), identifier="agent-work"),
         store=StoreConfig(max_release_bytes=1 << 30, max_release_files=5000,
-                          max_file_bytes=1 << 20))
+                          max_file_bytes=1 << 20),
+        channel=ChannelConfig(url="https://updates.example.com/agent/stable", name="beta",
+                              root=Path("/etc/agent/root.json"), ca=Path("/etc/agent/ca.pem"),
+                              window="Mon..Fri 02:00", spread_seconds=60.0, timeout_seconds=9.0,
+                              download_seconds=600.0, machine_id=Path("/srv/machine-id")))
     for record, default in ((off, Config()), (off.judgment, Judgment()), (off.hooks, HookConfig()),
-                            (off.workload, WorkloadConfig()), (off.store, StoreConfig())):
+                            (off.workload, WorkloadConfig()), (off.store, StoreConfig()),
+                            (off.channel, ChannelConfig())):
         same = [f for f in record._fields if getattr(record, f) == getattr(default, f)
                 and f not in ("source", "fallback")]
         assert not same, f"still at their defaults: {same}"
