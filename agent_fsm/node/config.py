@@ -22,13 +22,13 @@ from typing import Any, NamedTuple
 from ..errors import ConfigError
 from ..untrusted import control_character
 from . import config_values as values
+from .channel_config import KEYS as CHANNEL_KEYS
+from .channel_config import ChannelConfig
 from .check_config import Check, HttpCheck
 from .check_config import parse as parse_checks
 from .check_config import to_table as checks_table
 from .hook_config import MAX_TIMEOUT as MAX_HOOK_TIMEOUT
 from .hook_config import HookConfig, by_trigger
-from .channel_config import KEYS as CHANNEL_KEYS
-from .channel_config import ChannelConfig
 from .store_config import CEILING, StoreConfig
 
 DEFAULT_CONFIG = Path("/etc/agent-fsm/config.toml")

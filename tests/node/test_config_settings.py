@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from agent_fsm.node import config as config_mod
+from agent_fsm.node.channel_config import ChannelConfig
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
 from agent_fsm.node.hook_config import HookConfig
-from agent_fsm.node.channel_config import ChannelConfig
 from agent_fsm.node.store_config import StoreConfig
 from agent_fsm.views.doctor import config_modes
 from agent_fsm.views.doctor.checks import doctor

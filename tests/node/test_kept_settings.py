@@ -18,12 +18,12 @@ import pytest
 from agent_fsm.actions.releases.packing import pack
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.assets import kept
+from agent_fsm.node.channel_config import ChannelConfig
 from agent_fsm.node.check_config import HttpCheck
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
 from agent_fsm.node.config_fallback import way_back_config
 from agent_fsm.node.hook_config import HookConfig
 from agent_fsm.node.state.document_file import Kind
-from agent_fsm.node.channel_config import ChannelConfig
 from agent_fsm.node.store_config import StoreConfig
 from tests.helpers import World, env_with_stub_systemctl, make_world, one_line
 
