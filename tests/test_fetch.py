@@ -41,7 +41,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     served: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (the server's name)
+    def do_GET(self) -> None:
         self.served.append(f"{self.path} {self.headers.get('Range', '')}")
         if self.path == "/body":
             start = 0

@@ -12,8 +12,8 @@ boundary); everything else here is pure.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from ...errors import ChannelError
 from .documents import Envelope, Index, Role, Root, parse_index, parse_root, stamp
@@ -22,8 +22,7 @@ from .documents import Envelope, Index, Role, Root, parse_index, parse_root, sta
 Check = Callable[[str, str, str, str], bool]
 
 
-@dataclass(frozen=True)
-class Seen:
+class Seen(NamedTuple):
     """The newest index a node believed: its version and the digest of its signed bytes."""
 
     version: int
