@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -39,7 +40,7 @@ def make_ca(where: Path) -> tuple[Path, Path, Path]:
 class Handler(http.server.BaseHTTPRequestHandler):
     """/body (Range honoured), /drip (a byte every 0.2 s), /missing (404), /moved (302)."""
 
-    served: list[str] = []
+    served: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         self.served.append(f"{self.path} {self.headers.get('Range', '')}")

@@ -21,6 +21,7 @@ from .commands import (
     daemon,
     diagram,
     doctor,
+    follow,
     history,
     hold,
     install,
@@ -83,7 +84,8 @@ def main_options(
 
 for _command in (status.status, history.history, diagram.diagram, metrics.metrics,
                  doctor.doctor, install.install, activate.activate, upgrade.upgrade,
-                 hold.hold, hold.unhold, recover.recover, daemon.daemon, daemon.start_check):
+                 hold.hold, hold.unhold, recover.recover, daemon.daemon, daemon.start_check,
+                 follow.follow):
     app.command(epilog=EXIT_CODES)(_command)
 
 

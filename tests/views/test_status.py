@@ -26,7 +26,7 @@ STATUS_KEYS = {
     "assets", "assets_compared_with", "assets_error", "selected_damaged", "last_result", "owed",
     "skipped", "allowed",
     "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error", "config_fallback",
-    "units", "unit_situation", "outbox", "crash_loop", "workload", "way_back",
+    "units", "unit_situation", "outbox", "crash_loop", "workload", "way_back", "channel",
 }
 SIGNAL_KEYS = {"from", "to", "attempt", "max_attempts", "started", "deadline", "age_seconds",
                "deadline_in_seconds"}

@@ -128,4 +128,22 @@ def keep_root(directory: Path, data: bytes) -> None:
     files.atomic_write(directory / "root.json", data, 0o600)
 
 
+def view(directory: Path, url: str | None, name: str) -> dict[str, Any] | None:
+    """The channel as `status --json` shows it: null when the node follows none; else its url
+    and name, the last follow's record (null fields before the first) and `error` when the
+    record is damaged."""
+    if url is None:
+        return None
+    base: dict[str, Any] = {"url": url, "name": name, "error": None}
+    empty = {**Record(0.0, Outcome.failed, "", 0).to_json(), "time": None, "outcome": None,
+             "message": None, "root_version": None}
+    try:
+        rec = read(directory)
+    except DocumentError as exc:
+        return {**base, **empty, "error": str(exc)}
+    if rec is None:
+        return {**base, **empty}
+    return {**base, **rec.to_json()}
+
+
 __all__ = ["DocumentError", "Outcome", "Record", "Seen", "read", "write"]

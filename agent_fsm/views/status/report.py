@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ...errors import ReleaseError
 from ...machine.definition import situation
 from ...machine.vocabulary import COMMANDS, Trigger
+from ...node.channel import record as channel_record
 from ...node.records import hold, hook_failures, known_bad, known_good
 from ...node.releases.pointers import natural_key
 from ...node.runtime import inhibitors
@@ -78,6 +79,8 @@ class Status(NamedTuple):
     # What the way back last did to a damaged last-good: null, or {time, release, action
     # ("repaired", "fell_back"), to, files, more, reason, words} (`records.known_good`).
     way_back: dict[str, Any] | None = None
+    # The signed channel the node follows: null, or `node.channel.record.view`.
+    channel: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,6 +118,7 @@ class Status(NamedTuple):
             "crash_loop": self.crash_loop,
             "workload": self.workload,
             "way_back": self.way_back,
+            "channel": self.channel,
         }
 
 
@@ -274,6 +278,8 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         crash_loop=loop,
         workload=work,
         way_back=_way_back(node),
+        channel=channel_record.view(node.paths.channel_dir, node.config.channel.url,
+                                    node.config.channel.name),
     )
 
 
