@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..errors import AgentFsmError, ChannelError, ConfigError, Refused
+from .. import files
+from ..errors import (
+    AgentFsmError,
+    ChannelError,
+    ConfigError,
+    LockTimeout,
+    Refused,
+    Unreachable,
+)
 from ..machine.vocabulary import StateName
 from ..node.channel import documents, rollout, trust
 from ..node.channel import record as channel_record
@@ -28,6 +36,7 @@ from ..node.channel.record import Available, Outcome, Record, Seen
 from ..node.records import known_bad
 from ..node.releases import signing
 from ..node.releases import store as release_store
+from ..node.state import lock
 from ..system import fetch
 from ..untrusted import shown
 from ..upgrade import overrides
@@ -37,10 +46,6 @@ from .releases import sources
 from .upgrade import Upgraded, upgrade
 
 MAX_ROOTS = 16  # roots one follow chains through; the rest at the next
-
-
-class Unreachable(ChannelError):
-    """The server could not be reached or answered otherwise than with the file."""
 
 
 @dataclass(frozen=True)
@@ -54,11 +59,23 @@ Get = Callable[..., bytes | None]
 
 def follow(node: Node, *, wait: bool = True, check: trust.Check = signatures.check,
            get: Get = fetch.get, download: Callable[..., None] = fetch.download) -> Followed:
-    """One follow (see the module docstring); what happened is recorded and returned."""
-    cfg = node.config.channel
-    if cfg.url is None:
+    """One follow (see the module docstring); what happened is recorded and returned. Refused
+    while another follow runs on the node (the timer's and an operator's)."""
+    if node.config.channel.url is None:
         raise ConfigError("this node follows no channel: set `[channel] url` (and `root`) in "
                           "its config (docs/fleet.md)")
+    files.ensure_private_dir(node.paths.channel_dir)
+    try:
+        with lock.held(node.paths.channel_dir / "follow.lock", timeout=0):
+            return _follow(node, wait, check, get, download)
+    except LockTimeout:
+        raise Refused("another `agent-fsm follow` is running on this node; this one did "
+                      "nothing") from None
+
+
+def _follow(node: Node, wait: bool, check: trust.Check, get: Get,
+            download: Callable[..., None]) -> Followed:
+    cfg = node.config.channel
     directory = node.paths.channel_dir
     last = channel_record.read(directory)
     seen = None if last is None else last.seen
@@ -116,11 +133,7 @@ def follow(node: Node, *, wait: bool = True, check: trust.Check = signatures.che
 
 def _fetch(get: Get, url: str, node: Node, what: str) -> documents.Envelope | None:
     cfg = node.config.channel
-    try:
-        data = get(url, ca=_ca(node), limit=documents.MAX_DOCUMENT,
-                   seconds=cfg.timeout_seconds)
-    except ChannelError as exc:
-        raise Unreachable(str(exc)) from None
+    data = get(url, ca=_ca(node), limit=documents.MAX_DOCUMENT, seconds=cfg.timeout_seconds)
     if data is None:
         return None
     return documents.read_envelope(data, f"{what} ({shown(url)})")
@@ -210,8 +223,6 @@ def _stored(node: Node, entry: Entry, download: Callable[..., None]) -> None:
 def _downloaded(node: Node, entry: Entry, download: Callable[..., None]) -> Path:
     import hashlib
 
-    from .. import files
-
     cfg = node.config.channel
     assert entry.archive is not None and entry.size is not None
     downloads = node.paths.channel_dir / "downloads"
@@ -219,10 +230,7 @@ def _downloaded(node: Node, entry: Entry, download: Callable[..., None]) -> Path
     files.ensure_private_dir(downloads)
     target = downloads / f"{entry.version}.tar"
     url = entry.archive if entry.archive.startswith("https://") else f"{cfg.url}/{entry.archive}"
-    try:
-        download(url, target, ca=_ca(node), size=entry.size, seconds=cfg.download_seconds)
-    except ChannelError as exc:
-        raise Unreachable(str(exc)) from None
+    download(url, target, ca=_ca(node), size=entry.size, seconds=cfg.download_seconds)
     sha = hashlib.sha256()
     with target.open("rb") as f:
         while chunk := f.read(1 << 20):

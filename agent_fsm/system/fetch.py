@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import ChannelError
+from ..errors import ChannelError, Unreachable
 from ..untrusted import shown
 
 CHUNK = 256 << 10
@@ -60,14 +60,14 @@ class _Get:
         if self.conn.sock is not None:
             self.conn.sock.settimeout(left)
 
-    def _failed(self, exc: BaseException) -> ChannelError:
+    def _failed(self, exc: BaseException) -> Unreachable:
         if isinstance(exc, TimeoutError | socket.timeout):
             why = "the server did not answer in time"
         elif isinstance(exc, ssl.SSLCertVerificationError):
             why = f"its TLS certificate is not trusted ({exc.verify_message})"
         else:
             why = str(exc) or type(exc).__name__
-        return ChannelError(f"could not fetch {shown(self.url)}: {shown(why)}")
+        return Unreachable(f"could not fetch {shown(self.url)}: {shown(why)}")
 
     def chunks(self, limit: int) -> Iterator[bytes]:
         """The body, at most `limit` bytes (ChannelError beyond), until the deadline."""
@@ -92,14 +92,15 @@ class _Get:
 
 def get(url: str, *, ca: Path | None, limit: int, seconds: float) -> bytes | None:
     """The body of `url` (at most `limit` bytes, within `seconds` in all); None when the server
-    answers 404 (no such file); ChannelError for every other failure, in one line."""
+    answers 404 (no such file); ChannelError when it is larger; Unreachable for every other
+    failure; each in one line."""
     req = _Get(url, ca=ca, seconds=seconds)
     try:
         status = req.resp.status
         if status == 404:
             return None
         if status != 200:
-            raise ChannelError(f"{shown(url)} answered {status} {shown(req.resp.reason)}")
+            raise Unreachable(f"{shown(url)} answered {status} {shown(req.resp.reason)}")
         return b"".join(req.chunks(limit))
     finally:
         req.close()
@@ -107,8 +108,8 @@ def get(url: str, *, ca: Path | None, limit: int, seconds: float) -> bytes | Non
 
 def download(url: str, target: Path, *, ca: Path | None, size: int, seconds: float) -> None:
     """Fetch `url` into `target` (a file of the caller's, in a private directory), resuming from
-    the bytes it holds, until it holds `size` bytes; ChannelError if the server has other bytes,
-    more bytes, or not within `seconds` (what arrived is kept for the next try)."""
+    the bytes it holds, until it holds `size` bytes. ChannelError if the server sends more;
+    Unreachable if fewer, or not within `seconds` (what arrived is kept for the next try)."""
     have = target.stat().st_size if target.exists() else 0
     if have > size:
         target.unlink()
@@ -121,7 +122,7 @@ def download(url: str, target: Path, *, ca: Path | None, size: int, seconds: flo
         if status == 200 and have:  # no range served: from the start again
             have = 0
         elif status not in (200, 206):
-            raise ChannelError(f"{shown(url)} answered {status} {shown(req.resp.reason)}")
+            raise Unreachable(f"{shown(url)} answered {status} {shown(req.resp.reason)}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | \
             (os.O_APPEND if have else os.O_TRUNC)
         fd = os.open(target, flags, 0o600)
@@ -135,5 +136,5 @@ def download(url: str, target: Path, *, ca: Path | None, size: int, seconds: flo
     finally:
         req.close()
     if target.stat().st_size != size:
-        raise ChannelError(f"{shown(url)} ended after {target.stat().st_size} of {size} bytes; "
+        raise Unreachable(f"{shown(url)} ended after {target.stat().st_size} of {size} bytes; "
                            "the next follow resumes it")

@@ -17,7 +17,7 @@ import pytest
 from agent_fsm.actions import follow as follow_mod
 from agent_fsm.actions.channel import publishing
 from agent_fsm.actions.holds import hold
-from agent_fsm.errors import ChannelError
+from agent_fsm.errors import Unreachable
 from agent_fsm.node.channel import record as channel_record
 from agent_fsm.node.channel import rollout
 from agent_fsm.node.channel_config import ChannelConfig
@@ -51,7 +51,7 @@ class Server:
         path = self._path(url)
         self.asked.append(path)
         if self.down:
-            raise ChannelError(f"could not fetch {url}: [Errno 111] Connection refused")
+            raise Unreachable(f"could not fetch {url}: [Errno 111] Connection refused")
         if path in self.swap:
             return self.swap[path]
         file = self.directory / path
@@ -199,3 +199,18 @@ class TestChangesNothing:
         assert "has sha256" in rec.message and "not what the index says" in rec.message
         assert not (world.paths.releases_dir / "1.1.0").exists()
         assert state(world) == {"state": "converged", "to": None}
+
+    def test_a_second_follow_at_once_does_nothing(self, world: World, channel: Path,
+                                                  keys: dict[str, Path]) -> None:
+        """While one follow holds the node's follow lock (the timer's), another (an operator's)
+        is refused and asks the server nothing."""
+        from agent_fsm.errors import Refused
+        from agent_fsm.node.state import lock
+
+        publish(channel, keys, "1.1.0")
+        server = Server(channel)
+        world.paths.channel_dir.mkdir(mode=0o700, exist_ok=True)
+        with lock.held(world.paths.channel_dir / "follow.lock", timeout=1), \
+                pytest.raises(Refused, match="another `agent-fsm follow` is running"):
+            follow(world, server)
+        assert server.asked == []
