@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -128,7 +127,7 @@ class TestTrust:
     def test_an_index_not_signed_by_an_index_key_is_refused(self, signers: tuple[str, ...],
                                                              words: str) -> None:
         """Unsigned, signed by an unknown key, or by a key of another role: refused."""
-        root = replace(a_root(), keys={**a_root().keys, "stranger": KEYS["stranger"]})
+        root = a_root()._replace(keys={**a_root().keys, "stranger": KEYS["stranger"]})
         with pytest.raises(ChannelError, match=words):
             believe(sign(an_index().to_json(), *signers), root=root)
 
@@ -162,12 +161,12 @@ class TestTrust:
     def test_an_expired_root_is_refused(self) -> None:
         """A root past its expiry makes every index refused until a new root is published."""
         with pytest.raises(ChannelError, match="root version 1 expired"):
-            believe(sign(an_index().to_json(), "online"), root=replace(a_root(), expires=NOW))
+            believe(sign(an_index().to_json(), "online"), root=a_root()._replace(expires=NOW))
 
     def test_another_channels_index_is_refused(self) -> None:
         """An index signed for `beta` is not believed by a node that follows `stable`."""
         with pytest.raises(ChannelError, match="of channel beta, not stable"):
-            believe(sign(replace(an_index(), channel="beta").to_json(), "online"))
+            believe(sign(an_index()._replace(channel="beta").to_json(), "online"))
 
     def test_keys_rotate_to_the_backup_without_a_visit(self) -> None:
         """Root 2, signed by the backup key of root 1 and by itself, drops the lost primary and
@@ -198,7 +197,7 @@ class TestTrust:
     def test_a_threshold_needs_that_many_distinct_keys(self) -> None:
         """With a threshold of 2, one key signing twice is not enough; two keys are."""
         r2 = a_root(2)
-        strict = replace(a_root(), root=Role(("primary", "backup"), 2))
+        strict = a_root()._replace(roots=Role(("primary", "backup"), 2))
         with pytest.raises(ChannelError, match="1 good signature of"):
             trust.next_root(strict, docs.read_envelope(sign(r2.to_json(), "primary", "primary"),
                                                        "r"), check)

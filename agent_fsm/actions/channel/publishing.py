@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -48,9 +48,9 @@ def read(directory: Path) -> Channel:
     """The channel in `directory`, its index checked against its newest root."""
     root_env = _envelope(directory / "root.json", "the channel's root")
     root = documents.parse_root(root_env.body)
-    trust.require(root_env, root.root, root.keys, signatures.check, "root.json")
+    trust.require(root_env, root.roots, root.keys, signatures.check, "root.json")
     env = _envelope(directory / "index.json", "the channel's index")
-    trust.require(env, root.index, root.keys, signatures.check, "index.json")
+    trust.require(env, root.indexes, root.keys, signatures.check, "index.json")
     return Channel(directory, root, documents.parse_index(env.body))
 
 
@@ -91,8 +91,8 @@ def publish(directory: Path, version: str, *, rollout: int, keys: Mapping[str, P
             raise ChannelError("an image needs its release digest: --digest sha256:… (what "
                                "`release pack --image` printed)")
         entry = Entry(version, digest, rollout, image=image)
-    entry = replace(entry, not_before=not_before)
-    documents.parse_index(replace(ch.index, releases=(entry,)).to_json())  # refuses bad fields
+    entry = entry._replace(not_before=not_before)
+    documents.parse_index(ch.index._replace(releases=(entry,)).to_json())  # refuses bad fields
     releases = tuple(sorted((*ch.index.releases, entry), key=lambda e: natural_key(e.version)))
     return _change(ch, releases, keys, now, days, f"{version} published at {rollout} %",
                    copy=copy)
@@ -107,7 +107,7 @@ def set_rollout(directory: Path, version: str, percent: int, *, keys: Mapping[st
         raise ChannelError(f"a rollout is a percentage from 0 to 100, not {percent}")
     what = (f"{version} halted (rollout 0 %, was {entry.rollout} %)" if percent == 0 else
             f"{version} rollout {entry.rollout} % → {percent} %")
-    return _change(ch, _replaced(ch, replace(entry, rollout=percent)), keys, now, days, what)
+    return _change(ch, _replaced(ch, entry._replace(rollout=percent)), keys, now, days, what)
 
 
 def revoke(directory: Path, version: str, reason: str, *, keys: Mapping[str, Path],
@@ -115,7 +115,7 @@ def revoke(directory: Path, version: str, reason: str, *, keys: Mapping[str, Pat
     """Mark `version` revoked: no node takes it, and nodes running it go to the newest eligible."""
     ch = read(directory)
     entry = _entry(ch, version)
-    return _change(ch, _replaced(ch, replace(entry, revoked=reason)), keys, now, days,
+    return _change(ch, _replaced(ch, entry._replace(revoked=reason)), keys, now, days,
                    f"{version} revoked: {reason}")
 
 
@@ -138,13 +138,13 @@ def rotate(directory: Path, *, root_keys: Mapping[str, Path], index_keys: Mappin
                 now + timedelta(days=root_days))
     data = signatures.sign(new.to_json(), sign_with)
     trust.next_root(ch.root, documents.read_envelope(data, "the new root"), signatures.check)
-    index = replace(ch.index, version=ch.index.version + 1, expires=now + timedelta(days=days))
+    index = ch.index._replace(version=ch.index.version + 1, expires=now + timedelta(days=days))
     index_data = _signed(new, index, index_keys)
     _write_root(directory, new, data)
     files.atomic_write(directory / "index.json", index_data, 0o644)
     return Channel(directory, new, index,
-                   f"root version {new.version}: {', '.join(new.root.keys)} sign roots, "
-                   f"{', '.join(new.index.keys)} the index; index version "
+                   f"root version {new.version}: {', '.join(new.roots.keys)} sign roots, "
+                   f"{', '.join(new.indexes.keys)} the index; index version "
                    f"{ch.index.version + 1} signed by them")
 
 
@@ -152,7 +152,7 @@ def _change(ch: Channel, releases: tuple[Entry, ...], keys: Mapping[str, Path], 
             days: int, what: str, *, copy: tuple[Path, Path] | None = None) -> Channel:
     """Sign the next index (refused here if nodes would refuse it), copy in what it names
     (`copy`: an archive and where it goes), then write it."""
-    index = replace(ch.index, version=ch.index.version + 1, releases=releases,
+    index = ch.index._replace(version=ch.index.version + 1, releases=releases,
                     expires=now + timedelta(days=days))
     data = _signed(ch.root, index, keys)
     if copy is not None:
@@ -164,7 +164,7 @@ def _change(ch: Channel, releases: tuple[Entry, ...], keys: Mapping[str, Path], 
 def _signed(root: Root, index: Index, keys: Mapping[str, Path]) -> bytes:
     data = signatures.sign(index.to_json(), keys)
     # Refused before writing what nodes would refuse: keys that are not the root's index keys.
-    trust.require(documents.read_envelope(data, "the new index"), root.index, root.keys,
+    trust.require(documents.read_envelope(data, "the new index"), root.indexes, root.keys,
                   signatures.check, "the new index (signed by " + ", ".join(keys) + ")")
     return data
 

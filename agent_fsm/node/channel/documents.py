@@ -15,13 +15,11 @@ document's size, a length per string, a count per list) and refuses what it does
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...errors import ChannelError
 from ...untrusted import control_character
@@ -42,14 +40,12 @@ KEY_RE = re.compile(r"(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa"
                     r" [A-Za-z0-9+/=]{16,2048}\Z")
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(NamedTuple):
     key: str  # the key's name in the root
     sig: str  # ssh-keygen's armored signature
 
 
-@dataclass(frozen=True)
-class Envelope:
+class Envelope(NamedTuple):
     """A document as fetched: the canonical bytes that were signed, and the signatures."""
 
     signed: bytes
@@ -62,28 +58,25 @@ class Envelope:
         return message(self.signed)
 
 
-@dataclass(frozen=True)
-class Role:
+class Role(NamedTuple):
     keys: tuple[str, ...]
     threshold: int
 
 
-@dataclass(frozen=True)
-class Root:
+class Root(NamedTuple):
     version: int
     expires: datetime
     keys: Mapping[str, str]  # name -> public key ("ssh-ed25519 AAAA...")
-    root: Role
-    index: Role
+    roots: Role  # the keys that sign roots
+    indexes: Role  # the keys that sign the index
 
     def to_json(self) -> dict[str, Any]:
         return {"type": ROOT_TYPE, "version": self.version, "expires": stamp(self.expires),
                 "keys": dict(sorted(self.keys.items())),
-                "roles": {"root": _role_json(self.root), "index": _role_json(self.index)}}
+                "roles": {"root": _role_json(self.roots), "index": _role_json(self.indexes)}}
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One version of the index."""
 
     version: str
@@ -107,8 +100,7 @@ class Entry:
         return out
 
 
-@dataclass(frozen=True)
-class Index:
+class Index(NamedTuple):
     channel: str
     version: int  # only grows: a node refuses an index older than one it has seen
     expires: datetime
@@ -130,6 +122,8 @@ def canonical(body: Mapping[str, Any]) -> bytes:
 
 
 def message(signed: bytes) -> str:
+    import hashlib  # here: `status` reads the channel's record without OpenSSL
+
     return "sha256:" + hashlib.sha256(signed).hexdigest()
 
 

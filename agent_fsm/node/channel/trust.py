@@ -58,12 +58,12 @@ def require(env: Envelope, role: Role, keys: Mapping[str, str], check: Check, wh
 def next_root(trusted: Root, env: Envelope, check: Check) -> Root:
     """The root after `trusted`, believed; ChannelError if it is not."""
     what = f"the channel's root version {trusted.version + 1}"
-    require(env, trusted.root, trusted.keys, check, f"{what} (by the keys of version "
+    require(env, trusted.roots, trusted.keys, check, f"{what} (by the keys of version "
                                                      f"{trusted.version})")
     new = parse_root(env.body, what)
     if new.version != trusted.version + 1:
         raise ChannelError(f"{what} says it is version {new.version}")
-    require(env, new.root, new.keys, check, f"{what} (by its own keys)")
+    require(env, new.roots, new.keys, check, f"{what} (by its own keys)")
     return new
 
 
@@ -73,7 +73,7 @@ def accept_index(root: Root, env: Envelope, *, channel: str, seen: Seen | None, 
     if root.expires <= now:
         raise ChannelError(f"the channel's root version {root.version} expired at "
                            f"{stamp(root.expires)}: the release engineer publishes a new root")
-    require(env, root.index, root.keys, check, "the index")
+    require(env, root.indexes, root.keys, check, "the index")
     index = parse_index(env.body)
     if index.channel != channel:
         raise ChannelError(f"the index is of channel {index.channel}, not {channel}")
