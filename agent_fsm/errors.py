@@ -24,6 +24,10 @@
     ├── CouldNotRun                a command did not start or timed out (callers re-word it)
     ├── InterpreterUnreadable      a Python asked its ABI ran but did not say (callers re-word it)
     ├── BadSignature               ssh-keygen did not verify or make a signature (callers re-word it)
+    ├── ChannelError               a channel's root, index or release is refused (unsigned,
+    │   │                          replayed, expired, malformed, oversized)
+    │   └── Unreachable            its server could not be reached, answered otherwise than
+    │                              with the file, or too slowly (tried again at the next follow)
     ├── SystemdError               a systemctl call failed
     ├── PublishError               publishing an upgrade's result failed (retried by the daemon)
     ├── WorkloadError              the release's workload cannot start (its user does not exist,
@@ -170,6 +174,14 @@ class InterpreterUnreadable(AgentFsmError):
 class BadSignature(AgentFsmError):
     """A signature does not verify, or could not be made; the text says why, as ssh-keygen put
     it."""
+
+
+class ChannelError(AgentFsmError):
+    """A channel's document or release is refused, or could not be fetched; nothing changed."""
+
+
+class Unreachable(ChannelError):
+    """A channel's server could not be reached, or did not answer with the file in time."""
 
 
 class SystemdError(AgentFsmError):

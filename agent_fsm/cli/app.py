@@ -17,9 +17,11 @@ from .. import __version__
 from ..node.config import keys_text
 from .commands import (
     activate,
+    channel,
     daemon,
     diagram,
     doctor,
+    follow,
     history,
     hold,
     install,
@@ -82,11 +84,13 @@ def main_options(
 
 for _command in (status.status, history.history, diagram.diagram, metrics.metrics,
                  doctor.doctor, install.install, activate.activate, upgrade.upgrade,
-                 hold.hold, hold.unhold, recover.recover, daemon.daemon, daemon.start_check):
+                 hold.hold, hold.unhold, recover.recover, daemon.daemon, daemon.start_check,
+                 follow.follow):
     app.command(epilog=EXIT_CODES)(_command)
 
 
 app.add_typer(release.app, name="release")
+app.add_typer(channel.app, name="channel")
 
 
 def main() -> None:

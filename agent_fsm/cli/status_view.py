@@ -25,6 +25,24 @@ if TYPE_CHECKING:
     from ..views.status.report import Status
 
 
+def channel_view(ch: dict[str, Any]) -> Text:
+    """The channel in one line, and a line for each version not taken and why."""
+    head = f"{shown(ch['name'])} at {shown(ch['url'])}"
+    if ch["error"]:
+        return Text(f"{head}: {shown(ch['error'], MAX_LINE)}", style="red")
+    if ch["time"] is None:
+        return Text(f"{head}: not looked at yet (`agent-fsm follow`, or its timer)")
+    style = {"refused": "red", "failed": "red", "rolled_back": "red", "held": "yellow"}.get(
+        ch["outcome"], "")
+    seen = "" if ch["seen"] is None else f", index version {ch['seen']['version']}"
+    text = Text(f"{head}{seen}: {when(ch['time'])}: {shown(ch['message'], MAX_LINE)}",
+                style=style)
+    for a in ch["available"]:
+        if a["why_not"] is not None:
+            text.append(f"\n  {shown(a['version'])}: {shown(a['why_not'], MAX_LINE)}")
+    return text
+
+
 def status_view(st: Status, diff: bool) -> RenderableType:
     """The human view of a `status.Status`: what is happening, and what may I do."""
     table = Table.grid(padding=(0, 2))
@@ -75,6 +93,8 @@ def status_view(st: Status, diff: bool) -> RenderableType:
     table.add_row("units", units_view(st))
     if st.workload is not None:
         table.add_row("workload", workload_view(st.workload))
+    if st.channel is not None:
+        table.add_row("channel", channel_view(st.channel))
     if st.units is not None and st.units.writes_error:
         table.add_row("writes", Text(f"failing: {shown(st.units.writes_error, MAX_LINE)}",
                                      style="red"))

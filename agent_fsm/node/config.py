@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 from ..errors import ConfigError
 from ..untrusted import control_character
 from . import config_values as values
+from .channel_config import KEYS as CHANNEL_KEYS
+from .channel_config import ChannelConfig
 from .check_config import Check, HttpCheck
 from .check_config import parse as parse_checks
 from .check_config import to_table as checks_table
@@ -92,6 +94,7 @@ class Config(NamedTuple):
     hooks: HookConfig = HookConfig()  # [hooks]: before/after transitions
     workload: WorkloadConfig = WorkloadConfig()  # [workload]: the workload's user, environment...
     store: StoreConfig = StoreConfig()  # [store]: how big a release may be
+    channel: ChannelConfig = ChannelConfig()  # [channel]: the signed channel it follows
     source: Path | None = None  # the file it was read from, if any
     fallback: Fallback | None = None  # the way back's: the live file is wrong, these are kept
 
@@ -133,11 +136,10 @@ Argvs = Callable[[Any], tuple[tuple[str, ...], ...]]
 
 
 class Setting(NamedTuple):
-    """One key of the config file: its name there (`section.field` inside a table), the check
-    that turns its value into the record's, and `dump`, which turns it back (in JSON's types;
-    None: not written). `runs`: the commands (argv) it has root run; `each`: what names the
-    entries of a table of them; `against`: a check of its value against the table's keys read
-    before it; `own`: it is one of agent-fsm's directories. Its default is the record's."""
+    """One key of the file (`section.field` in a table): `check` reads its value, `dump` writes
+    it back in JSON's types (None: not written); `runs`: the argvs it has root run; `each`: what
+    names a table's entries; `against`: a check against the keys read before it; `own`: one of
+    agent-fsm's directories. Its default is the record's."""
 
     key: str
     check: values.Check
@@ -171,7 +173,7 @@ def _apart(source: Path, where: Path, read: Mapping[str, Any]) -> None:
     values.apart(source, "inhibitor_dir", where, read.get("run_dir", Config().run_dir))
 
 
-# Every key, in the order `parse` checks them; the records above hold their values and defaults.
+# Every key, in the order `parse` checks them; the records hold their values and defaults.
 SETTINGS: tuple[Setting, ...] = (
     Setting("name", values.name),
     *(Setting(key, values.path, str, own=True) for key in ("state_dir", "lib_dir", "unit_dir")),
@@ -200,12 +202,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("workload.identifier", values.identifier),
     *(Setting(f"store.{key}", values.number(1, CEILING, integer=True))
       for key in StoreConfig._fields),
+    *(Setting(f"channel.{key}", check, dump) for key, check, dump in CHANNEL_KEYS),
 )
-# Each table's record, and whether its unknown keys are refused even where the file is read
-# leniently (those of [hooks] are).
+# Each table's record, and whether its unknown keys are refused even when read leniently.
 _SECTIONS: dict[str, tuple[type[Any], bool]] = {
     "judgment": (Judgment, False), "hooks": (HookConfig, True), "workload": (WorkloadConfig, False),
-    "store": (StoreConfig, False)}
+    "store": (StoreConfig, False), "channel": (ChannelConfig, False)}
 
 
 def _keys(section: str | None) -> frozenset[str]:

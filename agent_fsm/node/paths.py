@@ -123,6 +123,20 @@ class Paths(NamedTuple):
         return self.state_dir / "known-good.json"
 
     @property
+    def channel_dir(self) -> Path:
+        """What `follow` keeps: its record, the newest root it believes, partial downloads."""
+        return self.state_dir / "channel"
+
+    @property
+    def channel_root(self) -> Path:
+        """The root of trust the config names (the node's first one)."""
+        return self.real(self.config.channel.root)
+
+    @property
+    def machine_id(self) -> Path:
+        return self.real(self.config.channel.machine_id)
+
+    @property
     def known_bad_file(self) -> Path:
         """The versions that rolled back here, and rollbacks by reason class."""
         return self.state_dir / "known-bad.json"

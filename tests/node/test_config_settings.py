@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from agent_fsm.node import config as config_mod
+from agent_fsm.node.channel_config import ChannelConfig
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
 from agent_fsm.node.hook_config import HookConfig
 from agent_fsm.node.store_config import StoreConfig
@@ -25,7 +26,7 @@ from tests.node.test_kept_settings import every_setting_off_its_default
 REPO = Path(__file__).resolve().parents[2]
 
 TABLES = {"judgment": Judgment, "hooks": HookConfig, "workload": WorkloadConfig,
-          "store": StoreConfig}
+          "store": StoreConfig, "channel": ChannelConfig}
 
 
 class TestSettings:

@@ -22,6 +22,7 @@ from agent_fsm.errors import (
     StateFileError,
 )
 from agent_fsm.node.assets import kept, render
+from agent_fsm.node.channel import record as channel_record
 from agent_fsm.node.records import hold, hook_failures, known_bad, known_good
 from agent_fsm.node.runtime import signal
 from agent_fsm.node.state import document_file, store, validate
@@ -214,6 +215,13 @@ CASES = {
     "image-record": Case(origins.KIND, lambda w: w.paths.releases_dir / ".images" / "2.0.0",
                          lambda w: origins.write(w.node, "2.0.0", (IMAGE,)),
                          lambda w: _raises(ReleaseError, lambda: origins.read(w.node, "2.0.0"))),
+    # a damaged channel record stops `follow` (the index version seen is not known)
+    "channel": Case(channel_record.KIND, lambda w: w.paths.channel_dir / "follow.json",
+                    lambda w: channel_record.write(w.paths.channel_dir, channel_record.Record(
+                        10.0, channel_record.Outcome.up_to_date, "up to date", 1,
+                        channel_record.Seen(3, "sha256:" + "0" * 64))),
+                    lambda w: _raises(DocumentError,
+                                      lambda: channel_record.read(w.paths.channel_dir))),
 }
 
 

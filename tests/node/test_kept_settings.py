@@ -18,6 +18,7 @@ import pytest
 from agent_fsm.actions.releases.packing import pack
 from agent_fsm.node import config as config_mod
 from agent_fsm.node.assets import kept
+from agent_fsm.node.channel_config import ChannelConfig
 from agent_fsm.node.check_config import HttpCheck
 from agent_fsm.node.config import Config, Judgment, WorkloadConfig
 from agent_fsm.node.config_fallback import way_back_config
@@ -105,9 +106,14 @@ def every_setting_off_its_default() -> Config:
         workload=WorkloadConfig(user="nobody", group=65534, environment=(("A", "b"),),
                                 writable_paths=(Path("/srv/data"),), identifier="agent-work"),
         store=StoreConfig(max_release_bytes=1 << 30, max_release_files=5000,
-                          max_file_bytes=1 << 20))
+                          max_file_bytes=1 << 20),
+        channel=ChannelConfig(url="https://updates.example.com/agent/stable", name="beta",
+                              root=Path("/etc/agent/root.json"), ca=Path("/etc/agent/ca.pem"),
+                              window="Mon..Fri 02:00", spread_seconds=60.0, timeout_seconds=9.0,
+                              download_seconds=600.0, machine_id=Path("/srv/machine-id")))
     for record, default in ((off, Config()), (off.judgment, Judgment()), (off.hooks, HookConfig()),
-                            (off.workload, WorkloadConfig()), (off.store, StoreConfig())):
+                            (off.workload, WorkloadConfig()), (off.store, StoreConfig()),
+                            (off.channel, ChannelConfig())):
         same = [f for f in record._fields if getattr(record, f) == getattr(default, f)
                 and f not in ("source", "fallback")]
         assert not same, f"still at their defaults: {same}"

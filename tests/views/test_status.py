@@ -27,6 +27,7 @@ STATUS_KEYS = {
     "skipped", "allowed",
     "next", "hooks", "hold", "inhibitors", "known_bad", "known_bad_error", "config_fallback",
     "units", "unit_situation", "outbox", "crash_loop", "workload", "way_back", "store",
+    "channel",
 }
 SIGNAL_KEYS = {"from", "to", "attempt", "max_attempts", "started", "deadline", "age_seconds",
                "deadline_in_seconds"}

@@ -48,6 +48,7 @@ later agent-fsm must keep (docs/state-files.md has the state file's core in full
 | `systemd.json` (`assets.render`)         | `systemd`       | 1      |
 | `results/*.json`, `outbox/*.json`        | `result`        | 1      |
 | `releases/.images/<version>` (`origins`) | `image-record`  | 1      |
+| `channel/follow.json` (`channel.record`) | `channel`       | 1      |
 
 Not documents: the history journal (`journal`: one checksummed line a transition, appended),
 the release store's manifests, hashes and usage (`releases.store`, `releases.usage`: text with a

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ...errors import ReleaseError
 from ...machine.definition import situation
 from ...machine.vocabulary import COMMANDS, Trigger
+from ...node.channel import record as channel_record
 from ...node.records import hold, hook_failures, known_bad, known_good
 from ...node.releases import usage
 from ...node.releases.pointers import natural_key
@@ -80,6 +81,8 @@ class Status(NamedTuple):
     # ("repaired", "fell_back"), to, files, more, reason, words} (`records.known_good`).
     way_back: dict[str, Any] | None = None
     store: usage.StoreBytes | None = None  # what the store takes on disk, the room left
+    # The signed channel the node follows: null, or `node.channel.record.view`.
+    channel: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,6 +121,7 @@ class Status(NamedTuple):
             "workload": self.workload,
             "way_back": self.way_back,
             "store": None if self.store is None else self.store.to_json(),
+            "channel": self.channel,
         }
 
 
@@ -278,6 +282,8 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         workload=work,
         way_back=_way_back(node),
         store=usage.seen(node.paths.releases_dir),
+        channel=channel_record.view(node.paths.channel_dir, node.config.channel.url,
+                                    node.config.channel.name),
     )
 
 

@@ -1,0 +1,140 @@
+"""HTTPS GETs of a channel's files, bounded in bytes and in time.
+
+TLS is checked against the system's CAs or a given bundle (`ssl.create_default_context`); only
+https is spoken, and a redirect is an answer like any other (refused): a static server serves the
+channel's files where the index says. Every read is bounded by what is left of the whole fetch's
+time, so a server that drips a byte a second is cut off at the deadline, not kept for ever. A
+download resumes (`Range:`) from the bytes a file already holds.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ..errors import ChannelError, Unreachable
+from ..untrusted import shown
+
+CHUNK = 256 << 10
+
+
+def _context(ca: Path | None) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cafile=None if ca is None else str(ca))
+    except (OSError, ssl.SSLError) as exc:
+        raise ChannelError(f"cannot read the CA bundle {ca}: {exc}") from None
+
+
+class _Get:
+    """One GET: its answer's status and length, and its body in chunks until the deadline."""
+
+    def __init__(self, url: str, *, ca: Path | None, seconds: float, offset: int = 0) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not parts.hostname:
+            raise ChannelError(f"{shown(url)} is not an https:// URL")
+        self.url, self.deadline = url, time.monotonic() + seconds
+        self.conn = http.client.HTTPSConnection(parts.hostname, parts.port,
+                                                context=_context(ca), timeout=seconds)
+        headers = {"User-Agent": "agent-fsm", "Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        path = parts.path or "/"
+        try:
+            self.conn.request("GET", path, headers=headers)
+            self._bound()
+            self.resp = self.conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise self._failed(exc) from None
+
+    def _bound(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        if self.conn.sock is not None:
+            self.conn.sock.settimeout(left)
+
+    def _failed(self, exc: BaseException) -> Unreachable:
+        if isinstance(exc, TimeoutError | socket.timeout):
+            why = "the server did not answer in time"
+        elif isinstance(exc, ssl.SSLCertVerificationError):
+            why = f"its TLS certificate is not trusted ({exc.verify_message})"
+        else:
+            why = str(exc) or type(exc).__name__
+        return Unreachable(f"could not fetch {shown(self.url)}: {shown(why)}")
+
+    def chunks(self, limit: int) -> Iterator[bytes]:
+        """The body, at most `limit` bytes (ChannelError beyond), until the deadline."""
+        got = 0
+        try:
+            while True:
+                self._bound()
+                chunk = self.resp.read1(CHUNK) if hasattr(self.resp, "read1") else \
+                    self.resp.read(CHUNK)
+                if not chunk:
+                    return
+                got += len(chunk)
+                if got > limit:
+                    raise ChannelError(f"{shown(self.url)} is larger than {limit} bytes; refused")
+                yield chunk
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._failed(exc) from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def get(url: str, *, ca: Path | None, limit: int, seconds: float) -> bytes | None:
+    """The body of `url` (at most `limit` bytes, within `seconds` in all); None when the server
+    answers 404 (no such file); ChannelError when it is larger; Unreachable for every other
+    failure; each in one line."""
+    req = _Get(url, ca=ca, seconds=seconds)
+    try:
+        status = req.resp.status
+        if status == 404:
+            return None
+        if status != 200:
+            raise Unreachable(f"{shown(url)} answered {status} {shown(req.resp.reason)}")
+        return b"".join(req.chunks(limit))
+    finally:
+        req.close()
+
+
+def download(url: str, target: Path, *, ca: Path | None, size: int, seconds: float) -> None:
+    """Fetch `url` into `target` (a file of the caller's, in a private directory), resuming from
+    the bytes it holds, until it holds `size` bytes. ChannelError if the server sends more;
+    Unreachable if fewer, or not within `seconds` (what arrived is kept for the next try)."""
+    have = target.stat().st_size if target.exists() else 0
+    if have > size:
+        target.unlink()
+        have = 0
+    if have == size:
+        return
+    req = _Get(url, ca=ca, seconds=seconds, offset=have)
+    try:
+        status = req.resp.status
+        if status == 200 and have:  # no range served: from the start again
+            have = 0
+        elif status not in (200, 206):
+            raise Unreachable(f"{shown(url)} answered {status} {shown(req.resp.reason)}")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | \
+            (os.O_APPEND if have else os.O_TRUNC)
+        fd = os.open(target, flags, 0o600)
+        try:
+            for chunk in req.chunks(size - have):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    finally:
+        req.close()
+    if target.stat().st_size != size:
+        raise Unreachable(f"{shown(url)} ended after {target.stat().st_size} of {size} bytes; "
+                           "the next follow resumes it")
