@@ -266,12 +266,13 @@ def violations(seen: Seen, evidence: frozenset[str], trusted: frozenset[str],
 
 
 def leftovers(releases_dir: Path) -> list[str]:
-    """What the store holds besides its releases, their records and the objects they link:
+    """What the store holds besides its releases, their records (the usage record among them)
+    and the objects they link:
     hidden staging copies and trees taken out, records of releases not stored, objects no
     release links (link count 1)."""
-    from agent_fsm.node.releases import hashes, objects, store
+    from agent_fsm.node.releases import hashes, objects, store, usage
 
-    kept = (store.DIGESTS, hashes.HASHED, objects.OBJECTS)
+    kept = (store.DIGESTS, hashes.HASHED, objects.OBJECTS, usage.USAGE)
     out = sorted(p.name for p in releases_dir.glob(".*") if p.name not in kept)
     versions = {p.name for p in releases_dir.iterdir() if not p.name.startswith(".")}
     for kind in (store.DIGESTS, hashes.HASHED):
