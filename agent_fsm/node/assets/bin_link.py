@@ -1,12 +1,11 @@
-"""`agent-fsm` on PATH: the config's `bin_link` (default /usr/local/bin/agent-fsm), a symlink to
-`<state_dir>/selected/bin/agent-fsm`, so that it always runs the selected release's launcher
-(which resolves the whole chain of links to find its release).
+"""`agent-fsm` on PATH: the config's `bin_link`, a symlink to
+`<state_dir>/selected/bin/agent-fsm`.
 
-Its target never changes with the selection: keeping it means writing it where it is missing
-or where it is agent-fsm's own link to another target (a `state_dir` changed since). Anything
-else there (a file, a directory, someone else's link) is never touched: `keep` says so and
-`doctor` reports it with the fix. Like every path, it is written below --root when one is given,
-and names the host's path to the pointer.
+It always runs the selected release's launcher, which resolves the chain of links to find its
+release. The target never changes with the selection. `keep` writes the link where it is missing
+or is agent-fsm's own link to another target (a changed `state_dir`). Anything else there is
+never touched; `doctor` reports it with the fix. Under --root it is written below the root and
+names the host's path.
 """
 
 from __future__ import annotations
@@ -25,8 +24,10 @@ _OURS = "/selected/bin/agent-fsm"
 
 
 class Link(NamedTuple):
-    """How the link stands: `none` (not configured), `ok`, `missing`, `wrong` (agent-fsm's
-    link to another target) or `foreign` (something else is there)."""
+    """How the link stands: `none` (not configured), `ok`, `missing`, `wrong` or `foreign`.
+
+    `wrong` is agent-fsm's link to another target; `foreign` is anything else.
+    """
 
     path: Path | None  # where it is written (below --root, if any); None: `bin_link = ""`
     target: str  # the host path it must name
@@ -67,7 +68,7 @@ def target(paths: Paths) -> str:
 
 
 def look(paths: Paths) -> Link:
-    """How the link stands now (reads it, never follows it)."""
+    """How the link stands now; it reads the link, never follows it."""
     want = target(paths)
     if paths.config.bin_link is None:
         return Link(None, want, "none")
@@ -90,10 +91,12 @@ def look(paths: Paths) -> Link:
 
 
 def keep(paths: Paths) -> Link:
-    """Write the link where it is missing or agent-fsm's own with another target; return how it
-    stands afterwards (its directory made if missing). Never touches anything else there. A disk
-    error is a DiskError (the callers log it and go on: the link is for people, never on the way
-    back)."""
+    """Write the link if missing or agent-fsm's own with another target; return how it stands
+    then.
+
+    It makes the directory if missing and never touches anything else. DiskError on a disk
+    failure; callers log it and go on, since the link is for people, never on the way back.
+    """
     link = look(paths)
     if link.path is None or link.state not in ("missing", "wrong"):
         return link
