@@ -1,17 +1,16 @@
 """The lifecycle machine: the declared definition, run by `transitions`, made crash-safe.
 
-`Controller.fire(trigger)` takes the writers' lock, resumes any transition a crash left owed,
-has `transitions` decide whether the trigger may fire from the current state (its sources, then
-its conditions; an illegal trigger is its MachineError, raised as IllegalTransition), records
-the transition and the effects it owes in the state file (write-ahead), runs the effects one by
-one recording progress after each, and finally records the new state and a history entry (in
-the journal, committed by the state file: `Store.record`). A crash anywhere leaves a state file
-from which `resume` reaches the same end state.
+`Controller.fire(trigger)` takes the writers' lock and resumes any transition a crash left owed.
+`transitions` decides whether the trigger may fire: its sources, then its conditions; an illegal
+trigger raises IllegalTransition. The transition and its owed effects are recorded in the state
+file first (write-ahead). The effects run one by one, with progress recorded after each. Last,
+the new state and a history entry are recorded (`Store.record`). From a crash anywhere, `resume`
+reaches the same end state.
 
-Given the process it runs in (`Controller.process`), it fires only the transitions whose `by`
-names that process's role, and finishes an owed one only if the role may (`Transition.may_finish`);
-anything else raises NotItsRole before the state is touched. That is the one place the rule "only
-the last-good's code runs the way back" is enforced.
+The controller fires only transitions whose `by` names its process's role, and finishes an owed
+one only if that role may (`Transition.may_finish`). Anything else raises NotItsRole before the
+state is touched. This is the one place that enforces "only the last-good's code runs the way
+back".
 """
 
 from __future__ import annotations
@@ -48,8 +47,8 @@ def env_failpoint(trigger: str, index: int) -> None:
 
 @dataclass
 class Step:
-    """What a condition or effect sees: the state document and the transition asked for (or in
-    flight), with the arguments fixed when it was recorded."""
+    """What a condition or effect sees: the state document, the transition and its fixed
+    arguments."""
 
     doc: StateDoc
     trigger: str
@@ -61,8 +60,10 @@ class Step:
 
 
 class Actor(Protocol):
-    """What effects act through, as far as the engine needs it: a clock, and `prepare`, which fixes
-    before a transition is recorded every value its effects will use."""
+    """What effects act through, as the engine needs it: a clock, and `prepare`.
+
+    `prepare` fixes, before a transition is recorded, every value its effects will use.
+    """
 
     clock: Clock
 
@@ -127,10 +128,10 @@ class Controller:
         self.machine: Machine = self._built()
 
     def _built(self) -> Machine:
-        """The `transitions` machine, its conditions bound: built with the controller.
+        """The `transitions` machine with its conditions bound, built with the controller.
 
-        Each trigger is called with the state document and the transition's arguments as event
-        data (`doc`, `args`), and a list (`refusals`) where a failing condition leaves its reason.
+        Each trigger gets the state document and the transition's arguments as event data
+        (`doc`, `args`), and a list (`refusals`) where a failing condition leaves its reason.
         """
         from transitions import Machine
 
@@ -183,18 +184,20 @@ class Controller:
             return doc
 
     def supersedes(self, trigger: str, doc: StateDoc) -> bool:
-        """Whether `trigger`, from the document's state, replaces the transition left owed
-        instead of resuming it: one it declares with `supersedes` in the definition, or, if it
-        declares any (the way back), one this agent-fsm does not know (`unknown`: a later
-        agent-fsm's, left owed on the candidate's path)."""
+        """Whether `trigger` replaces the owed transition instead of resuming it.
+
+        It does when the definition declares it in `supersedes`, or, for a trigger that declares
+        any (the way back), when the owed transition is `unknown` here: a later agent-fsm's,
+        left on the candidate's path.
+        """
         t = self._transitions[trigger]
         pending = doc.pending
         return pending is not None and doc.state in t.sources and (
             pending.trigger in t.supersedes or bool(t.supersedes and self.unknown(pending)))
 
     def unknown(self, pending: Pending) -> list[str]:
-        """The names of an owed transition this agent-fsm does not know (its trigger, states or
-        effects): none when it can resume it (it runs any effect it knows, in the order owed)."""
+        """The names of an owed transition this agent-fsm does not know; none when it can resume
+        it."""
         names = [] if pending.trigger in self.trigger_names else [f"trigger {pending.trigger}"]
         names += [f"state {s}" for s in dict.fromkeys((pending.source, pending.dest))
                   if s not in self.machine.states]
@@ -270,8 +273,8 @@ class Controller:
         self._finish(doc)
 
     def _check_role(self, trigger: str, doc: StateDoc, *, fire: bool) -> None:
-        """Raise NotItsRole, touching nothing, unless this process may fire `trigger` (or,
-        `fire` False, finish it owed)."""
+        """Raise NotItsRole, touching nothing, unless this process may fire (or finish)
+        `trigger`."""
         if self.process is None:
             return
         t = self._transitions[trigger]
@@ -356,10 +359,12 @@ class Controller:
 
     # Hooks --------------------------------------------------------------------------------
     def _before(self, trigger: str, args: dict[str, Any]) -> bool:
-        """Run the trigger's `before` hook, if it has one, outside the lock (a slow hook never
-        holds up the daemon), once `transitions` says it may fire from the state read (its
-        sources and conditions: `may_<trigger>`); a refusal is raised. False: not asked yet,
-        because it may not fire now (under the lock `_run` asks)."""
+        """Run the trigger's `before` hook outside the lock, once the trigger may fire from the
+        state read.
+
+        A slow hook thus never holds up the daemon. A refusal is raised. False means it was not
+        asked, because the trigger may not fire now; `_run` asks again under the lock.
+        """
         if trigger not in self.before_triggers or not self.hooks.has_before(trigger):
             return True
         doc = self.store.read()
