@@ -1,10 +1,9 @@
 """What the upgrade's conditions and effects act through: `Effectors`.
 
-One object a node, given to every condition and effect as its first argument: the node's
-paths, its releases and startup gate, and the small injected objects that cross a process
-boundary (systemd, a publisher, a clock). It runs no transition itself; besides reading the
-signal, the selected release's assets and the pending upgrade, it fixes a transition's
-arguments before the transition is recorded (`prepare`).
+One object per node, the first argument of every condition and effect. It holds the node's
+paths, releases and startup gate, and the injected objects that cross a process boundary
+(systemd, a publisher, a clock). It runs no transition. `prepare` fixes a transition's arguments
+before it is recorded.
 """
 
 from __future__ import annotations
@@ -38,9 +37,11 @@ class Effectors:
         return signal.read(self.paths.signal_file)
 
     def systemd_version(self) -> int | None:
-        """The host's systemd version, asked through systemctl once a boot and kept where every
-        renderer reads it (`render.systemd_version`); None when it cannot be asked now (the
-        unit is then rendered for the oldest systemd, and the next render asks again)."""
+        """The host's systemd version, asked once a boot and kept for every renderer; None when
+        unknown.
+
+        The unit is then rendered for the oldest systemd, and the next render asks again.
+        """
         known = assets.systemd_version(self.paths)
         if known is not None:
             return known
@@ -79,8 +80,8 @@ class Effectors:
     def prepare(self, args: dict[str, Any]) -> dict[str, Any]:
         """Fix, before a transition is recorded, every value its effects will need.
 
-        Effects read these instead of the clock or the disk, so one re-run after a crash does
-        exactly what the first run would have done.
+        Effects read these instead of the clock or the disk, so a re-run after a crash does
+        exactly what the first run would have.
         """
         out = dict(args)
         out.setdefault("started", self.clock.now())

@@ -1,9 +1,10 @@
-"""What `upgrade --force` goes past, decided here and nowhere else: an operator's hold
-(`node.records.hold`), a workload's inhibitor (`node.runtime.inhibitors`) and a known-bad mark
-(`node.records.known_bad`). Each is a condition of `begin_upgrade` that, unless the step is
-forced, refuses in its own words (what holds the upgrade back, and how to lift it); forced, it
-is named in `passed`, which `upgrade` says before it goes past. A rollback is never refused by
-any of them: only `begin_upgrade` asks."""
+"""What `upgrade --force` goes past, decided here alone: a hold, an inhibitor and a known-bad
+mark.
+
+Each is a condition of `begin_upgrade` that, unforced, refuses in its own words: what holds the
+upgrade back and how to lift it. Forced, it is named in `passed`, which `upgrade` says first.
+None of them ever refuses a rollback, since only `begin_upgrade` asks.
+"""
 
 from __future__ import annotations
 
