@@ -1,12 +1,11 @@
 """An operator's command that died and left work on the node, found and finished while the
 daemon serves (`DeadCommand`).
 
-The serving daemon looks (a stat of the state file) when the state dir changes, and every
-OWED_CHECK_SECONDS while work is found that it cannot finish yet (`needs_timer`), or always
-where inotify cannot be had: an idle daemon wakes for nothing else. What the
-last-good's own start would do (abandon an upgrade cut before it selected its candidate, roll
-back a signal the state file knows nothing of) it does in place, the workload running; for the
-rest it restarts its own unit, whose start finishes it.
+The serving daemon looks (a stat of the state file) when the state dir changes. It also looks
+every OWED_CHECK_SECONDS while it has found work it cannot finish yet (`needs_timer`), and
+always where inotify is missing; an idle daemon wakes for nothing else. What the last-good's own
+start would do, it does in place with the workload running. For the rest it restarts its own
+unit, whose start finishes the work.
 """
 
 from __future__ import annotations
@@ -32,26 +31,24 @@ STOP_GRACE = 30.0  # how long to wait for the stop of a restart this process que
 
 
 class DeadCommand:
-    """Finds work a command that is gone left on the node while this daemon serves, the
-    writers' lock free at once: no process is doing it. Its writer held the lock from the
-    write-ahead to the final record, so a live command, however slow, holds it and is left
-    alone (the lock is tried before anything is acted on). Two kinds (`in_place` tells them
-    apart):
+    """Finds work a gone command left on the node: owed work whose writers' lock is free at
+    once.
 
-    - `restart`: an operator's transition (`install`, `activate`, `upgrade`'s `begin_upgrade`
-      once it selected its candidate) left owed by a command that died (SIGKILL, an OOM, a lost
-      ssh session) or failed at an effect (exit 1): another release's start must finish it.
-      Never a transition of another role (the candidate's, the way back's), nor an
-      `install --no-start` (its operator asked for no restart).
-    - `in_place`: what the last-good's own start would do and this process, the last-good's
-      code serving as the selected release, can do without a restart: abandon an upgrade cut
-      before it selected its candidate; roll back a signal the state file knows nothing of
-      (restored from a backup, or lost); then finish that (`recovered`, `settle`), also when
-      an earlier try here failed half-way (its transition owed, or `recovering` not finished,
-      or the gate still shut after `abandon_upgrade`).
+    A writer holds the lock from write-ahead to final record, so a live command, however slow,
+    is left alone. The lock is tried before anything is acted on. Two kinds (`in_place`):
 
-    `look` costs a stat of the state file while nothing is found; the file is read when it
-    changed (or something was found at the last look), and the lock tried only then."""
+    - `restart`: an operator's transition (`install`, `activate`, `begin_upgrade` once it selected
+      its candidate) left owed by a command that died (SIGKILL, OOM, lost ssh) or failed at an
+      effect. Another release's start must finish it. Never another role's transition, nor an
+      `install --no-start`, whose operator asked for no restart.
+    - `in_place`: what the last-good's own start would do, which this process can do without a
+      restart. It abandons an upgrade cut before it selected its candidate, or rolls back a signal
+      the state file does not know, then finishes (`recovered`, `settle`). It also completes an
+      earlier try here that failed half-way.
+
+    While nothing is found, `look` costs a stat. The file is read, and the lock tried, only when
+    it changed or the last look found something.
+    """
 
     def __init__(self, node: Node, release: str | None, notifier: Notifier,
                  workload: Workload) -> None:
@@ -102,9 +99,11 @@ class DeadCommand:
         return self._operators(doc) or self.in_place(doc)
 
     def look(self) -> StateDoc | None:
-        """The state file, read holding the writers' lock, when it holds work a command that
-        is gone left (`in_place` says which kind), else None. Never waits: the lock is tried
-        once, and held only to read the state file again."""
+        """The state file, re-read under the writers' lock, when it holds a gone command's work;
+        else None.
+
+        It never waits: the lock is tried once and held only to read the file again.
+        """
         store = self.node.store
         try:
             st = os.stat(store.path)
@@ -125,14 +124,16 @@ class DeadCommand:
             return doc if self._owed else None
 
     def watch(self) -> DirWatch | None:
-        """A watch on the state dir, whose files a command that leaves work writes; None
-        where inotify cannot be had (then `needs_timer` is always true)."""
+        """A watch on the state dir; None where inotify is missing (`needs_timer` is then always
+        true)."""
         return DirWatch.open(self.node.paths.state_dir)
 
     def needs_timer(self) -> bool:
-        """Whether the next look must come by the clock, not by a change in the state dir: work
-        was found that a live writer holds, or a try failed, or a restart was asked. Its
-        lock tries write the state dir themselves, so a change cannot be waited for then."""
+        """Whether the next look must come by the clock rather than a change in the state dir.
+
+        That is when a live writer holds found work, a try failed, or a restart was asked. Lock
+        tries write the state dir themselves, so a change cannot be waited for then.
+        """
         return self._owed or self.restart_asked_at is not None
 
     def again(self) -> None:
@@ -140,13 +141,15 @@ class DeadCommand:
         self._owed = True
 
     def finish(self) -> bool:
-        """A command died and left work on the node (`DeadCommand`). What the last-good's
-        start would do without another release, this process does in place, the workload
-        running throughout (`finish_in_place`). Else an operator's transition is owed that
-        another release's start must finish (`install`, `activate`, an upgrade that selected
-        its candidate): restart this unit, so that the selected release's start finishes it and
-        judges that. The gate is shut already (the command's first effect). True when the work
-        was done or the restart asked; a failure is logged and tried again at the next look."""
+        """Finish a gone command's work: in place if the last-good's start would, else by a
+        restart.
+
+        In place, the workload runs throughout (`finish_in_place`). Otherwise an operator's
+        transition is owed that another release's start must finish, so this unit restarts and
+        the selected release's start finishes and judges it. The gate is already shut (the
+        command's first effect). True when the work was done or the restart asked; a failure is
+        logged and retried next look.
+        """
         now = time.monotonic()
         if self.restart_asked_at is not None and now - self.restart_asked_at < STOP_GRACE:
             return False  # asked already: its stop is on the way
@@ -180,13 +183,15 @@ class DeadCommand:
         return True
 
     def finish_in_place(self, doc: StateDoc) -> bool:
-        """Do here what the last-good's start would do, without stopping the workload: abandon
-        an upgrade cut before it selected its candidate (`abandon_upgrade`, nothing marked known
-        bad), or roll back a signal the state file knows nothing of (`orphaned_signal`, its
-        restart not asked), then finish as a start from there does (`recovered`, `settle`:
-        the assets converged, the gate opened). True when the gate is open again. A failure
-        (a full disk, a held lock) leaves the rest owed: logged in one line, and the next look
-        tries again; this process never exits for it, so the workload keeps running."""
+        """Do what the last-good's start would do, without stopping the workload; True once the
+        gate opens.
+
+        It abandons an upgrade cut before it selected its candidate (`abandon_upgrade`, nothing
+        marked known bad), or rolls back an unknown signal (`orphaned_signal`, no restart
+        asked). Then it finishes as a start would (`recovered`, `settle`: assets converged, gate
+        opened). A failure leaves the rest owed, logged in one line, for the next look. This
+        process never exits for it, so the workload keeps running.
+        """
         node = self.node
         owed = doc.pending
         what = (f"an operator's {owed.trigger} left owed by a command that is gone"
@@ -218,9 +223,11 @@ class DeadCommand:
 
 
 class Looks:
-    """When the serving daemon looks (`DeadCommand.finish`): `every` seconds after it is
-    ready, then when the state dir changes, or by the clock while `needs_timer` says so or
-    no watch can be had."""
+    """When the serving daemon looks (`DeadCommand.finish`).
+
+    First `every` seconds after ready, then on a change in the state dir, or by the clock while
+    `needs_timer` says so or there is no watch.
+    """
 
     def __init__(self, dead: DeadCommand, every: float) -> None:
         self.dead = dead
