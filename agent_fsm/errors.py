@@ -1,29 +1,29 @@
 """The errors agent-fsm raises, all under one root.
 
     AgentFsmError                  exit 1: the message says what is wrong and what to do
-    ├── ConfigError                the config file is missing, unparsable or has a bad key/value
-    ├── DefinitionError            states/agent-upgrade.toml is inconsistent (names the states)
-    ├── Invalid                    a field of a file read back is not valid (names field, value)
+    ├── ConfigError                the config file is missing, unparsable or has a bad value
+    ├── DefinitionError            states/agent-upgrade.toml is inconsistent
+    ├── Invalid                    a field of a file read back is not valid
     ├── StateFileError             state.json is damaged, newer or unknown; left untouched
-    │   └── DocumentError          a file of the state dir is refused (node.state.document_file)
-    ├── SignalError                the upgrade signal file is unreadable
+    │   └── DocumentError          a file of the state dir is refused
+    ├── SignalError                the upgrade signal is unreadable
     ├── KnownBadDamaged            known-bad.json is damaged; left untouched
-    ├── ReleaseError               a release is missing or its manifest is invalid
+    ├── ReleaseError               a release is missing or malformed
     │   ├── BadTree                a release tree holds what the store refuses, or is too big
     │   ├── NoRoom                 a release does not fit the store's disk
-    │   └── BadArchive             a release archive is not tar, damaged, or over bounds
+    │   └── BadArchive             a release archive is not tar, damaged, or too big
     ├── AssetError                 a service asset could not be rendered, restored or kept
-    ├── UnsafePath                 a path to write is a symlink, or a directory others may write
+    ├── UnsafePath                 a path to write is a symlink, or others may write there
     │   └── NeedsRoot              the state dir is root's and this process is not
-    ├── DiskError                  a write, fsync, rename, unlink, symlink, chmod or mkdir failed
+    ├── DiskError                  a write, fsync, rename or mkdir failed
     ├── LockTimeout                another process held a lock too long
     ├── CouldNotRun                a command did not start or timed out
-    ├── InterpreterUnreadable      a Python asked its ABI ran but did not say
-    ├── BadSignature               ssh-keygen did not verify or make a signature
+    ├── InterpreterUnreadable      a Python asked its ABI did not say
+    ├── BadSignature               a signature did not verify or could not be made
     ├── ChannelError               a channel's root, index or release is refused
     │   └── Unreachable            its server did not answer with the file in time
     ├── SystemdError               a systemctl call failed
-    ├── PublishError               publishing an upgrade's result failed (the daemon retries)
+    ├── PublishError               publishing a result failed (the daemon retries)
     ├── WorkloadError              the release's workload cannot start
     ├── Refused                    exit 3: the operation may not run now; nothing changed
     │   ├── IllegalTransition      the trigger has no transition from this state
@@ -32,8 +32,8 @@
 
 The CLI prints each as one line on stderr and exits with its code; no traceback reaches a user.
 
-`StopRequested` is not an error and not under the root: a SIGTERM heard while waiting for the
-writers' lock. It unwinds the daemon past every failure handler to a clean exit.
+`StopRequested` is no error: a SIGTERM while waiting for the writers' lock, unwinding the daemon
+to a clean exit.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class DefinitionError(AgentFsmError):
 class Invalid(AgentFsmError, ValueError):
     """One field of a file read back is not valid; the message names it and its value.
 
-    A ValueError too: each reader catches it with its parser's ValueErrors and names the file.
+    A ValueError too, so readers catch it with their parser's errors and name the file.
     """
 
     def __init__(self, field: str, message: str) -> None:
@@ -78,10 +78,7 @@ class StateFileError(AgentFsmError):
 
 
 class DocumentError(StateFileError):
-    """A file of the state dir is damaged, newer or not valid; it is left untouched.
-
-    `detail` is what the message says after the file's name.
-    """
+    """A file of the state dir is damaged, newer or not valid; it is left untouched."""
 
     def __init__(self, message: str, detail: str) -> None:
         super().__init__(message)
@@ -117,8 +114,7 @@ class BadArchive(ReleaseError):
 
 
 class AssetError(AgentFsmError):
-    """A service asset could not be rendered, restored or kept (a failed write is a DiskError).
-    """
+    """A service asset could not be rendered, restored or kept (a failed write is a DiskError)."""
 
 
 class UnsafePath(AgentFsmError):
@@ -130,31 +126,26 @@ class NeedsRoot(UnsafePath):
 
 
 class DiskError(AgentFsmError):
-    """A write, fsync, rename, unlink, symlink, chmod or mkdir in `files` failed.
-
-    The message names the path, the errno's words and what to do.
-    """
+    """A write, fsync, rename, unlink, symlink, chmod or mkdir in `files` failed; the message
+    says what to do."""
 
 
 class LockTimeout(AgentFsmError):
-    """Another process held a lock longer than the caller would wait; the message is the lock's
-    path."""
+    """Another process held a lock longer than the caller would wait; the message is the lock's path."""
 
 
 class StopRequested(BaseException):
     """A SIGTERM arrived while waiting for the writers' lock; the transition did not commit.
 
-    Effects it owed resume at the next start, as after a crash. It is a BaseException, like
-    KeyboardInterrupt, so no `except Exception` takes the stop for a failure. The daemon exits
-    0.
+    A BaseException, like KeyboardInterrupt, so no `except Exception` takes it for a failure.
+    The daemon exits 0; owed effects resume at the next start.
     """
 
 
 class CouldNotRun(AgentFsmError):
     """The command did not start (OSError) or did not finish within its timeout.
 
-    Callers re-raise it as their own error worded with `reason`; unwrapped, it is still one
-    line.
+    Callers re-raise it as their own error, worded with `reason`.
     """
 
     def __init__(self, argv: Sequence[str], reason: str, error: OSError | None = None) -> None:
@@ -208,8 +199,7 @@ class IllegalTransition(Refused):
 
 
 class NotItsRole(Refused):
-    """The transition belongs to another role's process (`by` in states/); nothing was changed.
-    """
+    """The transition belongs to another role's process (`by` in states/); nothing was changed."""
 
     def __init__(self, message: str, *, trigger: str, role: str | None) -> None:
         super().__init__(message)

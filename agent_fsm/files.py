@@ -1,20 +1,18 @@
 """Atomic, durable, link-safe file writes: the one way agent-fsm puts bytes on disk.
 
-A write goes to a temporary file in the same directory, is fsynced and renamed over the target,
-then the directory is fsynced. A reader sees the old file or the new one, never a torn one. A
-failed fsync is not retried: the kernel may have dropped the dirty pages, so a second fsync
-would wrongly succeed. The caller's operation fails and is redone with new data on the next run.
+A write goes to a temporary file beside the target, is fsynced, renamed over it, and the
+directory fsynced: a reader sees the old file or the new, never a torn one. A failed fsync is
+not retried, since the kernel may have dropped the dirty pages and a second one would wrongly
+succeed; the operation fails and is redone on the next run.
 
-Nothing is written through a symlink. The target directory is opened with O_NOFOLLOW and names
-resolve relative to it; a symlink at the target is refused; temporary files are O_EXCL |
-O_NOFOLLOW. `make_dir` never grants a bit beyond the final mode, whatever the umask. Work in
-transit (a release packed or unpacked, a message signed) is staged in a `private_dir`: 0700, at
-an unguessable name, inside a `trusted_dir`. Its removal afterwards must succeed.
+Nothing is written through a symlink: names resolve relative to a directory opened O_NOFOLLOW,
+and temporary files are O_EXCL | O_NOFOLLOW. `make_dir` never grants a bit beyond the final
+mode. Work in transit is staged in a `private_dir`.
 
-An OSError from a write, fsync, rename, unlink, symlink, chmod or mkdir becomes a DiskError
-naming the path, the errno's words and what to do. An effect with `on_error = "log"` thus
-tolerates a failing disk too. Errors callers tell apart stay as they are: FileNotFoundError
-without `create_dir`, UnsafePath for a planted link. Reads raise OSError unchanged.
+An OSError of a write, fsync, rename, unlink, symlink, chmod or mkdir becomes a DiskError naming
+the path, the errno's words and what to do, so an `on_error = "log"` effect tolerates a failing
+disk. FileNotFoundError (without `create_dir`) and UnsafePath stay as they are; reads raise
+OSError unchanged.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ from .errors import DiskError, NeedsRoot, UnsafePath
 
 
 def _token() -> str:
-    """A temporary file's random part; os.urandom, since `secrets` loads OpenSSL (3.6 MB per
-    daemon)."""
+    """A temporary file's random part; os.urandom, since `secrets` loads OpenSSL (3.6 MB per daemon)."""
     return os.urandom(6).hex()
 
 
@@ -57,11 +54,9 @@ _OTHERWISE = ("fix what keeps uid {uid} from writing in {where} (`agent-fsm doct
 
 
 def disk_error(exc: OSError, doing: str, where: Path, note: str = "") -> DiskError:
-    """The DiskError for `exc`, met while `doing` ("write /var/lib/agent-fsm/x.json") in
-    `where`.
+    """The DiskError for `exc`, met while `doing` ("write /var/lib/agent-fsm/x.json") in `where`.
 
-    It says the errno's words, `note` (what was left as it was) and what to do. The caller
-    raises it `from exc`.
+    It says the errno's words, `note` (what was left as it was) and what to do.
     """
     words = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
     advice = _ADVICE.get(exc.errno or 0, _OTHERWISE).format(where=where, uid=os.geteuid())
@@ -84,11 +79,10 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def make_dir(directory: Path, mode: int) -> None:
-    """Create the new directory `directory` with exactly `mode`; it never has more than `mode`.
+    """Create the new directory `directory` with exactly `mode`, never more at any moment.
 
-    It is made under the umask, then given the bits the umask took and rid of a setgid parent's,
-    through a descriptor that follows no link. FileExistsError when anything is there, a symlink
-    included.
+    The bits a umask took are added, and a setgid parent's removed, through a descriptor that
+    follows no link. FileExistsError when anything is there, a symlink included.
     """
     os.mkdir(directory, mode)
     fd = os.open(directory, _DIR_FLAGS)
@@ -99,8 +93,7 @@ def make_dir(directory: Path, mode: int) -> None:
 
 
 def ensure_dir(directory: Path, mode: int = 0o755) -> None:
-    """Create `directory` and its parents if missing; refuse a symlink. DiskError when it fails.
-    """
+    """Create `directory` and its parents if missing; refuse a symlink. DiskError when it fails."""
     try:
         st = os.lstat(directory)
     except FileNotFoundError:
@@ -150,8 +143,8 @@ def fsync_dir(directory: Path) -> None:
 def sync_filesystem(directory: Path) -> None:
     """Make every write to the file system holding `directory` durable at once (syncfs(2)).
 
-    One journal commit covers a whole tree: for a release's ~1,000 files, 0.4 s against 2-4 s
-    for an fsync of each. Uses libc; falls back to `os.sync()`. DiskError if it fails.
+    For a release's ~1,000 files this takes 0.4 s, against 2-4 s for an fsync of each. Falls
+    back to `os.sync()`. DiskError if it fails.
     """
     import ctypes  # here: only `release add` syncs a whole tree
 
@@ -181,8 +174,8 @@ def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, *
                  create_dir: bool = True) -> None:
     """Replace `path` atomically and durably with `data` (bytes, or chunks) and exactly `mode`.
 
-    DiskError when the disk fails; the old file stays unless only the final fsync failed.
-    Without `create_dir`, a missing directory is FileNotFoundError and nothing is written.
+    On DiskError the old file stays, unless only the final fsync failed. Without `create_dir`, a
+    missing directory is FileNotFoundError.
     """
     doing = f"write {path}"
     gone = () if create_dir else (FileNotFoundError,)  # the directory went away: as if missing
@@ -215,8 +208,7 @@ def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, *
 
 
 def atomic_symlink(link: Path, target: str) -> None:
-    """Point `link` at `target` atomically; DiskError, the link unchanged, when the disk fails.
-    """
+    """Point `link` at `target` atomically; DiskError, the link unchanged, when the disk fails."""
     doing = f"point {link} at {target}"
     with _open_dir(link.parent, doing) as dir_fd:
         try:
@@ -261,11 +253,10 @@ def read_bytes(path: Path) -> bytes | None:
 
 
 def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of the regular file `path`, read without following a symlink or blocking on a
-    FIFO.
+    """The bytes of the regular file `path`, following no symlink and never blocking on a FIFO.
 
-    FileNotFoundError when missing; ValueError when it is a symlink, not a regular file, or
-    larger than `limit` bytes.
+    FileNotFoundError when missing; ValueError when it is a symlink, not a regular file, or over
+    `limit` bytes.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -288,12 +279,10 @@ def read_regular(path: Path, limit: int) -> bytes:
 
 
 def trusted_dir(directory: Path) -> Path:
-    """The real path of `directory`, once only root and this user can change what its names lead
-    to.
+    """The real path of `directory`, once only root and this user can change what its names lead to.
 
-    Every directory from / down to it must be owned by one of them and not writable by group or
-    others, unless sticky (as /tmp: others may add names, never move ours). UnsafePath names the
-    first that fails; OSError when it is missing or not a directory.
+    Every directory from / down must be theirs and not writable by group or others unless sticky
+    (as /tmp). UnsafePath names the first that fails.
     """
     real = Path(os.path.realpath(directory))
     for at in (*reversed(real.parents), real):
@@ -316,10 +305,9 @@ def trusted_dir(directory: Path) -> Path:
 def private_dir(parent: Path | None = None, prefix: str = "agent-fsm.") -> Iterator[Path]:
     """A new 0700 directory for work in transit, removed with its contents when the block ends.
 
-    It lives in `parent` (a `trusted_dir`, the temporary directory by default) at an unguessable
-    name (`prefix` and 96 random bits), created exclusively, so nothing another user planted is
-    used. What was renamed out of it is kept. DiskError when it cannot be made or removed; after
-    a failing block, the removal's error names the block's.
+    It is made exclusively in `parent` (a `trusted_dir`), named `prefix` and 96 random bits, so
+    nothing another user planted is used. What was renamed out of it is kept. DiskError when it
+    cannot be made or removed.
     """
     if parent is None:
         import tempfile  # here: the daemon never stages
@@ -341,10 +329,7 @@ def private_dir(parent: Path | None = None, prefix: str = "agent-fsm.") -> Itera
 
 
 def remove_tree(path: Path) -> None:
-    """Remove `path` and all below it without following links; nothing to do when it is missing.
-
-    DiskError names what could not be removed.
-    """
+    """Remove `path` and all below it, following no link; DiskError names what could not be removed."""
     import shutil  # here: the daemon removes no tree (shutil brings bz2, lzma)
 
     try:
@@ -361,8 +346,8 @@ def remove_tree(path: Path) -> None:
 def ensure_private_dir(directory: Path) -> None:
     """Create `directory` 0700 (parents 0755) if missing, or tighten one of ours to 0700.
 
-    No other user needs it, and a readable lock in it would let any user block every writer.
-    `check_private_dir` refuses it if it is foreign or others may write.
+    A readable lock in it would let any user block every writer. `check_private_dir` refuses it
+    if foreign or writable by others.
     """
     ensure_dir(directory.parent)
     ensure_dir(directory, 0o700)
