@@ -1,23 +1,20 @@
 """How a host value is written into a systemd unit, and how into a POSIX shell script.
 
-Each template kind has its own step (`assets.render` picks it). Each function returns the
-value's text for its context, or raises ValueError when the value cannot be expressed there. A
-value that needs no quoting comes back unchanged.
+Each function returns the value's text, or raises ValueError when it cannot be expressed there.
+A value needing no quoting comes back unchanged.
 
-Units (systemd 252; sections are the man pages'):
+Units (systemd 252; sections of the man pages):
 
-- `unit_word`: one `ExecStart=` argument. systemd.syntax(7) "QUOTING" takes a double-quoted item
-  with C-style escapes, so `\\` and `"` are escaped inside it. Specifiers (`%%`) and environment
-  substitution (`$$`) expand after unquoting, so `%` and `$` are doubled everywhere.
-  Whitespace, quotes, backslashes and `;` (a lone `;` separates commands) are quoted.
-- `unit_path`: a path-valued setting (`ReadWritePaths=`, `RuntimeDirectory=`), or the start of
-  an `ExecStart=` executable. It is split on whitespace and a quote counts only at an item's
-  start, so whitespace, quotes and backslashes cannot be expressed. Nor can `$`: the program
-  may not be a variable (systemd.service(5)). `%` is doubled.
-- `unit_token`: names and numbers (unit names, versions, counts): only `[A-Za-z0-9:_.+-]`.
+- `unit_word`: one `ExecStart=` argument, double-quoted with C escapes (systemd.syntax(7)
+  "QUOTING"). `%` and `$` are doubled, as specifiers and variables expand after unquoting.
+  Whitespace, quotes, backslashes and `;` are quoted.
+- `unit_path`: a path-valued setting, or an `ExecStart=` executable. It is split on whitespace
+  and a quote counts only at an item's start, so whitespace, quotes and backslashes cannot be
+  expressed; nor `$` (systemd.service(5)). `%` is doubled.
+- `unit_token`: names and numbers: only `[A-Za-z0-9:_.+-]`.
 
-Scripts: `shell_word` is `shlex.quote`. No control character is allowed anywhere: a newline
-would end a unit line or a script comment.
+Scripts: `shell_word` is `shlex.quote`. No control character is allowed: a newline would end a
+unit line or a script comment.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""`agent-fsm` on PATH: the config's `bin_link`, a symlink to
-`<state_dir>/selected/bin/agent-fsm`.
+"""`agent-fsm` on PATH: the config's `bin_link`, a symlink to `<state_dir>/selected/bin/agent-fsm`.
 
-It always runs the selected release's launcher, which resolves the chain of links to find its
-release. The target never changes with the selection. `keep` writes the link where it is missing
-or is agent-fsm's own link to another target (a changed `state_dir`). Anything else there is
-never touched; `doctor` reports it with the fix. Under --root it is written below the root and
-names the host's path.
+It runs the selected release's launcher; its target never changes. `keep` writes it where
+missing or agent-fsm's own with another target. Anything else there is never touched; `doctor`
+reports it with the fix.
 """
 
 from __future__ import annotations
@@ -91,11 +88,9 @@ def look(paths: Paths) -> Link:
 
 
 def keep(paths: Paths) -> Link:
-    """Write the link if missing or agent-fsm's own with another target; return how it stands
-    then.
+    """Write the link if missing or agent-fsm's own with another target; return how it stands then.
 
-    It makes the directory if missing and never touches anything else. DiskError on a disk
-    failure; callers log it and go on, since the link is for people, never on the way back.
+    DiskError on a disk failure; callers log it, since the link is for people only.
     """
     link = look(paths)
     if link.path is None or link.state not in ("missing", "wrong"):

@@ -1,16 +1,13 @@
 """The last-good's service assets and settings, kept so the way back needs no release or config.
 
-On promotion to last-good, the bytes and modes the release renders for this host go into
-`<state_dir>/last-good-assets.json`, with the version, the host values used and the host's
-settings (every config key, as `config.to_table` writes them). `refresh` updates the settings
-whenever the config reads valid on a settled node. `python` is also in
-`<state_dir>/last-good-python`, one line, for the launcher, which reads no JSON.
+On promotion, what the release renders for this host goes into `last-good-assets.json`, with its
+version, the host values used and the host's settings (`config.to_table`). `refresh` updates the
+settings whenever the config reads valid on a settled node. `python` is also in
+`last-good-python`, one line, for the launcher.
 
-It is one file written atomically, so the kept assets are always one release's. When the live
-config is wrong, the way back uses these settings (`config_fallback`). During an upgrade a
-missing asset is restored from here byte for byte: holding depends only on the last-good and the
-host, not on any release directory. The file is a `kept-assets` document; a damaged one is
-refused and left untouched.
+One atomic file, so the kept assets are always one release's. With a wrong live config, the way
+back uses these settings (`config_fallback`). During an upgrade, missing assets are restored
+from here, so holding needs no release directory. A damaged file is refused and left untouched.
 """
 
 from __future__ import annotations
@@ -74,10 +71,9 @@ def _render(paths: Paths, releases: Releases, version: str) -> tuple[Asset, ...]
 
 
 def last_good(paths: Paths, releases: Releases) -> Found:
-    """The last-good's assets for this host, never the selected release's (the candidate's).
+    """The last-good's assets for this host, never the candidate's.
 
-    They are the copy kept at promotion, or, when that is missing, unusable or stale, rendered
-    from the last-good's release.
+    The copy kept at promotion, else rendered from the last-good's release.
     """
     version = releases.last_good()
     if version is None:
@@ -116,9 +112,9 @@ def last_good(paths: Paths, releases: Releases) -> Found:
 def keep_release(paths: Paths, releases: Releases, version: str) -> AssetError | None:
     """Keep what `version` renders for this host, before it is promoted to last-good.
 
-    A release whose templates do not render keeps no copy, since a stale one is worse than none.
-    The reason is returned, not raised: `complete` tolerates a candidate whose assets fail to
-    render, so promoting it must not strand it.
+    If its templates do not render, no copy is kept (a stale one is worse) and the reason is
+    returned, not raised: `complete` tolerates such a candidate, so promotion must not strand
+    it.
     """
     try:
         rendered = _render(paths, releases, version)
@@ -148,8 +144,7 @@ def keep(paths: Paths, version: str, rendered: tuple[Asset, ...]) -> None:
 
 
 def _keep_python(paths: Paths) -> bool:
-    """Keep the settings' `python` for the launcher, one absolute path on one line; whether it
-    changed."""
+    """Keep the settings' `python` for the launcher, one absolute path on one line; whether it changed."""
     python = f"{paths.config.python}\n".encode()
     if files.read_bytes(paths.last_good_python) == python:
         return False
@@ -160,8 +155,7 @@ def _keep_python(paths: Paths) -> bool:
 def refresh(paths: Paths, kept: KeptAssets) -> bool:
     """Keep the settings of `paths.config`, read valid, with the copy `kept`; whether it wrote.
 
-    The way back then runs with the settings last read valid, never older ones (a user or secret
-    changed since).
+    The way back then runs with the settings last read valid, never older ones.
     """
     settings = config_mod.to_table(paths.config)
     wrote = kept.settings != settings

@@ -1,29 +1,25 @@
 """The service assets: the agent unit, the recovery unit and the recovery script.
 
-Each release carries their templates (`assets/`). Rendered for this host, they are compared with
-the disk and written in one of three ways:
+Each release carries their templates (`assets/`), rendered for this host and written one of
+three ways:
 
-- hold: keep every existing file byte for byte and write only missing ones, from the
-  last-good's kept copy (an upgrade is pending, so the disk holds the only way back);
+- hold: keep existing files byte for byte, write missing ones from the last-good's kept copy
+  (during an upgrade the disk holds the only way back);
 - converge: rewrite the ones that differ;
 - write all.
 
-Every value goes through `quoted`: a unit's by systemd's rules, the script's by the shell's
-(`quoting`), so no host value can add a line, a setting or a command.
+Every value goes through `quoted` (`quoting`), so no host value can add a line, a setting or a
+command.
 
-Some unit settings exist only from systemd 254 (`RestartSteps=`, `RestartMaxDelaySec=`,
-`RestartMode=`), and older ones warn about unknown keys. So the agent unit is rendered for the
-host's systemd version, asked once a boot (`upgrade.effectors.Effectors.rendered`) and kept in
-`<state_dir>/systemd.json` for every renderer. An unknown version renders as the oldest systemd.
-The template marks the place with a comment line (`GROWTH_MARKER`), not a placeholder, so an
-older agent-fsm still renders a newer release's templates.
+`RestartSteps=`, `RestartMaxDelaySec=` and `RestartMode=` exist from systemd 254; older ones
+warn about them. So the agent unit is rendered for the host's version, asked once a boot and
+kept in `<state_dir>/systemd.json`; unknown renders as the oldest. The template marks the place
+with a comment (`GROWTH_MARKER`), not a placeholder, so older agent-fsms still render it.
 
-The workload's unit settings are placed the same way (`WORKLOAD_MARKER`, `workload_lines`):
-`[workload] writable_paths` as `ReadWritePaths=`, and the releases bound read-only at
-`<run_dir>/releases` (`BindReadOnlyPaths=`) so a workload running as another user can reach its
-release through the 0700 state dir. They come from the host config, never a release. They take
-effect when the agent unit is next written and started, so never while an upgrade holds the
-last-good's unit.
+The workload's unit settings are placed the same way (`WORKLOAD_MARKER`): `writable_paths` as
+`ReadWritePaths=`, and the releases bound read-only at `<run_dir>/releases` so a workload of
+another user reaches its release. They come from the host config, never a release, and take
+effect when the unit is next written and started: never while an upgrade holds it.
 """
 
 from __future__ import annotations
@@ -114,11 +110,9 @@ def restart_growth(systemd: int | None, restart_seconds: float) -> str:
 
 
 def workload_lines(paths: Paths) -> str:
-    """The agent unit's lines for the workload: the releases bound read-only, then
-    `ReadWritePaths=`.
+    """The agent unit's lines for the workload: the releases bound read-only, then `ReadWritePaths=`.
 
-    Each writable path has "-", so a missing one is skipped rather than failing the start. Paths
-    are written as `unit_path` writes them.
+    A missing writable path ("-") is skipped rather than failing the start.
     """
     config = paths.config
     releases = str(config.state_dir / "releases")
@@ -148,8 +142,7 @@ class Asset(NamedTuple):
 
 
 def variables(paths: Paths, version: str, systemd: int | None = None) -> dict[str, str]:
-    """The names a template may use: host values as they are, and the unit for `systemd` (None:
-    oldest)."""
+    """The names a template may use: host values as they are, and the unit for `systemd` (None: oldest)."""
     judgment = paths.config.judgment
     # The unit's start timeout bounds the whole judgment: deadline plus soak plus a margin for
     # resuming owed effects and writing the assets.
@@ -187,11 +180,7 @@ _RAW = {"restart_growth"}  # lines `restart_growth` writes from numbers alone (n
 
 
 def quoted(values: dict[str, str], template_name: str) -> dict[str, str]:
-    """`values` as written into `template_name`: by systemd's rules for a unit, the shell's for
-    the script.
-
-    AssetError, naming the value, if one cannot be written.
-    """
+    """`values` as written into `template_name`; AssetError, naming the value, if one cannot be."""
     out = {}
     for key, value in values.items():
         if key in _RAW:
@@ -220,8 +209,7 @@ def targets(paths: Paths) -> dict[str, tuple[Path, Path, int]]:
 
 
 def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
-    """Render a release's asset templates for this host and its systemd, in the order of
-    TEMPLATES."""
+    """Render a release's asset templates for this host and its systemd, in the order of TEMPLATES."""
     where = targets(paths)
     values = variables(paths, version, systemd_version(paths))
     out: list[Asset] = []

@@ -20,8 +20,7 @@ class Upgrade(NamedTuple):
 
 
 class _Fields:
-    """Equality and repr by the fields in `__slots__`; defining `__eq__` leaves the class
-    unhashable."""
+    """Equality and repr by the fields in `__slots__`; defining `__eq__` leaves the class unhashable."""
 
     __slots__: tuple[str, ...] = ()  # in a subclass, its fields in order: == and repr follow it
 

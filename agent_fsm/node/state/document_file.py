@@ -1,34 +1,26 @@
 """The one format of every file in the state dir, and the rules for reading one.
 
-A file is a document: its body plus three keys. `kind` names the file ("state", "hold", ...),
-`schema` the body's layout, and `checksum` is "sha256:" and the SHA-256 of the canonical JSON
-(sorted keys, no spaces) of everything else. The file is that canonical JSON with the checksum
-inserted. "checksum" sorts first, so a reader checks the bytes after it as they are, without
-serializing again. The same body always gives the same bytes.
+A file is a document: its body plus `kind` (which file), `schema` (the body's layout) and
+`checksum` ("sha256:" and the SHA-256 of the canonical JSON of everything else: sorted keys, no
+spaces). The file is that canonical JSON with the checksum inserted; as "checksum" sorts first,
+a reader checks the bytes after it as they are. The same body always gives the same bytes.
 
-A `Kind` declares one file: name, schema, how messages name it, mode, read limit, and `check`
-for every field of a body (`validate`'s checkers). A reader checks, in order: JSON object; a
-schema it reads, directly or through the compatible core; checksum; kind; every field. A newer
-file without a core is refused as newer before its checksum: a later release may sum it
-otherwise. A refused file gets one line naming it, what is wrong and what to do
-(`DocumentError`), and is left untouched. Whether the reader then stops, holds or goes on is its
-own choice.
-
-Every file carries all three keys; one without them is refused (no release wrote one). A change
-to a body is a new schema, given to the kind's `check`.
+A `Kind` declares one file: name, schema, words for messages, mode, read limit and `check`. A
+reader checks, in order: JSON object; a schema it reads, directly or through the core; checksum;
+kind; every field. A newer file without a core is refused before its checksum, which a later
+release may compute otherwise. A refused file gets one line (`DocumentError`) and is left
+untouched; what happens next is the reader's choice. A file without all three keys is refused. A
+changed body is a new schema.
 
 Forward compatibility: a later agent-fsm that changes a body bumps `schema` and may declare
-`core`, the oldest schema whose readers can still read the file (absent: its own schema). A
-reader of schema R reads a file of schema S > R with core C <= R as schema R. The writer
-promises, and every later agent-fsm keeps (docs/state-files.md has the state file's core):
+`core`, the oldest schema whose readers can still read the file. A reader of schema R reads a
+file of schema S > R with core C <= R as schema R. The writer promises (docs/state-files.md):
 
-- this module's layout: JSON object, `kind`, `schema`, `core`, the checksum as above; a wrong
-  checksum is refused as damaged, whatever the core;
-- every field of every schema from C to S is there with that schema's type, range and meaning;
-  later schemas add keys, never change an old one;
-- a reader keeps unknown keys when it rewrites the file and writes its own schema. A later
-  reader of an older schema trusts that schema's fields and treats its own later keys as
-  possibly stale.
+- this layout: JSON object, `kind`, `schema`, `core`, the checksum; a wrong one is damage;
+- every field of each schema from C to S keeps its type, range and meaning; new schemas only
+  add keys;
+- a reader keeps unknown keys on rewrite and writes its own schema; a later reader of an older
+  schema trusts that schema's fields and treats its own later keys as possibly stale.
 
 | file in the state dir                    | kind            | schema |
 | ---------------------------------------- | --------------- | ------ |
@@ -44,9 +36,8 @@ promises, and every later agent-fsm keeps (docs/state-files.md has the state fil
 | `releases/.images/<version>` (`origins`) | `image-record`  | 1      |
 | `channel/follow.json` (`channel.record`) | `channel`       | 1      |
 
-Not documents: the history journal (`journal`, one checksummed line a transition), the release
-store's manifests, hashes and usage (text with a header line), the locks, and the `selected` and
-`last-good` symlinks.
+Not documents: the history journal, the release store's text files, the locks, and the
+`selected` and `last-good` symlinks.
 """
 
 from __future__ import annotations
@@ -65,8 +56,7 @@ Check = Callable[[dict[str, Any], int], object]  # a body and the schema it was 
 
 
 class Problem(ValueError):
-    """What is wrong with a file's bytes ("is empty") or one of its fields (`field`), in one
-    phrase."""
+    """What is wrong with a file's bytes ("is empty") or one of its fields (`field`), in one phrase."""
 
     def __init__(self, why: str, *, field: bool = False, newer: bool = False) -> None:
         super().__init__(why)
@@ -109,8 +99,7 @@ _HEX = 64
 
 
 def _verify_canonical(raw: bytes) -> bool | None:
-    """Whether the checksum of canonical `raw` is right; None when `raw` is laid out otherwise.
-    """
+    """Whether the checksum of canonical `raw` is right; None when `raw` is laid out otherwise."""
     head = len(_PREFIX) + _HEX
     if not raw.startswith(_PREFIX) or raw[head:head + 2] != b'",':
         return None
@@ -137,8 +126,7 @@ class Kind(NamedTuple):
         return _PREFIX + hexdigest(canonical).encode() + b'",' + canonical[1:] + b"\n"
 
     def body(self, raw: bytes, check: Check | None = None) -> dict[str, Any]:
-        """The body of a file's bytes, every field checked by `check` or the kind's; Problem if
-        not."""
+        """The body of a file's bytes, every field checked by `check` or the kind's; Problem if not."""
         data = parse(raw)
         if not isinstance(data, dict):
             raise Problem(f"is not a JSON object ({self.noun} is {_shown(data)})")
@@ -190,10 +178,7 @@ class Kind(NamedTuple):
             raise self.refused(path, problem) from None
 
     def read(self, path: Path, check: Check | None = None) -> dict[str, Any] | None:
-        """The body of the file, or None when there is none; DocumentError when it is refused.
-
-        A symlink, a non-regular file, one larger than `limit` or an unreadable one is refused.
-        """
+        """The body of the file, or None when there is none; DocumentError when it is refused."""
         try:
             raw = files.read_regular(path, self.limit)
         except FileNotFoundError:
@@ -204,9 +189,5 @@ class Kind(NamedTuple):
         return self.decode(raw, path, check)
 
     def write(self, path: Path, body: dict[str, Any], mode: int | None = None) -> None:
-        """Replace the file atomically with the document of `body`, in the kind's mode unless
-        told.
-
-        Raises OSError or UnsafePath.
-        """
+        """Replace the file atomically with the document of `body`; OSError or UnsafePath."""
         files.atomic_write(path, self.encode(body), self.mode if mode is None else mode)

@@ -1,11 +1,8 @@
 """A history entry: what a recorded transition may hold, checked field by field.
 
-Its trigger, states and effects may be names only a later agent-fsm knows (a candidate's
-transitions, read back on the way back). They pass as names and are shown as they are; nothing
-here acts on the history.
-
-This checks the journal's lines, an old state file's entries and the state file's summary of its
-journal (`journal_fields`). A new entry key needs its checker in `OPTIONAL_ENTRY_KEYS`.
+Its names may be a later agent-fsm's (a candidate's transitions, read on the way back): they
+pass as names, and nothing here acts on them. A new entry key needs its checker in
+`OPTIONAL_ENTRY_KEYS`.
 """
 
 from __future__ import annotations
@@ -107,8 +104,8 @@ def _entry(value: Any, field: str, names: Names) -> None:
 def history_entry(e: Any, field: str, names: Names, versions: set[str] | None = None) -> None:
     """One history entry (a journal line), with its `seq` if it is a journal entry.
 
-    The history may be long, so a common entry is first checked without building a message
-    (`versions` caches good ones); any other goes to `_entry`, which names the field it refuses.
+    A common entry is checked without building a message; any other goes to `_entry`, which
+    names the field it refuses.
     """
     if type(e) is dict and e.keys() - {"seq"} == _COMMON_KEYS \
             and _common(e, names.states, names.triggers, set() if versions is None else versions):
@@ -148,12 +145,7 @@ def _cycle_skipped(value: Any, names: Names) -> None:
 
 
 def journal_fields(data: Mapping[str, Any], names: Names) -> None:
-    """What the state file keeps of its journal (schema 2), so `status` and `metrics` never read
-    it.
-
-    That is the last committed `seq`, when the current stay began, when the last transition
-    finished, and the effects let fail in this cycle.
-    """
+    """What the state file keeps of its journal (schema 2), so `status` and `metrics` never read it."""
     count(data.get("seq", MISSING), "seq")
     for key in ("since", "last_transition"):
         value = nullable(data, key)

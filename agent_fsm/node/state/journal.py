@@ -1,19 +1,13 @@
-"""The history journal: one checksummed JSON line per recorded transition, beside the state
-file.
+"""The history journal: one checksummed JSON line per recorded transition, beside the state file.
 
-`<state_dir>/history.jsonl` is appended under the writers' lock before the state file that
-commits the transition. Each entry carries its `seq`, and the state file carries the last one
-committed. A reader keeps lines up to that `seq` and drops the rest: a line of a transition that
-crashed before its state write, or a torn last line. The commit point is a number in the entry,
-not the journal's length, which rotation and repair change non-atomically.
-
-`append` returns once the line is fsynced; only then does the store write the state file, so a
-committed transition's line survives a power loss.
+`<state_dir>/history.jsonl` is appended under the writers' lock and fsynced before the state
+file that commits the transition. Each entry carries its `seq`, the state file the last
+committed one; readers drop lines past it (a crashed transition's, a torn one). The commit point
+is that number, not the journal's length, which rotation and repair change.
 
 A damaged line mid-journal is skipped and reported (`Read.damaged`, shown by `doctor`), never
-fatal: the history informs people and must not stop an upgrade or a rollback. The writer
-rewrites a torn, garbled or uncommitted tail atomically. At `2 * limit` lines it rewrites the
-journal to the last `limit` entries, so appends stay O(1).
+fatal: the history must not stop an upgrade or a rollback. The writer rewrites a bad tail
+atomically, and at `2 * limit` lines keeps the last `limit`, so appends stay O(1).
 """
 
 from __future__ import annotations
@@ -120,8 +114,8 @@ class Journal:
     def append(self, entry: dict[str, Any], limit: int) -> None:
         """Append `entry` and fsync it: durable when this returns.
 
-        A bad tail, or a journal of `2 * limit` lines, is instead rewritten atomically to the
-        last `limit` committed entries and `entry`.
+        A bad tail, or `2 * limit` lines, is rewritten atomically to the last `limit` entries
+        and `entry`.
         """
         flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         created = False
@@ -155,10 +149,9 @@ class Journal:
             files.fsync_dir(self.path.parent)  # the new file's entry survives a power loss
 
     def _appendable(self, fd: int, seq: int, limit: int) -> bool:
-        """Whether `seq` may be appended: the file is empty, or ends in a good line numbered
-        below `seq` and is not due for rotation.
+        """Whether `seq` may be appended: the file is empty, or ends in a good line below `seq`.
 
-        It reads only the first and last lines, so an append costs the same at any length.
+        Only the first and last lines are read, so an append costs the same at any length.
         """
         size = os.fstat(fd).st_size
         if size == 0:
@@ -173,17 +166,11 @@ class Journal:
             return False
 
     def replace_last(self, entry: dict[str, Any], limit: int) -> None:
-        """Replace the last committed entry with `entry`, under its number, atomically and
-        durably.
-
-        A crash loop's next restart (`store.Store.repeat`) uses it, so the loop does not grow
-        the journal.
-        """
+        """Replace the last committed entry with `entry`, atomically, so a crash loop does not grow it."""
         self._rewrite_with(entry, limit)
 
     def _committed(self, upto: int) -> list[dict[str, Any]]:
-        """The entries committed up to `upto`, read for a rewrite; the damaged lines it drops
-        are logged."""
+        """The entries committed up to `upto`, read for a rewrite; the damaged lines it drops are logged."""
         old = self.parse(files.read_bytes(self.path) or b"", upto)
         if old.damaged:
             import logging  # here: only a writer repairing damage logs; `status` need not import it
@@ -232,10 +219,7 @@ def _first_line(fd: int, size: int) -> bytes | None:
 
 def advanced_skipped(skipped: list[dict[str, Any]], entry: dict[str, Any],
               cycle_starts: frozenset[str]) -> list[dict[str, Any]]:
-    """The effects let fail in this cycle, after `entry`.
-
-    An install, upgrade or rollback starts the list again with what its own transition let fail.
-    """
+    """The effects let fail in this cycle, after `entry`; a new cycle starts the list again."""
     kept = [] if entry["trigger"] in cycle_starts else skipped
     return kept + [{"time": entry["time"], "trigger": entry["trigger"], **s}
                    for s in entry.get("skipped") or ()]

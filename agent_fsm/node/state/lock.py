@@ -1,18 +1,13 @@
 """The writers' lock: an exclusive flock(2) on a lock file, through filelock's `UnixFileLock`.
 
 Every agent-fsm version takes the same flock on the same file, so the last-good's and the
-candidate's processes exclude each other during an upgrade. The lock file is never removed
-(`preserve_lock_file`): removing it would let two processes lock two different files. A process
-that dies holding it releases it with its descriptor.
+candidate's processes exclude each other. The file is never removed (`preserve_lock_file`), or
+two processes could lock two files. A dead holder releases it with its descriptor.
 
-`UnixFileLock` with `fallback_to_soft=False`: without flock the lock fails with an OSError
-rather than becoming a marker file another release's flock would not see. filelock 3.29 drops
-unknown options silently, hence the 3.30 floor in pyproject.toml. filelock opens with
-O_NOFOLLOW, so a planted symlink fails (ELOOP) and is refused by name. Once locked,
-`on_acquired` refuses anything but a regular file and sets its exact mode.
-
-Readers (`status`) take no lock and never import filelock; it is imported without OpenSSL
-(`_filelock`).
+`fallback_to_soft=False`: without flock, locking fails rather than making a marker file other
+releases would not see (filelock 3.29 ignores unknown options: hence the 3.30 floor). A planted
+symlink fails (O_NOFOLLOW) and is refused by name. Once locked, `on_acquired` refuses a
+non-regular file and sets the exact mode. Readers never import filelock.
 """
 
 from __future__ import annotations
@@ -39,9 +34,8 @@ _NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 def _filelock() -> ModuleType:
     """filelock, imported with `_hashlib` kept out.
 
-    filelock imports `secrets`, whose `hmac` would map OpenSSL's libcrypto: 3.5 MB of an idle
-    daemon's memory, for no digest the lock computes. `hmac` and `hashlib` then use CPython's
-    own digests; `sha256` still finds OpenSSL if something loads it later.
+    Its `secrets` import would load OpenSSL's libcrypto via `hmac`: 3.5 MB of an idle daemon,
+    for no digest. `sha256` still finds OpenSSL if something loads it later.
     """
     if "filelock" in sys.modules or "_hashlib" in sys.modules:
         import filelock
@@ -56,8 +50,7 @@ def _filelock() -> ModuleType:
 
 
 def _checked(path: Path, mode: int, fd: int) -> None:
-    """Check the locked descriptor is a regular file and give it exactly `mode`; raising
-    releases it."""
+    """Check the locked descriptor is a regular file and give it exactly `mode`; raising releases it."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise files.unsafe(path, "it is not a regular file")
@@ -70,9 +63,8 @@ def held(path: Path, timeout: float, mode: int = 0o600,
          stopping: Callable[[], bool] | None = None) -> Iterator[None]:
     """Hold the lock on `path` for the block.
 
-    LockTimeout after `timeout` seconds of waiting. StopRequested as soon as `stopping()`
-    reports a stop while waiting (the daemon's SIGTERM flag). DiskError when the file cannot be
-    opened or fixed.
+    LockTimeout after `timeout` seconds; StopRequested as soon as `stopping()` says so (the
+    daemon's SIGTERM flag); DiskError when the file cannot be opened or fixed.
     """
     filelock = _filelock()  # writers only
     lock = filelock.UnixFileLock(

@@ -1,8 +1,7 @@
-"""Why an upgrade ended as it did: the class of its reason, and words for a failed candidate.
+"""Why an upgrade ended as it did: a `ReasonClass`, and words for a failed candidate.
 
-`ReasonClass` is a closed vocabulary, as states and triggers are; the outcome is
-`system.publish.Outcome`. A candidate systemd saw fail is described from the agent unit's
-`Result`, `ExecMainStatus` and `NRestarts`.
+A failed candidate is described from the agent unit's `Result`, `ExecMainStatus` and
+`NRestarts`.
 """
 
 from __future__ import annotations
@@ -48,8 +47,7 @@ RECOVERY_ENV = "AGENT_FSM_RECOVERY"
 
 
 def one_line(text: str) -> str:
-    """`text` as a reason is kept: on one line, control characters visible, at most MAX_REASON.
-    """
+    """`text` as a reason is kept: on one line, control characters visible, at most MAX_REASON."""
     return shown(text.strip(), MAX_REASON)
 
 
@@ -57,9 +55,9 @@ def from_unit(unit: str, shown: Mapping[str, str], refused_after: int | None = N
               timeouts: int = 0) -> tuple[str, ReasonClass]:
     """(reason, class) for a candidate whose agent unit failed, from `systemctl show`.
 
-    `refused_after`: the start count after which the last-good's start check refused the next;
-    the exit status is then the refused start's, not the candidate's. `timeouts`: the attempts
-    in a row, up to the last, that ended in systemd's start timeout.
+    `refused_after`: the start after which the last-good's start check refused the next, whose
+    exit status is then reported. `timeouts`: the last attempts in a row that hit systemd's
+    start timeout.
     """
     result = shown.get("Result", "")
     status, starts = shown.get("ExecMainStatus", "?"), shown.get("NRestarts", "?")
@@ -83,19 +81,14 @@ def from_unit(unit: str, shown: Mapping[str, str], refused_after: int | None = N
 
 
 def entry_keys(result: Mapping[str, Any] | None, reported: object) -> dict[str, Any]:
-    """The reason, in words and as a class, that a history entry keeps of its `reported` result.
-    """
+    """The reason, in words and as a class, that a history entry keeps of its `reported` result."""
     if not reported or result is None or "reason_class" not in result:
         return {}
     return {"reason": result.get("reason"), "reason_class": result["reason_class"]}
 
 
 def publish_given_up(error: str, seconds: float, since: float) -> dict[str, Any]:
-    """The arguments of `complete_queued` for a passed candidate whose result could not be
-    published.
-
-    Publishing failed for `seconds` (`publish_give_up_seconds`) since `since`, so it is queued.
-    """
+    """The arguments of `complete_queued`: a passed candidate whose result could not be published."""
     return {"reason_class": "passed",
             "reason": one_line(f"judged ok; the result was queued in the outbox after "
                                f"publishing it failed for {seconds:g}s: {one_line(error)}"),
@@ -113,11 +106,9 @@ def orphaned(state: str) -> dict[str, str]:
 
 
 def signal_lost(state: str, how: str) -> dict[str, str]:
-    """The reason recorded for a known upgrade whose signal was lost (`how`: gone, or
-    unreadable).
+    """The reason recorded for a known upgrade whose signal was lost (`how`: gone, or unreadable).
 
-    Its starts could not be counted nor its verdict kept, so it rolled back unjudged. It is of
-    the orphans' class, which every release's reader knows.
+    It rolled back unjudged. It has the orphans' class, which every release's reader knows.
     """
     return {"reason_class": ORPHANED,
             "reason": one_line(f"the upgrade signal was lost ({how}) while the state file "

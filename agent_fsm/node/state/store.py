@@ -1,14 +1,13 @@
 """The state file: the machine's state, the pending upgrade, the effects still owed, counters.
 
-`<state_dir>/state.json` is a document of kind `state` (`document_file`; docs/state-files.md).
-Writers hold an exclusive flock (`lock.held`) on the sibling `state.lock` for a whole
-transition. Readers need no lock, because every write is atomic. A damaged file, a newer schema
-without a readable core, or a field the machine does not write (`check_body`) is refused with
-one line naming the file, the field and its value. It is never overwritten.
+`<state_dir>/state.json` is a `state` document (docs/state-files.md). Writers hold the flock on
+`state.lock` for a whole transition; readers need none, as every write is atomic. A damaged or
+newer file, or one with a field the machine does not write, is refused in one line naming the
+field and its value, and never overwritten.
 
-The history lives in `history.jsonl` (`journal`). `record` appends and fsyncs a finished
-transition's entry, then commits it by writing the state file with its `seq`. The state file
-also holds what `status` shows of the history, so `status` never reads the journal.
+`record` appends and fsyncs a transition's entry to `history.jsonl` (`journal`), then commits it
+by writing the state file with its `seq`. The state file also holds what `status` shows of the
+history, so `status` never reads the journal.
 """
 
 from __future__ import annotations
@@ -96,12 +95,7 @@ class Store:
                  *, triggers: Collection[str] | None = None,
                  effects: Collection[str] | None = None, count_rules: CountRules | None = None,
                  lock_timeout: float = 30.0, journal_path: Path | None = None) -> None:
-        """`states`, `triggers` and `effects` are the names a file may use; without the last two
-        any is accepted.
-
-        The journal is `history.jsonl` beside the state file unless `journal_path` says
-        otherwise.
-        """
+        """`states`, `triggers` and `effects` are the names a file may use (the last two: any, if None)."""
         self.path = path
         self.count_rules = count_rules
         self.lock_path = lock_path
@@ -128,8 +122,7 @@ class Store:
         return self._upgraded(self._from_body(data))
 
     def decode(self, raw: bytes) -> StateDoc:
-        """The document in `raw`; StateFileError when damaged, newer, or a field is not valid.
-        """
+        """The document in `raw`; StateFileError when damaged, newer, or a field is not valid."""
         return self._upgraded(self._from_body(KIND.decode(raw, self.path, self._check)))
 
     def _upgraded(self, doc: StateDoc) -> StateDoc:
@@ -171,13 +164,10 @@ class Store:
     def record(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
         """Commit a finished transition: append and fsync its entry, then write the state file.
 
-        A crash between the two leaves the entry beyond the state's `seq`; readers drop it and
-        the resumed transition replaces it. `limit` is the history_limit. The caller holds the
-        lock.
-
-        A restart after a crash (`restarts` in the entry) within CRASH_LOOP_WINDOW of one with
-        the same trigger is the same crash loop. It replaces that entry with one restart more
-        (`repeat`), so the journal does not grow with the loop.
+        After a crash between the two, readers drop the entry and the resumed transition
+        replaces it. The caller holds the lock. A restart after a crash within CRASH_LOOP_WINDOW
+        of one with the same trigger replaces that entry with one restart more (`repeat`), so a
+        crash loop is one entry.
         """
         loop = doc.crash_loop
         if entry.get("restarts"):
@@ -206,8 +196,7 @@ class Store:
     def repeat(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
         """Commit a restart as one more of the crash loop the last entry stands for.
 
-        The journal entry is replaced, then the state file written. The count comes from the
-        state file, so a crash between the two still counts this restart once.
+        The count comes from the state file, so a crash between the two writes counts it once.
         """
         loop = doc.crash_loop
         assert loop is not None
@@ -224,10 +213,7 @@ class Store:
         self.write(doc)
 
     def history(self, doc: StateDoc | None = None) -> list[dict[str, Any]]:
-        """The committed transitions as of `doc` (read now if not given), oldest first. No lock.
-
-        The journal holds from `history_limit` to twice as many.
-        """
+        """The committed transitions as of `doc` (read now if not given), oldest first. No lock."""
         return self.read_journal(doc).entries
 
     def read_journal(self, doc: StateDoc | None = None) -> Read:
@@ -256,9 +242,8 @@ class Store:
     def locked_if_free(self) -> Iterator[bool]:
         """Hold the writers' lock for the block if it is free now; no wait.
 
-        Yields True holding it, False holding nothing. A writer holds it from write-ahead to
-        final record, so a transition found owed while this holds it was left by a process that
-        stopped.
+        Yields True holding it, False holding nothing. A transition found owed while this holds
+        it was left by a process that stopped.
         """
         files.ensure_private_dir(self.lock_path.parent)
         with contextlib.ExitStack() as stack:

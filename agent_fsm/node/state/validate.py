@@ -1,12 +1,10 @@
-"""Checks of what agent-fsm reads back from its own files, field by field, after the checksum.
+"""Field-by-field checks of what agent-fsm reads back from its own files, after the checksum.
 
-Each small typed checker takes a value and its field's name (`pending.done`) and returns the
-value or raises `Invalid`: one line naming the field, the value and what was expected. Readers
-prefix the file and add what to do. `state_body`, `signal_body` and `result_body` hold the rules
-of the state file, the signal and a result: types, ranges, the machine's names, and versions as
-`releases.check_version` has them. Other files' rules live beside their readers; history entries
-are checked by `entries`. Old layouts are upgraded by `Store._upgraded`, so what they lack
-(counters) is allowed here.
+Each checker takes a value and its field's name (`pending.done`) and returns the value or raises
+`Invalid` naming the field, the value and what was expected. `state_body`, `signal_body` and
+`result_body` are the rules of those files; other files' rules live beside their readers,
+history entries' in `entries`. What old layouts lack (counters) is allowed: `Store._upgraded`
+fills it in.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ VERSION = "a release version (letters, digits, '.', '+', '_' and '-', at most 64
 
 
 def invalid(field: str, value: Any, expected: str = "", *, problem: str = "") -> Invalid:
-    """The error for one field: its name and value, and what was expected (or `problem` in
-    full)."""
+    """The error for one field: its name and value, and what was expected (or `problem` in full)."""
     return Invalid(field, problem or f"{field} is {shown(value)}, expected {expected}")
 
 
@@ -159,8 +156,7 @@ RESULT = Kind("result", "queued result", "the result", 1, lambda body, _: result
 
 
 def result_file(raw: bytes) -> None:
-    """A queued result's bytes, checked as delivery checks them; ValueError if not a valid
-    result."""
+    """A queued result's bytes, checked as delivery checks them; ValueError if not a valid result."""
     try:
         RESULT.body(raw)
     except Problem as problem:
@@ -232,11 +228,9 @@ def state_body(data: Mapping[str, Any], states: Collection[str] | None = None,
                effects: Collection[str] | None = None) -> None:
     """The state file's body (schema and checksum already checked), except its history summary.
 
-    Counters may be absent; `Store._upgraded` gives zeros. `state` must be a state this reader
-    knows: a later agent-fsm writes one of the compatible core there (docs/state-files.md). A
-    pending transition and the counters may name what only a later agent-fsm knows, in the
-    core's shape and types. Such a transition is never run here (the way back supersedes it) and
-    such a counter is kept as it is.
+    `state` must be a state this reader knows; a later agent-fsm writes one of the compatible
+    core there. A pending transition and the counters may name what only a later agent-fsm
+    knows. Such a transition is never run here and such a counter is kept.
     """
     name(data.get("state", MISSING), "state", states, "state")
     up = nullable(data, "upgrade")
