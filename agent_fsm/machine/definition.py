@@ -1,10 +1,9 @@
 """The machine as data: load `states/agent-upgrade.toml` into plain records and check it.
 
-Loading refuses, naming what is wrong: not exactly one declared initial state; an undeclared
-state in a transition; an unknown condition or effect; a trigger declared twice; a state
-unreachable from the initial one or without a way out. Every state must declare, by a known
-name, what a daemon start and `recover` do from it. Every transition names the roles that may
-fire it (`by`), from the closed list `Role`.
+Loading refuses, naming the culprits: not exactly one initial state; undeclared states; unknown
+conditions or effects; a trigger declared twice; unreachable states or ones without a way out; a
+state not declaring its `on_start` and `on_recover`; a transition without roles (`by`, from
+`Role`).
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ DEFINITION_NAME = "agent-upgrade.toml"
 class Effect(NamedTuple):
     """One effect a transition runs; a `tolerant` one logs its failure instead of raising it.
 
-    `done_at_own_start`: resumed by a start of the agent unit running the selected release, it
-    counts as done without running (`restart_unit`: that start is the restart).
+    `done_at_own_start`: a start of the agent unit counts it as done (`restart_unit`: that start
+    is the restart).
     """
 
     name: str
@@ -37,12 +36,7 @@ class Effect(NamedTuple):
 
 
 class Role(enum.StrEnum):
-    """Which process may fire a transition (its `by`): the command it runs and whose release's
-    code.
-
-    Only the last-good's code runs the way back: the candidate's process never fires or finishes
-    a recovery transition (`Definition.may_finish`).
-    """
+    """Which process may fire a transition (its `by`); only the last-good's code runs the way back."""
 
     operator = "operator"  # an operator's command: install, activate, upgrade
     candidate = "candidate"  # the daemon started from the pending upgrade's candidate release
@@ -56,11 +50,7 @@ CODE: dict[Role, str] = {Role.operator: "operator", Role.candidate: "candidate",
 
 
 class OnStart(enum.StrEnum):
-    """What a daemon start does from a state (its `on_start`), after the crash-recovery steps.
-
-    Those steps resume what a crash left owed and roll back a signal the state file does not
-    know (`orphaned_signal`).
-    """
+    """What a daemon start does from a state (its `on_start`), after resuming and orphan rollback."""
 
     refuse_not_installed = "refuse_not_installed"
     judge_candidate = "judge_candidate"
@@ -71,8 +61,7 @@ class OnStart(enum.StrEnum):
 
 
 class OnRecover(enum.StrEnum):
-    """What `agent-fsm recover` does from a state (its `on_recover`), after the same two steps.
-    """
+    """What `agent-fsm recover` does from a state (its `on_recover`), after the same two steps."""
 
     roll_back = "roll_back"
     nothing_completing = "nothing_completing"
@@ -108,10 +97,7 @@ KEYS: dict[type[enum.StrEnum], str] = {OnStart: "on_start", OnRecover: "on_recov
 
 def handlers(kind: type[Action], table: Mapping[Action, Handler],
              owner: str) -> Mapping[Action, Handler]:
-    """`table` as `owner`'s dispatch by `kind`, refused unless every name has a handler.
-
-    A state may declare any name, so a missing handler fails when `owner` is loaded.
-    """
+    """`table` as `owner`'s dispatch by `kind`; a missing handler fails when `owner` is loaded."""
     missing = set(kind) - set(table)
     if missing:
         raise DefinitionError(f"{owner} has no handler for {KEYS[kind]} "
@@ -144,9 +130,8 @@ class Transition(NamedTuple):
     def may_finish(self, role: Role) -> bool:
         """Whether a process of `role` may finish this transition when a crash left it owed.
 
-        It may if a role running the same release's code may fire it, or if it is the
-        operator's: its effects use arguments fixed when recorded, and the next start finishes
-        it once the operator's command is gone.
+        Yes if a role of the same release's code may fire it, or if it is the operator's: its
+        arguments are fixed, and the next start finishes it once the command is gone.
         """
         return Role.operator in self.by or CODE[role] in {CODE[r] for r in self.by}
 
@@ -178,11 +163,9 @@ class Definition(NamedTuple):
         return tuple(t.trigger for t in self.transitions if state in t.sources)
 
     def finished_for_a_dead_command(self, trigger: str, args: Mapping[str, Any]) -> bool:
-        """Whether the daemon has its unit restarted to finish this owed transition, its command
-        gone.
+        """Whether the daemon restarts its unit to finish this owed transition of a gone command.
 
-        That is the operator's alone (`by`), except `install --no-start`, which asked for no
-        restart.
+        Only the operator's (`by`), except `install --no-start`.
         """
         known = any(t.trigger == trigger for t in self.transitions)
         return known and self.transition(trigger).by == (Role.operator,) \
@@ -190,11 +173,9 @@ class Definition(NamedTuple):
 
 
 def default_text() -> tuple[str, str]:
-    """The shipped definition's text and where it came from.
+    """The shipped definition's text and where it came from: `agent_fsm/states/` beside this module.
 
-    It is `agent_fsm/states/` in the package (a link to `states/` in a checkout, a copy in a
-    wheel or packed release), a path beside this module. agent-fsm never runs from a zip, and
-    `importlib.resources` would cost every daemon start ~1 MB and a few ms.
+    agent-fsm never runs from a zip, and `importlib.resources` would cost every start ~1 MB.
     """
     shipped = Path(__file__).parent.parent / "states" / DEFINITION_NAME
     try:
@@ -275,8 +256,7 @@ def _declared(raw_states: dict[str, Any], key: str, known: type[enum.StrEnum],
 
 def parse(text: str, source: str, *, effects: Collection[str],
           conditions: Collection[str]) -> Definition:
-    """Parse and check a definition; `effects` and `conditions` are the names the runtime has.
-    """
+    """Parse and check a definition; `effects` and `conditions` are the names the runtime has."""
     return checked(loads(text, source), source, effects=effects, conditions=conditions)
 
 

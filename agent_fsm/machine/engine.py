@@ -1,16 +1,14 @@
 """The lifecycle machine: the declared definition, run by `transitions`, made crash-safe.
 
-`Controller.fire(trigger)` takes the writers' lock and resumes any transition a crash left owed.
-`transitions` decides whether the trigger may fire: its sources, then its conditions; an illegal
-trigger raises IllegalTransition. The transition and its owed effects are recorded in the state
-file first (write-ahead). The effects run one by one, with progress recorded after each. Last,
-the new state and a history entry are recorded (`Store.record`). From a crash anywhere, `resume`
-reaches the same end state.
+`Controller.fire(trigger)` takes the writers' lock and resumes what a crash left owed.
+`transitions` checks the trigger's sources and conditions (else IllegalTransition). The
+transition and its effects are recorded first (write-ahead), the effects run with progress
+recorded after each, then the new state and a history entry are recorded. From a crash anywhere,
+`resume` reaches the same end.
 
 The controller fires only transitions whose `by` names its process's role, and finishes an owed
-one only if that role may (`Transition.may_finish`). Anything else raises NotItsRole before the
-state is touched. This is the one place that enforces "only the last-good's code runs the way
-back".
+one only if that role may (`Transition.may_finish`); else NotItsRole, before any write. This
+alone enforces "only the last-good's code runs the way back".
 """
 
 from __future__ import annotations
@@ -47,8 +45,7 @@ def env_failpoint(trigger: str, index: int) -> None:
 
 @dataclass
 class Step:
-    """What a condition or effect sees: the state document, the transition and its fixed
-    arguments."""
+    """What a condition or effect sees: the state document, the transition and its fixed arguments."""
 
     doc: StateDoc
     trigger: str
@@ -60,10 +57,7 @@ class Step:
 
 
 class Actor(Protocol):
-    """What effects act through, as the engine needs it: a clock, and `prepare`.
-
-    `prepare` fixes, before a transition is recorded, every value its effects will use.
-    """
+    """What effects act through: a clock, and `prepare`, which fixes their values before recording."""
 
     clock: Clock
 
@@ -130,8 +124,7 @@ class Controller:
     def _built(self) -> Machine:
         """The `transitions` machine with its conditions bound, built with the controller.
 
-        Each trigger gets the state document and the transition's arguments as event data
-        (`doc`, `args`), and a list (`refusals`) where a failing condition leaves its reason.
+        Triggers get `doc`, `args` and `refusals`, where a failing condition leaves its reason.
         """
         from transitions import Machine
 
@@ -186,9 +179,8 @@ class Controller:
     def supersedes(self, trigger: str, doc: StateDoc) -> bool:
         """Whether `trigger` replaces the owed transition instead of resuming it.
 
-        It does when the definition declares it in `supersedes`, or, for a trigger that declares
-        any (the way back), when the owed transition is `unknown` here: a later agent-fsm's,
-        left on the candidate's path.
+        It does when declared in `supersedes`, or, for a trigger that declares any (the way
+        back), when the owed transition is a later agent-fsm's (`unknown`).
         """
         t = self._transitions[trigger]
         pending = doc.pending
@@ -196,8 +188,7 @@ class Controller:
             pending.trigger in t.supersedes or bool(t.supersedes and self.unknown(pending)))
 
     def unknown(self, pending: Pending) -> list[str]:
-        """The names of an owed transition this agent-fsm does not know; none when it can resume
-        it."""
+        """The names of an owed transition this agent-fsm does not know; none when it can resume it."""
         names = [] if pending.trigger in self.trigger_names else [f"trigger {pending.trigger}"]
         names += [f"state {s}" for s in dict.fromkeys((pending.source, pending.dest))
                   if s not in self.machine.states]
@@ -273,8 +264,7 @@ class Controller:
         self._finish(doc)
 
     def _check_role(self, trigger: str, doc: StateDoc, *, fire: bool) -> None:
-        """Raise NotItsRole, touching nothing, unless this process may fire (or finish)
-        `trigger`."""
+        """Raise NotItsRole, touching nothing, unless this process may fire (or finish) `trigger`."""
         if self.process is None:
             return
         t = self._transitions[trigger]
@@ -359,11 +349,10 @@ class Controller:
 
     # Hooks --------------------------------------------------------------------------------
     def _before(self, trigger: str, args: dict[str, Any]) -> bool:
-        """Run the trigger's `before` hook outside the lock, once the trigger may fire from the
-        state read.
+        """Run the trigger's `before` hook outside the lock, so a slow hook never holds up the daemon.
 
-        A slow hook thus never holds up the daemon. A refusal is raised. False means it was not
-        asked, because the trigger may not fire now; `_run` asks again under the lock.
+        A refusal is raised. False: not asked, as the trigger may not fire now; `_run` asks
+        under the lock.
         """
         if trigger not in self.before_triggers or not self.hooks.has_before(trigger):
             return True

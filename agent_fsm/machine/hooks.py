@@ -1,10 +1,8 @@
-"""Hooks as the machine sees them: which transitions may have a `before` hook, and how it is
-run.
+"""Hooks as the machine sees them: which transitions may have a `before` hook, and how it is run.
 
-Only an operator-started transition runs a `before` hook, which may refuse it: one that begins a
-cycle from a settled state and does not roll back (`install`, `activate`, `begin_upgrade`). What
-the daemon or recovery fires runs none, so hooks never block or delay a rollback. `after` hooks
-may follow any transition; they run once it is recorded, and a failure is only logged.
+Only an operator-started transition runs a `before` hook, which may refuse it (`install`,
+`activate`, `begin_upgrade`). What the daemon or recovery fires runs none, so hooks never block
+a rollback. `after` hooks may follow any transition once recorded; a failure is only logged.
 """
 
 from __future__ import annotations
@@ -26,13 +24,11 @@ class Hooks(Protocol):
     def has_before(self, trigger: str) -> bool: ...
 
     def before(self, transition: Mapping[str, Any]) -> str | None:
-        """Run the trigger's `before` hook: None to go on, else why not (with the hook's last
-        line)."""
+        """Run the trigger's `before` hook: None to go on, else why not (with the hook's last line)."""
         ...
 
     def after(self, transition: Mapping[str, Any]) -> None:
-        """Run the trigger's `after` hook, if any, without delaying the caller; a failure is
-        logged."""
+        """Run the trigger's `after` hook, if any, without delaying the caller; a failure is logged."""
         ...
 
 
@@ -51,11 +47,7 @@ class NoHooks:
 
 @functools.lru_cache(maxsize=8)  # once per definition, as its groups
 def before_triggers(d: Definition) -> frozenset[str]:
-    """The triggers that may run a `before` hook, read off the definition.
-
-    They are fired by an operator's command (`by`), close the gate from a settled state, and do
-    not lead into rolling back.
-    """
+    """The triggers that may run a `before` hook: an operator's, closing the gate, not rolling back."""
     g = groups(d)
     return frozenset(t.trigger for t in d.transitions
                      if t.trigger in g.cycle_starts and t.dest not in g.rolling_back
@@ -63,8 +55,7 @@ def before_triggers(d: Definition) -> frozenset[str]:
 
 
 def check(hooks: HookConfig, d: Definition, source: object) -> None:
-    """Refuse hooks for unknown triggers, and `before` hooks for transitions the operator does
-    not start."""
+    """Refuse hooks for unknown triggers, and `before` hooks for transitions the operator does not start."""
     known = [t.trigger for t in d.transitions]
     allowed = before_triggers(d)
     for when, table in (("before", hooks.before), ("after", hooks.after)):
@@ -83,11 +74,7 @@ def check(hooks: HookConfig, d: Definition, source: object) -> None:
 
 def transition(when: str, trigger: str, source: str, dest: str, from_version: str | None,
                to_version: str | None, time: float, **extra: Any) -> dict[str, Any]:
-    """The transition as a hook receives it: JSON on stdin, and `AGENT_FSM_<KEY>` for each
-    scalar.
-
-    docs/configuration.md documents it; the runner adds the node's `name`.
-    """
+    """The transition as a hook receives it: JSON on stdin, and `AGENT_FSM_<KEY>` for each scalar."""
     return {"hook": when, "trigger": trigger, "source": source, "dest": dest,
             "from": from_version, "to": to_version, "time": time, **extra}
 
@@ -96,8 +83,8 @@ def finished(entry: Mapping[str, Any], args: Mapping[str, Any], effects: Collect
              last_result: Mapping[str, Any] | None) -> dict[str, Any]:
     """The transition an `after` hook is told of, from its history entry.
 
-    `outcome` is "ok", or "degraded" when a tolerant effect failed; `result` is the upgrade's
-    ("ok" or "rolled_back") when this transition reported one.
+    `outcome` is "ok" or "degraded"; `result` is the upgrade's, when this transition reported
+    one.
     """
     up = entry.get("upgrade")
     reported = last_result is not None and bool(set(RESULT_EFFECTS) & set(effects))
@@ -110,8 +97,7 @@ def finished(entry: Mapping[str, Any], args: Mapping[str, Any], effects: Collect
 
 
 def ask(hooks: Hooks, trigger: str, source: str, dest: str, args: Mapping[str, Any]) -> None:
-    """Run an operator-started transition's `before` hook; a refusal is raised (exit 3) before
-    any write."""
+    """Run an operator-started transition's `before` hook; a refusal is raised (exit 3) before any write."""
     why = hooks.before(transition("before", trigger, source, dest, args.get("from"),
                                   args.get("release"), float(args["started"])))
     if why is not None:
@@ -120,8 +106,7 @@ def ask(hooks: Hooks, trigger: str, source: str, dest: str, args: Mapping[str, A
 
 @contextlib.contextmanager
 def telling(hooks: Hooks, done: list[dict[str, Any]]) -> Iterator[None]:
-    """Run the `after` hooks of the transitions recorded in the block (in `done`), once it and
-    its lock are left, whether it succeeded or not."""
+    """Run the `after` hooks of the transitions recorded in the block once it and its lock are left."""
     try:
         yield
     finally:

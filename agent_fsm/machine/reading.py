@@ -15,8 +15,7 @@ from .vocabulary import check_vocabulary
 
 
 def _named(data: dict[str, Any], key: str) -> set[str]:
-    """The names a definition's transitions give under `key`; anything else is left for `parse`.
-    """
+    """The names a definition's transitions give under `key`; anything else is left for `parse`."""
     out: set[str] = set()
     transitions = data.get("transitions")
     for raw in transitions if isinstance(transitions, list) else ():

@@ -1,10 +1,7 @@
-"""State and trigger names as one typed vocabulary, and groups of states read off the
-definition.
+"""State and trigger names as one typed vocabulary, and groups of states read off the definition.
 
-Code names a state only through `StateName`, and asks the definition which states a group holds.
 `check_vocabulary` runs at load: a name the code uses that the definition lacks is an error, so
-a renamed state cannot silently drop out of a comparison. So is an `on_start` or `on_recover`
-that fires a trigger its state has no transition for (`FIRES`).
+a renamed state cannot silently drop out of a comparison.
 """
 
 from __future__ import annotations
@@ -67,8 +64,7 @@ FIRES: dict[str, Trigger] = {
 
 
 def check_vocabulary(d: Definition) -> None:
-    """Refuse a definition lacking a name the code uses, or whose `on_start`/`on_recover` do not
-    match."""
+    """Refuse a definition lacking a name the code uses, or whose `on_start`/`on_recover` do not match."""
     states = set(StateName) - set(d.state_names)
     triggers = set(Trigger) - {t.trigger for t in d.transitions}
     if states or triggers:
