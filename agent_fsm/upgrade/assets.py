@@ -1,15 +1,9 @@
-"""The service assets as transitions write them (rendering: `node.assets`); systemd reads them
-after `units.reload_systemd`.
+"""The service assets as transitions write them (rendering: `node.assets`).
 
-`begin_upgrade` runs `converge_assets` before its signal, while the last-good is selected. The
-last-good's templates, rendered with the current settings, are written where they differ and
-kept as its copy. So the candidate is judged under the config the operator wrote (start timeout,
-restart delay, workload paths). `settings_apply` refuses the upgrade up front when they cannot
-be rendered.
-
-`hold_assets` keeps the last-good's files during an upgrade and writes only missing ones, from
-its kept copy. `write_assets` writes the selected release's assets; `converge_assets` writes
-those that differ. Both keep the `bin_link` too, logging a failure rather than failing.
+`begin_upgrade` runs `converge_assets` while the last-good is selected, so the candidate is
+judged under the config the operator wrote; `settings_apply` refuses first if that cannot
+render. `hold_assets` keeps the last-good's files during an upgrade, writing only missing ones.
+`write_assets` writes all; `converge_assets` those that differ. Both keep the `bin_link`.
 """
 
 from __future__ import annotations
@@ -27,11 +21,7 @@ log = logging.getLogger("agent_fsm")
 
 
 def settings_apply(effectors: Effectors, step: Step) -> AgentFsmError | None:
-    """Refuse an upgrade when the last-good's units do not render with the current settings.
-
-    The candidate could not be judged under them (a value a unit cannot hold, a damaged
-    release).
-    """
+    """Refuse an upgrade when the last-good's units do not render with the current settings."""
     version = effectors.releases.last_good()
     try:
         if version is None:
@@ -76,11 +66,9 @@ def converge_assets(effectors: Effectors, step: Step) -> None:
 
 
 def keep_last_good_copy(effectors: Effectors, rendered: tuple[assets.Asset, ...]) -> None:
-    """When the selected release is the last-good, keep what it renders now as its copy, if
-    changed.
+    """When the selected release is the last-good, keep what it renders now as its copy, if changed.
 
-    Holding restores from that copy. A failure is logged, not raised; holding then renders from
-    the last-good's release and says so.
+    A failure is logged; holding then renders from the last-good's release.
     """
     paths, version = effectors.paths, effectors.releases.selected()
     if version is None or version != effectors.releases.last_good():
@@ -100,8 +88,7 @@ def keep_last_good_copy(effectors: Effectors, rendered: tuple[assets.Asset, ...]
 
 
 def keep_link(effectors: Effectors) -> None:
-    """Keep `agent-fsm` on PATH; a failure is logged, since the link is for people and no unit
-    uses it."""
+    """Keep `agent-fsm` on PATH; a failure is logged, since the link is for people and no unit uses it."""
     before = bin_link.look(effectors.paths)
     try:
         link = bin_link.keep(effectors.paths)

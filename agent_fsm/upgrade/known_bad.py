@@ -17,11 +17,7 @@ log = logging.getLogger("agent_fsm")
 
 
 def mark_known_bad(effectors: Effectors, step: Step) -> None:
-    """Mark the candidate known bad, with its recorded result's reason; a re-run marks once.
-
-    An orphaned signal's rollback marks nothing: that candidate was never judged here, and only
-    a failed judgment or a crash marks one.
-    """
+    """Mark the candidate known bad with its result's reason, once; an orphan's rollback marks nothing."""
     up = effectors.pending_upgrade(step)
     r = step.doc.last_result or {}
     if r.get("to") != up.to_version or r.get("started") != up.started:

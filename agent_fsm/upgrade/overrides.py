@@ -1,9 +1,7 @@
-"""What `upgrade --force` goes past, decided here alone: a hold, an inhibitor and a known-bad
-mark.
+"""What `upgrade --force` goes past, decided here alone: a hold, an inhibitor and a known-bad mark.
 
-Each is a condition of `begin_upgrade` that, unforced, refuses in its own words: what holds the
-upgrade back and how to lift it. Forced, it is named in `passed`, which `upgrade` says first.
-None of them ever refuses a rollback, since only `begin_upgrade` asks.
+Each is a condition of `begin_upgrade` that, unforced, says what holds the upgrade and how to
+lift it. Forced, `passed` names it. Only `begin_upgrade` asks, so none refuses a rollback.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The tables the engine is given, built from one list, and the definition checked against them.
 
-Each condition and effect is a function `(effectors, step)` in its concern's module.
-`CONDITIONS` and `EFFECTS` list them all under the names the definition uses. Nothing registers
-itself: `load_definition` refuses a definition naming a function not listed. A condition returns
-None when it holds, else the error that refuses. An effect is idempotent: a crash before its
-progress is recorded runs it again.
+`CONDITIONS` and `EFFECTS` list every `(effectors, step)` function under the name the definition
+uses; `load_definition` refuses a name not listed. A condition returns None or the refusing
+error. An effect is idempotent: a crash before its progress is recorded runs it again.
 """
 
 from __future__ import annotations
@@ -56,8 +54,7 @@ EFFECTS: Mapping[str, Effect] = _by_name(
 
 
 def load_definition(text: str | None = None, source: str = "<text>") -> Definition:
-    """The shipped definition, checked against the code's effects, conditions, states and
-    triggers.
+    """The shipped definition, checked against the code's effects, conditions, states and triggers.
 
     Another machine's `text` (tests, benchmarks) is checked against effects and conditions only.
     """

@@ -1,8 +1,4 @@
-"""The releases as the machine moves them (the pointers: `node.releases.pointers`).
-
-Conditions: the release asked for exists and is not selected; recovery left the last-good
-selected. Effects: select a release or the last-good; promote the selected one to last-good.
-"""
+"""The releases as the machine moves them (the pointers: `node.releases.pointers`)."""
 
 from __future__ import annotations
 
@@ -21,8 +17,7 @@ log = logging.getLogger("agent_fsm")
 
 
 def release_exists(effectors: Effectors, step: Step) -> AgentFsmError | None:
-    """The release is stored and intact, every byte read (`Releases.reread`), before it is run.
-    """
+    """The release is stored and intact, every byte read (`Releases.reread`), before it is run."""
     try:
         effectors.releases.reread(str(step.arg("release")))
     except ReleaseError as exc:
@@ -65,11 +60,9 @@ def way_back(effectors: Effectors, step: Step | None, last_good: str, *,
              fall_back: bool = True) -> str:
     """The release the way back goes to: `last_good`, mended if it must be.
 
-    A damaged last-good is repaired from intact copies in the store. Failing that, the newest
-    intact known-good release, not known bad and not the candidate, becomes the last-good. What
-    was done goes to the log, the known-good record and the recorded result (`step`'s).
-    ReleaseError when nothing intact is left, or when `fall_back` is False: only the way back
-    moves the last-good.
+    A damaged last-good is repaired from intact copies, else the newest intact known-good
+    release (not known bad, not the candidate) becomes the last-good, and the result says so.
+    ReleaseError when nothing intact is left, or when `fall_back` is False.
     """
     try:
         fixed = effectors.releases.mend(last_good)
@@ -121,8 +114,7 @@ def _fall_back(effectors: Effectors, step: Step | None, last_good: str,
 
 
 def _tell(effectors: Effectors, step: Step | None, event: known_good.WayBack) -> None:
-    """Record the way back's repair or fallback for `status` and the result; a failure is only
-    logged."""
+    """Record the way back's repair or fallback for `status` and the result; a failure is only logged."""
     try:
         known_good.took_way_back(effectors.paths.known_good_file, event)
     except AgentFsmError as exc:

@@ -1,11 +1,9 @@
 """Which role a process plays (`by` in states/agent-upgrade.toml): its command and its release.
 
-The daemon's role is fixed at start by the release it runs (`running`): the stored release whose
-`lib/` holds the imported agent_fsm. A process run from a checkout or a wheel counts as the
-release selected at start, which is what `ExecStart=${selected}/bin/agent-fsm` runs. The
-last-good's release is `last_good`, the candidate's `candidate`, any other no role. `agent-fsm
-recover` is `recovery` unless run from the candidate's release; the CLI hands over to the
-last-good's (`actions.recover.hand_over`). Every other command is `operator`.
+The daemon's role is fixed at start by the release whose `lib/` it imported (`running`); from a
+checkout or wheel, the release selected then. The last-good's release is `last_good`, the
+candidate's `candidate`, any other none. `agent-fsm recover` is `recovery` unless run from the
+candidate's release. Every other command is `operator`.
 """
 
 from __future__ import annotations
@@ -72,11 +70,7 @@ class Process:
         return None
 
     def _owed_by_candidate(self, doc: StateDoc) -> bool:
-        """Whether the owed transition is this release's own upgrade, from `judged_ok`.
-
-        `complete` and `complete_queued` run `promote_last_good`, which may already have made
-        this release the last-good.
-        """
+        """Whether the owed transition is this release's own upgrade, from `judged_ok`."""
         owed = doc.pending
         up = owed.args.get("upgrade") if owed is not None else None
         return owed is not None and owed.source == StateName.judged_ok \

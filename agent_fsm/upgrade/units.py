@@ -1,17 +1,11 @@
 """What the machine asks systemd of the agent's units, and whether recovery is still at work.
 
-It resets the agent unit's start limit, restarts and enables it, starts the recovery unit, and
-reloads unit files. `recovery_idle` refuses a new upgrade while recovery works.
+`reload_systemd` always reloads, after every asset was written. Nothing relies on a reload's
+side effects (it reset start counts only up to systemd 254); the agent unit has no start limit.
 
-`reload_systemd` always reloads; it follows writing every asset (`install`, `activate`,
-`complete`). Nothing relies on a reload's side effects: a `daemon-reload` reset start counts up
-to systemd 254, not since 255. The agent unit has no start limit (`StartLimitIntervalSec=0`);
-`agent.start_check` counts its starts.
-
-`reload_systemd_if_changed` serves a start (`settle`) and the way back (`recovered`). Their
-files were written earlier or held byte for byte. A reload re-reads every unit on the host
-(70-160 ms in the e2e sandbox, more on a full host), so it runs only if systemd reports
-`NeedDaemonReload=` in one `systemctl show`. Any doubt means reloading.
+`reload_systemd_if_changed` serves a start and the way back, whose files were written earlier. A
+reload re-reads every unit on the host (70-160 ms in the e2e sandbox), so it runs only when
+systemd reports `NeedDaemonReload=`, or any doubt.
 """
 
 from __future__ import annotations
@@ -52,9 +46,8 @@ def recovery_at_work(effectors: Effectors) -> str | None:
 def recovery_idle(effectors: Effectors, step: Step) -> AgentFsmError | None:
     """Refuse a new upgrade while the recovery unit is at work. No `--force` goes past it.
 
-    A failed try of it retries even after its upgrade ended another way. Finding the new
-    candidate being judged, it would roll that back and mark it known bad. Its next try finds
-    nothing pending and stops; `upgrade` waits for that (`actions.upgrade.wait_for_recovery`).
+    A failed try retries even after its upgrade ended; finding a new candidate judged, it would
+    roll that back and mark it known bad. `upgrade` waits for it (`wait_for_recovery`).
     """
     now = recovery_at_work(effectors)
     if now is None:

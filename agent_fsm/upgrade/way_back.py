@@ -1,10 +1,8 @@
 """The way back's prologue, written once; then the caller does what the state declares.
 
 The prologue abandons an upgrade cut before its candidate started, resumes what is owed, and
-rolls back a signal the state file does not know (an orphan, `is_orphan`). The caller then
-follows `on_start` or `on_recover`. Callers: the daemon's start (`START`), the serving last-good
-finishing a dead command in place (`IN_PLACE`), and `agent-fsm recover` (`RECOVER`). `status`
-asks the predicate alone.
+rolls back an orphan (`is_orphan`). Callers: the daemon's start (`START`), the serving last-good
+(`IN_PLACE`) and `agent-fsm recover` (`RECOVER`); `status` asks the predicate alone.
 """
 
 from __future__ import annotations
@@ -46,20 +44,12 @@ class Goes(Sees, Protocol):
 
 
 def is_orphan(groups: Groups, state: str, sig: UpgradeSignal | None) -> bool:
-    """Whether `sig` exists while the state file knows no upgrade (`state` a source of
-    `orphaned_signal`).
-
-    What runs under an orphan was never judged here.
-    """
+    """Whether `sig` exists while the state file knows no upgrade; an orphan was never judged here."""
     return sig is not None and state in groups.orphan_from
 
 
 def orphan(node: Sees, doc: StateDoc) -> UpgradeSignal | None:
-    """The signal when it is an orphan, else None.
-
-    The signal is read only where it may be one, so a damaged signal never stops the way back
-    elsewhere.
-    """
+    """The signal when it is an orphan, else None; read only where it may be one."""
     if doc.state not in node.groups.orphan_from:
         return None
     sig = node.signal()
@@ -67,11 +57,10 @@ def orphan(node: Sees, doc: StateDoc) -> UpgradeSignal | None:
 
 
 def on_the_way_back(node: Goes) -> bool:
-    """Whether a daemon start here is on a signal's way back.
+    """Whether a daemon start here is on a signal's way back, where a wrong config falls back.
 
-    That is when the candidate was given up, a transition towards that is owed, or an orphan is
-    to be rolled back. There the daemon may run with the last-good's kept settings when the live
-    config is wrong (`config.fallback`).
+    That is when the candidate was given up, a transition towards that is owed, or an orphan
+    waits.
     """
     doc = node.store.read()
     back = node.groups.rolling_back
@@ -82,9 +71,8 @@ def on_the_way_back(node: Goes) -> bool:
 def abandon_cut_upgrade(node: Goes, doc: StateDoc, *, restart: bool) -> StateDoc | None:
     """Abandon an upgrade cut before its candidate started (`begin_upgrade` owed).
 
-    It fires `abandon_upgrade`, which supersedes it and selects the last-good again, restarting
-    the agent unit if `restart`. None, firing nothing, when no such upgrade is owed, or when it
-    was only in flight (read without the lock) and has gone on since.
+    `abandon_upgrade` supersedes it and selects the last-good, restarting the unit if `restart`.
+    None when no such upgrade is owed, or it has gone on since the unlocked read.
     """
     pending = doc.pending
     last_good = node.releases.last_good()
@@ -122,8 +110,7 @@ RECOVER = Way(abandon_restarts=True, orphan_restarts=True, replaces=Trigger.reco
 
 
 class Leftover(enum.StrEnum):
-    """What the prologue cleared that ended it: a restart was asked, whose start does the rest.
-    """
+    """What the prologue cleared that ended it: a restart was asked, whose start does the rest."""
 
     cut_upgrade = "cut_upgrade"
     orphan = "orphan"
@@ -138,11 +125,9 @@ class Cleared(NamedTuple):
 
 
 def clear_leftovers(node: Goes, doc: StateDoc, way: Way, *, abandon: bool = True) -> Cleared:
-    """Abandon a cut upgrade (when `abandon`), resume what is owed, roll back an orphan, as
-    `way` says.
+    """Abandon a cut upgrade (when `abandon`), resume what is owed, roll back an orphan, as `way` says.
 
-    A step that asks for a restart ends it (`Cleared.ended_by`). Otherwise the caller goes on
-    from `Cleared.doc` by what the state declares.
+    A step that asks for a restart ends it (`Cleared.ended_by`).
     """
     import logging
 
