@@ -1,9 +1,8 @@
 """`agent-fsm recover`: roll back to the last-good when an upgrade is pending and not judged ok.
 
-`recover` is the use case. `run` is the process the recovery script or an operator starts. It
-hands over to the last-good's own `agent-fsm` when this is another release's. Run by the
-recovery unit, it turns a failed try into a wait and an exit code so systemd tries again
-(`by_recovery_unit`, read once at start).
+`recover` is the use case; `run` the process. It hands over to the last-good's `agent-fsm` when
+this is another release's. Under the recovery unit it turns a failed try into a wait and an exit
+code, so systemd tries again.
 """
 
 from __future__ import annotations
@@ -32,11 +31,10 @@ def by_recovery_unit() -> bool:
 
 
 def why_recover(node: Node, doc: StateDoc, *, by_unit: bool = False) -> dict[str, str]:
-    """Why this rollback happens, as the result records it. Never raises.
+    """Why this rollback happens, as the result records it; never raises or waits.
 
-    A lost or unreadable signal means the candidate was never judged. Otherwise the recovery
-    unit (`by_unit`) reads the agent unit's end from systemd, and anyone else is an operator.
-    The way back waits on neither systemd nor the signal.
+    A lost signal: never judged. Else the recovery unit reads the agent unit's end from systemd;
+    anyone else is an operator.
     """
     try:  # the start check's count: a damaged signal never stops a rollback
         sig = node.signal()
@@ -69,11 +67,7 @@ RETRY_MAX = 30.0
 
 
 def recover(node: Node, *, by_unit: bool = False) -> Done:
-    """Roll back to the last-good when an upgrade is pending and not judged ok; else say so.
-
-    `by_unit`: the recovery unit runs it. Raises when the rollback is not done, so the recovery
-    unit tries again.
-    """
+    """Roll back when an upgrade is pending and not judged ok; else say so. Raises if not done."""
     node.store.lock_timeout = max(node.store.lock_timeout, WAY_BACK_LOCK_WAIT)
     doc = node.store.read()
     cleared = way_back.clear_leftovers(node, doc, way_back.RECOVER)
@@ -101,11 +95,7 @@ def _to(doc: StateDoc) -> str:
 
 
 def retry_delay(node: Node | None) -> float:
-    """The wait before a failed recovery try exits: RETRY_FIRST doubled per restart, at most
-    RETRY_MAX.
-
-    Restarts are the recovery unit's `NRestarts`. RETRY_MAX when the node or systemd cannot say.
-    """
+    """The wait before a failed recovery try exits: RETRY_FIRST doubled per restart, at most RETRY_MAX."""
     if node is None:
         return RETRY_MAX
     try:
@@ -130,10 +120,9 @@ def _roll_back(node: Node, doc: StateDoc, by_unit: bool) -> Done:
 def _restart_refused(node: Node, done: str, *, by_unit: bool) -> None:
     """Raise when systemd refused the way back's restart, leaving the agent unit `failed`.
 
-    That happens to a unit with a start limit, hit, whose reset failed (`reset_start_limit` is
-    let pass). The recovery unit then tries again, and its next `recover` resets and restarts;
-    nothing else would, since its run was `OnFailure=`'s. An operator's run is not asked: the
-    failure starts the recovery unit. Where systemd cannot say, the rollback counts as done.
+    That is a start limit hit whose reset failed. The recovery unit's next try resets and
+    restarts; nothing else would. An operator's run is not asked. Where systemd cannot say, it
+    counts as done.
     """
     if not by_unit:
         return
@@ -161,11 +150,9 @@ def _nothing_pending(node: Node, doc: StateDoc, by_unit: bool) -> Done:
 def _started_if_given_up(node: Node, *, by_unit: bool) -> str:
     """Start the agent unit again if systemd gave up starting it; what was done, in words.
 
-    With nothing to roll back, the agent's next start does what is left (`complete`, `settle`),
-    and a converged agent restarts for ever. But a unit with a start limit (older releases'
-    unit, still loaded after a failed reload; a drop-in) stays `failed` once its starts are used
-    up. Its start limit is then reset and it is started, as the way back does. Where systemd
-    cannot say, the recovery unit's run raises to be tried again; an operator's is told.
+    A unit with a start limit (an older release's, a drop-in) stays `failed` once its starts are
+    used up, so its limit is reset and it is started, as the way back does. Where systemd cannot
+    say, the recovery unit's run raises; an operator's is told.
     """
     unit = node.paths.agent_unit_name
     try:
@@ -193,8 +180,7 @@ ON_RECOVER: Mapping[OnRecover, Callable[[Node, StateDoc, bool], Done]] = handler
 
 @dataclass(frozen=True)
 class Tried:
-    """One run of `agent-fsm recover`: what it did, or why it failed and how long to wait before
-    exit."""
+    """One run of `agent-fsm recover`: what it did, or why it failed and how long to wait before exit."""
 
     done: Done | None
     failure: Exception | None = None
@@ -216,9 +202,8 @@ def run(open_node: Callable[[], Node], global_options: Sequence[str],
         tell: Callable[[str], None]) -> Tried:
     """`agent-fsm recover` as a process runs it, its node opened by `open_node`.
 
-    `tell` gets the lines written before a hand-over. By hand, a failure is raised (one line,
-    its exit code). Under the recovery unit, a failure is returned with its wait, so the unit
-    tries again until the rollback is done.
+    By hand, a failure is raised. Under the recovery unit it is returned with its wait, so the
+    unit tries again until the rollback is done.
     """
     by_unit = by_recovery_unit()
     if not by_unit:
@@ -241,12 +226,11 @@ def _run(node: Node, global_options: Sequence[str], tell: Callable[[str], None],
 
 
 def hand_over(node: Node, global_options: Sequence[str], tell: Callable[[str], None]) -> None:
-    """Run the last-good's own `agent-fsm recover` with `global_options` when this is another
-    release's.
+    """Run the last-good's own `agent-fsm recover` with `global_options` when this is another release's.
 
     Only the last-good's code runs the way back, and `agent-fsm` on PATH is the selected
-    release's, the candidate's during an upgrade. Returns when this is the last-good's, runs
-    from no stored release, or the last-good has no launcher.
+    release's. Returns when this is the last-good's, runs from no stored release, or there is no
+    launcher.
     """
     process = node.controller.process
     last_good = node.releases.last_good()

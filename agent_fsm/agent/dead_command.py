@@ -1,11 +1,9 @@
 """An operator's command that died and left work on the node, found and finished while the
 daemon serves (`DeadCommand`).
 
-The serving daemon looks (a stat of the state file) when the state dir changes. It also looks
-every OWED_CHECK_SECONDS while it has found work it cannot finish yet (`needs_timer`), and
-always where inotify is missing; an idle daemon wakes for nothing else. What the last-good's own
-start would do, it does in place with the workload running. For the rest it restarts its own
-unit, whose start finishes the work.
+The daemon looks when the state dir changes, and by the clock while `needs_timer` says so. What
+the last-good's own start would do, it does in place with the workload running; for the rest it
+restarts its unit, whose start finishes the work.
 """
 
 from __future__ import annotations
@@ -31,23 +29,18 @@ STOP_GRACE = 30.0  # how long to wait for the stop of a restart this process que
 
 
 class DeadCommand:
-    """Finds work a gone command left on the node: owed work whose writers' lock is free at
-    once.
+    """Finds work a gone command left: owed work whose writers' lock is free at once.
 
-    A writer holds the lock from write-ahead to final record, so a live command, however slow,
-    is left alone. The lock is tried before anything is acted on. Two kinds (`in_place`):
+    A writer holds the lock from write-ahead to final record, so a live command is left alone.
+    Two kinds (`in_place`):
 
-    - `restart`: an operator's transition (`install`, `activate`, `begin_upgrade` once it selected
-      its candidate) left owed by a command that died (SIGKILL, OOM, lost ssh) or failed at an
-      effect. Another release's start must finish it. Never another role's transition, nor an
-      `install --no-start`, whose operator asked for no restart.
-    - `in_place`: what the last-good's own start would do, which this process can do without a
-      restart. It abandons an upgrade cut before it selected its candidate, or rolls back a signal
-      the state file does not know, then finishes (`recovered`, `settle`). It also completes an
-      earlier try here that failed half-way.
+    - `restart`: an operator's transition (`install`, `activate`, `begin_upgrade` past selecting
+      its candidate) left by a command that died or failed at an effect; another release's start
+      finishes it. Never another role's, nor an `install --no-start`.
+    - `in_place`: abandon an upgrade cut before it selected its candidate, or roll back an orphaned
+      signal, then finish (`recovered`, `settle`), also after an earlier try failed half-way.
 
-    While nothing is found, `look` costs a stat. The file is read, and the lock tried, only when
-    it changed or the last look found something.
+    While nothing is found, `look` costs one stat.
     """
 
     def __init__(self, node: Node, release: str | None, notifier: Notifier,
@@ -99,11 +92,7 @@ class DeadCommand:
         return self._operators(doc) or self.in_place(doc)
 
     def look(self) -> StateDoc | None:
-        """The state file, re-read under the writers' lock, when it holds a gone command's work;
-        else None.
-
-        It never waits: the lock is tried once and held only to read the file again.
-        """
+        """The state file, re-read under the writers' lock, when it holds a gone command's work; else None."""
         store = self.node.store
         try:
             st = os.stat(store.path)
@@ -124,16 +113,13 @@ class DeadCommand:
             return doc if self._owed else None
 
     def watch(self) -> DirWatch | None:
-        """A watch on the state dir; None where inotify is missing (`needs_timer` is then always
-        true)."""
+        """A watch on the state dir; None where inotify is missing (`needs_timer` is then always true)."""
         return DirWatch.open(self.node.paths.state_dir)
 
     def needs_timer(self) -> bool:
-        """Whether the next look must come by the clock rather than a change in the state dir.
-
-        That is when a live writer holds found work, a try failed, or a restart was asked. Lock
-        tries write the state dir themselves, so a change cannot be waited for then.
-        """
+        """Whether the next look must come by the clock: found work is held, a try failed, or a
+        restart was asked. Lock tries write the state dir themselves, so no change can be waited
+        for."""
         return self._owed or self.restart_asked_at is not None
 
     def again(self) -> None:
@@ -141,14 +127,10 @@ class DeadCommand:
         self._owed = True
 
     def finish(self) -> bool:
-        """Finish a gone command's work: in place if the last-good's start would, else by a
-        restart.
+        """Finish a gone command's work: in place if the last-good's start would, else by a restart.
 
-        In place, the workload runs throughout (`finish_in_place`). Otherwise an operator's
-        transition is owed that another release's start must finish, so this unit restarts and
-        the selected release's start finishes and judges it. The gate is already shut (the
-        command's first effect). True when the work was done or the restart asked; a failure is
-        logged and retried next look.
+        The gate is already shut. True when done or the restart asked; a failure is logged and
+        retried.
         """
         now = time.monotonic()
         if self.restart_asked_at is not None and now - self.restart_asked_at < STOP_GRACE:
@@ -183,14 +165,10 @@ class DeadCommand:
         return True
 
     def finish_in_place(self, doc: StateDoc) -> bool:
-        """Do what the last-good's start would do, without stopping the workload; True once the
-        gate opens.
+        """Do what the last-good's start would do, without stopping the workload; True once the gate opens.
 
-        It abandons an upgrade cut before it selected its candidate (`abandon_upgrade`, nothing
-        marked known bad), or rolls back an unknown signal (`orphaned_signal`, no restart
-        asked). Then it finishes as a start would (`recovered`, `settle`: assets converged, gate
-        opened). A failure leaves the rest owed, logged in one line, for the next look. This
-        process never exits for it, so the workload keeps running.
+        Abandon a cut upgrade or roll back an orphan, then `recovered` and `settle`. A failure
+        leaves the rest owed for the next look; the process never exits for it.
         """
         node = self.node
         owed = doc.pending
@@ -223,11 +201,7 @@ class DeadCommand:
 
 
 class Looks:
-    """When the serving daemon looks (`DeadCommand.finish`).
-
-    First `every` seconds after ready, then on a change in the state dir, or by the clock while
-    `needs_timer` says so or there is no watch.
-    """
+    """When the serving daemon looks: `every` seconds after ready, then on changes or by the clock."""
 
     def __init__(self, dead: DeadCommand, every: float) -> None:
         self.dead = dead

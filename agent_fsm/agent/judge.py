@@ -1,14 +1,12 @@
 """Judging a candidate: the host's checks pass within a deadline, then it stays up a soak time.
 
-The checks come from the host's config, never from the candidate. The judgment is a loop over
-injected parts (running a check, workload liveness, the clock), so it is tested without
-processes or waiting.
+The checks come from the host's config, never the candidate. The loop runs over injected parts
+(a check runner, liveness, the clock), so it is tested without processes or waiting.
 
-It runs on a monotonic clock within one start, so a wall-clock step (NTP, `date`) neither ends a
-soak early nor stretches it past the unit's start timeout. Across restarts only the attempt
-count in the signal decides. Each check's timeout is the time left in its phase. A command check
-runs in its own process group, killed whole at that timeout. An HTTP(S) check is one GET in this
-process, within the shorter of its `timeout_seconds` and the time left (`system.http_probe`).
+It runs on a monotonic clock within one start, so a wall-clock step neither ends a soak early
+nor stretches it; across restarts only the signal's attempt count decides. Each check's timeout
+is the time left. A command check runs in its own process group, killed whole at timeout; an
+HTTP(S) check is one GET here (`system.http_probe`).
 """
 
 from __future__ import annotations
@@ -57,12 +55,7 @@ CUT = 1.0  # an HTTP check given less than this by the deadline, which then time
 
 
 def run_check(check: CheckSpec, env: dict[str, str], timeout: float) -> tuple[bool, str]:
-    """Run one check; return (passed, what it said).
-
-    A command runs in its own process group, killed whole at `timeout`, and passes on exit 0. An
-    HTTP check is a GET within its own timeout, if shorter. The words are agent-fsm's, with the
-    check's own in double quotes (last output line, a server's Location or first body line).
-    """
+    """Run one check: (passed, agent-fsm's words with the check's own in double quotes)."""
     if isinstance(check, HttpCheck):
         return http_probe.get(check.url, check.status, min(timeout, check.timeout_seconds))
     argv: Sequence[str] = check
@@ -81,11 +74,10 @@ Answers = list[tuple[CheckSpec, bool, str]]
 def _checks(judgment: Judgment, clock: Timer, check: Check, end: float,
             cut: list[str] | None = None,
             answers: Answers | None = None) -> tuple[list[str], bool]:
-    """Run every check with the time left before `end`; return the failures' words and whether
-    all ran.
+    """Run every check with the time left before `end`; return the failures' words and whether all ran.
 
-    An HTTP check that timed out under `CUT` seconds, cut short by the deadline, goes in `cut`
-    when given: its "no answer within 0.01s" says less than the answer before it.
+    An HTTP check cut short by the deadline (under `CUT` s) goes in `cut`: it says less than the
+    answer before it.
     """
     failing: list[str] = []
     for spec in judgment.checks:
@@ -113,13 +105,11 @@ def judge(
     stopping: Callable[[], bool] = lambda: False,
     told: Callable[[Answers, float | None], None] = lambda _answers, _soak: None,
 ) -> Verdict:
-    """Decide whether the candidate is healthy, from now on this start's monotonic clock.
+    """Decide whether the candidate is healthy, on this start's monotonic clock.
 
-    Failed when the start is beyond `max_attempts`, the checks do not all pass within
-    `deadline_seconds`, the workload dies, or a check fails after the soak. Stopped
-    (reason_class "stopped": no verdict, the signal kept) when `stopping` says so. `exited`
-    words the reason of a workload that exited `when`. `told` hears each round's answers, and
-    the soak's seconds.
+    Failed past `max_attempts`, when the checks do not all pass within `deadline_seconds`, when
+    the workload dies, or when a check fails after the soak. Stopped (no verdict, signal kept)
+    when `stopping` says so. `told` hears each round's answers.
     """
     if attempt > judgment.max_attempts:
         return Verdict(False, f"started {attempt} times, more than max_attempts "

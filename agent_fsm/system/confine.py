@@ -1,22 +1,17 @@
-"""The workload's own view of the file system: agent-fsm's directories read-only, for any user,
-root included.
+"""The workload's own view of the file system: agent-fsm's directories read-only, for any user, root included.
 
-The daemon starts the workload in its own mount namespace (`unshare(CLONE_NEWNS)` between fork
-and exec). Every mount is first made a slave, so nothing mounted there reaches the host. Then
-each agent-fsm directory (state, lib, unit and run dirs) is bound onto itself, and every mount
-at or below it is remounted read-only, keeping its nosuid, nodev, noexec and atime flags. The
-working directory is entered only then, so it is on the read-only mount too.
+The workload starts in its own mount namespace (`unshare(CLONE_NEWNS)` between fork and exec).
+Mounts become slaves, so nothing reaches the host. Each agent-fsm directory is bound onto itself
+and everything at or below it remounted read-only, keeping its other flags. The working
+directory is entered after.
 
-Read-only mounts hold against root only while it cannot mount. So before exec these capabilities
-leave the bounding, inheritable and ambient sets, and no exec gets them back: CAP_SYS_ADMIN
-(mount, umount, setns), CAP_SYS_PTRACE (another process's `/proc/PID/root`), CAP_DAC_READ_SEARCH
-(`open_by_handle_at` through a writable mount), CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_PERFMON and
-CAP_BPF (kernel or process memory). In a user namespace it makes itself, the kernel locks these
-mounts read-only. The account is switched last (groups, gid, uid).
+Read-only mounts hold against root only while it cannot mount, so the capabilities that undo
+them leave the bounding, inheritable and ambient sets: CAP_SYS_ADMIN, CAP_SYS_PTRACE,
+CAP_DAC_READ_SEARCH, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_PERFMON and CAP_BPF. The account is
+switched last.
 
-Python before 3.12 has no `os.unshare` and none has `mount`, so libc's are called through
-ctypes. A step the kernel refuses makes the start fail with `Refused` naming it; the caller
-decides what that means (`system.workload.start`).
+libc's `unshare` and `mount` are called through ctypes. A refused step fails the start with
+`Refused`; `system.workload.start` decides what that means.
 """
 
 from __future__ import annotations
@@ -107,11 +102,9 @@ def preparer(read_only: Sequence[str], cwd: str, uid: int | None, gid: int | Non
              groups: Sequence[int] | None, report: int) -> Callable[[], None]:
     """What the child runs between fork and exec (`Popen(preexec_fn=...)`).
 
-    It makes `read_only` (absolute real paths; a missing one skipped) read-only in a new
-    namespace and drops the capabilities, unless `read_only` is empty. Then it enters `cwd` and
-    switches the account (None: kept). A failure writes "step\\0errno" to the descriptor
-    `report` and raises, so Popen raises in the parent. Everything it calls is resolved before
-    the fork.
+    It makes `read_only` read-only in a new namespace and drops the capabilities, enters `cwd`
+    and switches the account. A failure writes "step\\0errno" to `report` and raises. Everything
+    it calls is resolved before the fork.
     """
     libc = _libc()
     mount, unshare, prctl = libc.mount, libc.unshare, libc.prctl

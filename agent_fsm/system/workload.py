@@ -1,16 +1,11 @@
 """Starting the release's workload: its account, its environment, its journal stream.
 
-- Account: `[workload] user`/`group` resolved on this host, by name or number. The group
-  defaults to the user's primary group; supplementary groups are the user's, as initgroups(3)
-  gives them. With no user, it runs as the daemon (root under systemd). A missing user or group
-  is a WorkloadError naming it.
-- Environment: built from nothing (`environment`), never the daemon's, so no `NOTIFY_SOCKET`
-  or `WATCHDOG_*`.
-- Journal: stdout is a stream to journald's stdout socket, and stderr too unless the caller
-  forwards it from a pipe, as the daemon does. The stream opens with the header of systemd's
-  stream protocol (as `sd_journal_stream_fd(3)` sends it), so its lines carry
-  `SYSLOG_IDENTIFIER=<identifier>`, not agent-fsm's. Without journald the workload inherits
-  the daemon's output.
+- Account: `[workload] user`/`group`, by name or number, with the user's groups (initgroups(3)).
+  No user: the daemon's. A missing one is a WorkloadError.
+- Environment: built from nothing, never the daemon's (no `NOTIFY_SOCKET`).
+- Journal: stdout (and stderr, unless forwarded) is a stream to journald opened with the stream
+  protocol's header, so lines carry `SYSLOG_IDENTIFIER=<identifier>`. Without journald the
+  workload inherits the daemon's output.
 """
 
 from __future__ import annotations
@@ -101,8 +96,7 @@ def environment(who: Account, release: Mapping[str, str],
 
 
 def journal_stream(identifier: str, socket_path: Path = JOURNAL_STDOUT) -> socket.socket | None:
-    """A stream to journald whose lines carry `identifier`; None when its socket is missing or
-    refuses.
+    """A stream to journald whose lines carry `identifier`; None when its socket is missing or refuses.
 
     The caller then says so and lets the workload inherit its output.
     """
@@ -122,14 +116,11 @@ def journal_stream(identifier: str, socket_path: Path = JOURNAL_STDOUT) -> socke
 def start(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], who: Account,
           output: socket.socket | None, errors: int | None = None, read_only: Sequence[Path] = (),
           unconfined: Callable[[str], None] = lambda _why: None) -> subprocess.Popen[bytes]:
-    """Start the workload as `who`, in `cwd`, with exactly `env`; WorkloadError if it cannot
-    start.
+    """Start the workload as `who`, in `cwd`, with exactly `env`; WorkloadError if it cannot start.
 
-    stdout goes to `output` (inherited when None), stderr to `errors` (as stdout when None),
-    stdin from /dev/null. `read_only` (real paths) is read-only in its own mount namespace
-    (`confine`). Where the kernel refuses that view, an account that could write those paths
-    without it (root, or the daemon's own) is not started (WorkloadError). Another account
-    starts unconfined, told why: the 0700 state dir and the daemon-owned store keep it out.
+    `read_only` is read-only in its own namespace (`confine`). Where the kernel refuses that,
+    root or the daemon's account is not started; another account starts unconfined, told why, as
+    file permissions keep it out.
     """
     if read_only:
         try:

@@ -1,10 +1,9 @@
 """What a release needs of the node's interpreter: written to `python.toml` at `release pack`,
 checked against the config's `python` at `release add`.
 
-A release runs with the node's `python` (`vendoring`). Its vendored compiled extensions
-(pydantic_core's) load only in an interpreter of the ABI they were built for. `python.toml`
-holds the oldest Python the release runs on and, if it vendors compiled extensions, the packing
-interpreter's ABI and the extensions' file suffixes:
+Vendored compiled extensions (pydantic_core's) load only in an interpreter of their ABI.
+`python.toml` holds the oldest Python the release runs on and, with compiled extensions, the
+packing interpreter's ABI and their suffixes:
 
     requires_python = "3.11"
     cache_tag = "cpython-311"
@@ -12,17 +11,13 @@ interpreter's ABI and the extensions' file suffixes:
     extension_suffixes = [".cpython-311-x86_64-linux-gnu.so"]
     extensions = ["pydantic_core/_pydantic_core.cpython-311-x86_64-linux-gnu.so"]
 
-`release add` runs the config's `python` (`-I -S`) and refuses the release (exit 3) when it is
-older, cannot load one of those suffixes, or is built for another platform. A release without
-`python.toml` is not checked.
+`release add` refuses (exit 3) a release the config's `python` is too old for, cannot load, or
+is of another platform. A release without `python.toml` is not checked.
 
-The *targets* a release covers (`Needs.targets`) follow from those keys. Pure Python (no
-`extensions`) is `("any",)`: every CPython from `requires_python`, on every platform. agent-fsm
-pins typer below 0.29, which first needs pydantic. Otherwise it is the one target it was packed
-on, `cp<major><minor>-<machine>` (`cp311-x86_64`). Targets are not a key of their own, because
-an older agent-fsm refuses unknown keys in `python.toml`; a later one's `targets` key is
-accepted and ignored. `release pack` fails when the release does not cover the fleet's targets
-(`FLEET`, or `--target`); the launcher refuses, in one line, an interpreter outside them.
+The *targets* (`Needs.targets`) follow from those keys: `("any",)` for pure Python, else the
+packing target (`cp311-x86_64`). They are no key of their own, since older agent-fsms refuse
+unknown keys. `release pack` fails when the fleet's targets (`FLEET`, `--target`) are not
+covered.
 """
 
 from __future__ import annotations
@@ -65,8 +60,7 @@ class Needs:
 
     @property
     def targets(self) -> tuple[str, ...]:
-        """What the release covers: ("any",) without compiled code, else its packing
-        interpreter's target."""
+        """What the release covers: ("any",) without compiled code, else its packing interpreter's target."""
         if not self.extensions:
             return (ANY,)
         return (tag(self.cache_tag, self.platform),)
@@ -78,8 +72,7 @@ def tag(cache_tag: str, platform: str) -> str:
 
 
 def serves(targets: tuple[str, ...], target: str) -> bool:
-    """Whether a release covering `targets` runs on `target`, as the launcher decides
-    (`vendoring._BOOT`)."""
+    """Whether a release covering `targets` runs on `target`, as the launcher decides (`vendoring._BOOT`)."""
     return ANY in targets or target in targets
 
 
@@ -100,12 +93,7 @@ def parse_targets(asked: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def needs(lib: Path) -> Needs:
-    """What the packed `lib/` needs: the packing interpreter's ABI, if it holds compiled
-    extensions.
-
-    Those are the files whose suffix this interpreter imports
-    (`.cpython-311-x86_64-linux-gnu.so`, `.abi3.so`, `.so`).
-    """
+    """What the packed `lib/` needs: the packing interpreter's ABI, if it holds compiled extensions."""
     here = interpreter.running()
     found: dict[str, str] = {}
     for path in sorted(lib.rglob("*")):
@@ -120,8 +108,7 @@ def needs(lib: Path) -> Needs:
 
 
 def uncovered(need: Needs, asked: tuple[str, ...]) -> None:
-    """ReleaseError (one line) when a release that needs `need` does not cover every target
-    `asked`."""
+    """ReleaseError (one line) when a release that needs `need` does not cover every target `asked`."""
     missing = [t for t in asked if not serves(need.targets, t)]
     if not missing:
         return
@@ -136,8 +123,7 @@ def uncovered(need: Needs, asked: tuple[str, ...]) -> None:
 
 
 def record(release: Path, asked: tuple[str, ...] = ()) -> Needs:
-    """Write a packed release's `python.toml` from its `lib/`; ReleaseError if it misses a
-    target `asked`."""
+    """Write a packed release's `python.toml` from its `lib/`; ReleaseError if it misses a target `asked`."""
     need = needs(release / "lib")
     uncovered(need, asked)
     # No `targets` key: they follow from the keys below, and an agent-fsm older than them

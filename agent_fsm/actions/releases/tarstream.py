@@ -1,21 +1,17 @@
 """A release archive read as a stream: tar members one at a time, bounded by what is read, not
 by what headers declare.
 
-It reads the subset of tar a release needs: 512-byte ustar headers (POSIX and GNU), pax extended
-headers (`path`, `linkpath` and `size` used, other records checked and skipped), and GNU long
-names and link names. The stream is plain or gzip, bzip2 or xz, told by its first bytes. The
-bounds:
+It reads ustar headers (POSIX and GNU), pax extended headers (`path`, `linkpath`, `size`) and
+GNU long names, plain or gzip, bzip2 or xz. The bounds:
 
-- an extended header's data is read only if its declared size is at most EXTENDED_MAX (PATH_MAX
-  is 4096), and it counts against `max_bytes` with the files' data;
-- a member has at most one extended header of each kind; a chain is refused at its second link,
-  and reading never recurses;
-- every other header is a member, counted against `max_members` as read (`./`, directories and
-  global pax headers too); nothing of a member is kept once the next is read;
-- the first zero block ends the archive: nothing after it is decompressed.
+- extended data is read only up to EXTENDED_MAX, and counts against `max_bytes`;
+- at most one extended header of each kind precedes a member; reading never recurses;
+- every other header is a member, counted against `max_members`; nothing of a member is kept
+  once the next is read;
+- the first zero block ends the archive.
 
-So at most `max_bytes` plus a few blocks a member are decompressed, and at most one extended
-header and one chunk are held. A refusal is a BadArchive in one clause.
+So at most `max_bytes` and a few blocks a member are decompressed. A refusal is a BadArchive in
+one clause.
 """
 
 from __future__ import annotations
@@ -58,9 +54,8 @@ _CORRUPT: tuple[type[Exception], ...] = (EOFError, zlib.error) + (
 class Member:
     """One member as its headers give it.
 
-    `kind` is the tar type flag: FILE, DIRECTORY (also an old-style name ending in `/`) or
-    SPARSE for those. `size` is the data's bytes after the header. Names are UTF-8, with
-    surrogates for bytes that are not. `offset` is where its first header starts, uncompressed.
+    `kind` is the tar type flag (FILE, DIRECTORY, SPARSE); `size` the data's bytes; names are
+    UTF-8 with surrogates; `offset` where its first header starts, uncompressed.
     """
 
     name: str
@@ -166,8 +161,7 @@ class Reader:
 
     def _member(self, name: str, kind: bytes, mode: int, size: int, linkname: str, offset: int,
                 pending: dict[bytes, tuple[int, bytes]]) -> Member:
-        """The member of this header, with what its extended headers say (the first read wins).
-        """
+        """The member of this header, with what its extended headers say (the first read wins)."""
         if kind in (b"\0", b"7"):
             kind = DIRECTORY if kind == b"\0" and name.endswith("/") else FILE
         for key, (at, data) in reversed(pending.items()):
@@ -259,10 +253,7 @@ def _number(field: bytes) -> int:
 
 
 def _pax_records(data: bytes, damaged: _Damaged, offset: int) -> Iterator[tuple[bytes, bytes]]:
-    """The `LENGTH KEYWORD=VALUE\\n` records of the pax header at `offset`, one at a time.
-
-    Each record moves past its LENGTH, so the records never exceed the data's bytes.
-    """
+    """The `LENGTH KEYWORD=VALUE\\n` records of the pax header at `offset`, one at a time."""
     pos = 0
     while pos < len(data) and data[pos]:  # NULs may pad the records
         space = data.find(b" ", pos, pos + 20)
