@@ -151,8 +151,8 @@ def _started_if_given_up(node: Node, *, by_unit: bool) -> str:
     """Start the agent unit again if systemd gave up starting it; what was done, in words.
 
     A unit with a start limit (an older release's, a drop-in) stays `failed` once its starts are
-    used up, so its limit is reset and it is started, as the way back does. Where systemd cannot
-    say, the recovery unit's run raises; an operator's is told.
+    used up; its limit is reset and it is started. Where systemd cannot say, the recovery unit's
+    run raises; an operator's is told.
     """
     unit = node.paths.agent_unit_name
     try:

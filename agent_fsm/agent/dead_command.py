@@ -31,14 +31,13 @@ STOP_GRACE = 30.0  # how long to wait for the stop of a restart this process que
 class DeadCommand:
     """Finds work a gone command left: owed work whose writers' lock is free at once.
 
-    A writer holds the lock from write-ahead to final record, so a live command is left alone.
-    Two kinds (`in_place`):
+    A live command holds the lock from write-ahead to final record, so it is left alone. Two
+    kinds (`in_place`):
 
-    - `restart`: an operator's transition (`install`, `activate`, `begin_upgrade` past selecting
-      its candidate) left by a command that died or failed at an effect; another release's start
-      finishes it. Never another role's, nor an `install --no-start`.
+    - `restart`: an operator's transition left by a command that died or failed at an effect;
+      another release's start finishes it. Never another role's, nor `install --no-start`.
     - `in_place`: abandon an upgrade cut before it selected its candidate, or roll back an orphaned
-      signal, then finish (`recovered`, `settle`), also after an earlier try failed half-way.
+      signal, then finish (`recovered`, `settle`).
 
     While nothing is found, `look` costs one stat.
     """

@@ -1,12 +1,10 @@
 """Judging a candidate: the host's checks pass within a deadline, then it stays up a soak time.
 
-The checks come from the host's config, never the candidate. The loop runs over injected parts
-(a check runner, liveness, the clock), so it is tested without processes or waiting.
-
-It runs on a monotonic clock within one start, so a wall-clock step neither ends a soak early
-nor stretches it; across restarts only the signal's attempt count decides. Each check's timeout
-is the time left. A command check runs in its own process group, killed whole at timeout; an
-HTTP(S) check is one GET here (`system.http_probe`).
+The checks come from the host's config, never the candidate. The loop runs over injected parts,
+so it is tested without processes or waiting. It runs on a monotonic clock within one start;
+across restarts only the signal's attempt count decides. Each check's timeout is the time left:
+a command runs in its own process group, killed whole at timeout; an HTTP(S) check is one GET
+(`system.http_probe`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,14 @@
 """The workload's own view of the file system: agent-fsm's directories read-only, for any user, root included.
 
-The workload starts in its own mount namespace (`unshare(CLONE_NEWNS)` between fork and exec).
-Mounts become slaves, so nothing reaches the host. Each agent-fsm directory is bound onto itself
-and everything at or below it remounted read-only, keeping its other flags. The working
-directory is entered after.
+The workload starts in its own mount namespace (`unshare(CLONE_NEWNS)` between fork and exec),
+its mounts slaves, so nothing reaches the host. Each agent-fsm directory is bound onto itself,
+and everything below remounted read-only, keeping its other flags. The working directory is
+entered after.
 
-Read-only mounts hold against root only while it cannot mount, so the capabilities that undo
-them leave the bounding, inheritable and ambient sets: CAP_SYS_ADMIN, CAP_SYS_PTRACE,
-CAP_DAC_READ_SEARCH, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_PERFMON and CAP_BPF. The account is
-switched last.
-
-libc's `unshare` and `mount` are called through ctypes. A refused step fails the start with
-`Refused`; `system.workload.start` decides what that means.
+Root could undo read-only mounts, so the capabilities that could (CAP_SYS_ADMIN, CAP_SYS_PTRACE,
+CAP_DAC_READ_SEARCH, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_PERFMON, CAP_BPF) leave the bounding,
+inheritable and ambient sets. The account is switched last. A refused step fails the start with
+`Refused`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """What the machine asks systemd of the agent's units, and whether recovery is still at work.
 
-`reload_systemd` always reloads, after every asset was written. Nothing relies on a reload's
-side effects (it reset start counts only up to systemd 254); the agent unit has no start limit.
-
-`reload_systemd_if_changed` serves a start and the way back, whose files were written earlier. A
-reload re-reads every unit on the host (70-160 ms in the e2e sandbox), so it runs only when
-systemd reports `NeedDaemonReload=`, or any doubt.
+`reload_systemd` always reloads, after every asset was written; nothing relies on its side
+effects. `reload_systemd_if_changed` serves a start and the way back: a reload re-reads every
+unit on the host (70-160 ms in the e2e sandbox), so it runs only when systemd reports
+`NeedDaemonReload=`, or any doubt.
 """
 
 from __future__ import annotations

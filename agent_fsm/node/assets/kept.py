@@ -1,13 +1,11 @@
 """The last-good's service assets and settings, kept so the way back needs no release or config.
 
-On promotion, what the release renders for this host goes into `last-good-assets.json`, with its
-version, the host values used and the host's settings (`config.to_table`). `refresh` updates the
-settings whenever the config reads valid on a settled node. `python` is also in
-`last-good-python`, one line, for the launcher.
-
-One atomic file, so the kept assets are always one release's. With a wrong live config, the way
-back uses these settings (`config_fallback`). During an upgrade, missing assets are restored
-from here, so holding needs no release directory. A damaged file is refused and left untouched.
+On promotion, what the release renders for this host goes into one atomic file,
+`last-good-assets.json`, with the host values used and the host's settings; the kept assets are
+always one release's. `refresh` updates the settings whenever the config reads valid. `python`
+is also in `last-good-python`, one line, for the launcher. The way back uses these settings when
+the live config is wrong, and holding restores missing assets from here. A damaged file is
+refused and left untouched.
 """
 
 from __future__ import annotations
@@ -112,9 +110,8 @@ def last_good(paths: Paths, releases: Releases) -> Found:
 def keep_release(paths: Paths, releases: Releases, version: str) -> AssetError | None:
     """Keep what `version` renders for this host, before it is promoted to last-good.
 
-    If its templates do not render, no copy is kept (a stale one is worse) and the reason is
-    returned, not raised: `complete` tolerates such a candidate, so promotion must not strand
-    it.
+    If it does not render, no copy is kept and the reason is returned, not raised: `complete`
+    tolerates such a candidate.
     """
     try:
         rendered = _render(paths, releases, version)

@@ -1,25 +1,19 @@
 """The service assets: the agent unit, the recovery unit and the recovery script.
 
 Each release carries their templates (`assets/`), rendered for this host and written one of
-three ways:
-
-- hold: keep existing files byte for byte, write missing ones from the last-good's kept copy
-  (during an upgrade the disk holds the only way back);
-- converge: rewrite the ones that differ;
-- write all.
-
+three ways: hold (write only missing files, from the last-good's kept copy, since during an
+upgrade the disk holds the only way back), converge (rewrite those that differ), or write all.
 Every value goes through `quoted` (`quoting`), so no host value can add a line, a setting or a
 command.
 
-`RestartSteps=`, `RestartMaxDelaySec=` and `RestartMode=` exist from systemd 254; older ones
-warn about them. So the agent unit is rendered for the host's version, asked once a boot and
-kept in `<state_dir>/systemd.json`; unknown renders as the oldest. The template marks the place
-with a comment (`GROWTH_MARKER`), not a placeholder, so older agent-fsms still render it.
+The agent unit is rendered for the host's systemd version, asked once a boot and kept in
+`systemd.json`: `RestartSteps=` and its kin exist from 254, and older versions warn about them.
+An unknown version renders as the oldest. A comment line (`GROWTH_MARKER`), not a placeholder,
+marks the place, so older agent-fsms still render newer templates.
 
-The workload's unit settings are placed the same way (`WORKLOAD_MARKER`): `writable_paths` as
-`ReadWritePaths=`, and the releases bound read-only at `<run_dir>/releases` so a workload of
-another user reaches its release. They come from the host config, never a release, and take
-effect when the unit is next written and started: never while an upgrade holds it.
+`WORKLOAD_MARKER` places the workload's settings from the host config: `ReadWritePaths=`, and
+the releases bound read-only at `<run_dir>/releases` for a workload of another user. They take
+effect when the unit is next written and started, never while an upgrade holds it.
 """
 
 from __future__ import annotations

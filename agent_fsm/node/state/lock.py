@@ -2,12 +2,12 @@
 
 Every agent-fsm version takes the same flock on the same file, so the last-good's and the
 candidate's processes exclude each other. The file is never removed (`preserve_lock_file`), or
-two processes could lock two files. A dead holder releases it with its descriptor.
+two processes could lock two files.
 
-`fallback_to_soft=False`: without flock, locking fails rather than making a marker file other
-releases would not see (filelock 3.29 ignores unknown options: hence the 3.30 floor). A planted
-symlink fails (O_NOFOLLOW) and is refused by name. Once locked, `on_acquired` refuses a
-non-regular file and sets the exact mode. Readers never import filelock.
+`fallback_to_soft=False`: without flock, locking fails rather than making a marker file
+(filelock 3.29 ignores unknown options: hence the 3.30 floor). A planted symlink is refused by
+name. Once locked, `on_acquired` refuses a non-regular file and sets the exact mode. Readers
+never import filelock.
 """
 
 from __future__ import annotations

@@ -165,9 +165,8 @@ class Store:
         """Commit a finished transition: append and fsync its entry, then write the state file.
 
         After a crash between the two, readers drop the entry and the resumed transition
-        replaces it. The caller holds the lock. A restart after a crash within CRASH_LOOP_WINDOW
-        of one with the same trigger replaces that entry with one restart more (`repeat`), so a
-        crash loop is one entry.
+        replaces it. A restart within CRASH_LOOP_WINDOW of one with the same trigger replaces
+        that entry instead (`repeat`), so a crash loop is one entry. The caller holds the lock.
         """
         loop = doc.crash_loop
         if entry.get("restarts"):

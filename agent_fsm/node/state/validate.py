@@ -228,9 +228,8 @@ def state_body(data: Mapping[str, Any], states: Collection[str] | None = None,
                effects: Collection[str] | None = None) -> None:
     """The state file's body (schema and checksum already checked), except its history summary.
 
-    `state` must be a state this reader knows; a later agent-fsm writes one of the compatible
-    core there. A pending transition and the counters may name what only a later agent-fsm
-    knows. Such a transition is never run here and such a counter is kept.
+    `state` must be one this reader knows. A pending transition and the counters may name a
+    later agent-fsm's names: such a transition is never run here, such a counter kept.
     """
     name(data.get("state", MISSING), "state", states, "state")
     up = nullable(data, "upgrade")
