@@ -1,48 +1,39 @@
 """The errors agent-fsm raises, all under one root.
 
-    AgentFsmError                  exit 1: something is wrong; the message says what and what to do
-    ├── ConfigError                the config file is missing, unparsable or has a bad key/value
-    ├── DefinitionError            states/agent-upgrade.toml is inconsistent (names the states)
-    ├── Invalid                    a field of a file agent-fsm reads back is not valid (names the
-    │                              field and its value; a ValueError too: readers name the file)
-    ├── StateFileError             state.json is damaged, newer or unknown; it is left untouched
-    │   └── DocumentError          a file of the state dir is refused (node.state.document_file)
-    ├── SignalError                the upgrade signal file is unreadable
-    ├── KnownBadDamaged            known-bad.json is damaged; it is left untouched
-    ├── ReleaseError               a release is missing or its manifest is invalid
-    │   ├── BadTree                a release tree holds what the store refuses (a symlink, a
-    │   │                          device, a loose mode) or is over its limits (callers re-word it)
-    │   └── BadArchive             a release archive is not tar, damaged, or over the reader's
-    │                              bounds (one clause; callers name the archive)
+    AgentFsmError                  exit 1: the message says what is wrong and what to do
+    ├── ConfigError                the config file is missing, unparsable or has a bad value
+    ├── DefinitionError            states/agent-upgrade.toml is inconsistent
+    ├── Invalid                    a field of a file read back is not valid
+    ├── StateFileError             state.json is damaged, newer or unknown; left untouched
+    │   └── DocumentError          a file of the state dir is refused
+    ├── SignalError                the upgrade signal is unreadable
+    ├── KnownBadDamaged            known-bad.json is damaged; left untouched
+    ├── ReleaseError               a release is missing or malformed
+    │   ├── BadTree                a release tree holds what the store refuses, or is too big
+    │   ├── NoRoom                 a release does not fit the store's disk
+    │   └── BadArchive             a release archive is not tar, damaged, or too big
     ├── AssetError                 a service asset could not be rendered, restored or kept
-    ├── UnsafePath                 a path to write is a symlink, or a directory others may write
-    │   └── NeedsRoot              the state dir is root's and this process is not (the CLI says
-    │                              "needs root: run it as root", as for a permission error)
-    ├── DiskError                  a write, fsync, rename, unlink, symlink, chmod or mkdir failed
-    │                              (full, read-only, I/O error): names the path and what to do
-    ├── LockTimeout                a lock was held by another process too long (callers re-word it)
-    ├── CouldNotRun                a command did not start or timed out (callers re-word it)
-    ├── InterpreterUnreadable      a Python asked its ABI ran but did not say (callers re-word it)
-    ├── BadSignature               ssh-keygen did not verify or make a signature (callers re-word it)
-    ├── ChannelError               a channel's root, index or release is refused (unsigned,
-    │   │                          replayed, expired, malformed, oversized)
-    │   └── Unreachable            its server could not be reached, answered otherwise than
-    │                              with the file, or too slowly (tried again at the next follow)
+    ├── UnsafePath                 a path to write is a symlink, or others may write there
+    │   └── NeedsRoot              the state dir is root's and this process is not
+    ├── DiskError                  a write, fsync, rename or mkdir failed
+    ├── LockTimeout                another process held a lock too long
+    ├── CouldNotRun                a command did not start or timed out
+    ├── InterpreterUnreadable      a Python asked its ABI did not say
+    ├── BadSignature               a signature did not verify or could not be made
+    ├── ChannelError               a channel's root, index or release is refused
+    │   └── Unreachable            its server did not answer with the file in time
     ├── SystemdError               a systemctl call failed
-    ├── PublishError               publishing an upgrade's result failed (retried by the daemon)
-    ├── WorkloadError              the release's workload cannot start (its user does not exist,
-    │                              its command cannot run)
-    ├── Refused                    exit 3: the operation may not run now (gate closed, upgrade
-    │   │                          pending, or the trigger is not allowed in this state)
-    │   ├── IllegalTransition      a trigger fired from a state that has no such transition
-    │   └── NotItsRole             a process may not fire (or finish) a transition of another
-    │                              role: the candidate's code never runs the way back
+    ├── PublishError               publishing a result failed (the daemon retries)
+    ├── WorkloadError              the release's workload cannot start
+    ├── Refused                    exit 3: the operation may not run now; nothing changed
+    │   ├── IllegalTransition      the trigger has no transition from this state
+    │   └── NotItsRole             the transition belongs to another role's process
     └── RolledBack                 exit 4: `upgrade --wait` saw the candidate judged failed
 
-The CLI turns each into one line on stderr and its exit code; no traceback reaches a user.
+The CLI prints each as one line on stderr and exits with its code; no traceback reaches a user.
 
-Not an error, and so not under the root: `StopRequested`, a stop (SIGTERM) heard while waiting
-for the writers' lock; it unwinds the daemon past every handler of failures to a clean exit.
+`StopRequested` is no error: a SIGTERM while waiting for the writers' lock, unwinding the daemon
+to a clean exit.
 """
 
 from __future__ import annotations
@@ -72,9 +63,10 @@ class DefinitionError(AgentFsmError):
 
 
 class Invalid(AgentFsmError, ValueError):
-    """One field of a file agent-fsm reads back is not what it must be; the message names it and
-    its value (`node.state.validate` words it). A ValueError too: each reader catches it with its
-    parser's ValueErrors and re-words both, naming the file."""
+    """One field of a file read back is not valid; the message names it and its value.
+
+    A ValueError too, so readers catch it with their parser's errors and name the file.
+    """
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
@@ -86,8 +78,7 @@ class StateFileError(AgentFsmError):
 
 
 class DocumentError(StateFileError):
-    """A file of the state dir is damaged, newer or not valid; it is left untouched. `detail`
-    is what the message says after the file's name (its readers word their own lines too)."""
+    """A file of the state dir is damaged, newer or not valid; it is left untouched."""
 
     def __init__(self, message: str, detail: str) -> None:
         super().__init__(message)
@@ -108,7 +99,7 @@ class ReleaseError(AgentFsmError):
 
 
 class BadTree(ReleaseError):
-    """An entry the release store does not accept, or a tree over the limits: `path`, then why."""
+    """An entry the release store refuses, or a tree over the limits: `path`, then why."""
 
     def __init__(self, path: Path, why: str) -> None:
         super().__init__(f"{path} {why}")
@@ -119,12 +110,11 @@ class NoRoom(ReleaseError):
 
 
 class BadArchive(ReleaseError):
-    """A tar archive refused while it is read: why, as a clause ("it is not a tar archive")."""
+    """A tar archive refused while read; the reason is a clause ("it is not a tar archive")."""
 
 
 class AssetError(AgentFsmError):
-    """A service asset could not be rendered, restored or kept (writing one that fails is a
-    DiskError)."""
+    """A service asset could not be rendered, restored or kept (a failed write is a DiskError)."""
 
 
 class UnsafePath(AgentFsmError):
@@ -136,27 +126,26 @@ class NeedsRoot(UnsafePath):
 
 
 class DiskError(AgentFsmError):
-    """A write, fsync, rename, unlink, symlink, chmod or mkdir of `files` failed: one line naming
-    the path, the errno's words and what to do, raised from the OSError."""
+    """A write, fsync, rename, unlink, symlink, chmod or mkdir in `files` failed; the message
+    says what to do."""
 
 
 class LockTimeout(AgentFsmError):
-    """A lock was held by another process for longer than the caller would wait; the message is
-    the lock's path (the store re-words it as Refused)."""
+    """Another process held a lock longer than the caller would wait; the message is the lock's path."""
 
 
 class StopRequested(BaseException):
-    """A stop was asked for (SIGTERM) while waiting for the writers' lock: the transition did not
-    commit (one whose effects were owed resumes them at the next start, as after a crash).
-    A BaseException, as KeyboardInterrupt is, so that no `except AgentFsmError` (or Exception)
-    takes the stop for a failure, a failed judgment among them; the daemon exits 0 on it."""
+    """A SIGTERM arrived while waiting for the writers' lock; the transition did not commit.
+
+    A BaseException, like KeyboardInterrupt, so no `except Exception` takes it for a failure.
+    The daemon exits 0; owed effects resume at the next start.
+    """
 
 
 class CouldNotRun(AgentFsmError):
     """The command did not start (OSError) or did not finish within its timeout.
 
-    Callers re-raise it as their own error, worded with `reason`; one that does not still
-    reaches the user as a single line.
+    Callers re-raise it as their own error, worded with `reason`.
     """
 
     def __init__(self, argv: Sequence[str], reason: str, error: OSError | None = None) -> None:
@@ -167,17 +156,15 @@ class CouldNotRun(AgentFsmError):
 
 
 class InterpreterUnreadable(AgentFsmError):
-    """A Python interpreter asked its ABI ran but did not say what it is; the text says what it
-    printed."""
+    """A Python asked its ABI ran but did not say; the text is what it printed."""
 
 
 class BadSignature(AgentFsmError):
-    """A signature does not verify, or could not be made; the text says why, as ssh-keygen put
-    it."""
+    """A signature does not verify or could not be made; the text is ssh-keygen's reason."""
 
 
 class ChannelError(AgentFsmError):
-    """A channel's document or release is refused, or could not be fetched; nothing changed."""
+    """A channel's document or release is refused or could not be fetched; nothing changed."""
 
 
 class Unreachable(ChannelError):

@@ -1,24 +1,18 @@
 """Atomic, durable, link-safe file writes: the one way agent-fsm puts bytes on disk.
 
-A write goes to a temporary file in the same directory, is fsynced, renamed over the target, and
-the directory is fsynced, so a reader sees the old file or the new one, never a torn one. An
-fsync error is not retried on the same descriptor (the kernel may have dropped the dirty pages
-and a second fsync would wrongly succeed): the caller's operation fails and is redone from the
-start, with new data, on the next run.
+A write goes to a temporary file beside the target, is fsynced, renamed over it, and the
+directory fsynced: a reader sees the old file or the new, never a torn one. A failed fsync is
+not retried, since the kernel may have dropped the dirty pages and a second one would wrongly
+succeed; the operation fails and is redone on the next run.
 
-Nothing is written through a symlink: the directory written into is opened with O_NOFOLLOW and
-every name is resolved relative to it, a symlink at the target name is refused, and the
-temporary file is created with O_EXCL | O_NOFOLLOW. A directory is made with no mode bit beyond
-its final one (`make_dir`), whatever the umask. Work on its way somewhere (a release packed,
-added or unpacked, a message signed) is staged in a `private_dir`: 0700, at a name no other user
-can guess, made exclusively in a directory no other user can change (`trusted_dir`), and
-removed afterwards, a failed removal being an error, never ignored.
+Nothing is written through a symlink: names resolve relative to a directory opened O_NOFOLLOW,
+and temporary files are O_EXCL | O_NOFOLLOW. `make_dir` never grants a bit beyond the final
+mode. Work in transit is staged in a `private_dir`.
 
-An OSError of a write, fsync, rename, unlink, symlink, chmod or mkdir here is a DiskError naming
-the path, the errno's words and what to do (a full or read-only file system, an I/O error), raised
-from the OSError: an effect that may fail (`on_error = "log"`) thus tolerates a failing disk too.
-The errors callers tell apart stay themselves: a missing directory without `create_dir`
-(FileNotFoundError), a planted link (UnsafePath); reads raise OSError as it comes.
+An OSError of a write, fsync, rename, unlink, symlink, chmod or mkdir becomes a DiskError naming
+the path, the errno's words and what to do, so an `on_error = "log"` effect tolerates a failing
+disk. FileNotFoundError (without `create_dir`) and UnsafePath stay as they are; reads raise
+OSError unchanged.
 """
 
 from __future__ import annotations
@@ -34,8 +28,7 @@ from .errors import DiskError, NeedsRoot, UnsafePath
 
 
 def _token() -> str:
-    """A temporary file's random part: os.urandom, not `secrets` (its hmac loads OpenSSL, 3.6 MB
-    of every daemon's memory)."""
+    """A temporary file's random part; os.urandom, since `secrets` loads OpenSSL (3.6 MB per daemon)."""
     return os.urandom(6).hex()
 
 
@@ -61,9 +54,10 @@ _OTHERWISE = ("fix what keeps uid {uid} from writing in {where} (`agent-fsm doct
 
 
 def disk_error(exc: OSError, doing: str, where: Path, note: str = "") -> DiskError:
-    """The DiskError for `exc`, raised trying to `doing` ("write /var/lib/agent-fsm/x.json")
-    on the file system of the directory `where`: the errno's words, `note` (what was left as it
-    was), what to do. The caller raises it `from exc`."""
+    """The DiskError for `exc`, met while `doing` ("write /var/lib/agent-fsm/x.json") in `where`.
+
+    It says the errno's words, `note` (what was left as it was) and what to do.
+    """
     words = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
     advice = _ADVICE.get(exc.errno or 0, _OTHERWISE).format(where=where, uid=os.geteuid())
     return DiskError(f"could not {doing}: {words}{f' ({note})' if note else ''}; {advice}")
@@ -72,7 +66,7 @@ def disk_error(exc: OSError, doing: str, where: Path, note: str = "") -> DiskErr
 @contextlib.contextmanager
 def _disk(doing: str, where: Path, note: str = "", *,
           passing: tuple[type[OSError], ...] = ()) -> Iterator[None]:
-    """An OSError in the block is a DiskError (`disk_error`), but for the `passing` kinds."""
+    """Turn an OSError in the block into a DiskError, except the `passing` kinds."""
     try:
         yield
     except passing:
@@ -85,10 +79,11 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def make_dir(directory: Path, mode: int) -> None:
-    """Create the new directory `directory` with exactly `mode`: made with no bit beyond `mode`
-    (a umask only takes bits away), then given the bits a umask took and rid of a setgid
-    parent's through a descriptor that follows no link, so it never exists with more than
-    `mode` allows. FileExistsError when anything is there, a symlink included; OSError."""
+    """Create the new directory `directory` with exactly `mode`, never more at any moment.
+
+    The bits a umask took are added, and a setgid parent's removed, through a descriptor that
+    follows no link. FileExistsError when anything is there, a symlink included.
+    """
     os.mkdir(directory, mode)
     fd = os.open(directory, _DIR_FLAGS)
     try:
@@ -98,8 +93,7 @@ def make_dir(directory: Path, mode: int) -> None:
 
 
 def ensure_dir(directory: Path, mode: int = 0o755) -> None:
-    """Create `directory` (and parents) if missing; refuse it if it is a symlink. DiskError
-    when it cannot be made."""
+    """Create `directory` and its parents if missing; refuse a symlink. DiskError when it fails."""
     try:
         st = os.lstat(directory)
     except FileNotFoundError:
@@ -147,10 +141,11 @@ def fsync_dir(directory: Path) -> None:
 
 
 def sync_filesystem(directory: Path) -> None:
-    """Make every write to the file system holding `directory` durable at once (syncfs(2)):
-    one journal commit for a whole tree, where an fsync of each file and directory costs one
-    each (a release's ~1,000 files: 0.4 s against 2-4 s on this project's machine). Linux
-    only, through libc; `os.sync()` where libc has no syncfs. DiskError if it fails."""
+    """Make every write to the file system holding `directory` durable at once (syncfs(2)).
+
+    For a release's ~1,000 files this takes 0.4 s, against 2-4 s for an fsync of each. Falls
+    back to `os.sync()`. DiskError if it fails.
+    """
     import ctypes  # here: only `release add` syncs a whole tree
 
     with _disk(f"sync the file system of {directory}", directory):
@@ -177,10 +172,11 @@ def _refuse_link(dir_fd: int, path: Path) -> None:
 
 def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, *,
                  create_dir: bool = True) -> None:
-    """Replace `path` with `data` (bytes, or chunks of them written as they come) and exactly
-    `mode`, atomically and durably; DiskError (the
-    old file as it was, unless only the final fsync failed) when the disk fails it. Without
-    `create_dir`, a missing directory is FileNotFoundError (and nothing is written)."""
+    """Replace `path` atomically and durably with `data` (bytes, or chunks) and exactly `mode`.
+
+    On DiskError the old file stays, unless only the final fsync failed. Without `create_dir`, a
+    missing directory is FileNotFoundError.
+    """
     doing = f"write {path}"
     gone = () if create_dir else (FileNotFoundError,)  # the directory went away: as if missing
     with _open_dir(path.parent, doing, create=create_dir) as dir_fd:
@@ -212,8 +208,7 @@ def atomic_write(path: Path, data: bytes | Iterable[bytes], mode: int = 0o644, *
 
 
 def atomic_symlink(link: Path, target: str) -> None:
-    """Point `link` at `target`, switching atomically from any previous target; DiskError (the
-    link as it was) when the disk fails it."""
+    """Point `link` at `target` atomically; DiskError, the link unchanged, when the disk fails."""
     doing = f"point {link} at {target}"
     with _open_dir(link.parent, doing) as dir_fd:
         try:
@@ -238,7 +233,7 @@ def atomic_symlink(link: Path, target: str) -> None:
 
 
 def remove(path: Path) -> bool:
-    """Remove `path` durably; return whether it existed. DiskError when the disk fails it."""
+    """Remove `path` durably; return whether it existed. DiskError when the disk fails."""
     try:
         path.unlink()
     except FileNotFoundError:
@@ -258,9 +253,11 @@ def read_bytes(path: Path) -> bytes | None:
 
 
 def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of the regular file `path`, read without following a symlink at it and without
-    blocking on a FIFO or device. FileNotFoundError when it is missing; ValueError when it is a
-    symlink, not a regular file, or larger than `limit` bytes."""
+    """The bytes of the regular file `path`, following no symlink and never blocking on a FIFO.
+
+    FileNotFoundError when missing; ValueError when it is a symlink, not a regular file, or over
+    `limit` bytes.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
@@ -282,11 +279,11 @@ def read_regular(path: Path, limit: int) -> bytes:
 
 
 def trusted_dir(directory: Path) -> Path:
-    """The real path of the existing directory `directory`, once no user but root and this one
-    can change what a name in it leads to: every directory from / down to it is owned by one of
-    them, and none may be written by group or others unless it is sticky (as /tmp is: others
-    may add names there, never rename or remove ours). UnsafePath naming the first that fails;
-    OSError (FileNotFoundError, NotADirectoryError) when it is missing or not a directory."""
+    """The real path of `directory`, once only root and this user can change what its names lead to.
+
+    Every directory from / down must be theirs and not writable by group or others unless sticky
+    (as /tmp). UnsafePath names the first that fails.
+    """
     real = Path(os.path.realpath(directory))
     for at in (*reversed(real.parents), real):
         st = os.lstat(at)
@@ -306,12 +303,12 @@ def trusted_dir(directory: Path) -> Path:
 
 @contextlib.contextmanager
 def private_dir(parent: Path | None = None, prefix: str = "agent-fsm.") -> Iterator[Path]:
-    """A new directory only this user may enter (exactly 0700) for work on its way elsewhere:
-    in `parent` (the temporary directory by default), which must be a `trusted_dir`, at a name
-    no other user can guess (`prefix` and 96 random bits), created exclusively, so nothing
-    another user planted is ever used or written through. Removed with what it holds when the
-    block ends (what was renamed out of it is kept). DiskError when it cannot be made or
-    removed, never swallowed: after a failing block, the removal's error names the block's."""
+    """A new 0700 directory for work in transit, removed with its contents when the block ends.
+
+    It is made exclusively in `parent` (a `trusted_dir`), named `prefix` and 96 random bits, so
+    nothing another user planted is used. What was renamed out of it is kept. DiskError when it
+    cannot be made or removed.
+    """
     if parent is None:
         import tempfile  # here: the daemon never stages
 
@@ -332,8 +329,7 @@ def private_dir(parent: Path | None = None, prefix: str = "agent-fsm.") -> Itera
 
 
 def remove_tree(path: Path) -> None:
-    """Remove `path` and all below it, following no link (`shutil.rmtree` walks by descriptor);
-    nothing to do when it is missing. DiskError naming what could not be removed."""
+    """Remove `path` and all below it, following no link; DiskError names what could not be removed."""
     import shutil  # here: the daemon removes no tree (shutil brings bz2, lzma)
 
     try:
@@ -348,9 +344,11 @@ def remove_tree(path: Path) -> None:
 
 
 def ensure_private_dir(directory: Path) -> None:
-    """Create `directory` 0700 (its parents 0755) if missing; tighten one of ours that others
-    may read or enter to 0700 (no other user needs it, and a readable lock in it lets any user
-    block every writer); refuse it (`check_private_dir`) if it is foreign or others may write."""
+    """Create `directory` 0700 (parents 0755) if missing, or tighten one of ours to 0700.
+
+    A readable lock in it would let any user block every writer. `check_private_dir` refuses it
+    if foreign or writable by others.
+    """
     ensure_dir(directory.parent)
     ensure_dir(directory, 0o700)
     check_private_dir(directory)
@@ -366,7 +364,7 @@ def ensure_private_dir(directory: Path) -> None:
 
 
 def check_private_dir(directory: Path) -> None:
-    """Refuse a state directory that another user owns or that group or others may write."""
+    """Refuse a state directory another user owns or group or others may write."""
     try:
         st = os.lstat(directory)
     except FileNotFoundError:

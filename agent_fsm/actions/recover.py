@@ -1,9 +1,8 @@
 """`agent-fsm recover`: roll back to the last-good when an upgrade is pending and not judged ok.
 
-`recover` is the use case; `run` is the process the recovery script (or an operator) starts:
-it hands over to the last-good's own `agent-fsm` when this one is another release's, and, run by
-the recovery unit, turns a failed try into a wait and an exit code so that systemd tries again.
-Whether the recovery unit runs it is read once, at its start (`by_recovery_unit`).
+`recover` is the use case; `run` the process. It hands over to the last-good's `agent-fsm` when
+this is another release's. Under the recovery unit it turns a failed try into a wait and an exit
+code, so systemd tries again.
 """
 
 from __future__ import annotations
@@ -32,10 +31,11 @@ def by_recovery_unit() -> bool:
 
 
 def why_recover(node: Node, doc: StateDoc, *, by_unit: bool = False) -> dict[str, str]:
-    """Why this rollback of the upgrade `doc` knows, as the result records it: its signal lost
-    (gone, unreadable: the candidate was never judged); else the recovery unit (`by_unit`)
-    reads the agent unit's end from systemd; anyone else is an operator.
-    Never raises: the way back does not wait on systemd's answer nor on the signal."""
+    """Why this rollback happens, as the result records it; never raises or waits.
+
+    A lost signal: never judged. Else the recovery unit reads the agent unit's end from systemd;
+    anyone else is an operator.
+    """
     try:  # the start check's count: a damaged signal never stops a rollback
         sig = node.signal()
     except AgentFsmError as exc:
@@ -67,9 +67,7 @@ RETRY_MAX = 30.0
 
 
 def recover(node: Node, *, by_unit: bool = False) -> Done:
-    """Roll back to the last-good when an upgrade is pending and not judged ok; else say so.
-    `by_unit`: the recovery unit runs it. Raises when the rollback is not done (the recovery
-    unit then tries again)."""
+    """Roll back when an upgrade is pending and not judged ok; else say so. Raises if not done."""
     node.store.lock_timeout = max(node.store.lock_timeout, WAY_BACK_LOCK_WAIT)
     doc = node.store.read()
     cleared = way_back.clear_leftovers(node, doc, way_back.RECOVER)
@@ -97,9 +95,7 @@ def _to(doc: StateDoc) -> str:
 
 
 def retry_delay(node: Node | None) -> float:
-    """The wait before a failed try of the recovery unit exits: RETRY_FIRST doubled with each
-    restart systemd counted (`NRestarts` of the recovery unit), at most RETRY_MAX; RETRY_MAX
-    when the node or systemd cannot say (a wrong config, a failing systemctl)."""
+    """The wait before a failed recovery try exits: RETRY_FIRST doubled per restart, at most RETRY_MAX."""
     if node is None:
         return RETRY_MAX
     try:
@@ -122,13 +118,12 @@ def _roll_back(node: Node, doc: StateDoc, by_unit: bool) -> Done:
 
 
 def _restart_refused(node: Node, done: str, *, by_unit: bool) -> None:
-    """Raise when systemd refused the restart the way back just asked for: the agent unit is
-    `failed` (a unit with a start limit, hit, where the reset before the restart failed:
-    `reset_start_limit` is let pass; a restart job with no process to stop runs at once). The
-    recovery unit then tries again, and its next `recover` resets and restarts: its own run
-    was the one `OnFailure=` would have started, so nothing else would. An operator's run is
-    not asked (the failure starts the recovery unit, which does the same); where systemd
-    cannot say, the rollback is taken as done, as `why_recover` does."""
+    """Raise when systemd refused the way back's restart, leaving the agent unit `failed`.
+
+    That is a start limit hit whose reset failed. The recovery unit's next try resets and
+    restarts; nothing else would. An operator's run is not asked. Where systemd cannot say, it
+    counts as done.
+    """
     if not by_unit:
         return
     unit = node.paths.agent_unit_name
@@ -153,15 +148,12 @@ def _nothing_pending(node: Node, doc: StateDoc, by_unit: bool) -> Done:
 
 
 def _started_if_given_up(node: Node, *, by_unit: bool) -> str:
-    """With nothing to roll back, the agent's next start does what is left (a judged-ok
-    candidate's `complete`, a converged agent's `settle`), and a converged agent is restarted
-    for ever. Unless systemd gave up starting it: a unit with a start limit (the unit older
-    releases wrote, `StartLimitBurst=max_attempts` in 300 s, still loaded where a `complete`'s
-    reload failed; a drop-in) is left `failed` (start-limit-hit) for good once its starts are
-    used up. Then its start limit is reset and it is started again, as the way back does;
-    what is done, in words for the message. Where systemd cannot
-    say, the recovery unit's run raises (it is tried again: it runs because the agent unit
-    failed), an operator's is told."""
+    """Start the agent unit again if systemd gave up starting it; what was done, in words.
+
+    A unit with a start limit (an older release's, a drop-in) stays `failed` once its starts are
+    used up; its limit is reset and it is started. Where systemd cannot say, the recovery unit's
+    run raises; an operator's is told.
+    """
     unit = node.paths.agent_unit_name
     try:
         shown = node.effectors.systemd.show(unit, ("ActiveState", "Result"))
@@ -188,8 +180,7 @@ ON_RECOVER: Mapping[OnRecover, Callable[[Node, StateDoc, bool], Done]] = handler
 
 @dataclass(frozen=True)
 class Tried:
-    """One run of `agent-fsm recover`: what it did, or why it failed and how long the
-    recovery unit waits before it exits (`retry_delay`), to be started again."""
+    """One run of `agent-fsm recover`: what it did, or why it failed and how long to wait before exit."""
 
     done: Done | None
     failure: Exception | None = None
@@ -209,10 +200,11 @@ class Tried:
 
 def run(open_node: Callable[[], Node], global_options: Sequence[str],
         tell: Callable[[str], None]) -> Tried:
-    """`agent-fsm recover` as a process runs it, its node opened by `open_node`; `tell` gets
-    the lines it writes before it hands over. By hand a failure is raised (one line, its exit
-    code). Run by the recovery unit, whatever fails is returned, with the wait before its
-    exit, so that the unit tries again until the rollback is done."""
+    """`agent-fsm recover` as a process runs it, its node opened by `open_node`.
+
+    By hand, a failure is raised. Under the recovery unit it is returned with its wait, so the
+    unit tries again until the rollback is done.
+    """
     by_unit = by_recovery_unit()
     if not by_unit:
         return Tried(_run(open_node(), global_options, tell, by_unit=False))
@@ -234,11 +226,12 @@ def _run(node: Node, global_options: Sequence[str], tell: Callable[[str], None],
 
 
 def hand_over(node: Node, global_options: Sequence[str], tell: Callable[[str], None]) -> None:
-    """Run the last-good's own `agent-fsm recover` instead, with `global_options`, when this
-    one is another stored release's (an operator's `agent-fsm` on PATH is the selected
-    release's, the candidate's during an upgrade): only the last-good's code runs the way
-    back. Returns when it is the last-good's, or runs from no stored release, or the last-good
-    has no launcher."""
+    """Run the last-good's own `agent-fsm recover` with `global_options` when this is another release's.
+
+    Only the last-good's code runs the way back, and `agent-fsm` on PATH is the selected
+    release's. Returns when this is the last-good's, runs from no stored release, or there is no
+    launcher.
+    """
     process = node.controller.process
     last_good = node.releases.last_good()
     if process is None or process.release is None or last_good is None \

@@ -1,12 +1,9 @@
 """An operator's command that died and left work on the node, found and finished while the
 daemon serves (`DeadCommand`).
 
-The serving daemon looks (a stat of the state file) when the state dir changes, and every
-OWED_CHECK_SECONDS while work is found that it cannot finish yet (`needs_timer`), or always
-where inotify cannot be had: an idle daemon wakes for nothing else. What the
-last-good's own start would do (abandon an upgrade cut before it selected its candidate, roll
-back a signal the state file knows nothing of) it does in place, the workload running; for the
-rest it restarts its own unit, whose start finishes it.
+The daemon looks when the state dir changes, and by the clock while `needs_timer` says so. What
+the last-good's own start would do, it does in place with the workload running; for the rest it
+restarts its unit, whose start finishes the work.
 """
 
 from __future__ import annotations
@@ -32,26 +29,18 @@ STOP_GRACE = 30.0  # how long to wait for the stop of a restart this process que
 
 
 class DeadCommand:
-    """Finds work a command that is gone left on the node while this daemon serves, the
-    writers' lock free at once: no process is doing it. Its writer held the lock from the
-    write-ahead to the final record, so a live command, however slow, holds it and is left
-    alone (the lock is tried before anything is acted on). Two kinds (`in_place` tells them
-    apart):
+    """Finds work a gone command left: owed work whose writers' lock is free at once.
 
-    - `restart`: an operator's transition (`install`, `activate`, `upgrade`'s `begin_upgrade`
-      once it selected its candidate) left owed by a command that died (SIGKILL, an OOM, a lost
-      ssh session) or failed at an effect (exit 1): another release's start must finish it.
-      Never a transition of another role (the candidate's, the way back's), nor an
-      `install --no-start` (its operator asked for no restart).
-    - `in_place`: what the last-good's own start would do and this process, the last-good's
-      code serving as the selected release, can do without a restart: abandon an upgrade cut
-      before it selected its candidate; roll back a signal the state file knows nothing of
-      (restored from a backup, or lost); then finish that (`recovered`, `settle`), also when
-      an earlier try here failed half-way (its transition owed, or `recovering` not finished,
-      or the gate still shut after `abandon_upgrade`).
+    A live command holds the lock from write-ahead to final record, so it is left alone. Two
+    kinds (`in_place`):
 
-    `look` costs a stat of the state file while nothing is found; the file is read when it
-    changed (or something was found at the last look), and the lock tried only then."""
+    - `restart`: an operator's transition left by a command that died or failed at an effect;
+      another release's start finishes it. Never another role's, nor `install --no-start`.
+    - `in_place`: abandon an upgrade cut before it selected its candidate, or roll back an orphaned
+      signal, then finish (`recovered`, `settle`).
+
+    While nothing is found, `look` costs one stat.
+    """
 
     def __init__(self, node: Node, release: str | None, notifier: Notifier,
                  workload: Workload) -> None:
@@ -102,9 +91,7 @@ class DeadCommand:
         return self._operators(doc) or self.in_place(doc)
 
     def look(self) -> StateDoc | None:
-        """The state file, read holding the writers' lock, when it holds work a command that
-        is gone left (`in_place` says which kind), else None. Never waits: the lock is tried
-        once, and held only to read the state file again."""
+        """The state file, re-read under the writers' lock, when it holds a gone command's work; else None."""
         store = self.node.store
         try:
             st = os.stat(store.path)
@@ -125,14 +112,13 @@ class DeadCommand:
             return doc if self._owed else None
 
     def watch(self) -> DirWatch | None:
-        """A watch on the state dir, whose files a command that leaves work writes; None
-        where inotify cannot be had (then `needs_timer` is always true)."""
+        """A watch on the state dir; None where inotify is missing (`needs_timer` is then always true)."""
         return DirWatch.open(self.node.paths.state_dir)
 
     def needs_timer(self) -> bool:
-        """Whether the next look must come by the clock, not by a change in the state dir: work
-        was found that a live writer holds, or a try failed, or a restart was asked. Its
-        lock tries write the state dir themselves, so a change cannot be waited for then."""
+        """Whether the next look must come by the clock: found work is held, a try failed, or a
+        restart was asked. Lock tries write the state dir themselves, so no change can be waited
+        for."""
         return self._owed or self.restart_asked_at is not None
 
     def again(self) -> None:
@@ -140,13 +126,11 @@ class DeadCommand:
         self._owed = True
 
     def finish(self) -> bool:
-        """A command died and left work on the node (`DeadCommand`). What the last-good's
-        start would do without another release, this process does in place, the workload
-        running throughout (`finish_in_place`). Else an operator's transition is owed that
-        another release's start must finish (`install`, `activate`, an upgrade that selected
-        its candidate): restart this unit, so that the selected release's start finishes it and
-        judges that. The gate is shut already (the command's first effect). True when the work
-        was done or the restart asked; a failure is logged and tried again at the next look."""
+        """Finish a gone command's work: in place if the last-good's start would, else by a restart.
+
+        The gate is already shut. True when done or the restart asked; a failure is logged and
+        retried.
+        """
         now = time.monotonic()
         if self.restart_asked_at is not None and now - self.restart_asked_at < STOP_GRACE:
             return False  # asked already: its stop is on the way
@@ -180,13 +164,11 @@ class DeadCommand:
         return True
 
     def finish_in_place(self, doc: StateDoc) -> bool:
-        """Do here what the last-good's start would do, without stopping the workload: abandon
-        an upgrade cut before it selected its candidate (`abandon_upgrade`, nothing marked known
-        bad), or roll back a signal the state file knows nothing of (`orphaned_signal`, its
-        restart not asked), then finish as a start from there does (`recovered`, `settle`:
-        the assets converged, the gate opened). True when the gate is open again. A failure
-        (a full disk, a held lock) leaves the rest owed: logged in one line, and the next look
-        tries again; this process never exits for it, so the workload keeps running."""
+        """Do what the last-good's start would do, without stopping the workload; True once the gate opens.
+
+        Abandon a cut upgrade or roll back an orphan, then `recovered` and `settle`. A failure
+        leaves the rest owed for the next look; the process never exits for it.
+        """
         node = self.node
         owed = doc.pending
         what = (f"an operator's {owed.trigger} left owed by a command that is gone"
@@ -218,9 +200,7 @@ class DeadCommand:
 
 
 class Looks:
-    """When the serving daemon looks (`DeadCommand.finish`): `every` seconds after it is
-    ready, then when the state dir changes, or by the clock while `needs_timer` says so or
-    no watch can be had."""
+    """When the serving daemon looks: `every` seconds after ready, then on changes or by the clock."""
 
     def __init__(self, dead: DeadCommand, every: float) -> None:
         self.dead = dead

@@ -1,16 +1,10 @@
 """Judging a candidate: the host's checks pass within a deadline, then it stays up a soak time.
 
-The checks come from the host's config, never from the candidate. The judgment is a loop over
-injected parts (running a check, whether the workload is alive, the clock), so it is tested
-without processes and without waiting.
-
-It runs on a monotonic clock, within one start: a step of the wall clock (NTP, an operator's
-`date`) neither ends a soak early nor stretches it past the unit's start timeout. Across
-restarts only the attempt count (in the signal) decides, never a time written by an earlier
-start. Each check is given the time left (before the deadline; after the soak, before the end
-of the judgment's room within the start timeout) as its timeout, and runs in a process group of
-its own, killed whole at that timeout; an HTTP(S) check is one GET in this process, within its
-own `timeout_seconds` or the time left, whichever is shorter (`system.http_probe`).
+The checks come from the host's config, never the candidate. The loop runs over injected parts,
+so it is tested without processes or waiting. It runs on a monotonic clock within one start;
+across restarts only the signal's attempt count decides. Each check's timeout is the time left:
+a command runs in its own process group, killed whole at timeout; an HTTP(S) check is one GET
+(`system.http_probe`).
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ from ..untrusted import quoted
 
 CHECK_INTERVAL = 1.0  # the longest wait between two runs of the checks
 # A check failing at first is re-run soon, then less and less often: a workload is usually ready
-# milliseconds after it starts, and a full interval there delayed every upgrade by up to 1 s.
+# milliseconds after it starts, and a full interval there would delay every upgrade by up to 1 s.
 FIRST_RECHECK = 0.05
 # The checks after the soak may take this long past deadline + soak: within the unit's start
 # timeout (deadline + soak + 10 s, `node.assets.render`), with room left to publish.
@@ -59,10 +53,7 @@ CUT = 1.0  # an HTTP check given less than this by the deadline, which then time
 
 
 def run_check(check: CheckSpec, env: dict[str, str], timeout: float) -> tuple[bool, str]:
-    """Run one check: a command in a process group of its own (killed whole at `timeout`),
-    passing on exit 0, or an HTTP check's GET (within its own timeout, if shorter). Returns
-    (passed, what it said): agent-fsm's words, with the check's own (its last line of output,
-    a server's Location or first line of body) in double quotes."""
+    """Run one check: (passed, agent-fsm's words with the check's own in double quotes)."""
     if isinstance(check, HttpCheck):
         return http_probe.get(check.url, check.status, min(timeout, check.timeout_seconds))
     argv: Sequence[str] = check
@@ -81,11 +72,11 @@ Answers = list[tuple[CheckSpec, bool, str]]
 def _checks(judgment: Judgment, clock: Timer, check: Check, end: float,
             cut: list[str] | None = None,
             answers: Answers | None = None) -> tuple[list[str], bool]:
-    """Run every check, each with the time left before `end` (at most the deadline) as its
-    timeout: what the failing ones said, in order, and whether all of them had time to run.
-    An HTTP check the near deadline gave under `CUT` (and under its own timeout) that timed out
-    is put in `cut` instead, when given: its "no answer within 0.01s" says less than the answer
-    before it."""
+    """Run every check with the time left before `end`; return the failures' words and whether all ran.
+
+    An HTTP check cut short by the deadline (under `CUT` s) goes in `cut`: it says less than the
+    answer before it.
+    """
     failing: list[str] = []
     for spec in judgment.checks:
         left = min(end - clock.monotonic(), judgment.deadline_seconds)
@@ -112,13 +103,11 @@ def judge(
     stopping: Callable[[], bool] = lambda: False,
     told: Callable[[Answers, float | None], None] = lambda _answers, _soak: None,
 ) -> Verdict:
-    """Decide whether the candidate is healthy, from now on (this start's monotonic clock).
+    """Decide whether the candidate is healthy, on this start's monotonic clock.
 
-    Failed when: this is a start beyond `max_attempts` (the candidate keeps restarting); the
-    checks do not all pass within `deadline_seconds`; the workload dies; or a check fails after
-    the soak. Stopped (reason_class "stopped": no verdict, the caller keeps the signal) when
-    `stopping` says so. `exited` words the reason of a workload that exited `when`. `told`
-    hears each round's answers, and the soak's seconds when it begins.
+    Failed past `max_attempts`, when the checks do not all pass within `deadline_seconds`, when
+    the workload dies, or when a check fails after the soak. Stopped (no verdict, signal kept)
+    when `stopping` says so. `told` hears each round's answers.
     """
     if attempt > judgment.max_attempts:
         return Verdict(False, f"started {attempt} times, more than max_attempts "

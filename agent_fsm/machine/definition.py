@@ -1,10 +1,9 @@
 """The machine as data: load `states/agent-upgrade.toml` into plain records and check it.
 
-Checked at load time, with errors that name what is wrong: exactly one initial state that is
-declared, every transition's states declared, every condition and effect a known name, each
-trigger declared once, every state reachable from the initial one, no state without a way out,
-every state declaring what a daemon start and `recover` do from it, by a known name, and every
-transition naming the roles whose process may fire it (`by`), from a closed list (`Role`).
+Loading refuses, naming the culprits: not exactly one initial state; undeclared states; unknown
+conditions or effects; a trigger declared twice; unreachable states or ones without a way out; a
+state not declaring its `on_start` and `on_recover`; a transition without roles (`by`, from
+`Role`).
 """
 
 from __future__ import annotations
@@ -25,9 +24,11 @@ DEFINITION_NAME = "agent-upgrade.toml"
 
 # NamedTuples, not dataclasses: `status` loads the definition (docs/design.md).
 class Effect(NamedTuple):
-    """One effect a transition runs; `tolerant` ones log a failure instead of raising it.
-    `done_at_own_start`: resumed by a start of the agent unit that runs the release selected now,
-    it counts as done without running (`restart_unit`: that start *is* the restart)."""
+    """One effect a transition runs; a `tolerant` one logs its failure instead of raising it.
+
+    `done_at_own_start`: a start of the agent unit counts it as done (`restart_unit`: that start
+    is the restart).
+    """
 
     name: str
     tolerant: bool = False
@@ -35,9 +36,7 @@ class Effect(NamedTuple):
 
 
 class Role(enum.StrEnum):
-    """Which process may fire a transition (its `by`), by the command it runs and the release
-    whose code it runs. Only the last-good's code runs the way back: the candidate's process
-    never fires, nor finishes, a transition of recovery (`Definition.may_finish`)."""
+    """Which process may fire a transition (its `by`); only the last-good's code runs the way back."""
 
     operator = "operator"  # an operator's command: install, activate, upgrade
     candidate = "candidate"  # the daemon started from the pending upgrade's candidate release
@@ -51,8 +50,7 @@ CODE: dict[Role, str] = {Role.operator: "operator", Role.candidate: "candidate",
 
 
 class OnStart(enum.StrEnum):
-    """What a daemon start does from a state (its `on_start`), once it has resumed what a crash
-    left owed and rolled back a signal the state file does not know (`orphaned_signal`)."""
+    """What a daemon start does from a state (its `on_start`), after resuming and orphan rollback."""
 
     refuse_not_installed = "refuse_not_installed"
     judge_candidate = "judge_candidate"
@@ -99,8 +97,7 @@ KEYS: dict[type[enum.StrEnum], str] = {OnStart: "on_start", OnRecover: "on_recov
 
 def handlers(kind: type[Action], table: Mapping[Action, Handler],
              owner: str) -> Mapping[Action, Handler]:
-    """`table` as the dispatch of `owner` by `kind`, refused unless it has a handler for every
-    name (a state may declare any of them), so a missing one fails when `owner` is loaded."""
+    """`table` as `owner`'s dispatch by `kind`; a missing handler fails when `owner` is loaded."""
     missing = set(kind) - set(table)
     if missing:
         raise DefinitionError(f"{owner} has no handler for {KEYS[kind]} "
@@ -131,10 +128,11 @@ class Transition(NamedTuple):
         return tuple(e.name for e in self.effects)
 
     def may_finish(self, role: Role) -> bool:
-        """Whether a process of `role` may finish this transition when a crash left it owed:
-        when a role running the same release's code may fire it, or when it is the operator's
-        (its effects act on arguments fixed when it was recorded, and the operator's command
-        may be gone: the next start finishes it)."""
+        """Whether a process of `role` may finish this transition when a crash left it owed.
+
+        Yes if a role of the same release's code may fire it, or if it is the operator's: its
+        arguments are fixed, and the next start finishes it once the command is gone.
+        """
         return Role.operator in self.by or CODE[role] in {CODE[r] for r in self.by}
 
 
@@ -165,21 +163,19 @@ class Definition(NamedTuple):
         return tuple(t.trigger for t in self.transitions if state in t.sources)
 
     def finished_for_a_dead_command(self, trigger: str, args: Mapping[str, Any]) -> bool:
-        """Whether an owed transition, its command gone, is one the serving daemon has its
-        unit restarted for, so that the start finishes it: the operator's alone (`by`), and not
-        an `install --no-start` (its operator asked for no restart)."""
+        """Whether the daemon restarts its unit to finish this owed transition of a gone command.
+
+        Only the operator's (`by`), except `install --no-start`.
+        """
         known = any(t.trigger == trigger for t in self.transitions)
         return known and self.transition(trigger).by == (Role.operator,) \
             and not args.get("no_start")
 
 
 def default_text() -> tuple[str, str]:
-    """The shipped definition's text and where it came from.
+    """The shipped definition's text and where it came from: `agent_fsm/states/` beside this module.
 
-    One way to find it: `agent_fsm/states/` inside the package (in a checkout, a link to the
-    top-level `states/`; in a wheel or a packed release, a copy), a path beside this module:
-    agent-fsm is never run from a zip, and `importlib.resources` (with `zipfile`, `tempfile`,
-    `shutil`) would cost every start of the daemon ~1 MB of memory and a few ms.
+    agent-fsm never runs from a zip, and `importlib.resources` would cost every start ~1 MB.
     """
     shipped = Path(__file__).parent.parent / "states" / DEFINITION_NAME
     try:

@@ -1,17 +1,14 @@
 """The lifecycle machine: the declared definition, run by `transitions`, made crash-safe.
 
-`Controller.fire(trigger)` takes the writers' lock, resumes any transition a crash left owed,
-has `transitions` decide whether the trigger may fire from the current state (its sources, then
-its conditions; an illegal trigger is its MachineError, raised as IllegalTransition), records
-the transition and the effects it owes in the state file (write-ahead), runs the effects one by
-one recording progress after each, and finally records the new state and a history entry (in
-the journal, committed by the state file: `Store.record`). A crash anywhere leaves a state file
-from which `resume` reaches the same end state.
+`Controller.fire(trigger)` takes the writers' lock and resumes what a crash left owed.
+`transitions` checks the trigger's sources and conditions (else IllegalTransition). The
+transition and its effects are recorded first (write-ahead), the effects run with progress
+recorded after each, then the new state and a history entry are recorded. From a crash anywhere,
+`resume` reaches the same end.
 
-Given the process it runs in (`Controller.process`), it fires only the transitions whose `by`
-names that process's role, and finishes an owed one only if the role may (`Transition.may_finish`);
-anything else raises NotItsRole before the state is touched. That is the one place the rule "only
-the last-good's code runs the way back" is enforced.
+The controller fires only transitions whose `by` names its process's role, and finishes an owed
+one only if that role may (`Transition.may_finish`); else NotItsRole, before any write. This
+alone enforces "only the last-good's code runs the way back".
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ def env_failpoint(trigger: str, index: int) -> None:
 
 @dataclass
 class Step:
-    """What a condition or effect sees: the state document and the transition asked for (or in
-    flight), with the arguments fixed when it was recorded."""
+    """What a condition or effect sees: the state document, the transition and its fixed arguments."""
 
     doc: StateDoc
     trigger: str
@@ -61,8 +57,7 @@ class Step:
 
 
 class Actor(Protocol):
-    """What effects act through, as far as the engine needs it: a clock, and `prepare`, which fixes
-    before a transition is recorded every value its effects will use."""
+    """What effects act through: a clock, and `prepare`, which fixes their values before recording."""
 
     clock: Clock
 
@@ -127,10 +122,9 @@ class Controller:
         self.machine: Machine = self._built()
 
     def _built(self) -> Machine:
-        """The `transitions` machine, its conditions bound: built with the controller.
+        """The `transitions` machine with its conditions bound, built with the controller.
 
-        Each trigger is called with the state document and the transition's arguments as event
-        data (`doc`, `args`), and a list (`refusals`) where a failing condition leaves its reason.
+        Triggers get `doc`, `args` and `refusals`, where a failing condition leaves its reason.
         """
         from transitions import Machine
 
@@ -183,18 +177,18 @@ class Controller:
             return doc
 
     def supersedes(self, trigger: str, doc: StateDoc) -> bool:
-        """Whether `trigger`, from the document's state, replaces the transition left owed
-        instead of resuming it: one it declares with `supersedes` in the definition, or, if it
-        declares any (the way back), one this agent-fsm does not know (`unknown`: a later
-        agent-fsm's, left owed on the candidate's path)."""
+        """Whether `trigger` replaces the owed transition instead of resuming it.
+
+        It does when declared in `supersedes`, or, for a trigger that declares any (the way
+        back), when the owed transition is a later agent-fsm's (`unknown`).
+        """
         t = self._transitions[trigger]
         pending = doc.pending
         return pending is not None and doc.state in t.sources and (
             pending.trigger in t.supersedes or bool(t.supersedes and self.unknown(pending)))
 
     def unknown(self, pending: Pending) -> list[str]:
-        """The names of an owed transition this agent-fsm does not know (its trigger, states or
-        effects): none when it can resume it (it runs any effect it knows, in the order owed)."""
+        """The names of an owed transition this agent-fsm does not know; none when it can resume it."""
         names = [] if pending.trigger in self.trigger_names else [f"trigger {pending.trigger}"]
         names += [f"state {s}" for s in dict.fromkeys((pending.source, pending.dest))
                   if s not in self.machine.states]
@@ -270,8 +264,7 @@ class Controller:
         self._finish(doc)
 
     def _check_role(self, trigger: str, doc: StateDoc, *, fire: bool) -> None:
-        """Raise NotItsRole, touching nothing, unless this process may fire `trigger` (or,
-        `fire` False, finish it owed)."""
+        """Raise NotItsRole, touching nothing, unless this process may fire (or finish) `trigger`."""
         if self.process is None:
             return
         t = self._transitions[trigger]
@@ -356,10 +349,11 @@ class Controller:
 
     # Hooks --------------------------------------------------------------------------------
     def _before(self, trigger: str, args: dict[str, Any]) -> bool:
-        """Run the trigger's `before` hook, if it has one, outside the lock (a slow hook never
-        holds up the daemon), once `transitions` says it may fire from the state read (its
-        sources and conditions: `may_<trigger>`); a refusal is raised. False: not asked yet,
-        because it may not fire now (under the lock `_run` asks)."""
+        """Run the trigger's `before` hook outside the lock, so a slow hook never holds up the daemon.
+
+        A refusal is raised. False: not asked, as the trigger may not fire now; `_run` asks
+        under the lock.
+        """
         if trigger not in self.before_triggers or not self.hooks.has_before(trigger):
             return True
         doc = self.store.read()

@@ -1,11 +1,8 @@
-"""Hooks as the machine sees them: which transitions may have a `before` hook (derived from the
-definition), the transition a hook is told about, and the collaborator the engine is given.
+"""Hooks as the machine sees them: which transitions may have a `before` hook, and how it is run.
 
-Only an operator-started transition — one that begins a cycle from a settled state and does not
-roll back (`install`, `activate`, `begin_upgrade` in the shipped definition) — runs a `before`
-hook, which may refuse it. Everything the daemon or recovery fires, the way back above all,
-runs none: hooks can never block or delay a rollback. `after` hooks may follow any transition;
-they run once it is recorded, and their failure is logged, never fatal.
+Only an operator-started transition runs a `before` hook, which may refuse it (`install`,
+`activate`, `begin_upgrade`). What the daemon or recovery fires runs none, so hooks never block
+a rollback. `after` hooks may follow any transition once recorded; a failure is only logged.
 """
 
 from __future__ import annotations
@@ -27,13 +24,11 @@ class Hooks(Protocol):
     def has_before(self, trigger: str) -> bool: ...
 
     def before(self, transition: Mapping[str, Any]) -> str | None:
-        """Run the `before` hook of the transition's trigger: None when it lets the transition
-        go on, else why not (what failed and the hook's last line of output)."""
+        """Run the trigger's `before` hook: None to go on, else why not (with the hook's last line)."""
         ...
 
     def after(self, transition: Mapping[str, Any]) -> None:
-        """Run the `after` hook of the transition's trigger, if any, without delaying the
-        caller; a failure is logged."""
+        """Run the trigger's `after` hook, if any, without delaying the caller; a failure is logged."""
         ...
 
 
@@ -52,9 +47,7 @@ class NoHooks:
 
 @functools.lru_cache(maxsize=8)  # once per definition, as its groups
 def before_triggers(d: Definition) -> frozenset[str]:
-    """The operator-started triggers, which alone may run a `before` hook: those an operator's
-    command fires (`by`) that close the gate from a settled state (they begin an install, an
-    upgrade or a rollback) and do not lead into rolling back."""
+    """The triggers that may run a `before` hook: an operator's, closing the gate, not rolling back."""
     g = groups(d)
     return frozenset(t.trigger for t in d.transitions
                      if t.trigger in g.cycle_starts and t.dest not in g.rolling_back
@@ -62,8 +55,7 @@ def before_triggers(d: Definition) -> frozenset[str]:
 
 
 def check(hooks: HookConfig, d: Definition, source: object) -> None:
-    """Refuse hooks for triggers the definition lacks, and `before` hooks for transitions the
-    operator does not start (the way back among them)."""
+    """Refuse hooks for unknown triggers, and `before` hooks for transitions the operator does not start."""
     known = [t.trigger for t in d.transitions]
     allowed = before_triggers(d)
     for when, table in (("before", hooks.before), ("after", hooks.after)):
@@ -82,17 +74,18 @@ def check(hooks: HookConfig, d: Definition, source: object) -> None:
 
 def transition(when: str, trigger: str, source: str, dest: str, from_version: str | None,
                to_version: str | None, time: float, **extra: Any) -> dict[str, Any]:
-    """The transition as a hook receives it (JSON on stdin; `AGENT_FSM_<KEY>` for each scalar),
-    documented in docs/configuration.md; the runner adds the node's `name`."""
+    """The transition as a hook receives it: JSON on stdin, and `AGENT_FSM_<KEY>` for each scalar."""
     return {"hook": when, "trigger": trigger, "source": source, "dest": dest,
             "from": from_version, "to": to_version, "time": time, **extra}
 
 
 def finished(entry: Mapping[str, Any], args: Mapping[str, Any], effects: Collection[str],
              last_result: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The transition an `after` hook is told of, from its history entry: its `outcome` ("ok",
-    or "degraded" when an effect allowed to fail did: `skipped`), and the upgrade's `result`
-    ("ok" or "rolled_back") when this transition reported one."""
+    """The transition an `after` hook is told of, from its history entry.
+
+    `outcome` is "ok" or "degraded"; `result` is the upgrade's, when this transition reported
+    one.
+    """
     up = entry.get("upgrade")
     reported = last_result is not None and bool(set(RESULT_EFFECTS) & set(effects))
     return transition(
@@ -104,8 +97,7 @@ def finished(entry: Mapping[str, Any], args: Mapping[str, Any], effects: Collect
 
 
 def ask(hooks: Hooks, trigger: str, source: str, dest: str, args: Mapping[str, Any]) -> None:
-    """Run the `before` hook of an operator-started transition; its refusal is raised (exit 3)
-    before anything is written."""
+    """Run an operator-started transition's `before` hook; a refusal is raised (exit 3) before any write."""
     why = hooks.before(transition("before", trigger, source, dest, args.get("from"),
                                   args.get("release"), float(args["started"])))
     if why is not None:
@@ -114,8 +106,7 @@ def ask(hooks: Hooks, trigger: str, source: str, dest: str, args: Mapping[str, A
 
 @contextlib.contextmanager
 def telling(hooks: Hooks, done: list[dict[str, Any]]) -> Iterator[None]:
-    """Tell the `after` hooks of the transitions recorded inside (appended to `done`) once the
-    block, and the lock it holds, is left, whether it succeeded or not."""
+    """Run the `after` hooks of the transitions recorded in the block once it and its lock are left."""
     try:
         yield
     finally:

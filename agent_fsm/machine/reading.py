@@ -1,11 +1,8 @@
-"""The shipped definition as readers load it: its states, triggers and words, without importing
-the engine or the effects.
+"""The shipped definition as readers load it, without importing the engine or the effects.
 
 Writers load it through `upgrade.registry.load_definition`, which also checks every effect and
-condition it names against the code that runs them; a reader (`status`) runs none of them, so
-it takes those names as the definition gives them. Every other check is the same: the definition's own
-(`definition.checked`, on the TOML parsed once) and the state and trigger names the code uses
-(`check_vocabulary`).
+condition against the code that runs them. A reader (`status`) runs none, so it takes those
+names as given. The other checks are the same: `definition.checked` and `check_vocabulary`.
 """
 
 from __future__ import annotations
@@ -18,8 +15,7 @@ from .vocabulary import check_vocabulary
 
 
 def _named(data: dict[str, Any], key: str) -> set[str]:
-    """The names a definition's transitions give under `key` (a name, a list of names, or a
-    list of `{ name, ... }` tables); anything else is left for `parse` to refuse."""
+    """The names a definition's transitions give under `key`; anything else is left for `parse`."""
     out: set[str] = set()
     transitions = data.get("transitions")
     for raw in transitions if isinstance(transitions, list) else ():
@@ -32,7 +28,7 @@ def _named(data: dict[str, Any], key: str) -> set[str]:
 
 
 def shipped() -> Definition:
-    """The shipped definition, checked as a reader needs it (see the module's docstring)."""
+    """The shipped definition, checked as a reader needs it."""
     text, source = definition_mod.default_text()
     data = definition_mod.loads(text, source)  # once: parsing it costs ~1.4 ms of every `status`
     d = definition_mod.checked(data, source, effects=_named(data, "effects"),

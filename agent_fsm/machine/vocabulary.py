@@ -1,10 +1,7 @@
-"""State and trigger names as one typed vocabulary, and the groups of states derived from the
-definition: the code names a state only through `StateName`, and asks the definition, never a
-list of its own, which states a group holds.
+"""State and trigger names as one typed vocabulary, and groups of states read off the definition.
 
-`check_vocabulary` runs when the definition is loaded: a name the code uses that the definition
-lacks is an error naming it, so a renamed state cannot silently fall out of a comparison; so is a
-state whose `on_start` or `on_recover` fires a trigger it has no transition for (`FIRES`).
+`check_vocabulary` runs at load: a name the code uses that the definition lacks is an error, so
+a renamed state cannot silently drop out of a comparison.
 """
 
 from __future__ import annotations
@@ -67,8 +64,7 @@ FIRES: dict[str, Trigger] = {
 
 
 def check_vocabulary(d: Definition) -> None:
-    """Refuse a definition that lacks a state or trigger the code names, or whose states'
-    `on_start` and `on_recover` do not match their transitions."""
+    """Refuse a definition lacking a name the code uses, or whose `on_start`/`on_recover` do not match."""
     states = set(StateName) - set(d.state_names)
     triggers = set(Trigger) - {t.trigger for t in d.transitions}
     if states or triggers:

@@ -1,27 +1,20 @@
 """How a host value is written into a systemd unit, and how into a POSIX shell script.
 
-The two languages quote differently, so each template kind has its own step (`assets.render`
-picks it). Each function returns the value's text for its context, or raises ValueError when the
-value cannot be expressed there; a value that needs no quoting comes back as it is, so ordinary
-paths render byte for byte as before.
+Each function returns the value's text, or raises ValueError when it cannot be expressed there.
+A value needing no quoting comes back unchanged.
 
-Units (systemd 252 as on the nodes; the sections named are the man pages'):
+Units (systemd 252; sections of the man pages):
 
-- `unit_word`: one argument of a command line (`ExecStart=`). systemd.service(5) "COMMAND LINES"
-  unquotes by systemd.syntax(7) "QUOTING": a double-quoted item, with C-style escapes, so `\\`
-  and `"` are backslash-escaped inside it; the opening quote must start the item. Specifiers are
-  expanded after unquoting (systemd.unit(5) "SPECIFIERS": `%%` is one `%`), and so is
-  environment substitution at exec time (`$$` is one `$`), so both are doubled in or out of
-  quotes. Whitespace, quotes, backslashes and `;` (a lone `;` separates commands) are quoted.
-- `unit_path`: a path in a path-valued setting (`ReadWritePaths=`, `RuntimeDirectory=`), also
-  used as the leading part of an `ExecStart=` executable (`<selected>/bin/agent-fsm`). Such an
-  item is split on whitespace and unquoted, and a quote only counts at the start of an item, so
-  whitespace, quotes and backslashes cannot be expressed; nor can `$` (systemd.service(5): the
-  program to execute may not be a variable). `%` is doubled (specifiers are expanded there too).
-- `unit_token`: names and numbers (unit names, versions, counts): only `[A-Za-z0-9:_.+-]`.
+- `unit_word`: one `ExecStart=` argument, double-quoted with C escapes (systemd.syntax(7)
+  "QUOTING"). `%` and `$` are doubled, as specifiers and variables expand after unquoting.
+  Whitespace, quotes, backslashes and `;` are quoted.
+- `unit_path`: a path-valued setting, or an `ExecStart=` executable. It is split on whitespace
+  and a quote counts only at an item's start, so whitespace, quotes and backslashes cannot be
+  expressed; nor `$` (systemd.service(5)). `%` is doubled.
+- `unit_token`: names and numbers: only `[A-Za-z0-9:_.+-]`.
 
-Scripts: `shell_word` is `shlex.quote` (single quotes, POSIX sh). No control character is
-allowed anywhere: a newline would end a line of the unit or a comment of the script.
+Scripts: `shell_word` is `shlex.quote`. No control character is allowed: a newline would end a
+unit line or a script comment.
 """
 
 from __future__ import annotations
@@ -59,8 +52,10 @@ def unit_word(value: str) -> str:
 
 
 def unit_path(value: str) -> str:
-    """A path in a path-valued setting or an executable's path: `%` doubled; refused if it has
-    whitespace, quotes, backslashes or `$` (systemd cannot take them there)."""
+    """A path in a path-valued setting or an executable's path, with `%` doubled.
+
+    Refused if it has whitespace, quotes, backslashes or `$`, which systemd cannot take there.
+    """
     _no_control(value)
     bad = sorted({ch for ch in value if ch.isspace() or ch in _NOT_IN_UNIT_PATH})
     if bad or not value:

@@ -1,25 +1,14 @@
-"""The workload's own view of the file system: agent-fsm's directories read-only, whatever its
-user, root included.
+"""The workload's own view of the file system: agent-fsm's directories read-only, for any user, root included.
 
-The daemon starts the workload in a mount namespace of its own (`unshare(CLONE_NEWNS)`, made
-in the child between fork and exec): every mount is made a slave first (nothing mounted there
-reaches the daemon's or the host's namespace), then each of agent-fsm's directories (the state
-dir, where the releases are stored; the lib, unit and run dirs) is bound onto itself and every
-mount at or below it remounted read-only, its nosuid, nodev, noexec and atime flags kept. Its
-working directory is entered only then, so that it is on the read-only mount too.
+The workload starts in its own mount namespace (`unshare(CLONE_NEWNS)` between fork and exec),
+its mounts slaves, so nothing reaches the host. Each agent-fsm directory is bound onto itself,
+and everything below remounted read-only, keeping its other flags. The working directory is
+entered after.
 
-Read-only mounts hold against root only while it cannot mount: before exec the capabilities
-that could undo or step around them leave the bounding set, the inheritable and the ambient
-sets (so no exec, not even of a file with capabilities, gets them back): CAP_SYS_ADMIN
-(mount, umount, setns), CAP_SYS_PTRACE (another process's `/proc/PID/root`, a namespace where
-the state dir is writable), CAP_DAC_READ_SEARCH (`open_by_handle_at` through a writable mount
-of the same file system), CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_PERFMON and CAP_BPF (the kernel's
-or another process's memory). A user namespace it makes for itself gets its mounts locked
-read-only by the kernel. The account is switched last (groups, gid, uid).
-
-Python before 3.12 has no `os.unshare`, and no version has `mount`: libc's, through ctypes.
-A step the kernel refuses (no CAP_SYS_ADMIN for the daemon) makes the start fail with
-`Refused` naming the step; the caller decides what that means (`system.workload.start`).
+Root could undo read-only mounts, so the capabilities that could (CAP_SYS_ADMIN, CAP_SYS_PTRACE,
+CAP_DAC_READ_SEARCH, CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_PERFMON, CAP_BPF) leave the bounding,
+inheritable and ambient sets. The account is switched last. A refused step fails the start with
+`Refused`.
 """
 
 from __future__ import annotations
@@ -108,12 +97,12 @@ def outermost(paths: Sequence[str]) -> list[str]:
 
 def preparer(read_only: Sequence[str], cwd: str, uid: int | None, gid: int | None,
              groups: Sequence[int] | None, report: int) -> Callable[[], None]:
-    """What the child runs between fork and exec (`subprocess.Popen(preexec_fn=...)`): the
-    namespace with `read_only` read-only (absolute real paths; a missing one is skipped) and
-    the capabilities dropped (nothing of that when `read_only` is empty), `cwd` entered, then
-    the account switched (None: kept). A failure writes its step and errno to the descriptor
-    `report` ("step\\0errno") and raises, so that Popen raises in the parent. Everything it
-    calls is resolved before the fork."""
+    """What the child runs between fork and exec (`Popen(preexec_fn=...)`).
+
+    It makes `read_only` read-only in a new namespace and drops the capabilities, enters `cwd`
+    and switches the account. A failure writes "step\\0errno" to `report` and raises. Everything
+    it calls is resolved before the fork.
+    """
     libc = _libc()
     mount, unshare, prctl = libc.mount, libc.unshare, libc.prctl
     mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,

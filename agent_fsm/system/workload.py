@@ -1,17 +1,11 @@
 """Starting the release's workload: its account, its environment, its journal stream.
 
-- Account: `[workload] user`/`group` resolved on this host (a name or a number; the group
-  defaults to the user's primary group, the supplementary groups are the user's, as
-  initgroups(3) gives them). No user configured: the daemon's own (root under systemd), and
-  nothing is changed. A user or group that does not exist is a WorkloadError naming it.
-- Environment: built from nothing (`environment`), never the daemon's: no `NOTIFY_SOCKET`,
-  `WATCHDOG_*` or whatever the unit gave agent-fsm.
-- Journal: stdout is a stream to journald's stdout socket (stderr too, unless the caller
-  reads it through a pipe and forwards it there, as the daemon does), opened with the
-  header journald reads first (systemd's stream protocol, as `sd_journal_stream_fd(3)` sends
-  it: identifier, unit id, priority, level-prefix flag, and the forward-to-syslog, -kmsg and
-  -console flags, one a line), so its lines carry `SYSLOG_IDENTIFIER=<identifier>`, not
-  agent-fsm's. Without that socket (no journald) the workload inherits the daemon's.
+- Account: `[workload] user`/`group`, by name or number, with the user's groups (initgroups(3)).
+  No user: the daemon's. A missing one is a WorkloadError.
+- Environment: built from nothing, never the daemon's (no `NOTIFY_SOCKET`).
+- Journal: stdout (and stderr, unless forwarded) is a stream to journald opened with the stream
+  protocol's header, so lines carry `SYSLOG_IDENTIFIER=<identifier>`. Without journald the
+  workload inherits the daemon's output.
 """
 
 from __future__ import annotations
@@ -35,7 +29,9 @@ PRIORITY_INFO = 6
 
 class Account(NamedTuple):
     """Who the workload runs as: ids for the kernel, a name and a home for its environment.
-    `change`: False when it is the daemon's own account (nothing to switch)."""
+
+    `change` is False for the daemon's own account (nothing to switch).
+    """
 
     uid: int
     gid: int
@@ -91,8 +87,8 @@ def account(user: str | int | None, group: str | int | None, where: str) -> Acco
 
 def environment(who: Account, release: Mapping[str, str],
                 host: Sequence[tuple[str, str]]) -> dict[str, str]:
-    """The workload's whole environment: the documented base, the release's `AGENT_FSM_*`
-    (`release`), then the host's `[workload] environment` on top."""
+    """The workload's whole environment: the documented base, the release's `AGENT_FSM_*`, then
+    the host's `[workload] environment`."""
     env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": who.home, "USER": who.name,
            "LOGNAME": who.name, **release}
     env.update(host)
@@ -100,8 +96,10 @@ def environment(who: Account, release: Mapping[str, str],
 
 
 def journal_stream(identifier: str, socket_path: Path = JOURNAL_STDOUT) -> socket.socket | None:
-    """A stream to journald whose lines carry `identifier`; None when journald's socket is not
-    there or refuses (the caller says so and lets the workload inherit its output)."""
+    """A stream to journald whose lines carry `identifier`; None when its socket is missing or refuses.
+
+    The caller then says so and lets the workload inherit its output.
+    """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.connect(str(socket_path))
@@ -118,14 +116,12 @@ def journal_stream(identifier: str, socket_path: Path = JOURNAL_STDOUT) -> socke
 def start(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], who: Account,
           output: socket.socket | None, errors: int | None = None, read_only: Sequence[Path] = (),
           unconfined: Callable[[str], None] = lambda _why: None) -> subprocess.Popen[bytes]:
-    """Start the workload as `who`, in `cwd`, with exactly `env`; stdout into `output`
-    (inherited when None), stderr into the file descriptor `errors` (as stdout when None);
-    stdin from /dev/null; `read_only` (real paths) read-only in its own mount namespace,
-    whatever its user (`confine`). Where the kernel refuses that view, an account that could
-    write those paths without it (root, or the daemon's own, which owns the store) is not
-    started (WorkloadError, one line); another account is started without it, `unconfined`
-    told why: the state dir is 0700 and the store's files are the daemon's, so file
-    permissions keep it out. WorkloadError if it cannot start."""
+    """Start the workload as `who`, in `cwd`, with exactly `env`; WorkloadError if it cannot start.
+
+    `read_only` is read-only in its own namespace (`confine`). Where the kernel refuses that,
+    root or the daemon's account is not started; another account starts unconfined, told why, as
+    file permissions keep it out.
+    """
     if read_only:
         try:
             return _start(argv, cwd, env, who, (output, errors), read_only)

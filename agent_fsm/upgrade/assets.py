@@ -1,17 +1,9 @@
-"""The service assets as transitions write them (rendering them: `node.assets`); systemd reads
-them when `units.reload_systemd` follows.
+"""The service assets as transitions write them (rendering: `node.assets`).
 
-`begin_upgrade` runs `converge_assets` before its signal, while the last-good is still
-selected: its templates (its release, in the store while it is last-good), rendered with the
-node's current settings, are written where they differ and kept as its copy, so the candidate
-is judged under the config the operator wrote (the start timeout, restart delay and workload
-paths of the unit systemd starts it through). `settings_apply` refuses the upgrade up front
-when they cannot be rendered.
-`hold_assets` keeps the last-good's files while an upgrade is pending, writing only missing
-ones, from the last-good's kept copy. `write_assets` writes the selected release's assets
-whatever is on disk, `converge_assets` those that differ (content or mode). Both keep the
-`bin_link` too (`agent-fsm` on PATH, through `selected`), logging, never failing, when they
-cannot.
+`begin_upgrade` runs `converge_assets` while the last-good is selected, so the candidate is
+judged under the config the operator wrote; `settings_apply` refuses first if that cannot
+render. `hold_assets` keeps the last-good's files during an upgrade, writing only missing ones.
+`write_assets` writes all; `converge_assets` those that differ. Both keep the `bin_link`.
 """
 
 from __future__ import annotations
@@ -29,8 +21,7 @@ log = logging.getLogger("agent_fsm")
 
 
 def settings_apply(effectors: Effectors, step: Step) -> AgentFsmError | None:
-    """Refuse an upgrade whose candidate could not be judged under the current settings: the
-    last-good's units do not render with them (a value a unit cannot hold, a damaged release)."""
+    """Refuse an upgrade when the last-good's units do not render with the current settings."""
     version = effectors.releases.last_good()
     try:
         if version is None:
@@ -75,9 +66,10 @@ def converge_assets(effectors: Effectors, step: Step) -> None:
 
 
 def keep_last_good_copy(effectors: Effectors, rendered: tuple[assets.Asset, ...]) -> None:
-    """When the selected release is the last-good, keep what it renders now as its copy (what
-    holding restores from), if the kept one differs; a copy that cannot be kept is logged, never
-    a failure (holding then renders from the last-good's release, and says so)."""
+    """When the selected release is the last-good, keep what it renders now as its copy, if changed.
+
+    A failure is logged; holding then renders from the last-good's release.
+    """
     paths, version = effectors.paths, effectors.releases.selected()
     if version is None or version != effectors.releases.last_good():
         return
@@ -96,8 +88,7 @@ def keep_last_good_copy(effectors: Effectors, rendered: tuple[assets.Asset, ...]
 
 
 def keep_link(effectors: Effectors) -> None:
-    """Keep `agent-fsm` on PATH; a link that cannot be kept is logged, never a failure (it is
-    for people, and the units never run through it)."""
+    """Keep `agent-fsm` on PATH; a failure is logged, since the link is for people and no unit uses it."""
     before = bin_link.look(effectors.paths)
     try:
         link = bin_link.keep(effectors.paths)

@@ -1,10 +1,7 @@
 """What the upgrade's conditions and effects act through: `Effectors`.
 
-One object a node, given to every condition and effect as its first argument: the node's
-paths, its releases and startup gate, and the small injected objects that cross a process
-boundary (systemd, a publisher, a clock). It runs no transition itself; besides reading the
-signal, the selected release's assets and the pending upgrade, it fixes a transition's
-arguments before the transition is recorded (`prepare`).
+One object per node: its paths, releases and gate, and the injected objects that cross a process
+boundary (systemd, a publisher, a clock). `prepare` fixes a transition's arguments.
 """
 
 from __future__ import annotations
@@ -38,9 +35,7 @@ class Effectors:
         return signal.read(self.paths.signal_file)
 
     def systemd_version(self) -> int | None:
-        """The host's systemd version, asked through systemctl once a boot and kept where every
-        renderer reads it (`render.systemd_version`); None when it cannot be asked now (the
-        unit is then rendered for the oldest systemd, and the next render asks again)."""
+        """The host's systemd version, asked once a boot; None when unknown (rendered as the oldest)."""
         known = assets.systemd_version(self.paths)
         if known is not None:
             return known
@@ -57,8 +52,7 @@ class Effectors:
         return asked
 
     def rendered(self, version: str | None = None) -> tuple[assets.Asset, ...]:
-        """The assets the given (default: selected) release would write for this node and its
-        systemd."""
+        """The assets the given (default: selected) release would write for this node and its systemd."""
         self.systemd_version()
         version = version or self.releases.selected()
         if version is None:
@@ -79,8 +73,7 @@ class Effectors:
     def prepare(self, args: dict[str, Any]) -> dict[str, Any]:
         """Fix, before a transition is recorded, every value its effects will need.
 
-        Effects read these instead of the clock or the disk, so one re-run after a crash does
-        exactly what the first run would have done.
+        Effects read these, not the clock or the disk, so a re-run after a crash does the same.
         """
         out = dict(args)
         out.setdefault("started", self.clock.now())

@@ -1,6 +1,8 @@
-"""The startup gate as the machine uses it (the gate itself: `node.runtime.gate`): `gate_open`
-refuses an operator's transition while the agent has not finished starting, `close_gate` and
-`open_gate` close and open it."""
+"""The startup gate as the machine uses it (the gate itself: `node.runtime.gate`).
+
+`gate_open` refuses an operator's transition while the agent is still starting; `close_gate` and
+`open_gate` close and open it.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The known-bad marks as the machine keeps them: `mark_known_bad` marks the candidate a rollback
-leaves, `clear_known_bad` takes the mark off a version judged ok (the record:
-`node.records.known_bad`; the refusal of an upgrade to a marked version: `overrides`)."""
+"""The known-bad marks as the machine keeps them (the record: `node.records.known_bad`).
+
+`mark_known_bad` marks the candidate a rollback leaves; `clear_known_bad` unmarks a version
+judged ok. `overrides` refuses an upgrade to a marked version.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +17,7 @@ log = logging.getLogger("agent_fsm")
 
 
 def mark_known_bad(effectors: Effectors, step: Step) -> None:
-    """Mark the candidate known bad, why as its recorded result says; a re-run marks once.
-    Not one whose rollback was an orphaned signal's (its result `orphaned`): it was never
-    judged here, and a mark comes only from a failed judgment or a crash (a `recover` that
-    finds that rollback under way marks nothing either)."""
+    """Mark the candidate known bad with its result's reason, once; an orphan's rollback marks nothing."""
     up = effectors.pending_upgrade(step)
     r = step.doc.last_result or {}
     if r.get("to") != up.to_version or r.get("started") != up.started:
@@ -36,7 +35,7 @@ def mark_known_bad(effectors: Effectors, step: Step) -> None:
 
 
 def clear_known_bad(effectors: Effectors, step: Step) -> None:
-    """The version was judged ok: whatever marked it before, it works here now."""
+    """Unmark a version judged ok: it works here now."""
     version = effectors.pending_upgrade(step).to_version
     if known_bad.clear(effectors.paths.known_bad_file, version):
         log.info("release %s is no longer known bad: it was judged ok", version)

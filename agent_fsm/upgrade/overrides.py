@@ -1,9 +1,8 @@
-"""What `upgrade --force` goes past, decided here and nowhere else: an operator's hold
-(`node.records.hold`), a workload's inhibitor (`node.runtime.inhibitors`) and a known-bad mark
-(`node.records.known_bad`). Each is a condition of `begin_upgrade` that, unless the step is
-forced, refuses in its own words (what holds the upgrade back, and how to lift it); forced, it
-is named in `passed`, which `upgrade` says before it goes past. A rollback is never refused by
-any of them: only `begin_upgrade` asks."""
+"""What `upgrade --force` goes past, decided here alone: a hold, an inhibitor and a known-bad mark.
+
+Each is a condition of `begin_upgrade` that, unforced, says what holds the upgrade and how to
+lift it. Forced, `passed` names it. Only `begin_upgrade` asks, so none refuses a rollback.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The tables the engine is given, built from one list, and the definition checked against them.
 
-Every condition and effect of the agent upgrade is a function `(effectors, step)` in the module
-of its concern; `CONDITIONS` and `EFFECTS` list them all, each under its function's name, the
-name the definition uses. Nothing registers itself: a function left out of a list is unknown,
-and `load_definition` refuses a definition that names it, naming it. A condition answers None
-when it holds, else the error that refuses the transition (saying why); an effect is idempotent
-(a crash after it and before its progress is recorded runs it again).
+`CONDITIONS` and `EFFECTS` list every `(effectors, step)` function under the name the definition
+uses; `load_definition` refuses a name not listed. A condition returns None or the refusing
+error. An effect is idempotent: a crash before its progress is recorded runs it again.
 """
 
 from __future__ import annotations
@@ -57,9 +54,10 @@ EFFECTS: Mapping[str, Effect] = _by_name(
 
 
 def load_definition(text: str | None = None, source: str = "<text>") -> Definition:
-    """The shipped definition, checked against the effects and conditions the code has and
-    the state and trigger names it uses; or another machine's `text` (tests, benchmarks),
-    checked against the effects and conditions only."""
+    """The shipped definition, checked against the code's effects, conditions, states and triggers.
+
+    Another machine's `text` (tests, benchmarks) is checked against effects and conditions only.
+    """
     shipped = text is None
     if text is None:
         text, source = definition_mod.default_text()

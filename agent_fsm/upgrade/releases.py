@@ -1,7 +1,4 @@
-"""The releases as the machine moves them (the pointers themselves: `node.releases.pointers`):
-whether the one asked for exists and is not already selected, whether recovery left the
-last-good selected; selecting a release or the last-good, and promoting the selected one to
-last-good."""
+"""The releases as the machine moves them (the pointers: `node.releases.pointers`)."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ log = logging.getLogger("agent_fsm")
 
 
 def release_exists(effectors: Effectors, step: Step) -> AgentFsmError | None:
-    """The release is stored and intact, every byte read (`Releases.reread`): an install, an
-    activate or an upgrade is about to run it, and pays once for reading it all."""
+    """The release is stored and intact, every byte read (`Releases.reread`), before it is run."""
     try:
         effectors.releases.reread(str(step.arg("release")))
     except ReleaseError as exc:
@@ -50,9 +46,10 @@ def select_release(effectors: Effectors, step: Step) -> None:
 
 
 def select_last_good(effectors: Effectors, step: Step) -> None:
-    """Select the last-good. One that fails its check is mended first (`way_back`): repaired
-    from intact copies in the store, or, beyond that, the newest intact known-good release is
-    made the last-good and selected instead; the way back never stops on one damaged file."""
+    """Select the last-good, mended first if it fails its check (`way_back`).
+
+    The way back never stops on one damaged file.
+    """
     last_good = effectors.releases.last_good()
     if last_good is None:
         raise ReleaseError("there is no last-good release to roll back to")
@@ -61,12 +58,12 @@ def select_last_good(effectors: Effectors, step: Step) -> None:
 
 def way_back(effectors: Effectors, step: Step | None, last_good: str, *,
              fall_back: bool = True) -> str:
-    """The release the way back goes to: `last_good`, mended if it must be, else the newest
-    known-good release that is intact (or repaired), not known bad, and not the pending
-    upgrade's candidate, promoted to last-good here. Says what it did in the log, the
-    known-good record (`status`, `doctor`) and the recorded result (`step`'s, when given).
-    ReleaseError when the last-good is damaged and no known-good release is intact (or
-    `fall_back` is False: only a transition of the way back moves the last-good)."""
+    """The release the way back goes to: `last_good`, mended if it must be.
+
+    A damaged last-good is repaired from intact copies, else the newest intact known-good
+    release (not known bad, not the candidate) becomes the last-good, and the result says so.
+    ReleaseError when nothing intact is left, or when `fall_back` is False.
+    """
     try:
         fixed = effectors.releases.mend(last_good)
     except ReleaseError as damaged:
@@ -117,8 +114,7 @@ def _fall_back(effectors: Effectors, step: Step | None, last_good: str,
 
 
 def _tell(effectors: Effectors, step: Step | None, event: known_good.WayBack) -> None:
-    """Record the way back's repair or fallback where `status` and the result show it; a
-    record that cannot be written is logged, never a failed way back."""
+    """Record the way back's repair or fallback for `status` and the result; a failure is only logged."""
     try:
         known_good.took_way_back(effectors.paths.known_good_file, event)
     except AgentFsmError as exc:

@@ -1,7 +1,9 @@
-"""An upgrade's result as the machine reports it (the record and its delivery:
-`system.publish`): `publish_result` records it and delivers it before the transition goes on,
-`record_result` records it queued for delivery, so the way back never waits on the publish
-command (the last-good's daemon delivers it). A re-run reports a result once."""
+"""An upgrade's result as the machine reports it (the record and delivery: `system.publish`).
+
+`publish_result` records and delivers it before the transition goes on. `record_result` queues
+it, so the way back never waits on the publish command; the last-good's daemon delivers it. A
+re-run reports a result once.
+"""
 
 from __future__ import annotations
 
@@ -40,8 +42,7 @@ def publish_result(effectors: Effectors, step: Step) -> None:
 
 
 def record_result(effectors: Effectors, step: Step) -> None:
-    """Record the result locally, queued for delivery: the way back never waits on the
-    publish command (the last-good's daemon delivers it)."""
+    """Record the result, queued for the last-good's daemon to deliver."""
     result = _result(effectors, step)
     if result is None:
         return

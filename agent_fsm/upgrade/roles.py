@@ -1,13 +1,9 @@
 """Which role a process plays (`by` in states/agent-upgrade.toml): its command and its release.
 
-The daemon's role comes from the release it was started from, fixed when it starts (`running`:
-the stored release whose `lib/` holds the agent_fsm package this process imported; a process run
-from elsewhere, a checkout or a wheel, counts as the release selected when it started, which is
-what the agent unit's `ExecStart=${selected}/bin/agent-fsm` runs): the last-good's release is the
-`last_good`, the pending upgrade's candidate the `candidate`, any other release no role at all.
-`agent-fsm recover` is the `recovery` unless it runs from the candidate's release (an operator's
-`agent-fsm` on PATH is the selected release's: the CLI hands over to the last-good's, see
-`actions.recover.hand_over`); every other command is the `operator`.
+The daemon's role is fixed at start by the release whose `lib/` it imported (`running`); from a
+checkout or wheel, the release selected then. The last-good's release is `last_good`, the
+candidate's `candidate`, any other none. `agent-fsm recover` is `recovery` unless run from the
+candidate's release. Every other command is `operator`.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ class Process:
 
     @classmethod
     def started(cls, command: Command, effectors: Effectors) -> Process:
-        """The process now starting: its release resolved once, before anything changes it."""
+        """The process now starting, its release resolved once before anything changes it."""
         releases = effectors.releases
         release = releases.running()
         if release is None and command == Command.daemon:
@@ -74,9 +70,7 @@ class Process:
         return None
 
     def _owed_by_candidate(self, doc: StateDoc) -> bool:
-        """Whether the transition a crash left owed is this release's upgrade, on its path:
-        one from `judged_ok` (`complete`, `complete_queued`), whose `promote_last_good` may
-        already have made this release the last-good."""
+        """Whether the owed transition is this release's own upgrade, from `judged_ok`."""
         owed = doc.pending
         up = owed.args.get("upgrade") if owed is not None else None
         return owed is not None and owed.source == StateName.judged_ok \

@@ -1,7 +1,9 @@
-"""The upgrade signal as the machine uses it (the file itself: `node.runtime.signal`): whether
-one is pending (`no_upgrade_pending`, `upgrade_signalled`), writing it when an upgrade begins,
-counting the candidate's attempts, taking the pending upgrade back from it when the state file
-lost it (`adopt_signal`), and clearing it when the upgrade ends."""
+"""The upgrade signal as the machine uses it (the file itself: `node.runtime.signal`).
+
+It says whether an upgrade is pending (`no_upgrade_pending`, `upgrade_signalled`), is written
+when one begins, counts the candidate's attempts, and is cleared when it ends. `adopt_signal`
+takes the pending upgrade from it when the state file lost it.
+"""
 
 from __future__ import annotations
 

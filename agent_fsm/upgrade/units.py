@@ -1,18 +1,9 @@
-"""What the machine asks systemd of the agent's units: reset the agent unit's start limit,
-restart and enable it, start the recovery unit, and have systemd read the unit files again;
-and whether the recovery unit is still at work, which refuses a new upgrade (`recovery_idle`).
+"""What the machine asks systemd of the agent's units, and whether recovery is still at work.
 
-`reload_systemd` is unconditional, where every asset was just written (`install`, `activate`,
-`complete`). Nothing relies on a reload's side effects: up to systemd 254 a `daemon-reload`
-also reset a unit's start count, since 255 it does not, and the agent unit has no start limit
-(`StartLimitIntervalSec=0`: its starts are counted by `agent.start_check`).
-
-`reload_systemd_if_changed` is for a start (`settle`) and the way back (`recovered`): the
-files were written by an earlier start or held, byte for byte, since systemd last loaded them,
-so the reload that re-reads every unit of the host (70 to 160 ms in the end-to-end sandbox,
-more on a full host) is needed only if a file was written since — which systemd tells
-(`NeedDaemonReload=`) in one `systemctl show`. Any doubt (a unit not loaded, systemctl
-failing) means reloading.
+`reload_systemd` always reloads, after every asset was written; nothing relies on its side
+effects. `reload_systemd_if_changed` serves a start and the way back: a reload re-reads every
+unit on the host (70-160 ms in the e2e sandbox), so it runs only when systemd reports
+`NeedDaemonReload=`, or any doubt.
 """
 
 from __future__ import annotations
@@ -34,8 +25,10 @@ AT_WORK = frozenset({"activating", "deactivating"})
 
 
 def recovery_at_work(effectors: Effectors) -> str | None:
-    """The recovery unit's state ("activating (auto-restart)") while it is at work, else None;
-    None too when systemd cannot say (logged): nothing is known to be at work."""
+    """The recovery unit's state ("activating (auto-restart)") while it is at work, else None.
+
+    None too when systemd cannot say (logged): nothing is known to be at work.
+    """
     unit = effectors.paths.recovery_unit_name
     try:
         shown = effectors.systemd.show(unit, ("ActiveState", "SubState"))
@@ -49,12 +42,11 @@ def recovery_at_work(effectors: Effectors) -> str | None:
 
 
 def recovery_idle(effectors: Effectors, step: Step) -> AgentFsmError | None:
-    """Refuse a new upgrade while the recovery unit is at work. It was started for the upgrade
-    before, and a try of it that failed (a held lock, a refused restart) tries again even when
-    that upgrade has ended another way (the last-good's own start, an operator's `recover`):
-    finding this upgrade's candidate being judged, it would roll it back as the one that failed
-    and mark it known bad. Its next try finds nothing pending and it stops; `upgrade` waits
-    for that first (`actions.upgrade.wait_for_recovery`). No `--force` goes past it."""
+    """Refuse a new upgrade while the recovery unit is at work. No `--force` goes past it.
+
+    A failed try retries even after its upgrade ended; finding a new candidate judged, it would
+    roll that back and mark it known bad. `upgrade` waits for it (`wait_for_recovery`).
+    """
     now = recovery_at_work(effectors)
     if now is None:
         return None

@@ -1,9 +1,7 @@
-"""The way back's prologue, written once: clear what a cut or orphaned upgrade left, then the
-caller does what the state declares (`on_start` or `on_recover` in states/agent-upgrade.toml).
+"""The way back's prologue, written once; then the caller does what the state declares.
 
-The prologue: abandon an upgrade cut before its candidate started, resume what is owed, roll
-back a signal the state file knows nothing of (an orphan, `is_orphan`). Its callers are the
-daemon's start (`START`), the serving last-good finishing a dead command in place
+The prologue abandons an upgrade cut before its candidate started, resumes what is owed, and
+rolls back an orphan (`is_orphan`). Callers: the daemon's start (`START`), the serving last-good
 (`IN_PLACE`) and `agent-fsm recover` (`RECOVER`); `status` asks the predicate alone.
 """
 
@@ -46,14 +44,12 @@ class Goes(Sees, Protocol):
 
 
 def is_orphan(groups: Groups, state: str, sig: UpgradeSignal | None) -> bool:
-    """Whether `sig` is an orphan: it exists, and the state file knows no upgrade (`state` is a
-    source of `orphaned_signal`). Whatever runs under it was never judged here."""
+    """Whether `sig` exists while the state file knows no upgrade; an orphan was never judged here."""
     return sig is not None and state in groups.orphan_from
 
 
 def orphan(node: Sees, doc: StateDoc) -> UpgradeSignal | None:
-    """The signal when it is an orphan, else None. The signal is read only where it may be
-    one: a damaged signal never stops the way back elsewhere."""
+    """The signal when it is an orphan, else None; read only where it may be one."""
     if doc.state not in node.groups.orphan_from:
         return None
     sig = node.signal()
@@ -61,10 +57,11 @@ def orphan(node: Sees, doc: StateDoc) -> UpgradeSignal | None:
 
 
 def on_the_way_back(node: Goes) -> bool:
-    """Whether a daemon start here is on a signal's way back: the candidate was given up
-    (recovery started, the last-good selected), a transition towards that is owed, or an
-    orphan is to be rolled back. There the daemon may run with the last-good's kept settings
-    when the live config is wrong (`config.fallback`)."""
+    """Whether a daemon start here is on a signal's way back, where a wrong config falls back.
+
+    That is when the candidate was given up, a transition towards that is owed, or an orphan
+    waits.
+    """
     doc = node.store.read()
     back = node.groups.rolling_back
     return doc.state in back or (doc.pending is not None and doc.pending.dest in back) \
@@ -72,10 +69,11 @@ def on_the_way_back(node: Goes) -> bool:
 
 
 def abandon_cut_upgrade(node: Goes, doc: StateDoc, *, restart: bool) -> StateDoc | None:
-    """Abandon an upgrade cut before its candidate started (`begin_upgrade` owed): fire
-    `abandon_upgrade`, which supersedes it, selecting the last-good again (and restarting the
-    agent unit if `restart`). None, firing nothing, when `doc` owes no such upgrade, or when
-    the upgrade, read without the lock, was only in flight and has gone on since."""
+    """Abandon an upgrade cut before its candidate started (`begin_upgrade` owed).
+
+    `abandon_upgrade` supersedes it and selects the last-good, restarting the unit if `restart`.
+    None when no such upgrade is owed, or it has gone on since the unlocked read.
+    """
     pending = doc.pending
     last_good = node.releases.last_good()
     if pending is None or pending.trigger != Trigger.begin_upgrade or last_good is None \
@@ -127,9 +125,10 @@ class Cleared(NamedTuple):
 
 
 def clear_leftovers(node: Goes, doc: StateDoc, way: Way, *, abandon: bool = True) -> Cleared:
-    """Abandon a cut upgrade (when `abandon`), resume what is owed, roll back an orphan, each
-    as `way` says. A step that asks for a restart ends it (`Cleared.ended_by`); else the caller
-    goes on from `Cleared.doc` by what the state declares."""
+    """Abandon a cut upgrade (when `abandon`), resume what is owed, roll back an orphan, as `way` says.
+
+    A step that asks for a restart ends it (`Cleared.ended_by`).
+    """
     import logging
 
     log = logging.getLogger("agent_fsm")

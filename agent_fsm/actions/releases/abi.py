@@ -1,11 +1,9 @@
-"""What a release needs of the node's interpreter: recorded in its `python.toml` at `release
-pack`, checked against the config's `python` at `release add`.
+"""What a release needs of the node's interpreter: written to `python.toml` at `release pack`,
+checked against the config's `python` at `release add`.
 
-A release runs with the node's `python` (`vendoring`), and the dependencies it vendors may
-include compiled extension modules (pydantic_core's): those load only in an interpreter of the
-ABI they were built for. `python.toml` holds the oldest Python the release runs on and, when it
-vendors compiled extensions, the ABI of the interpreter that packed it and the file suffixes of
-those extensions:
+Vendored compiled extensions (pydantic_core's) load only in an interpreter of their ABI.
+`python.toml` holds the oldest Python the release runs on and, with compiled extensions, the
+packing interpreter's ABI and their suffixes:
 
     requires_python = "3.11"
     cache_tag = "cpython-311"
@@ -13,20 +11,13 @@ those extensions:
     extension_suffixes = [".cpython-311-x86_64-linux-gnu.so"]
     extensions = ["pydantic_core/_pydantic_core.cpython-311-x86_64-linux-gnu.so"]
 
-`release add` runs the config's `python` (`-I -S`) and refuses the release (exit 3) when that
-interpreter is older, cannot load one of those suffixes (`importlib.machinery.EXTENSION_SUFFIXES`),
-or is built for another platform. A release without `python.toml` (made by hand, or packed
-before it existed) is not checked.
+`release add` refuses (exit 3) a release the config's `python` is too old for, cannot load, or
+is of another platform. A release without `python.toml` is not checked.
 
-The *targets* a release covers (`Needs.targets`, shown by `release pack` and `release list`)
-follow from those keys: `("any",)` for a release of pure Python (no `extensions`; agent-fsm pins
-typer below 0.29, the first that needs pydantic, whose pydantic_core is compiled), which runs
-on every CPython from `requires_python` on every platform; else the one target it was packed
-on, `cp<major><minor>-<machine>` (`cp311-x86_64`). They are not written as a key of their own:
-an older agent-fsm refuses a `python.toml` with a key it does not know (a `targets` key written
-by a later one is accepted and ignored).
-`release pack` is asked for the fleet's targets (`FLEET`, or `--target`) and fails when the
-release does not cover them; the launcher refuses, in one line, an interpreter outside them.
+The *targets* (`Needs.targets`) follow from those keys: `("any",)` for pure Python, else the
+packing target (`cp311-x86_64`). They are no key of their own, since older agent-fsms refuse
+unknown keys. `release pack` fails when the fleet's targets (`FLEET`, `--target`) are not
+covered.
 """
 
 from __future__ import annotations
@@ -69,8 +60,7 @@ class Needs:
 
     @property
     def targets(self) -> tuple[str, ...]:
-        """What the release covers: ("any",) when it holds no compiled code, else the one
-        target of the interpreter that packed it."""
+        """What the release covers: ("any",) without compiled code, else its packing interpreter's target."""
         if not self.extensions:
             return (ANY,)
         return (tag(self.cache_tag, self.platform),)
@@ -82,8 +72,7 @@ def tag(cache_tag: str, platform: str) -> str:
 
 
 def serves(targets: tuple[str, ...], target: str) -> bool:
-    """Whether a release covering `targets` runs on an interpreter of `target` (as the
-    launcher decides, `vendoring._BOOT`)."""
+    """Whether a release covering `targets` runs on `target`, as the launcher decides (`vendoring._BOOT`)."""
     return ANY in targets or target in targets
 
 
@@ -104,9 +93,7 @@ def parse_targets(asked: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def needs(lib: Path) -> Needs:
-    """What the packed `lib/` needs: the running (packing) interpreter's ABI when it holds
-    compiled extension modules, the files whose suffix is one this interpreter imports
-    (`.cpython-311-x86_64-linux-gnu.so`, `.abi3.so`, `.so`)."""
+    """What the packed `lib/` needs: the packing interpreter's ABI, if it holds compiled extensions."""
     here = interpreter.running()
     found: dict[str, str] = {}
     for path in sorted(lib.rglob("*")):
@@ -121,8 +108,7 @@ def needs(lib: Path) -> Needs:
 
 
 def uncovered(need: Needs, asked: tuple[str, ...]) -> None:
-    """ReleaseError (one line) when a release that needs `need` does not cover every target
-    `asked`."""
+    """ReleaseError (one line) when a release that needs `need` does not cover every target `asked`."""
     missing = [t for t in asked if not serves(need.targets, t)]
     if not missing:
         return
@@ -137,8 +123,7 @@ def uncovered(need: Needs, asked: tuple[str, ...]) -> None:
 
 
 def record(release: Path, asked: tuple[str, ...] = ()) -> Needs:
-    """Write a packed release's `python.toml` from what its `lib/` holds; ReleaseError when it
-    does not cover every target `asked`."""
+    """Write a packed release's `python.toml` from its `lib/`; ReleaseError if it misses a target `asked`."""
     need = needs(release / "lib")
     uncovered(need, asked)
     # No `targets` key: they follow from the keys below, and an agent-fsm older than them
@@ -183,8 +168,10 @@ def read(release: Path) -> Needs | None:
 
 
 def check(release: Path, version: str, python: Path, found_at: Path | None = None) -> None:
-    """Refuse (Refused, exit 3) a staged release the interpreter `python` cannot run; it is run
-    where it is `found_at` on this machine (below `--root`, the host's own), if that differs."""
+    """Refuse (Refused, exit 3) a staged release the interpreter `python` cannot run.
+
+    It runs `python` at `found_at` on this machine (below `--root`) when that differs.
+    """
     need = read(release)
     if need is None:
         return

@@ -1,19 +1,17 @@
-"""A release archive read as a stream: the members of a tar archive one at a time, within
-bounds set by what is read, whatever its headers declare.
+"""A release archive read as a stream: tar members one at a time, bounded by what is read, not
+by what headers declare.
 
-The subset of tar a release needs: 512-byte ustar headers (POSIX and GNU), pax extended headers
-(`path`, `linkpath` and `size` are used; other records are checked and passed over) and GNU long
-names and long link names; plain, or compressed with gzip, bzip2 or xz (told by its first
-bytes). The bounds:
-- an extended header's data is read only once its declared size is at most EXTENDED_MAX (a path
-  needs far less: PATH_MAX is 4096), and it counts with the files' data against `max_bytes`;
-- a member has at most one extended header of each kind (pax, long name, long link name) before
-  it; a chain is refused at its second link, and reading never recurses;
-- every other header is a member, counted against `max_members` as it is read (`./`, a
-  directory, a global pax header too), and nothing of a member is kept once the next is read;
-- the first zero block ends the archive: nothing after it is decompressed.
-So at most `max_bytes` and a few blocks a member are decompressed, and at most one extended
-header and one chunk are held. A refusal is a BadArchive in one clause.
+It reads ustar headers (POSIX and GNU), pax extended headers (`path`, `linkpath`, `size`) and
+GNU long names, plain or gzip, bzip2 or xz. The bounds:
+
+- extended data is read only up to EXTENDED_MAX, and counts against `max_bytes`;
+- at most one extended header of each kind precedes a member; reading never recurses;
+- every other header is a member, counted against `max_members`; nothing of a member is kept
+  once the next is read;
+- the first zero block ends the archive.
+
+So at most `max_bytes` and a few blocks a member are decompressed. A refusal is a BadArchive in
+one clause.
 """
 
 from __future__ import annotations
@@ -54,10 +52,11 @@ _CORRUPT: tuple[type[Exception], ...] = (EOFError, zlib.error) + (
 
 @dataclass(frozen=True)
 class Member:
-    """One member as its headers give it. `kind` is the tar type flag, with a regular file as
-    FILE, a directory (also an old-style file named `…/`) as DIRECTORY and a sparse file as
-    SPARSE; `size` is the bytes of data after its header; names are decoded as UTF-8 (bytes that
-    are not: surrogates); `offset` is where its first header starts, uncompressed."""
+    """One member as its headers give it.
+
+    `kind` is the tar type flag (FILE, DIRECTORY, SPARSE); `size` the data's bytes; names are
+    UTF-8 with surrogates; `offset` where its first header starts, uncompressed.
+    """
 
     name: str
     kind: bytes
@@ -68,8 +67,7 @@ class Member:
 
 
 class Reader:
-    """The members of the tar stream in `raw` (read from where it is), within `max_members`
-    members and `max_bytes` of data and extended headers."""
+    """The members of the tar stream in `raw`, within `max_members` and `max_bytes`."""
 
     def __init__(self, raw: io.BufferedReader, *, max_members: int, max_bytes: int) -> None:
         self._src = _decompressed(raw)
@@ -89,8 +87,7 @@ class Reader:
             self._src.close()
 
     def members(self) -> Iterator[Member]:
-        """Each member in turn; what `data` has not read of one is passed over before the
-        next is read."""
+        """Each member in turn; data `data` did not read is skipped before the next."""
         pending: dict[bytes, tuple[int, bytes]] = {}  # extended headers for the next member
         while True:
             self._pass_over()
@@ -164,8 +161,7 @@ class Reader:
 
     def _member(self, name: str, kind: bytes, mode: int, size: int, linkname: str, offset: int,
                 pending: dict[bytes, tuple[int, bytes]]) -> Member:
-        """The member of this header, with what its extended headers say (the first one read
-        last, so it wins)."""
+        """The member of this header, with what its extended headers say (the first read wins)."""
         if kind in (b"\0", b"7"):
             kind = DIRECTORY if kind == b"\0" and name.endswith("/") else FILE
         for key, (at, data) in reversed(pending.items()):
@@ -257,8 +253,7 @@ def _number(field: bytes) -> int:
 
 
 def _pax_records(data: bytes, damaged: _Damaged, offset: int) -> Iterator[tuple[bytes, bytes]]:
-    """The `LENGTH KEYWORD=VALUE\\n` records of the pax header at `offset`, one at a time. Each
-    record read moves past its LENGTH, so the records are at most the data's bytes."""
+    """The `LENGTH KEYWORD=VALUE\\n` records of the pax header at `offset`, one at a time."""
     pos = 0
     while pos < len(data) and data[pos]:  # NULs may pad the records
         space = data.find(b" ", pos, pos + 20)

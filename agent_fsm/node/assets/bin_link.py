@@ -1,12 +1,8 @@
-"""`agent-fsm` on PATH: the config's `bin_link` (default /usr/local/bin/agent-fsm), a symlink to
-`<state_dir>/selected/bin/agent-fsm`, so that it always runs the selected release's launcher
-(which resolves the whole chain of links to find its release).
+"""`agent-fsm` on PATH: the config's `bin_link`, a symlink to `<state_dir>/selected/bin/agent-fsm`.
 
-Its target never changes with the selection: keeping it means writing it where it is missing
-or where it is agent-fsm's own link to another target (a `state_dir` changed since). Anything
-else there (a file, a directory, someone else's link) is never touched: `keep` says so and
-`doctor` reports it with the fix. Like every path, it is written below --root when one is given,
-and names the host's path to the pointer.
+It runs the selected release's launcher; its target never changes. `keep` writes it where
+missing or agent-fsm's own with another target. Anything else there is never touched; `doctor`
+reports it with the fix.
 """
 
 from __future__ import annotations
@@ -25,8 +21,10 @@ _OURS = "/selected/bin/agent-fsm"
 
 
 class Link(NamedTuple):
-    """How the link stands: `none` (not configured), `ok`, `missing`, `wrong` (agent-fsm's
-    link to another target) or `foreign` (something else is there)."""
+    """How the link stands: `none` (not configured), `ok`, `missing`, `wrong` or `foreign`.
+
+    `wrong` is agent-fsm's link to another target; `foreign` is anything else.
+    """
 
     path: Path | None  # where it is written (below --root, if any); None: `bin_link = ""`
     target: str  # the host path it must name
@@ -67,7 +65,7 @@ def target(paths: Paths) -> str:
 
 
 def look(paths: Paths) -> Link:
-    """How the link stands now (reads it, never follows it)."""
+    """How the link stands now; it reads the link, never follows it."""
     want = target(paths)
     if paths.config.bin_link is None:
         return Link(None, want, "none")
@@ -90,10 +88,10 @@ def look(paths: Paths) -> Link:
 
 
 def keep(paths: Paths) -> Link:
-    """Write the link where it is missing or agent-fsm's own with another target; return how it
-    stands afterwards (its directory made if missing). Never touches anything else there. A disk
-    error is a DiskError (the callers log it and go on: the link is for people, never on the way
-    back)."""
+    """Write the link if missing or agent-fsm's own with another target; return how it stands then.
+
+    DiskError on a disk failure; callers log it, since the link is for people only.
+    """
     link = look(paths)
     if link.path is None or link.state not in ("missing", "wrong"):
         return link

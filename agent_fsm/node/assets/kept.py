@@ -1,19 +1,11 @@
-"""The last-good's service assets and settings, kept in the state dir so the way back needs no
-release and no config that a later hand may have broken.
+"""The last-good's service assets and settings, kept so the way back needs no release or config.
 
-When a release is promoted to last-good, the bytes and modes it renders for this host are kept
-in one file, `<state_dir>/last-good-assets.json`, with its version, the host values they were
-rendered with and the host's settings (`settings`: every key of the config, as `config.to_table`
-writes them), which every config read valid while the node is settled on the last-good refreshes
-(`refresh`); their `python` alone is in `<state_dir>/last-good-python`, one line, for a
-release's bin/agent-fsm, which reads no JSON. One file written atomically: the kept assets are
-always one release's, never a mix. When the live config is wrong (a value out of range, a file
-that is not TOML), the way back runs with these settings (`config_fallback`). While an upgrade
-is pending, a missing asset is restored from here byte for byte, so holding depends only on the
-last-good and the host: never on the candidate's release, and not even on the last-good's
-release directory. The file is a document of kind `kept-assets` (`document_file`: schema,
-checksum, every field checked); a damaged one is refused (and left untouched) rather than
-trusted.
+On promotion, what the release renders for this host goes into one atomic file,
+`last-good-assets.json`, with the host values used and the host's settings; the kept assets are
+always one release's. `refresh` updates the settings whenever the config reads valid. `python`
+is also in `last-good-python`, one line, for the launcher. The way back uses these settings when
+the live config is wrong, and holding restores missing assets from here. A damaged file is
+refused and left untouched.
 """
 
 from __future__ import annotations
@@ -77,9 +69,10 @@ def _render(paths: Paths, releases: Releases, version: str) -> tuple[Asset, ...]
 
 
 def last_good(paths: Paths, releases: Releases) -> Found:
-    """The last-good's assets for this host, never the selected release's (during an upgrade,
-    the candidate's): the copy kept when it was promoted; else, on a node promoted before copies
-    were kept (or whose copy is unusable or stale), rendered from the last-good's release."""
+    """The last-good's assets for this host, never the candidate's.
+
+    The copy kept at promotion, else rendered from the last-good's release.
+    """
     version = releases.last_good()
     if version is None:
         raise AssetError(f"there is no last-good release ({paths.last_good} is missing) whose "
@@ -117,9 +110,8 @@ def last_good(paths: Paths, releases: Releases) -> Found:
 def keep_release(paths: Paths, releases: Releases, version: str) -> AssetError | None:
     """Keep what `version` renders for this host, before it is promoted to last-good.
 
-    A release whose templates do not render keeps no copy (a stale one, another release's, is
-    worse than none) and the reason is returned, not raised: `complete` tolerates a candidate
-    whose assets fail to render (the gate still opens), so promoting it must not strand it.
+    If it does not render, no copy is kept and the reason is returned, not raised: `complete`
+    tolerates such a candidate.
     """
     try:
         rendered = _render(paths, releases, version)
@@ -149,8 +141,7 @@ def keep(paths: Paths, version: str, rendered: tuple[Asset, ...]) -> None:
 
 
 def _keep_python(paths: Paths) -> bool:
-    """Keep the settings' `python` where the launcher reads it, one absolute path on one line
-    (`config` refuses a `python` with whitespace or control characters); whether it changed."""
+    """Keep the settings' `python` for the launcher, one absolute path on one line; whether it changed."""
     python = f"{paths.config.python}\n".encode()
     if files.read_bytes(paths.last_good_python) == python:
         return False
@@ -159,9 +150,10 @@ def _keep_python(paths: Paths) -> bool:
 
 
 def refresh(paths: Paths, kept: KeptAssets) -> bool:
-    """Keep the settings of `paths.config`, read valid, with the copy `kept` (the last-good's):
-    the way back then runs with the settings the node last read valid, never older ones (a user
-    or a secret the operator has changed since). Whether anything was written."""
+    """Keep the settings of `paths.config`, read valid, with the copy `kept`; whether it wrote.
+
+    The way back then runs with the settings last read valid, never older ones.
+    """
     settings = config_mod.to_table(paths.config)
     wrote = kept.settings != settings
     if wrote:
@@ -180,9 +172,9 @@ def discard(path: Path) -> bool:
 
 
 def read(path: Path) -> KeptAssets | None:
-    """The kept copy, or None when there is none (a node promoted before it was kept).
+    """The kept copy, or None when there is none.
 
-    A damaged, unknown or nonsensical file raises AssetError saying so; it is left untouched.
+    A damaged, unknown or nonsensical file raises AssetError and is left untouched.
     """
     try:
         data = KIND.read(path)

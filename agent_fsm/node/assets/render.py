@@ -1,33 +1,19 @@
 """The service assets: the agent unit, the recovery unit and the recovery script.
 
-Each release carries templates of them (`assets/` in the release). Rendered for this host they
-are compared with what is on disk and written in one of three ways:
+Each release carries their templates (`assets/`), rendered for this host and written one of
+three ways: hold (write only missing files, from the last-good's kept copy, since during an
+upgrade the disk holds the only way back), converge (rewrite those that differ), or write all.
+Every value goes through `quoted` (`quoting`), so no host value can add a line, a setting or a
+command.
 
-- hold: keep every existing file byte for byte, write only missing ones (an upgrade is pending,
-  so what is on disk is the last-good's and is the only way back; the missing ones come from the
-  last-good's copy in `kept_assets`, never from the candidate);
-- converge: rewrite the ones that differ;
-- write all.
+The agent unit is rendered for the host's systemd version, asked once a boot and kept in
+`systemd.json`: `RestartSteps=` and its kin exist from 254, and older versions warn about them.
+An unknown version renders as the oldest. A comment line (`GROWTH_MARKER`), not a placeholder,
+marks the place, so older agent-fsms still render newer templates.
 
-Every value goes through `quoted` first: a unit's by systemd's rules, the script's by the
-shell's (`quoting`), so no host value can add a line, a setting or a command.
-
-Some unit settings exist only in newer systemds (`RestartSteps=`, `RestartMaxDelaySec=`,
-`RestartMode=`: 254), and an older one warns about a key it does not know. So the agent unit is
-rendered for the host's systemd: its version, asked once a boot through the systemctl effector
-(`upgrade.effectors.Effectors.rendered`) and kept in `<state_dir>/systemd.json`, which every
-renderer (the daemon, `recover`, `status`) reads. Unknown (never asked, or asked in an earlier
-boot): rendered as for the oldest systemd, valid everywhere. The template marks the place with
-a comment line (`GROWTH_MARKER`), not a placeholder: an older agent-fsm, which knows no such
-placeholder, renders (and `release add` accepts) a newer release's templates all the same,
-leaving the comment.
-
-The workload's unit-level settings are placed the same way (`WORKLOAD_MARKER`, `workload_lines`):
-the host config's `[workload] writable_paths` as `ReadWritePaths=`, and the releases, which live
-in the 0700 state dir, bound read-only at `<run_dir>/releases` so that a workload running as
-another user can reach its own release (`BindReadOnlyPaths=`). They come from the host config,
-never from a release, and take effect when the agent unit is next written and systemd next
-starts it: they are unit settings, so never while an upgrade holds the last-good's unit.
+`WORKLOAD_MARKER` places the workload's settings from the host config: `ReadWritePaths=`, and
+the releases bound read-only at `<run_dir>/releases` for a workload of another user. They take
+effect when the unit is next written and started, never while an upgrade holds it.
 """
 
 from __future__ import annotations
@@ -80,8 +66,7 @@ def boot_id() -> str:
 
 
 def systemd_version(paths: Paths) -> int | None:
-    """The host's systemd version as asked in this boot; None when not asked in this boot (or
-    its file cannot be read: a renderer then renders for the oldest systemd)."""
+    """The host's systemd version as asked in this boot; None when not asked or unreadable."""
     try:
         body = SYSTEMD_KIND.read(paths.systemd_file)
     except DocumentError:
@@ -102,8 +87,10 @@ def _seconds(value: float) -> str:
 
 
 def restart_growth(systemd: int | None, restart_seconds: float) -> str:
-    """The agent unit's lines after `RestartSec=` for this systemd: growing delays and
-    `RestartMode=direct` where it has them, else a comment saying why not. Numbers only."""
+    """The agent unit's lines after `RestartSec=` for this systemd.
+
+    Growing delays and `RestartMode=direct` where it has them, else a comment saying why not.
+    """
     if systemd is None or systemd < RESTART_GROWTH_SINCE:
         which = "of unknown version" if systemd is None else str(systemd)
         return (f"# systemd {which}: RestartSteps=, RestartMaxDelaySec= and RestartMode= need "
@@ -117,9 +104,10 @@ def restart_growth(systemd: int | None, restart_seconds: float) -> str:
 
 
 def workload_lines(paths: Paths) -> str:
-    """The agent unit's lines for the workload: the releases bound read-only below the run dir,
-    then `ReadWritePaths=` for `[workload] writable_paths` ("-": a missing one is skipped, not a
-    failed start). Paths as `unit_path` writes them (AssetError via `quoted` rules)."""
+    """The agent unit's lines for the workload: the releases bound read-only, then `ReadWritePaths=`.
+
+    A missing writable path ("-") is skipped rather than failing the start.
+    """
     config = paths.config
     releases = str(config.state_dir / "releases")
     lines = []
@@ -148,8 +136,7 @@ class Asset(NamedTuple):
 
 
 def variables(paths: Paths, version: str, systemd: int | None = None) -> dict[str, str]:
-    """The names a template may use: host values as they are (`quoted` writes them); the unit
-    rendered for `systemd`'s version (None: the oldest)."""
+    """The names a template may use: host values as they are, and the unit for `systemd` (None: oldest)."""
     judgment = paths.config.judgment
     # The unit's start timeout bounds the whole judgment: deadline plus soak plus a margin for
     # resuming owed effects and writing the assets.
@@ -187,8 +174,7 @@ _RAW = {"restart_growth"}  # lines `restart_growth` writes from numbers alone (n
 
 
 def quoted(values: dict[str, str], template_name: str) -> dict[str, str]:
-    """`values` as they are written into `template_name`: a unit's by systemd's rules, the
-    script's by the shell's. AssetError (one line, naming the value) if one cannot be written."""
+    """`values` as written into `template_name`; AssetError, naming the value, if one cannot be."""
     out = {}
     for key, value in values.items():
         if key in _RAW:
@@ -217,8 +203,7 @@ def targets(paths: Paths) -> dict[str, tuple[Path, Path, int]]:
 
 
 def render(release_dir: Path, paths: Paths, version: str) -> tuple[Asset, ...]:
-    """Render a release's asset templates for this host and its systemd (`systemd_version`),
-    in the order of TEMPLATES."""
+    """Render a release's asset templates for this host and its systemd, in the order of TEMPLATES."""
     where = targets(paths)
     values = variables(paths, version, systemd_version(paths))
     out: list[Asset] = []

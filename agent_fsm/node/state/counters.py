@@ -1,8 +1,7 @@
 """The node's lifetime counters: upgrades by outcome, rollbacks, candidate starts.
 
-Kept in the state file and advanced by each finished transition (`tally`), in the same atomic
-write that records the transition, so each is counted exactly once even across crashes. Which
-transitions count is read off the machine's definition (`CountRules`, built by the lifecycle).
+`tally` advances them in the same atomic write that records a transition, so each counts once
+even across crashes. Which transitions count comes from the definition (`CountRules`).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ class CountRules(NamedTuple):
 
 
 def tally(c: Counters, entry: Mapping[str, Any], rules: CountRules) -> Counters:
-    """`c` plus what one history entry (a finished transition) adds to it."""
+    """`c` plus what one history entry (a finished transition) adds."""
     trigger, source = entry.get("trigger"), entry.get("from")
     if (trigger, source) in rules.upgrades_ok:
         return c._replace(upgrades_ok=c.upgrades_ok + 1)

@@ -1,9 +1,8 @@
-"""The state file's document in memory: the state, the upgrade and the transition pending, and
-what the file keeps of its history (`store` reads and writes it).
+"""The state file's document in memory: the state, the upgrade, the pending transition, history.
 
 Plain classes, not dataclasses: `status` imports this module, and a dataclass compiles its
-methods when its module is imported (docs/design.md). `StateDoc` and `Pending` are mutable (the
-engine assigns their fields); each compares and prints by its fields, as a dataclass would.
+methods at import (docs/design.md). `StateDoc` and `Pending` are mutable; the engine assigns
+their fields.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ class Upgrade(NamedTuple):
 
 
 class _Fields:
-    """Equality and repr by the fields in `__slots__`, as a dataclass gives them; defining
-    `__eq__` leaves the class unhashable, as a mutable dataclass is."""
+    """Equality and repr by the fields in `__slots__`; defining `__eq__` leaves the class unhashable."""
 
     __slots__: tuple[str, ...] = ()  # in a subclass, its fields in order: == and repr follow it
 

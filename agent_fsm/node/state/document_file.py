@@ -1,40 +1,26 @@
-"""The one format of every file agent-fsm keeps in its state dir, and its rules for reading one.
+"""The one format of every file in the state dir, and the rules for reading one.
 
-A file is a document: its body (the file's own fields) with three more keys, `kind` (which
-file: "state", "hold", ...), `schema` (the layout of the body) and `checksum` ("sha256:" and
-the SHA-256 of the canonical JSON of everything else: sorted keys, no spaces). The file is that
-canonical JSON with the checksum inserted: as "checksum" sorts before every other key it comes
-first, and the body's canonical bytes are "{" and what follows it, so a reader checks them as
-they are, without serializing anything again. The same body always gives the same bytes.
+A file is a document: its body plus `kind` (which file), `schema` (the body's layout) and
+`checksum` ("sha256:" and the SHA-256 of the canonical JSON of everything else: sorted keys, no
+spaces). The file is that canonical JSON with the checksum inserted; as "checksum" sorts first,
+a reader checks the bytes after it as they are. The same body always gives the same bytes.
 
-A `Kind` declares one file: its name, its schema, how a message names it, the mode it is
-written with, how many bytes a reader takes, and `check`, which checks every field of a body
-(`validate`'s checkers: types, ranges, known names; one line naming the field and its value).
-`Kind.read` and `Kind.decode` take a file in this order: JSON, an object; a schema this
-agent-fsm reads, directly or through the file's compatible core (below; a newer file without one
-is refused as newer before its checksum is looked at: a later release may sum it otherwise); the
-checksum; the kind; then every field. What fails is refused with one line naming the file, what
-is wrong and what to do (`DocumentError`), and is left untouched: nothing here writes a file it
-could not read. Whether a reader then stops (the state file), still holds (a hold file) or goes
-on without it (the hook failures) is the reader's.
+A `Kind` declares one file: name, schema, words for messages, mode, read limit and `check`. A
+reader checks, in order: JSON object; a schema it reads, directly or through the core; checksum;
+kind; every field. A newer file without a core is refused before its checksum, which a later
+release may compute otherwise. A refused file gets one line (`DocumentError`) and is left
+untouched; what happens next is the reader's choice. A file without all three keys is refused. A
+changed body is a new schema.
 
-Every file carries all three keys: one without `kind`, `schema` or `checksum` is refused (no
-release wrote one). A change to a body is a new schema, which the kind's `check` is given.
+Forward compatibility: a later agent-fsm that changes a body bumps `schema` and may declare
+`core`, the oldest schema whose readers can still read the file. A reader of schema R reads a
+file of schema S > R with core C <= R as schema R. The writer promises (docs/state-files.md):
 
-Forward compatibility: the compatible core. A later agent-fsm that changes a body bumps its
-`schema` and may declare `core`: the oldest schema whose readers can still read the file (absent:
-its own schema, readable by no older reader). A reader of schema R reads a file of schema S > R
-whose core C <= R as if it were of schema R. What the writer of such a file promises, and every
-later agent-fsm must keep (docs/state-files.md has the state file's core in full):
-
-- the layout of this module: JSON object, `kind`, `schema`, `core`, and the checksum as above
-  (a file whose checksum is wrong is refused as damaged, and left untouched, whatever its core);
-- every field of every schema from C to S is there, with that schema's type, range and meaning:
-  what it adds are new keys, never a new meaning or type for an old one;
-- a reader keeps the keys it does not know when it rewrites the file (the state file does) and
-  writes its own schema then: a later reader of a file of an older schema takes the older
-  schema's fields as the truth and its own later keys in it as possibly stale, migrating them as
-  it migrates any file of that schema.
+- this layout: JSON object, `kind`, `schema`, `core`, the checksum; a wrong one is damage;
+- every field of each schema from C to S keeps its type, range and meaning; new schemas only
+  add keys;
+- a reader keeps unknown keys on rewrite and writes its own schema; a later reader of an older
+  schema trusts that schema's fields and treats its own later keys as possibly stale.
 
 | file in the state dir                    | kind            | schema |
 | ---------------------------------------- | --------------- | ------ |
@@ -50,10 +36,8 @@ later agent-fsm must keep (docs/state-files.md has the state file's core in full
 | `releases/.images/<version>` (`origins`) | `image-record`  | 1      |
 | `channel/follow.json` (`channel.record`) | `channel`       | 1      |
 
-Not documents: the history journal (`journal`: one checksummed line a transition, appended),
-the release store's manifests, hashes and usage (`releases.store`, `releases.usage`: text with a
-header line), the locks,
-and the `selected` and `last-good` pointers (symlinks).
+Not documents: the history journal, the release store's text files, the locks, and the
+`selected` and `last-good` symlinks.
 """
 
 from __future__ import annotations
@@ -72,8 +56,7 @@ Check = Callable[[dict[str, Any], int], object]  # a body and the schema it was 
 
 
 class Problem(ValueError):
-    """What is wrong with a file's bytes, in one phrase ("has checksum …", "is empty"), or with
-    one of its fields ("pending.done is -5, expected …": `field`)."""
+    """What is wrong with a file's bytes ("is empty") or one of its fields (`field`), in one phrase."""
 
     def __init__(self, why: str, *, field: bool = False, newer: bool = False) -> None:
         super().__init__(why)
@@ -116,8 +99,7 @@ _HEX = 64
 
 
 def _verify_canonical(raw: bytes) -> bool | None:
-    """True/False when `raw` is in the canonical layout (checksum right or wrong); None when it
-    is laid out otherwise (a hand-edited file, checked the slow way)."""
+    """Whether the checksum of canonical `raw` is right; None when `raw` is laid out otherwise."""
     head = len(_PREFIX) + _HEX
     if not raw.startswith(_PREFIX) or raw[head:head + 2] != b'",':
         return None
@@ -144,8 +126,7 @@ class Kind(NamedTuple):
         return _PREFIX + hexdigest(canonical).encode() + b'",' + canonical[1:] + b"\n"
 
     def body(self, raw: bytes, check: Check | None = None) -> dict[str, Any]:
-        """The body of a file's bytes (without `kind`, `schema`, `checksum`), every field
-        checked, by `check` if given (a reader's own names) or the kind's; Problem if not."""
+        """The body of a file's bytes, every field checked by `check` or the kind's; Problem if not."""
         data = parse(raw)
         if not isinstance(data, dict):
             raise Problem(f"is not a JSON object ({self.noun} is {_shown(data)})")
@@ -197,8 +178,7 @@ class Kind(NamedTuple):
             raise self.refused(path, problem) from None
 
     def read(self, path: Path, check: Check | None = None) -> dict[str, Any] | None:
-        """The body of the file, or None when there is none; DocumentError when it is refused
-        (also when it is a symlink, not a regular file, larger than `limit` or unreadable)."""
+        """The body of the file, or None when there is none; DocumentError when it is refused."""
         try:
             raw = files.read_regular(path, self.limit)
         except FileNotFoundError:
@@ -209,6 +189,5 @@ class Kind(NamedTuple):
         return self.decode(raw, path, check)
 
     def write(self, path: Path, body: dict[str, Any], mode: int | None = None) -> None:
-        """Replace the file with the document of `body`, atomically (`files.atomic_write`), with
-        the kind's mode unless told another. Raises OSError or UnsafePath."""
+        """Replace the file atomically with the document of `body`; OSError or UnsafePath."""
         files.atomic_write(path, self.encode(body), self.mode if mode is None else mode)

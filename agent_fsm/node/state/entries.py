@@ -1,12 +1,8 @@
 """A history entry: what a recorded transition may hold, checked field by field.
 
-Its trigger, states and effects may be names only a later agent-fsm knows (a candidate's
-transitions, read back on the way back through this one): they are let pass as names and shown
-as they are; nothing here acts on the history.
-
-The journal's lines, an old state file's list of entries and what the state file keeps of its
-journal (`journal_fields`) are checked here, with `validate`'s checkers and messages. To let
-entries hold a new key, add its checker to `OPTIONAL_ENTRY_KEYS`.
+Its names may be a later agent-fsm's (a candidate's transitions, read on the way back): they
+pass as names, and nothing here acts on them. A new entry key needs its checker in
+`OPTIONAL_ENTRY_KEYS`.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ from .validate import (
 
 
 class Names(NamedTuple):
-    """The machine's names a file may use; None: any (a reader built for a test)."""
+    """The machine's names a file may use; None accepts any (a reader built for a test)."""
 
     states: Collection[str] | None = None
     triggers: Collection[str] | None = None
@@ -106,10 +102,11 @@ def _entry(value: Any, field: str, names: Names) -> None:
 
 
 def history_entry(e: Any, field: str, names: Names, versions: set[str] | None = None) -> None:
-    """One history entry (a journal line). A common
-    entry is first looked over without building a message (`versions` caches those found
-    good), as the history may be long; any other is checked by `_entry`, which names the field
-    it refuses. A journal entry also carries its `seq`, checked by the journal."""
+    """One history entry (a journal line), with its `seq` if it is a journal entry.
+
+    A common entry is checked without building a message; any other goes to `_entry`, which
+    names the field it refuses.
+    """
     if type(e) is dict and e.keys() - {"seq"} == _COMMON_KEYS \
             and _common(e, names.states, names.triggers, set() if versions is None else versions):
         return
@@ -148,9 +145,7 @@ def _cycle_skipped(value: Any, names: Names) -> None:
 
 
 def journal_fields(data: Mapping[str, Any], names: Names) -> None:
-    """What the state file keeps of its journal (schema 2): the last `seq` committed, when the
-    stay in the current state began, when the last transition finished, and the effects let
-    fail in this cycle, so that `status` and `metrics` never read the journal."""
+    """What the state file keeps of its journal (schema 2), so `status` and `metrics` never read it."""
     count(data.get("seq", MISSING), "seq")
     for key in ("since", "last_transition"):
         value = nullable(data, key)

@@ -1,22 +1,13 @@
 """The history journal: one checksummed JSON line per recorded transition, beside the state file.
 
-`<state_dir>/history.jsonl` is appended to, under the writers' lock, before the state file that
-commits the transition is written. Each entry carries its sequence number (`seq`) and the state
-file carries the last one committed, so a reader keeps the lines up to the state's `seq` and
-drops what lies beyond: a line appended by a transition that crashed before its state write
-(resumed later under the same number), or a torn last line. The state is the commit point, not
-the journal's length, because a length changes with every rotation and every repair, which
-cannot be made atomic with the state write; a number carried by the entry does not.
+`<state_dir>/history.jsonl` is appended under the writers' lock and fsynced before the state
+file that commits the transition. Each entry carries its `seq`, the state file the last
+committed one; readers drop lines past it (a crashed transition's, a torn one). The commit point
+is that number, not the journal's length, which rotation and repair change.
 
-Each line is fsynced with its transition: `append` returns once the line is durable, and only
-then does the store write the state file that commits it, so a committed transition's line
-survives a power loss.
-
-A line whose checksum or fields are wrong in the middle of the journal is skipped and reported
-(`Read.damaged`, shown by `doctor`), never fatal: the history informs people, and a damaged
-line of it must not stop an upgrade or a rollback. The writer repairs the tail (a torn, garbled
-or uncommitted tail: the journal rewritten atomically), and bounds it by rewriting it to the
-last `limit` entries (and the new one) once it holds `2 * limit` lines, so appends stay O(1).
+A damaged line mid-journal is skipped and reported (`Read.damaged`, shown by `doctor`), never
+fatal: the history must not stop an upgrade or a rollback. The writer rewrites a bad tail
+atomically, and at `2 * limit` lines keeps the last `limit`, so appends stay O(1).
 """
 
 from __future__ import annotations
@@ -121,9 +112,11 @@ class Journal:
 
     # Writing (the caller holds the store's lock) ------------------------------------------
     def append(self, entry: dict[str, Any], limit: int) -> None:
-        """Append `entry` (with its `seq`) and fsync it: durable when this returns. A torn,
-        garbled or uncommitted tail, or a journal of `2 * limit` lines, is rewritten atomically
-        instead, to the last `limit` committed entries and `entry`."""
+        """Append `entry` and fsync it: durable when this returns.
+
+        A bad tail, or `2 * limit` lines, is rewritten atomically to the last `limit` entries
+        and `entry`.
+        """
         flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         created = False
         try:
@@ -156,9 +149,10 @@ class Journal:
             files.fsync_dir(self.path.parent)  # the new file's entry survives a power loss
 
     def _appendable(self, fd: int, seq: int, limit: int) -> bool:
-        """Whether `seq` may be appended as it is: the file is empty, or ends in a good line
-        numbered below `seq` and is not due for rotation. Read off its first and last lines
-        only, so an append costs the same whatever the journal's length."""
+        """Whether `seq` may be appended: the file is empty, or ends in a good line below `seq`.
+
+        Only the first and last lines are read, so an append costs the same at any length.
+        """
         size = os.fstat(fd).st_size
         if size == 0:
             return True
@@ -172,14 +166,11 @@ class Journal:
             return False
 
     def replace_last(self, entry: dict[str, Any], limit: int) -> None:
-        """Replace the last committed entry with `entry`, numbered as it (one more restart of a
-        crash loop: `store.Store.repeat`): the journal rewritten atomically and durably, as a
-        rotation is, so it does not grow with the loop."""
+        """Replace the last committed entry with `entry`, atomically, so a crash loop does not grow it."""
         self._rewrite_with(entry, limit)
 
     def _committed(self, upto: int) -> list[dict[str, Any]]:
-        """The entries committed up to `upto`, read for a rewrite: its damaged lines, which the
-        rewrite drops, logged."""
+        """The entries committed up to `upto`, read for a rewrite; the damaged lines it drops are logged."""
         old = self.parse(files.read_bytes(self.path) or b"", upto)
         if old.damaged:
             import logging  # here: only a writer repairing damage logs; `status` need not import it
@@ -228,8 +219,7 @@ def _first_line(fd: int, size: int) -> bytes | None:
 
 def advanced_skipped(skipped: list[dict[str, Any]], entry: dict[str, Any],
               cycle_starts: frozenset[str]) -> list[dict[str, Any]]:
-    """The effects let fail in this cycle, after `entry`: a new install, upgrade or rollback
-    starts the list again, with what its own transition let fail."""
+    """The effects let fail in this cycle, after `entry`; a new cycle starts the list again."""
     kept = [] if entry["trigger"] in cycle_starts else skipped
     return kept + [{"time": entry["time"], "trigger": entry["trigger"], **s}
                    for s in entry.get("skipped") or ()]

@@ -1,21 +1,13 @@
-"""The writers' lock: an exclusive flock(2) on a lock file beside what it guards, taken through
-filelock's `UnixFileLock` (the package the design specifies).
+"""The writers' lock: an exclusive flock(2) on a lock file, through filelock's `UnixFileLock`.
 
-Every agent-fsm takes the same flock on the same file (builds that called flock(2) directly
-too), so during an upgrade the last-good's and the candidate's processes exclude each other
-whichever version each one is. The lock file is never removed (removing it would let two
-processes lock two different files: filelock keeps it since 3.29.5, and `preserve_lock_file`
-holds it to that); a process that dies holding it releases it with its descriptor.
+Every agent-fsm version takes the same flock on the same file, so the last-good's and the
+candidate's processes exclude each other. The file is never removed (`preserve_lock_file`), or
+two processes could lock two files.
 
-`UnixFileLock`, never the `FileLock` alias, with `fallback_to_soft=False`: on a platform or a
-filesystem without flock the lock fails with that OSError instead of turning into a marker file
-that another release's flock would not see. (These options came in 3.30.0; 3.29 drops options
-it does not know without a word, hence the floor in pyproject.toml.) filelock opens with
-O_NOFOLLOW (a planted symlink fails, ELOOP, refused here by name) and creates the file with the
-mode asked; the check it runs once it holds the lock (`on_acquired`, on the locked descriptor)
-refuses anything but a regular file and gives an existing file exactly that mode.
-Imported when a lock is taken: readers (`status`) take none and never import filelock. It is
-imported without OpenSSL (`_filelock`).
+`fallback_to_soft=False`: without flock, locking fails rather than making a marker file
+(filelock 3.29 ignores unknown options: hence the 3.30 floor). A planted symlink is refused by
+name. Once locked, `on_acquired` refuses a non-regular file and sets the exact mode. Readers
+never import filelock.
 """
 
 from __future__ import annotations
@@ -40,10 +32,11 @@ _NO_FLOCK = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 
 
 def _filelock() -> ModuleType:
-    """filelock, imported with `_hashlib` kept out. filelock imports `secrets`, whose `hmac`
-    would map OpenSSL's libcrypto: 3.5 MB of an idle daemon's memory, for no digest the lock
-    computes. `hmac` and `hashlib`, if this is their first import, then use CPython's own
-    digests; `sha256` still finds OpenSSL when something loads it later."""
+    """filelock, imported with `_hashlib` kept out.
+
+    Its `secrets` import would load OpenSSL's libcrypto via `hmac`: 3.5 MB of an idle daemon,
+    for no digest. `sha256` still finds OpenSSL if something loads it later.
+    """
     if "filelock" in sys.modules or "_hashlib" in sys.modules:
         import filelock
 
@@ -57,8 +50,7 @@ def _filelock() -> ModuleType:
 
 
 def _checked(path: Path, mode: int, fd: int) -> None:
-    """Run on the locked descriptor: a regular file, given exactly `mode` whatever the umask (or
-    one made before it was kept so); raising lets the lock go again."""
+    """Check the locked descriptor is a regular file and give it exactly `mode`; raising releases it."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise files.unsafe(path, "it is not a regular file")
@@ -69,10 +61,11 @@ def _checked(path: Path, mode: int, fd: int) -> None:
 @contextlib.contextmanager
 def held(path: Path, timeout: float, mode: int = 0o600,
          stopping: Callable[[], bool] | None = None) -> Iterator[None]:
-    """Hold the lock on `path` for the block; LockTimeout after `timeout` seconds of waiting,
-    StopRequested as soon as `stopping()` says a stop came while waiting (the daemon's SIGTERM
-    flag: its handler only sets it), DiskError (the path, the errno's words, the fix) when the
-    file cannot be opened or fixed."""
+    """Hold the lock on `path` for the block.
+
+    LockTimeout after `timeout` seconds; StopRequested as soon as `stopping()` says so (the
+    daemon's SIGTERM flag); DiskError when the file cannot be opened or fixed.
+    """
     filelock = _filelock()  # writers only
     lock = filelock.UnixFileLock(
         path, mode=mode, fallback_to_soft=False, preserve_lock_file=True,

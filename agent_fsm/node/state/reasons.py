@@ -1,6 +1,7 @@
-"""Why an upgrade ended as it did: the class of its reason (`ReasonClass`, a closed vocabulary
-as states and triggers are; the outcome is `system.publish.Outcome`), and the words for a
-candidate that systemd saw fail (from the agent unit's `Result`, `ExecMainStatus`, `NRestarts`).
+"""Why an upgrade ended as it did: a `ReasonClass`, and words for a failed candidate.
+
+A failed candidate is described from the agent unit's `Result`, `ExecMainStatus` and
+`NRestarts`.
 """
 
 from __future__ import annotations
@@ -46,18 +47,18 @@ RECOVERY_ENV = "AGENT_FSM_RECOVERY"
 
 
 def one_line(text: str) -> str:
-    """`text` as a reason is kept: all of it on one line (a line break, as every control
-    character, written visibly: no line of it stands alone), at most MAX_REASON characters."""
+    """`text` as a reason is kept: on one line, control characters visible, at most MAX_REASON."""
     return shown(text.strip(), MAX_REASON)
 
 
 def from_unit(unit: str, shown: Mapping[str, str], refused_after: int | None = None,
               timeouts: int = 0) -> tuple[str, ReasonClass]:
-    """(reason, class) for a candidate whose agent unit failed, from `systemctl show`;
-    `refused_after`: the max_attempts starts after which the last-good's start check refused
-    the next (systemd's exit status is then the refused start's, not the candidate's);
-    `timeouts`: the attempts in a row, up to the last, that the start check saw systemd's start
-    timeout end."""
+    """(reason, class) for a candidate whose agent unit failed, from `systemctl show`.
+
+    `refused_after`: the start after which the last-good's start check refused the next, whose
+    exit status is then reported. `timeouts`: the last attempts in a row that hit systemd's
+    start timeout.
+    """
     result = shown.get("Result", "")
     status, starts = shown.get("ExecMainStatus", "?"), shown.get("NRestarts", "?")
     if refused_after is not None and timeouts:
@@ -80,16 +81,14 @@ def from_unit(unit: str, shown: Mapping[str, str], refused_after: int | None = N
 
 
 def entry_keys(result: Mapping[str, Any] | None, reported: object) -> dict[str, Any]:
-    """What a history entry keeps of the result its transition `reported`: why, in words and
-    as a class (nothing for a result recorded before reasons were kept)."""
+    """The reason, in words and as a class, that a history entry keeps of its `reported` result."""
     if not reported or result is None or "reason_class" not in result:
         return {}
     return {"reason": result.get("reason"), "reason_class": result["reason_class"]}
 
 
 def publish_given_up(error: str, seconds: float, since: float) -> dict[str, Any]:
-    """The arguments of `complete_queued`: the candidate passed, and its result is queued
-    because publishing it failed for `seconds` (`publish_give_up_seconds`) since `since`."""
+    """The arguments of `complete_queued`: a passed candidate whose result could not be published."""
     return {"reason_class": "passed",
             "reason": one_line(f"judged ok; the result was queued in the outbox after "
                                f"publishing it failed for {seconds:g}s: {one_line(error)}"),
@@ -101,16 +100,16 @@ ORPHANED = ReasonClass.orphaned
 
 
 def orphaned(state: str) -> dict[str, str]:
-    """The reason recorded for a signal that the state file, in `state`, knew nothing of."""
+    """The reason recorded for a signal the state file, in `state`, knew nothing of."""
     return {"reason_class": ORPHANED,
             "reason": f"an upgrade signal existed but the state file ({state}) knew no upgrade"}
 
 
 def signal_lost(state: str, how: str) -> dict[str, str]:
-    """The reason recorded for an upgrade the state file, in `state`, knew, whose signal was
-    lost (`how`: gone, or why it cannot be read): its starts could not be counted nor its
-    verdict kept, so it rolled back unjudged. Of the orphans' class, which every release's
-    reader knows."""
+    """The reason recorded for a known upgrade whose signal was lost (`how`: gone, or unreadable).
+
+    It rolled back unjudged. It has the orphans' class, which every release's reader knows.
+    """
     return {"reason_class": ORPHANED,
             "reason": one_line(f"the upgrade signal was lost ({how}) while the state file "
                                f"({state}) knew the upgrade: rolled back unjudged")}

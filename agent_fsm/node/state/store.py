@@ -1,18 +1,13 @@
 """The state file: the machine's state, the pending upgrade, the effects still owed, counters.
 
-`<state_dir>/state.json` is a document of kind `state` (`document_file`: schema, checksum,
-the canonical layout; a later schema is read through its compatible core, and the keys a later
-agent-fsm wrote are kept on every rewrite: docs/state-files.md). Writers hold an exclusive
-flock(2) (`lock.held`) on the sibling `state.lock` for a whole transition; readers need no
-lock, because every write is atomic (see `files`). A file that is damaged, of a newer schema
-without a core this one reads, or with a field that is not what the machine writes
-(`check_body`: types, ranges, the machine's names, release versions) is refused with one line
-naming the file, the field and its value, and is never overwritten.
+`<state_dir>/state.json` is a `state` document (docs/state-files.md). Writers hold the flock on
+`state.lock` for a whole transition; readers need none, as every write is atomic. A damaged or
+newer file, or one with a field the machine does not write, is refused in one line naming the
+field and its value, and never overwritten.
 
-The history lives beside it in `history.jsonl` (see `journal`): `record` appends a finished
-transition's entry there, numbered `seq` and fsynced, then commits it by writing the state file
-with that `seq` and what `status` shows of the history (the stay's start, the last transition's
-time, the effects let fail in this cycle), so `status` never reads the journal.
+`record` appends and fsyncs a transition's entry to `history.jsonl` (`journal`), then commits it
+by writing the state file with its `seq`. The state file also holds what `status` shows of the
+history, so `status` never reads the journal.
 """
 
 from __future__ import annotations
@@ -100,9 +95,7 @@ class Store:
                  *, triggers: Collection[str] | None = None,
                  effects: Collection[str] | None = None, count_rules: CountRules | None = None,
                  lock_timeout: float = 30.0, journal_path: Path | None = None) -> None:
-        """`states`, `triggers` and `effects` are the machine's names a file may use; without
-        `triggers` or `effects` (a store built for a test) any name of theirs is accepted. The
-        journal is `history.jsonl` beside the state file unless `journal_path` says otherwise."""
+        """`states`, `triggers` and `effects` are the names a file may use (the last two: any, if None)."""
         self.path = path
         self.count_rules = count_rules
         self.lock_path = lock_path
@@ -129,12 +122,11 @@ class Store:
         return self._upgraded(self._from_body(data))
 
     def decode(self, raw: bytes) -> StateDoc:
-        """The document in `raw`, or StateFileError (`DocumentError`): damaged, newer, or a
-        field not valid."""
+        """The document in `raw`; StateFileError when damaged, newer, or a field is not valid."""
         return self._upgraded(self._from_body(KIND.decode(raw, self.path, self._check)))
 
     def _upgraded(self, doc: StateDoc) -> StateDoc:
-        """`doc` with counters: a file a store without count rules wrote has none."""
+        """`doc` with counters, which a store without count rules did not write."""
         if doc.counters is None and self.count_rules is not None:
             doc.counters = to_json(Counters())
         return doc
@@ -163,21 +155,19 @@ class Store:
         return doc
 
     def write(self, doc: StateDoc) -> None:
-        """Replace the state file atomically and durably. The caller holds the lock; DiskError
-        (`files`) when the disk fails it: the transition stops there and the next start resumes
-        it."""
+        """Replace the state file atomically and durably; the caller holds the lock.
+
+        On DiskError the transition stops there and the next start resumes it.
+        """
         KIND.write(self.path, _body(doc))
 
     def record(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
-        """Commit a finished transition: its entry appended to the journal and fsynced, then the
-        state file written with its `seq`. A crash between the two leaves the entry beyond the
-        state's `seq`: readers drop it, the resumed transition replaces it. `limit`: the
-        history_limit. The caller holds the lock.
+        """Commit a finished transition: append and fsync its entry, then write the state file.
 
-        A start after a crash (an entry with `restarts`: systemd restarted the unit) that
-        follows one of the same trigger within CRASH_LOOP_WINDOW is the same crash loop: it
-        replaces that entry, with one restart more (`repeat`), so a crash loop is one entry
-        and the journal does not grow with it."""
+        After a crash between the two, readers drop the entry and the resumed transition
+        replaces it. A restart within CRASH_LOOP_WINDOW of one with the same trigger replaces
+        that entry instead (`repeat`), so a crash loop is one entry. The caller holds the lock.
+        """
         loop = doc.crash_loop
         if entry.get("restarts"):
             if loop is not None and loop["seq"] == doc.seq and loop["trigger"] == entry["trigger"] \
@@ -203,10 +193,10 @@ class Store:
         self.write(doc)
 
     def repeat(self, doc: StateDoc, entry: dict[str, Any], limit: int) -> None:
-        """Commit a start after a crash as one more restart of the crash loop the last entry
-        stands for: that entry replaced in the journal (rewritten atomically), then the state
-        file. The count comes from the state file, so a crash between the two and the resumed
-        transition count this restart once."""
+        """Commit a restart as one more of the crash loop the last entry stands for.
+
+        The count comes from the state file, so a crash between the two writes counts it once.
+        """
         loop = doc.crash_loop
         assert loop is not None
         loop = {**loop, "restarts": loop["restarts"] + 1, "last": entry["time"]}
@@ -222,8 +212,7 @@ class Store:
         self.write(doc)
 
     def history(self, doc: StateDoc | None = None) -> list[dict[str, Any]]:
-        """The transitions committed as of `doc` (read now if not given), oldest first, each
-        with its `seq`: the journal holds from `history_limit` to twice as many. No lock."""
+        """The committed transitions as of `doc` (read now if not given), oldest first. No lock."""
         return self.read_journal(doc).entries
 
     def read_journal(self, doc: StateDoc | None = None) -> Read:
@@ -250,10 +239,11 @@ class Store:
 
     @contextlib.contextmanager
     def locked_if_free(self) -> Iterator[bool]:
-        """Hold the writers' lock for the block if no process holds it now: one try, no wait.
-        Yields True holding it, False holding nothing (a writer has it). A writer holds it from
-        a transition's write-ahead to its final record, so a transition found owed while this
-        holds it was left by a process that stopped: killed, or failed at an effect."""
+        """Hold the writers' lock for the block if it is free now; no wait.
+
+        Yields True holding it, False holding nothing. A transition found owed while this holds
+        it was left by a process that stopped.
+        """
         files.ensure_private_dir(self.lock_path.parent)
         with contextlib.ExitStack() as stack:
             try:

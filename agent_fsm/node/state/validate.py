@@ -1,16 +1,10 @@
-"""What agent-fsm reads back from its own files, checked field by field after the checksum.
+"""Field-by-field checks of what agent-fsm reads back from its own files, after the checksum.
 
-Small typed checkers take a value and the name of its field (`pending.done`, `upgrade.to`)
-and return the value, or raise `Invalid`: one line naming the field and the value and saying what
-was expected. The document format (`document_file`) runs a file's checks after its checksum, and
-its readers prefix the file and add what to do. `state_body`, `signal_body` and `result_body` are
-the rules of the state file, the signal and a result: types, ranges (finite, non-negative times
-and counts, `pending.done` within the effects), known names (the machine's states, triggers and
-effects, when the reader is given them) and versions as `releases.check_version` has them; the
-other files' rules are beside their readers, with these checkers. History entries (the journal's
-lines, an old state file's list) and what the state file keeps of them are checked by `entries`.
-Old layouts are the store's to bring up to date (`Store._upgraded`); what they lack (counters)
-is allowed here.
+Each checker takes a value and its field's name (`pending.done`) and returns the value or raises
+`Invalid` naming the field, the value and what was expected. `state_body`, `signal_body` and
+`result_body` are the rules of those files; other files' rules live beside their readers,
+history entries' in `entries`. What old layouts lack (counters) is allowed: `Store._upgraded`
+fills it in.
 """
 
 from __future__ import annotations
@@ -35,8 +29,7 @@ VERSION = "a release version (letters, digits, '.', '+', '_' and '-', at most 64
 
 
 def invalid(field: str, value: Any, expected: str = "", *, problem: str = "") -> Invalid:
-    """The error for one field that is not what it must be: its name and value, and what was
-    expected (or `problem`, said in full)."""
+    """The error for one field: its name and value, and what was expected (or `problem` in full)."""
     return Invalid(field, problem or f"{field} is {shown(value)}, expected {expected}")
 
 
@@ -98,9 +91,10 @@ NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 def name(value: Any, field: str, known: Collection[str] | None, kind: str, *,
          foreign: bool = False) -> str:
-    """A name of the machine's: any string when the reader was not given the known ones.
-    `foreign`: one it does not know is let pass if it is a name at all (a later agent-fsm's,
-    never acted on here: see `state_body`)."""
+    """A name of the machine's; any string when the reader was not given the known ones.
+
+    `foreign` lets an unknown name pass (a later agent-fsm's, never acted on here).
+    """
     if not isinstance(value, str):
         raise invalid(field, value, f"the name of a {kind}")
     if foreign and known is not None and value not in known:
@@ -162,8 +156,7 @@ RESULT = Kind("result", "queued result", "the result", 1, lambda body, _: result
 
 
 def result_file(raw: bytes) -> None:
-    """A queued result's bytes, checked as delivery checks them (`RESULT`): ValueError ("not
-    valid JSON", "outcome is 'maybe', expected …") if they are not a valid result."""
+    """A queued result's bytes, checked as delivery checks them; ValueError if not a valid result."""
     try:
         RESULT.body(raw)
     except Problem as problem:
@@ -233,15 +226,11 @@ def _counters(value: Any) -> None:
 def state_body(data: Mapping[str, Any], states: Collection[str] | None = None,
                triggers: Collection[str] | None = None,
                effects: Collection[str] | None = None) -> None:
-    """The state file's body (schema and checksum already checked), but for what it keeps of
-    the history (`entries.journal_fields`). Counters may be absent (a store without count
-    rules writes none): `Store._upgraded` gives zeros.
+    """The state file's body (schema and checksum already checked), except its history summary.
 
-    Of the machine's names, `state` must be one this reader knows (a later agent-fsm writes
-    a state of the compatible core there: docs/state-files.md). A pending transition and the
-    counters may name what only a later agent-fsm knows: such a transition is never run here
-    (the engine refuses to resume it, and the way back supersedes it) and such a counter is
-    kept as it is; either still has the shape and types the core gives it."""
+    `state` must be one this reader knows. A pending transition and the counters may name a
+    later agent-fsm's names: such a transition is never run here, such a counter kept.
+    """
     name(data.get("state", MISSING), "state", states, "state")
     up = nullable(data, "upgrade")
     if up is not None:
