@@ -52,6 +52,10 @@ def main(state_path: Path, argv: list[str]) -> int:
             print(f"Error: open {path}: no such file or directory", file=sys.stderr)
             return 125
         archive = json.loads(path.read_text())
+        if "--quiet" not in words:  # what podman 4 says of a pull, on stderr, as it goes
+            for line in ("Getting image source signatures", f"Copying blob sha256:{archive['id']}",
+                         "Writing manifest to image destination", "Storing signatures"):
+                print(line, file=sys.stderr, flush=True)
         images.setdefault(archive["id"], {"names": [], "tree": archive["tree"]})
         save()
         print(archive["id"])

@@ -26,6 +26,8 @@ INTERVAL = 5.0
 def words(m: Moved) -> str:
     """`adding ./rel: 40% 600 MiB of 1.5 GiB, 8,000 of 20,000 files`; an archive, whose files
     are not known before its end: `unpacking ./rel.tar.gz: 40% of 1.5 GiB read, 8,000 files`."""
+    if m.note:  # a tool's own word on where it is (podman's pull)
+        return f"{m.doing} {shown(m.what, MAX_LINE)}: {shown(m.note, MAX_LINE)}"
     part = m.fraction
     pct = "" if part is None else f"{part:.0%} "
     head = f"{m.doing} {shown(m.what, MAX_LINE)}: {pct}"
@@ -72,7 +74,8 @@ class Bar:
 
     def __call__(self, m: Moved) -> None:
         key = (m.doing, m.what)
-        files = f"{m.files:,}" + ("" if m.total_files is None else f"/{m.total_files:,}")
+        files = shown(m.note, 60) if m.note else f"{m.files:,}" + (
+            " files" if m.total_files is None else f"/{m.total_files:,} files")
         if key not in self._tasks:
             self._tasks[key] = self._progress.add_task(
                 f"{m.doing} {shown(m.what, 80)}", total=m.total_bytes, files=files)
@@ -90,6 +93,6 @@ def shown_on_stderr(quiet: bool = False) -> Iterator[Report | None]:
         yield Lines(lambda line: err.print(line, markup=False, soft_wrap=True), interval())
         return
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-               TextColumn("{task.fields[files]} files"), TimeRemainingColumn())
+               TextColumn("{task.fields[files]}"), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=False) as progress:
         yield Bar(progress)

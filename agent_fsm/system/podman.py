@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,16 +87,18 @@ class Podman:
         self.prefix = tuple(prefix)
         self.timeout = timeout
 
-    def _run(self, *args: str, doing: str) -> proc.Completed:
+    def _run(self, *args: str, doing: str,
+             on_stderr: Callable[[bytes], None] | None = None) -> proc.Completed:
         try:
-            return proc.run([*self.prefix, *args], timeout=self.timeout)
+            return proc.run([*self.prefix, *args], timeout=self.timeout, on_stderr=on_stderr)
         except proc.CouldNotRun as exc:
             raise ReleaseError(
                 f"could not {doing}: `{' '.join(self.prefix)}` could not run ({exc.reason}); "
                 "install podman or set the `podman` config key (docs/containers.md)") from None
 
-    def _ok(self, *args: str, doing: str) -> str:
-        done = self._run(*args, doing=doing)
+    def _ok(self, *args: str, doing: str,
+            on_stderr: Callable[[bytes], None] | None = None) -> str:
+        done = self._run(*args, doing=doing, on_stderr=on_stderr)
         if done.returncode != 0:
             said = done.tail.removeprefix("Error: ") or f"exit {done.returncode}"
             raise ReleaseError(f"could not {doing}: podman said: {said}")
@@ -131,10 +133,15 @@ class Podman:
         except ValueError as exc:
             raise ReleaseError(f"could not {doing}: podman answered {exc}") from None
 
-    def pull(self, reference: str) -> str:
-        """Copy the image `reference` names into the store; its id."""
+    def pull(self, reference: str, on_line: Callable[[str], None] | None = None) -> str:
+        """Pull `reference` into podman's store and return the image's id; `on_line` is given
+        each line podman says of its progress as it comes ("Copying blob …"); without it,
+        podman pulls quietly."""
         doing = f"pull {reference} into podman's store"
-        return self._id(self._ok("pull", "--quiet", "--", reference, doing=doing), doing)
+        if on_line is None:
+            return self._id(self._ok("pull", "--quiet", "--", reference, doing=doing), doing)
+        return self._id(self._ok("pull", "--", reference, doing=doing,
+                                 on_stderr=_lines(on_line)), doing)
 
     def mount(self, image: str) -> Path:
         """Mount an image's file system read-only (as root); where it is mounted."""
@@ -160,3 +167,18 @@ class Podman:
         """Write an image to the archive `ref` names (oci-archive or docker-archive)."""
         self._ok("save", "--format", ref.transport, "--output", ref.target, "--", _arg(image),
                  doing=f"save image {image} as {ref}")
+
+
+def _lines(on_line: Callable[[str], None]) -> Callable[[bytes], None]:
+    """A chunk reader that gives `on_line` each whole line (decoded, its last 200 bytes)."""
+    held = bytearray()
+
+    def read(chunk: bytes) -> None:
+        held.extend(chunk)
+        *whole, rest = held.split(b"\n")
+        held[:] = rest[-4096:]
+        for line in whole:
+            if line.strip():
+                on_line(line[-200:].decode("utf-8", "replace").strip())
+
+    return read

@@ -13,7 +13,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,7 +44,8 @@ def last_line(text: str) -> str:
 
 def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
         env: Mapping[str, str] | None = None, cwd: Path | str | None = None,
-        group: bool = False, limit: int | None = None) -> Completed:
+        group: bool = False, limit: int | None = None,
+        on_stderr: Callable[[bytes], None] | None = None) -> Completed:
     """Run `argv` to completion and capture its output as text.
 
     `stdin` is sent as its input (without it the command inherits ours); `env` is added to our
@@ -54,6 +55,7 @@ def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
     `group`: run it in a session of its own, all of which the timeout kills (a script's
     children too, which would otherwise hold its output open past the timeout).
     `limit`: keep at most this many bytes of each stream (the rest is read and dropped).
+    `on_stderr`: given each chunk of stderr as it is read (a tool's progress), as well.
     """
     environ = child_environment(env)
     fds: list[int] = []
@@ -71,7 +73,8 @@ def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
             _close(fds, fd)
         try:
             out, err = _communicate(argv, pid, out_r, err_r, in_w,
-                                    (stdin or "").encode(), timeout, group, limit, fds)
+                                    (stdin or "").encode(), timeout, group, limit, fds,
+                                    on_stderr)
         except CouldNotRun:
             raise  # killed and reaped already
         except BaseException:  # Ctrl-C, say: the command does not outlive the wait for it
@@ -142,7 +145,8 @@ def _spawn_here(argv: Sequence[str], env: Mapping[str, str], actions: list[tuple
 
 def _communicate(argv: Sequence[str], pid: int, out_r: int, err_r: int, in_w: int,
                  data: bytes, timeout: float | None, group: bool, limit: int | None,
-                 fds: list[int]) -> tuple[bytes, bytes]:
+                 fds: list[int], on_stderr: Callable[[bytes], None] | None = None
+                 ) -> tuple[bytes, bytes]:
     """Feed `data` to `in_w` and read both streams to their end, within `timeout`."""
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     kept = {out_r: 0, err_r: 0}
@@ -171,7 +175,10 @@ def _communicate(argv: Sequence[str], pid: int, out_r: int, err_r: int, in_w: in
             got = os.read(fd, _CHUNK)
             if not got:
                 reading.remove(fd)
-            elif limit is None or kept[fd] < limit:
+                continue
+            if fd == err_r and on_stderr is not None:
+                on_stderr(got)
+            if limit is None or kept[fd] < limit:
                 chunks[fd].append(got)
                 kept[fd] += len(got)
     return b"".join(chunks[out_r]), b"".join(chunks[err_r])

@@ -94,12 +94,15 @@ def _in_store(store: Store, tmp_path: Path, version: str, n: int, name: str) -> 
     return ImageRef("containers-storage", name)
 
 
-def _cli(world: World, store: Store, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(world: World, store: Store, *args: str,
+         progress: str | None = None) -> subprocess.CompletedProcess[str]:
     cfg = world.root.parent / "config.toml"
     cfg.write_text('name = "agent"\npodman = ' + json.dumps([sys.executable, str(FAKE),
                                                               str(store.path)]) + "\n")
     env = {k: v for k, v in os.environ.items() if k != "AGENT_FSM_CONFIG"}
     env["COLUMNS"] = "250"
+    if progress is not None:
+        env["AGENT_FSM_PROGRESS_SECONDS"] = progress
     return subprocess.run([sys.executable, "-m", "agent_fsm", "--config", str(cfg), "--root",
                            str(world.root), *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=60, check=False)
@@ -187,6 +190,18 @@ class TestAdd:
         assert origins.read(node.node, "1.0.0") == (done.image,)
         verbs = store.verbs()
         assert verbs[:2] == ["images", "pull"] and verbs[-2:] == ["image mount", "image unmount"]
+
+    def test_a_pull_says_what_podman_says_of_it_as_it_goes(self, node: World, store: Store,
+                                                          tmp_path: Path) -> None:
+        """Piped, `release add oci-archive:FILE` prints podman's own words on the pull, one
+        timestamped line each (`pulling REF: Copying blob sha256:…`), then the copy's lines;
+        stdout keeps the result alone."""
+        ref = _archive(tmp_path, "1.0.0", 1)
+        done = _cli(node, store, "release", "add", str(ref), progress="0")
+        assert done.returncode == 0, done.stderr
+        pulled = [line for line in done.stderr.splitlines() if f" pulling {ref}: " in line]
+        assert any(line.endswith(f"Copying blob sha256:{_id(1)}") for line in pulled), done.stderr
+        assert "stored at" in done.stdout and "pulling" not in done.stdout
 
     def test_image_already_in_the_store_is_not_added(self, node: World, store: Store,
                                                      tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from ... import files
 from ...errors import ReleaseError
-from ...node.releases.moving import Report
+from ...node.releases.moving import Moved, Report
 from ...node.releases.pointers import check_version
 from ...system.podman import STORE, ImageRef, Podman
 from ...wiring import Node
@@ -38,15 +38,15 @@ def add(ref: ImageRef, node: Node, podman: Podman | None = None,
         report: Report | None = None) -> ImageAdded:
     """Store the release that image `ref` holds at RELEASE_PATH, and record the image: `added`
     when this call put it into podman's store. If storing fails, an image this call put there
-    is removed again, so nothing is left behind. `report` is told how far the copy of its
-    release tree into the store is (podman's pull itself is quiet)."""
+    is removed again, so nothing is left behind. `report` is told what podman says of its pull
+    as it comes, then how far the copy of its release tree into the store is."""
     podman = podman or Podman(node.config.podman)
     if ref.archive and not os.path.isfile(ref.target):
         raise ReleaseError(f"image archive {ref.target} does not exist or is not a regular file "
                            f"({ref}); nothing was stored")
     before = podman.image_ids()
     found = podman.find(ref.target) if ref.transport == STORE else podman.find(
-        podman.pull(str(ref)))
+        podman.pull(str(ref), None if report is None else _pulling(report, str(ref))))
     if found is None:
         raise ReleaseError(f"image {ref.target} is not in podman's store (`"
                            f"{' '.join(podman.prefix)} images` lists what is); nothing was stored")
@@ -67,6 +67,18 @@ def add(ref: ImageRef, node: Node, podman: Podman | None = None,
     with node.store.locked():
         origins.remember(node, stored.version, image)
     return ImageAdded(stored, image)
+
+
+def _pulling(report: Report, what: str) -> Callable[[str], None]:
+    """Each line podman says of a pull, as progress: `pulling REF: Copying blob sha256:…`."""
+    said = 0
+
+    def line(text: str) -> None:
+        nonlocal said
+        said += 1
+        report(Moved("pulling", what, said, 0, None, None, note=text))
+
+    return line
 
 
 def _quietly(call: Callable[[str], None], image_id: str) -> None:

@@ -13,7 +13,8 @@ from typing import NamedTuple
 class Moved(NamedTuple):
     """`doing` (`adding`, `unpacking`, `packing`) `what` (a path or a reference, as the
     operator named it): `files` and `bytes` so far of `total_files` and `total_bytes` (None:
-    not known before the end, as an archive's files). `done`: the last record of this copy."""
+    not known before the end, as an archive's files). `done`: the last record of this copy.
+    `note`: what the tool doing it said last (podman's pull: "Copying blob sha256:…")."""
 
     doing: str
     what: str
@@ -22,6 +23,7 @@ class Moved(NamedTuple):
     total_files: int | None
     total_bytes: int | None
     done: bool = False
+    note: str = ""
 
     @property
     def fraction(self) -> float | None:
