@@ -115,7 +115,8 @@ def _follow(node: Node, wait: bool, check: trust.Check, get: Get,
                     f"but {blocked}; nothing fetched", available=available)
     try:
         _stored(node, entry, download)
-        up = upgrade(node, entry.version, wait=wait, timeout=_wait_for(node))
+        up = upgrade(node, entry.version, wait=wait, timeout=_wait_for(node),
+                     channel={"name": cfg.name, "index_version": index.version})
     except Refused as exc:
         return done(Outcome.held, f"{entry.version}: {exc}", available=available)
     except Unreachable as exc:

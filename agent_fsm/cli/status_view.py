@@ -114,6 +114,9 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         result = Text(f"{r['from']} → {r['to']}: ")
         result.append(words(r["outcome"]), style=style)
         result.append(f" at {when(r['time'])} ({span(st.time - r['time'])} ago)")
+        if r.get("channel"):
+            result.append(f", followed from channel {shown(r['channel']['name'])} at index "
+                          f"version {r['channel']['index_version']}")
         if r.get("reason_class"):
             result.append(f" — {words(shown(r['reason_class']))}: {shown(r['reason'], MAX_REASON)}")
         table.add_row("last result", result)
