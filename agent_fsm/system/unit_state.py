@@ -101,3 +101,18 @@ def seconds(span: str) -> float | None:
     if not parts or _SPAN.sub("", span).strip():
         return None
     return sum(float(n) * _SECONDS[u] for n, u in parts)
+
+
+def timer(prefix: Sequence[str], unit: str,
+          timeout: float = READ_TIMEOUT) -> tuple[str, str, float | None]:
+    """A timer's ActiveState, UnitFileState and next elapse on the wall clock (seconds since the
+    epoch; None when none is due), from one `systemctl show --timestamp=unix`; Unread if it
+    cannot."""
+    argv = [*prefix, "show", "--timestamp=unix",
+            "--property=ActiveState,UnitFileState,NextElapseUSecRealtime", "--", unit]
+    found = blocks(_output(argv, timeout))
+    shown = found[0] if found else {}
+    when = shown.get("NextElapseUSecRealtime", "")
+    at = float(when[1:]) if when.startswith("@") and when[1:].replace(".", "", 1).isdigit() \
+        else None
+    return shown.get("ActiveState", "unknown"), shown.get("UnitFileState", ""), at
