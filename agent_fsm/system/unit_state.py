@@ -38,10 +38,11 @@ def blocks(text: str) -> list[dict[str, str]]:
             for block in text.split("\n\n") if block.strip()]
 
 
-def _output(argv: Sequence[str], timeout: float) -> str:
+def _output(argv: Sequence[str], timeout: float, tz: str | None = None) -> str:
     """`argv`'s stdout (stderr's last line in the error), within `timeout` seconds or killed."""
     try:
-        done = proc.run(argv, timeout=timeout, stdin="", env=READ_ENV, group=True,
+        done = proc.run(argv, timeout=timeout, stdin="",
+                        env=READ_ENV if tz is None else {**READ_ENV, "TZ": tz}, group=True,
                         limit=MAX_OUTPUT)
     except proc.CouldNotRun as exc:
         if exc.error is None:
@@ -106,13 +107,19 @@ def seconds(span: str) -> float | None:
 def timer(prefix: Sequence[str], unit: str,
           timeout: float = READ_TIMEOUT) -> tuple[str, str, float | None]:
     """A timer's ActiveState, UnitFileState and next elapse on the wall clock (seconds since the
-    epoch; None when none is due), from one `systemctl show --timestamp=unix`; Unread if it
-    cannot."""
-    argv = [*prefix, "show", "--timestamp=unix",
-            "--property=ActiveState,UnitFileState,NextElapseUSecRealtime", "--", unit]
-    found = blocks(_output(argv, timeout))
+    epoch; None when none is due or it is not printed in UTC), from one `systemctl show` run
+    with TZ=UTC (systemd 252 prints it as "Thu 2026-12-03 12:58:05 UTC"); Unread if it cannot."""
+    import calendar
+    import time
+
+    argv = [*prefix, "show", "--property=ActiveState,UnitFileState,NextElapseUSecRealtime",
+            "--", unit]
+    found = blocks(_output(argv, timeout, tz="UTC"))
     shown = found[0] if found else {}
-    when = shown.get("NextElapseUSecRealtime", "")
-    at = float(when[1:]) if when.startswith("@") and when[1:].replace(".", "", 1).isdigit() \
-        else None
+    at = None
+    try:
+        at = float(calendar.timegm(time.strptime(shown.get("NextElapseUSecRealtime", ""),
+                                                 "%a %Y-%m-%d %H:%M:%S UTC")))
+    except ValueError:
+        pass
     return shown.get("ActiveState", "unknown"), shown.get("UnitFileState", ""), at

@@ -75,4 +75,5 @@ def test_the_timer_runs_a_follow_by_itself_and_it_is_recorded(
     assert "nothing changed" in channel["message"], channel
     assert (status["state"], status["selected"], status["signal"]) == ("converged", "1.0.0",
                                                                         None)
-    assert channel["next_run"] is not None, channel
+    assert channel["timer"] == "active" and channel["next_run"] is not None, channel
+    assert channel["next_run"] > channel["time"] - 1, channel
