@@ -48,7 +48,6 @@ from .releases import sources
 from .upgrade import Upgraded, upgrade
 
 
-
 @dataclass(frozen=True)
 class Followed:
     record: Record

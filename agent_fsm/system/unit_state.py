@@ -116,10 +116,9 @@ def timer(prefix: Sequence[str], unit: str,
             "--", unit]
     found = blocks(_output(argv, timeout, tz="UTC"))
     shown = found[0] if found else {}
-    at = None
     try:
-        at = float(calendar.timegm(time.strptime(shown.get("NextElapseUSecRealtime", ""),
-                                                 "%a %Y-%m-%d %H:%M:%S UTC")))
-    except ValueError:
-        pass
+        at: float | None = float(calendar.timegm(time.strptime(
+            shown.get("NextElapseUSecRealtime", ""), "%a %Y-%m-%d %H:%M:%S UTC")))
+    except ValueError:  # none due, or not printed in UTC (a wrapper that drops TZ)
+        at = None
     return shown.get("ActiveState", "unknown"), shown.get("UnitFileState", ""), at

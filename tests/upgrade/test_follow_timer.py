@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.actions.operations import install
+from agent_fsm.agent.daemon import Daemon, Waker
 from agent_fsm.node.assets import follow_units
 from agent_fsm.node.channel_config import ChannelConfig
 from agent_fsm.node.config import Config
@@ -71,8 +71,8 @@ class TestWritten:
         """TimeoutStartSec= covers the download and every attempt of the judgment it waits for."""
         config = _following(download_seconds=7200)
         world = _installed(tmp_path, config)
-        line = next(l for l in world.paths.follow_service.read_text().splitlines()
-                    if l.startswith("TimeoutStartSec="))
+        line = next(x for x in world.paths.follow_service.read_text().splitlines()
+                    if x.startswith("TimeoutStartSec="))
         j = config.judgment
         assert int(line.split("=")[1]) > 7200 + (j.deadline_seconds + j.soak_seconds) * j.max_attempts
         assert int(line.split("=")[1]) == follow_units.follow_seconds(config)
