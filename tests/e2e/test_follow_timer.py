@@ -49,7 +49,8 @@ def test_the_timer_runs_a_follow_by_itself_and_it_is_recorded(
         systemd_sandbox: SystemdSandbox) -> None:
     """Install with a window every 5 s and no spread: the timer is enabled and active, a
     follow runs from it within the bound, and `status --json` records it as failed with
-    nothing changed; the node stays converged on 1.0.0."""
+    nothing changed, with the timer's next run; the node stays converged on 1.0.0. `doctor`
+    says the timer is active, and says so when it is stopped."""
     lab = Lab(systemd_sandbox, deadline=3, soak=1)
     url = f"https://127.0.0.1:{_closed_port()}/stable"
     lab.config.write_text(lab.config.read_text() + "[channel]\n"
@@ -77,3 +78,8 @@ def test_the_timer_runs_a_follow_by_itself_and_it_is_recorded(
                                                                         None)
     assert channel["timer"] == "active" and channel["next_run"] is not None, channel
     assert channel["next_run"] > channel["time"] - 1, channel
+    doctor = lab.cli("doctor", check=False)
+    assert f"{TIMER} active (*:*:0/5), next run" in doctor.stdout, doctor.stdout
+    sb.systemctl("stop", TIMER)
+    doctor = lab.cli("doctor", check=False)
+    assert f"{TIMER} is inactive and enabled" in doctor.stdout, doctor.stdout
