@@ -63,9 +63,20 @@ class TestWritten:
         selected = world.node.config.state_dir / "selected"
         assert f"ExecStart={selected}/bin/agent-fsm --config " in service
         assert "SuccessExitStatus=3 4\n" in service
-        assert ("enable", TIMER) in world.systemd.calls and ("restart", TIMER) in world.systemd.calls
-        reload_at = world.systemd.calls.index(("daemon-reload", ""), 1)
-        assert reload_at < world.systemd.calls.index(("enable", TIMER))
+        assert world.systemd.calls[-2:] == [("enable", TIMER), ("restart", TIMER)]
+        assert world.systemd.calls[-3] == ("daemon-reload", "")  # the timer's own, after it
+
+    def test_systemd_is_reloaded_after_the_timer_is_written(self, tmp_path: Path) -> None:
+        """The reload that precedes the timer's enable sees both files on disk."""
+        world = make_world(tmp_path / "root", _following())
+        world.add_release("1.0.0")
+        seen: list[tuple[str, bool]] = []
+        world.systemd.on_call = lambda verb, unit: seen.append(
+            (verb, world.paths.follow_timer.exists() and world.paths.follow_service.exists()))
+        install(world.node, "1.0.0")
+        verbs = [v for v, _ in seen]
+        enable = len(verbs) - 1 - verbs[::-1].index("enable")
+        assert ("daemon-reload", True) in seen[:enable]
 
     def test_the_service_is_bounded_by_a_whole_follow(self, tmp_path: Path) -> None:
         """TimeoutStartSec= covers the download and every attempt of the judgment it waits for."""
