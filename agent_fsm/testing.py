@@ -78,6 +78,9 @@ class FakeSystemd:
     def enable(self, unit: str) -> None:
         self._call("enable", unit)
 
+    def disable(self, unit: str) -> None:
+        self._call("disable", unit)
+
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
         self._call("show", unit)
         answer = self.shown_for.get(unit, self.shown)

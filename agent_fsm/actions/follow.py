@@ -29,10 +29,12 @@ from ..errors import (
     Unreachable,
 )
 from ..machine.vocabulary import StateName
+from ..node.assets.follow_units import judgment_seconds
 from ..node.channel import documents, rollout, trust
 from ..node.channel import record as channel_record
 from ..node.channel.documents import Entry, Index, Root
 from ..node.channel.record import Available, Outcome, Record, Seen
+from ..node.channel_config import MAX_ROOTS
 from ..node.records import known_bad
 from ..node.releases import signing
 from ..node.releases import store as release_store
@@ -44,8 +46,6 @@ from ..wiring import Node
 from .channel import signatures
 from .releases import sources
 from .upgrade import Upgraded, upgrade
-
-MAX_ROOTS = 16  # roots one follow chains through; the rest at the next
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,8 @@ def _follow(node: Node, wait: bool, check: trust.Check, get: Get,
                     f"but {blocked}; nothing fetched", available=available)
     try:
         _stored(node, entry, download)
-        up = upgrade(node, entry.version, wait=wait, timeout=_wait_for(node))
+        up = upgrade(node, entry.version, wait=wait, timeout=_wait_for(node),
+                     channel={"name": cfg.name, "index_version": index.version})
     except Refused as exc:
         return done(Outcome.held, f"{entry.version}: {exc}", available=available)
     except Unreachable as exc:
@@ -243,5 +244,4 @@ def _downloaded(node: Node, entry: Entry, download: Callable[..., None]) -> Path
 
 
 def _wait_for(node: Node) -> float:
-    j = node.config.judgment
-    return (j.deadline_seconds + j.soak_seconds + j.restart_seconds) * j.max_attempts + 120.0
+    return judgment_seconds(node.config)

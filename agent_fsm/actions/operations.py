@@ -1,4 +1,5 @@
 """The operator's commands that write all assets: install and activate (without judgment).
+`install` keeps the follow timer too (`upgrade.follow_timer`), after the transition.
 
 Each returns a frozen result for the CLI to render; refusals and errors are raised.
 """
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 from ..machine.vocabulary import Trigger
 from ..node.assets import bin_link
+from ..upgrade import follow_timer
 from ..wiring import Node
 
 
@@ -23,8 +25,10 @@ class Done:
 def install(node: Node, version: str, *, start: bool = True) -> Done:
     doc = node.controller.fire(Trigger.install, release=version, no_start=not start)
     how = "enabled and restarted" if start else "not started (--no-start)"
+    timer = follow_timer.keep_logged(node.effectors, start=start)
     return Done(f"installed {version}: all assets written, systemd reloaded, "
-                f"{node.paths.agent_unit_name} {how}{_on_path(node)}", doc.state)
+                f"{node.paths.agent_unit_name} {how}{_on_path(node)}"
+                f"{'' if timer is None else '; ' + timer}", doc.state)
 
 
 def activate(node: Node, version: str) -> Done:

@@ -50,14 +50,17 @@ def wait_for_recovery(node: Node, timeout: float | None = None,
     return time.monotonic() - t0 if told else 0.0
 
 
-def begin_upgrade(node: Node, version: str, *, force: bool = False) -> StateDoc:
+def begin_upgrade(node: Node, version: str, *, force: bool = False,
+                  channel: dict[str, Any] | None = None) -> StateDoc:
     """Start an upgrade; `force` goes past a hold and inhibitors (the definition's conditions
-    read it as the step's `force` argument)."""
+    read it as the step's `force` argument); `channel` ({name, index_version}: `follow`'s) is
+    kept with the upgrade and named by its result."""
     # The candidate is checked where a condition finds it and where it is selected: one walk
     # of its tree serves both (the command runs on the critical path of every upgrade).
     with node.releases.checked_once():
         return node.controller.fire(Trigger.begin_upgrade, release=version,
-                                    **({"force": True} if force else {}))
+                                    **({"force": True} if force else {}),
+                                    **({} if channel is None else {"channel": channel}))
 
 
 @dataclass(frozen=True)
@@ -253,7 +256,8 @@ class Upgraded:
 
 
 def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
-            force: bool = False, tell: Callable[[Step], None] = lambda _step: None) -> Upgraded:
+            force: bool = False, tell: Callable[[Step], None] = lambda _step: None,
+            channel: dict[str, Any] | None = None) -> Upgraded:
     """Begin the upgrade to `to` once no recovery unit is at work; with `wait`, follow it to
     its judgment, at most `timeout` seconds. Each step is told as it happens."""
     recovery = node.paths.recovery_unit_name
@@ -263,7 +267,7 @@ def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
 
         for what in passed(node.paths, node.clock.now(), to):
             tell(Forced(what))
-    doc = begin_upgrade(node, to, force=force)
+    doc = begin_upgrade(node, to, force=force, channel=channel)
     up = doc.upgrade
     if up is None:
         raise StateFileError(f"the upgrade to {to} began, but the state file {node.paths.state_file} "

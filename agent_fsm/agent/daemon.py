@@ -19,7 +19,8 @@ another release is selected, it restarts its own unit (so that the selected rele
 it) and waits for the stop; else it starts the recovery unit (the last-good's way back) and exits
 1.
 
-Only then READY=1, so systemd's TimeoutStartSec bounds the judgment. It then supervises the
+Only then READY=1, so systemd's TimeoutStartSec bounds the judgment. It then keeps the follow
+timer as the config says (`upgrade.follow_timer`: never before the gate is open), supervises the
 release's workload (`supervision.py`), pings the watchdog when systemd asks for it, finishes
 what a command that died left (`dead_command.py`), and on SIGTERM says STOPPING=1 and exits 0.
 Signal handlers only set flags; waits are on a wake-up pipe.
@@ -40,7 +41,7 @@ from ..node.runtime.signal import UpgradeSignal
 from ..node.state.reasons import ReasonClass
 from ..node.state.store import OWED_CHECK_SECONDS, StateDoc
 from ..system.notify import Notifier, watchdog_interval
-from ..upgrade import way_back
+from ..upgrade import follow_timer, way_back
 from ..upgrade.releases import way_back as way_back_release
 from ..wiring import Node
 from . import judge as judge_mod
@@ -314,6 +315,7 @@ class Daemon:
         version = self.node.releases.selected()
         self.notifier.ready(self.workload.serving_status(version))
         log.info("ready: %s running, gate open", version)
+        follow_timer.keep_logged(self.node.effectors)  # the gate is open: written or removed
         return_free_memory()
         interval = watchdog_interval()
         retry = self.deliver_results()

@@ -31,16 +31,29 @@ def channel_view(ch: dict[str, Any]) -> Text:
     if ch["error"]:
         return Text(f"{head}: {shown(ch['error'], MAX_LINE)}", style="red")
     if ch["time"] is None:
-        return Text(f"{head}: not looked at yet (`agent-fsm follow`, or its timer)")
+        text = Text(f"{head}: not looked at yet (`agent-fsm follow`, or its timer)")
+        _timer_line(text, ch)
+        return text
     style = {"refused": "red", "failed": "red", "rolled_back": "red", "held": "yellow"}.get(
         ch["outcome"], "")
     seen = "" if ch["seen"] is None else f", index version {ch['seen']['version']}"
     text = Text(f"{head}{seen}: {when(ch['time'])}: {shown(ch['message'], MAX_LINE)}",
                 style=style)
+    _timer_line(text, ch)
     for a in ch["available"]:
         if a["why_not"] is not None:
             text.append(f"\n  {shown(a['version'])}: {shown(a['why_not'], MAX_LINE)}")
     return text
+
+
+def _timer_line(text: Text, ch: dict[str, Any]) -> None:
+    """The follow timer as systemd has it, when systemd could say."""
+    timer = ch.get("timer")
+    if timer is None or timer == "unknown":
+        return
+    nxt = "" if ch.get("next_run") is None else f", next run {when(ch['next_run'])}"
+    text.append(f"\n  follow timer {shown(timer)}{nxt}",
+                style="" if timer == "active" else "yellow")
 
 
 def status_view(st: Status, diff: bool) -> RenderableType:
@@ -114,6 +127,9 @@ def status_view(st: Status, diff: bool) -> RenderableType:
         result = Text(f"{r['from']} → {r['to']}: ")
         result.append(words(r["outcome"]), style=style)
         result.append(f" at {when(r['time'])} ({span(st.time - r['time'])} ago)")
+        if r.get("channel"):
+            result.append(f", followed from channel {shown(r['channel']['name'])} at index "
+                          f"version {r['channel']['index_version']}")
         if r.get("reason_class"):
             result.append(f" — {words(shown(r['reason_class']))}: {shown(r['reason'], MAX_REASON)}")
         table.add_row("last result", result)

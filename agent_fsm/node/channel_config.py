@@ -15,6 +15,7 @@ from . import config_values as values
 from .config_values import Check, bad
 
 MAX_URL = 2048
+MAX_ROOTS = 16  # roots one follow chains through; the rest at the next
 _URL_RE = re.compile(r"https://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?")
 _CHANNEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
 _CALENDAR_RE = re.compile(r"[A-Za-z0-9 *,./:~-]{1,200}")

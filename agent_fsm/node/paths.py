@@ -41,6 +41,14 @@ class Paths(NamedTuple):
         return f"{self.config.name}-recovery.service"
 
     @property
+    def follow_service_name(self) -> str:
+        return f"{self.config.name}-follow.service"
+
+    @property
+    def follow_timer_name(self) -> str:
+        return f"{self.config.name}-follow.timer"
+
+    @property
     def host_agent_unit(self) -> Path:
         return self.config.unit_dir / self.agent_unit_name
 
@@ -183,6 +191,14 @@ class Paths(NamedTuple):
     @property
     def recovery_unit(self) -> Path:
         return self.real(self.host_recovery_unit)
+
+    @property
+    def follow_service(self) -> Path:
+        return self.real(self.config.unit_dir / self.follow_service_name)
+
+    @property
+    def follow_timer(self) -> Path:
+        return self.real(self.config.unit_dir / self.follow_timer_name)
 
     @property
     def recovery_script(self) -> Path:

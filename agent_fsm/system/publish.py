@@ -33,6 +33,8 @@ class Result:
     # Set when the result was queued instead of published before the gate opened
     # (`complete_queued`): since when the publisher had been failing.
     publisher_unreachable_since: float | None = None
+    # The channel an upgrade begun by `follow` came from: {name, index_version}.
+    channel: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,13 +47,14 @@ class Result:
             **({} if self.reason_class is None else {"reason_class": self.reason_class}),
             **({} if self.publisher_unreachable_since is None
                else {"publisher_unreachable_since": self.publisher_unreachable_since}),
+            **({} if self.channel is None else {"channel": dict(self.channel)}),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Result:
         return cls(data["from"], data["to"], data["outcome"], data["started"], data["time"],
                    data.get("reason"), data.get("reason_class"),
-                   data.get("publisher_unreachable_since"))
+                   data.get("publisher_unreachable_since"), data.get("channel"))
 
 
 class Document(Protocol):

@@ -27,6 +27,8 @@ class Systemd(Protocol):
 
     def enable(self, unit: str) -> None: ...
 
+    def disable(self, unit: str) -> None: ...
+
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]: ...
 
     def reload_needed(self, units: Sequence[str]) -> bool: ...
@@ -81,6 +83,10 @@ class Systemctl:
 
     def enable(self, unit: str) -> None:
         self._run("enable", "--", unit)
+
+    def disable(self, unit: str) -> None:
+        """Stop the unit and disable it (`disable --now`)."""
+        self._run("disable", "--now", "--", unit)
 
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
         """The unit's properties as `systemctl show` prints them (NAME=VALUE a line); asked on

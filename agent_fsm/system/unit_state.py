@@ -38,10 +38,11 @@ def blocks(text: str) -> list[dict[str, str]]:
             for block in text.split("\n\n") if block.strip()]
 
 
-def _output(argv: Sequence[str], timeout: float) -> str:
+def _output(argv: Sequence[str], timeout: float, tz: str | None = None) -> str:
     """`argv`'s stdout (stderr's last line in the error), within `timeout` seconds or killed."""
     try:
-        done = proc.run(argv, timeout=timeout, stdin="", env=READ_ENV, group=True,
+        done = proc.run(argv, timeout=timeout, stdin="",
+                        env=READ_ENV if tz is None else {**READ_ENV, "TZ": tz}, group=True,
                         limit=MAX_OUTPUT)
     except proc.CouldNotRun as exc:
         if exc.error is None:
@@ -101,3 +102,23 @@ def seconds(span: str) -> float | None:
     if not parts or _SPAN.sub("", span).strip():
         return None
     return sum(float(n) * _SECONDS[u] for n, u in parts)
+
+
+def timer(prefix: Sequence[str], unit: str,
+          timeout: float = READ_TIMEOUT) -> tuple[str, str, float | None]:
+    """A timer's ActiveState, UnitFileState and next elapse on the wall clock (seconds since the
+    epoch; None when none is due or it is not printed in UTC), from one `systemctl show` run
+    with TZ=UTC (systemd 252 prints it as "Thu 2026-12-03 12:58:05 UTC"); Unread if it cannot."""
+    import calendar
+    import time
+
+    argv = [*prefix, "show", "--property=ActiveState,UnitFileState,NextElapseUSecRealtime",
+            "--", unit]
+    found = blocks(_output(argv, timeout, tz="UTC"))
+    shown = found[0] if found else {}
+    try:
+        at: float | None = float(calendar.timegm(time.strptime(
+            shown.get("NextElapseUSecRealtime", ""), "%a %Y-%m-%d %H:%M:%S UTC")))
+    except ValueError:  # none due, or not printed in UTC (a wrapper that drops TZ)
+        at = None
+    return shown.get("ActiveState", "unknown"), shown.get("UnitFileState", ""), at

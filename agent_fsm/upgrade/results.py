@@ -28,7 +28,8 @@ def _result(effectors: Effectors, step: Step) -> Result | None:
     return Result(up.from_version, up.to_version, outcome, up.started, effectors.clock.now(),
                   one_line(str(step.arg("reason") or CLASSES[default])),
                   why if why in CLASSES else ReasonClass.unknown,
-                  float(since) if isinstance(since, int | float) else None)
+                  float(since) if isinstance(since, int | float) else None,
+                  None if up.channel is None else dict(up.channel))
 
 
 def publish_result(effectors: Effectors, step: Step) -> None:

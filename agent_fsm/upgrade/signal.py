@@ -31,7 +31,9 @@ def upgrade_signalled(effectors: Effectors, step: Step) -> AgentFsmError | None:
 
 
 def write_signal(effectors: Effectors, step: Step) -> None:
-    up = Upgrade(str(step.arg("from")), str(step.arg("release")), float(step.arg("started")))
+    channel = step.arg("channel")  # `follow`'s: {name, index_version}
+    up = Upgrade(str(step.arg("from")), str(step.arg("release")), float(step.arg("started")),
+                 channel=channel if isinstance(channel, dict) else None)
     step.doc.upgrade = up
     deadline = up.started + effectors.paths.config.judgment.deadline_seconds
     signal.write(effectors.paths.signal_file,

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import DocumentError
+from ..node.channel import record as channel_record
 from ..node.records import hold, known_bad
 from ..node.runtime import inhibitors
 from ..node.runtime import workload as workload_state
@@ -105,6 +107,7 @@ def collect(node: Node) -> tuple[Family, ...]:
         families.append(one("workload_restarts_total", "counter", "Automatic restarts of the "
                             "agent unit before the workload's last start (systemd's NRestarts: "
                             "reset when the unit is started by hand).", float(work["restarts"])))
+    families += _channel(node, agent)
     if doc.since is not None:
         families.append(one("state_seconds", "gauge", "Seconds in the current state so far.",
                             max(now - doc.since, 0.0)))
@@ -113,6 +116,43 @@ def collect(node: Node) -> tuple[Family, ...]:
                             "When the last transition finished, in seconds since the epoch.",
                             doc.last_transition))
     return tuple(families)
+
+
+def _channel(node: Node, agent: tuple[str, str]) -> list[Family]:
+    """The channel's last follow, when the config names one (`channel` label: its name)."""
+    cfg = node.config.channel
+    if cfg.url is None:
+        return []
+    labels = (agent, ("channel", cfg.name))
+
+    def one(name: str, text: str, value: float) -> Family:
+        return Family(f"{PREFIX}_channel_{name}", "gauge", text, (Sample(labels, value),))
+
+    try:
+        rec = channel_record.read(node.paths.channel_dir)
+    except DocumentError:
+        rec = None
+        damaged = True
+    else:
+        damaged = False
+    failed = damaged or (rec is not None and rec.outcome in (channel_record.Outcome.failed,
+                                                              channel_record.Outcome.refused))
+    out = [one("last_follow_failed", "1 when the last follow failed or was refused (or its "
+               "record is damaged).", float(failed))]
+    if rec is None:
+        return out
+    out.append(Family(f"{PREFIX}_channel_last_follow", "gauge", "The last follow's outcome: 1 "
+                      "for it, 0 for the others.",
+                      tuple(Sample((*labels, ("outcome", o.value)), float(o is rec.outcome))
+                            for o in channel_record.Outcome)))
+    out.append(one("last_follow_timestamp_seconds", "When the last follow ran, in seconds since "
+                   "the epoch.", rec.time))
+    out.append(one("root_version", "The newest root of the channel this node believes.",
+                   float(rec.root_version)))
+    if rec.seen is not None:
+        out.append(one("index_version", "The newest index of the channel this node believed.",
+                       float(rec.seen.version)))
+    return out
 
 
 def _label(value: str) -> str:

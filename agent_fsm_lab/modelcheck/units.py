@@ -226,6 +226,9 @@ class ModelSystemd:
     def enable(self, unit: str) -> None:
         self._call("enable", unit)
 
+    def disable(self, unit: str) -> None:
+        self._call("disable", unit)
+
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
         self._call("show", unit)
         now = self.units.apply(self.calls, self.agent_unit, self.recovery_unit,

@@ -214,3 +214,40 @@ class TestChangesNothing:
                 pytest.raises(Refused, match="another `agent-fsm follow` is running"):
             follow(world, server)
         assert server.asked == []
+
+
+class TestResultNamesTheChannel:
+    def test_a_followed_upgrade_judged_ok_publishes_its_channel_and_index_version(
+            self, world: World, channel: Path, keys: dict[str, Path]) -> None:
+        """The result of an upgrade `follow` began names the channel and the index version, in
+        what was published and in `status`'s last result."""
+        from agent_fsm.views.status.report import status
+
+        publish(channel, keys, "1.1.0")
+        follow(world, Server(channel))
+        for trigger in ("candidate_started", "judge_ok", "complete"):
+            world.node.controller.fire(trigger)
+        published = world.publisher.published[-1].to_json()
+        assert (published["to"], published["outcome"]) == ("1.1.0", "ok")
+        assert published["channel"] == {"name": "stable", "index_version": 2}
+        assert status(world.node).last_result["channel"] == published["channel"]  # type: ignore[index]
+
+    def test_a_followed_upgrade_rolled_back_names_it_too(
+            self, world: World, channel: Path, keys: dict[str, Path]) -> None:
+        """Judged failed and rolled back by `recover`: the recorded result names the channel."""
+        publish(channel, keys, "1.1.0")
+        follow(world, Server(channel))
+        world.node.controller.fire("candidate_started")
+        world.node.controller.fire("judge_failed", reason="check failed")
+        world.node.controller.fire("recover")
+        recorded = world.publisher.recorded[-1].to_json()
+        assert (recorded["outcome"], recorded["channel"]) == (
+            "rolled_back", {"name": "stable", "index_version": 2})
+
+    def test_an_operators_upgrade_names_no_channel(self, world: World) -> None:
+        """An upgrade begun by hand has no `channel` in its result."""
+        world.add_release("2.0.0")
+        world.node.controller.fire("begin_upgrade", release="2.0.0")
+        for trigger in ("candidate_started", "judge_ok", "complete"):
+            world.node.controller.fire(trigger)
+        assert "channel" not in world.publisher.published[-1].to_json()

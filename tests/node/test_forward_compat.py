@@ -106,7 +106,7 @@ class TestRewrite:
         world.upgrading("2.0.0")
         body = _body(world)
         body["judgment_phase"] = {"soaking": True}
-        body["upgrade"]["channel"] = "beta"
+        body["upgrade"]["via"] = "beta"  # `channel` is a key of this version
         body["counters"]["slow_judgments"] = 4
         _write_as_later(world, body)
         world = world.reopen()
@@ -114,7 +114,7 @@ class TestRewrite:
         after = _body(world)
         assert after["state"] == "judged_failed"
         assert after["judgment_phase"] == {"soaking": True}
-        assert after["upgrade"]["channel"] == "beta"
+        assert after["upgrade"]["via"] == "beta"
         assert after["counters"]["slow_judgments"] == 4
 
 

@@ -190,3 +190,51 @@ class TestCommand:
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+
+
+class TestChannel:
+    URL = "https://updates.example.test/stable"
+
+    def _world(self, tmp_path: Path) -> World:
+        from agent_fsm.node.channel_config import ChannelConfig
+
+        config = Config(name="agent", channel=ChannelConfig(url=self.URL))
+        return make_world(tmp_path / "root", config).installed("1.0.0")
+
+    def test_before_any_follow_only_the_failed_gauge_is_there(self, tmp_path: Path) -> None:
+        """A channel configured, never followed: `agent_fsm_channel_last_follow_failed` is 0 and
+        nothing else of the channel is exported."""
+        got = metrics(self._world(tmp_path))
+        assert {k: v for k, v in got.items() if "channel" in k} == {
+            "agent_fsm_channel_last_follow_failed": {(("channel", "stable"),): 0.0}}
+
+    def test_the_last_follow_is_exported(self, tmp_path: Path) -> None:
+        """A follow that could not reach the server: its outcome, time, the index and root
+        versions it believed, and the failed gauge at 1."""
+        from agent_fsm.node.channel import record as channel_record
+
+        world = self._world(tmp_path)
+        channel_record.write(world.paths.channel_dir, channel_record.Record(
+            1_700_000_123.0, channel_record.Outcome.failed, "unreachable; nothing changed", 2,
+            channel_record.Seen(7, "sha256:" + "0" * 64)))
+        got = metrics(world)
+        ch = (("channel", "stable"),)
+        assert got["agent_fsm_channel_last_follow_failed"] == {ch: 1.0}
+        outcomes = got["agent_fsm_channel_last_follow"]
+        assert outcomes[(("channel", "stable"), ("outcome", "failed"))] == 1.0
+        assert sum(outcomes.values()) == 1.0 and len(outcomes) == len(channel_record.Outcome)
+        assert got["agent_fsm_channel_last_follow_timestamp_seconds"] == {ch: 1_700_000_123.0}
+        assert got["agent_fsm_channel_index_version"] == {ch: 7.0}
+        assert got["agent_fsm_channel_root_version"] == {ch: 2.0}
+
+    def test_every_metric_is_documented(self, tmp_path: Path) -> None:
+        """docs/operations.md's table names every family `metrics` exports, the channel's too."""
+        from agent_fsm.node.channel import record as channel_record
+
+        world = self._world(tmp_path)
+        channel_record.write(world.paths.channel_dir, channel_record.Record(
+            1.0, channel_record.Outcome.up_to_date, "up to date", 1,
+            channel_record.Seen(1, "sha256:" + "0" * 64)))
+        doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+        names = {f.name for f in collect(world.node)}
+        assert {n for n in names if f"| `{n}` |" not in doc} == set()

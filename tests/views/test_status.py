@@ -33,7 +33,7 @@ SIGNAL_KEYS = {"from", "to", "attempt", "max_attempts", "started", "deadline", "
                "deadline_in_seconds"}
 ASSET_KEYS = {"role", "path", "host_path", "on_disk", "held", "compared", "diff"}
 RESULT_KEYS = {"from", "to", "outcome", "started", "time", "reason", "reason_class",
-               "publisher_unreachable_since"}
+               "publisher_unreachable_since", "channel"}
 BROKEN_UNIT = "[Unit]\nDescription=broken ${name}\n"
 ANSI = "\x1b["
 

@@ -17,6 +17,8 @@ class Upgrade(NamedTuple):
     to_version: str
     started: float
     extra: Mapping[str, Any] = MappingProxyType({})  # keys a later agent-fsm wrote, kept
+    # The channel an upgrade begun by `follow` came from: {name, index_version}; None otherwise.
+    channel: Mapping[str, Any] | None = None
 
 
 class _Fields:

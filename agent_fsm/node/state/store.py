@@ -54,7 +54,7 @@ KIND = Kind("state", "state file", "the state", SCHEMA, check_body, MAX_BYTES, F
 # other is a later agent-fsm's, kept as it is (`StateDoc.extra`).
 KNOWN_KEYS = frozenset({"state", "upgrade", "pending", "last_result", "counters", "seq", "since",
                         "last_transition", "skipped", "crash_loop"})
-UPGRADE_KEYS = frozenset({"from", "to", "started"})
+UPGRADE_KEYS = frozenset({"from", "to", "started", "channel"})
 PENDING_KEYS = frozenset({"trigger", "source", "dest", "effects", "done", "args", "started"})
 
 
@@ -70,6 +70,7 @@ def _body(doc: StateDoc) -> dict[str, Any]:
         "state": doc.state,
         "upgrade": None if up is None else {
             **up.extra, "from": up.from_version, "to": up.to_version, "started": up.started,
+            **({} if up.channel is None else {"channel": dict(up.channel)}),
         },
         "pending": None if pend is None else {
             **pend.extra, "trigger": pend.trigger, "source": pend.source, "dest": pend.dest,
@@ -139,7 +140,7 @@ class Store:
         doc = StateDoc(
             state=data["state"],
             upgrade=None if up is None else Upgrade(up["from"], up["to"], float(up["started"]),
-                                                    _others(up, UPGRADE_KEYS)),
+                                                    _others(up, UPGRADE_KEYS), up.get("channel")),
             pending=None if pend is None else Pending(
                 trigger=pend["trigger"], source=pend["source"], dest=pend["dest"],
                 effects=list(pend["effects"]), done=pend["done"], args=pend["args"],

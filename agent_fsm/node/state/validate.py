@@ -131,6 +131,19 @@ def pair(value: Any, field: str) -> None:
         version(pair.get("to", MISSING), f"{field}.to")
 
 
+CHANNEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")  # as `[channel] name`
+
+
+def channel_ref(value: Any, field: str) -> None:
+    """The channel an upgrade begun by `follow` came from: {name, index_version}."""
+    c = obj(value, field)
+    name_ = c.get("name", MISSING)
+    if not isinstance(name_, str) or CHANNEL_NAME_RE.fullmatch(name_) is None:
+        raise invalid(f"{field}.name", name_, "a channel name (letters, digits, '.', '_', '@', "
+                      "'+', '-', at most 128)")
+    count(c.get("index_version", MISSING), f"{field}.index_version")
+
+
 # The files --------------------------------------------------------------------------------
 def result_body(data: Any, where: str = "") -> None:
     """A published result (the state file's `last_result`, an outbox entry)."""
@@ -147,6 +160,8 @@ def result_body(data: Any, where: str = "") -> None:
         one_of(r["reason_class"], f"{at}reason_class", CLASSES)
     if "publisher_unreachable_since" in r:  # a result queued by complete_queued
         time(r["publisher_unreachable_since"], f"{at}publisher_unreachable_since")
+    if "channel" in r:  # an upgrade begun by `follow`
+        channel_ref(r["channel"], f"{at}channel")
 
 
 # `results/<started>-<to>.json` and its copy queued in `outbox/` (schema 0: no schema). Their
@@ -192,6 +207,8 @@ def _args(value: Any, field: str) -> None:
         flag(args["no_start"], f"{field}.no_start")
     if "upgrade" in args:
         pair(args["upgrade"], f"{field}.upgrade")
+    if args.get("channel") is not None:
+        channel_ref(args["channel"], f"{field}.channel")
 
 
 def _is_version(v: str) -> bool:
@@ -238,6 +255,8 @@ def state_body(data: Mapping[str, Any], states: Collection[str] | None = None,
         version(u.get("from", MISSING), "upgrade.from")
         version(u.get("to", MISSING), "upgrade.to")
         time(u.get("started", MISSING), "upgrade.started")
+        if "channel" in u:
+            channel_ref(u["channel"], "upgrade.channel")
     pend = nullable(data, "pending")
     if pend is not None:
         _pending(pend, states, triggers, effects)

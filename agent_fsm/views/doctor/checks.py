@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 from ... import files
@@ -15,7 +16,7 @@ from ...node.records import hook_failures, known_good
 from ...node.releases.pointers import read_manifest
 from ...node.state import validate
 from ...node.state.store import OWED_CHECK_SECONDS
-from ...system import proc
+from ...system import proc, unit_state
 from ...system import workload as workload_proc
 from ...system.systemd import Systemctl
 from ...wiring import Node
@@ -193,6 +194,29 @@ def _bin_link(node: Node) -> list[Finding]:
     return [Finding("link on PATH", level, link.detail(), link.fix())]
 
 
+def _follow_timer(node: Node) -> list[Finding]:
+    """With a `[channel] url`: whether the follow timer's files are there and systemd runs it."""
+    if node.config.channel.url is None or node.releases.selected() is None:
+        return []
+    timer = node.paths.follow_timer_name
+    missing = [p for p in (node.paths.follow_timer, node.paths.follow_service) if not p.exists()]
+    if missing:
+        return [Finding("follow timer", "warn", f"{', '.join(map(str, missing))} missing: the "
+                        "channel is not followed by itself", "the next install or start of the "
+                        f"agent writes it (`systemctl restart {node.paths.agent_unit_name}`)")]
+    try:
+        active, enabled, at = unit_state.timer(node.config.systemctl, timer)
+    except unit_state.Unread as exc:
+        return [Finding("follow timer", "warn", f"{timer}: state unknown: {exc.reason}")]
+    if active != "active" or enabled != "enabled":
+        return [Finding("follow timer", "warn", f"{timer} is {active} and {enabled or 'unknown'}:"
+                        " the channel is not followed by itself",
+                        f"systemctl enable --now {timer}")]
+    when = "" if at is None else \
+        f", next run {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))}"
+    return [Finding("follow timer", "ok", f"{timer} active ({node.config.channel.window}){when}")]
+
+
 def _outbox(node: Node) -> list[Finding]:
     """Queued results that delivery refuses, checked as `system.publish` checks them."""
     try:
@@ -338,6 +362,8 @@ def doctor(node: Node, *, check_systemd: bool = True, prog: str = "agent-fsm") -
     findings += _directories(node)
     findings += _consistency(node)
     findings += _bin_link(node)
+    if check_systemd:
+        findings += _follow_timer(node)
     findings += stored.releases(node)
     findings.append(stored.store(node))
     findings += _way_back(node)

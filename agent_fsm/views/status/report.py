@@ -24,6 +24,7 @@ from ...node.runtime import workload as workload_state
 from ...node.runtime.signal import UpgradeSignal
 from ...node.state.document import Pending
 from ...node.state.store import CRASH_LOOP_WINDOW, OWED_CHECK_SECONDS, StateDoc
+from ...system import unit_state
 from .advice import NextAction, crash_looping, next_action
 from .advice import span as span  # render.py's durations
 from .assets import AssetView, compare
@@ -265,7 +266,8 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         assets_error=assets_error,
         selected_damaged=bad,
         last_result=doc.last_result and {"reason": None, "reason_class": None,
-                                         "publisher_unreachable_since": None, **doc.last_result},
+                                         "publisher_unreachable_since": None, "channel": None,
+                                         **doc.last_result},
         owed=owed,
         skipped=tuple(doc.skipped),
         allowed=tuple(t for t in node.definition.triggers_from(doc.state) if t in COMMANDS),
@@ -282,9 +284,23 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         workload=work,
         way_back=_way_back(node),
         store=usage.seen(node.paths.releases_dir),
-        channel=channel_record.view(node.paths.channel_dir, node.config.channel.url,
-                                    node.config.channel.name),
+        channel=_channel(node),
     )
+
+
+def _channel(node: Node | Reader) -> dict[str, Any] | None:
+    """The channel and its last follow (`channel_record.view`), with the follow timer as
+    systemd has it: `timer` (its ActiveState, or "unknown") and `next_run` (null when none is
+    due or systemd cannot say)."""
+    view = channel_record.view(node.paths.channel_dir, node.config.channel.url,
+                               node.config.channel.name)
+    if view is None:
+        return None
+    try:
+        active, _, at = unit_state.timer(node.config.systemctl, node.paths.follow_timer_name)
+    except unit_state.Unread:
+        active, at = "unknown", None
+    return {**view, "timer": active, "next_run": at}
 
 
 def _way_back(node: Node | Reader) -> dict[str, Any] | None:
