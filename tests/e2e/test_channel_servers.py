@@ -231,7 +231,7 @@ def test_a_failing_release_at_34_reaches_only_the_nodes_under_34(world: World) -
         assert status["channel"]["outcome"] == "up_to_date", (name, status["channel"])
 
 
-def _variant(world: World, name: str, change: Callable[[Path], None]) -> bytes:
+def _variant(world: World, name: str, change: Callable[[Path], object]) -> bytes:
     """index.json of a scratch copy of the channel after `change`, the served channel as it was."""
     scratch = world.dir / "variants" / name
     shutil.copytree(world.channel, scratch)
@@ -292,7 +292,7 @@ def test_bad_indexes_and_a_slow_server_are_refused_in_one_line_and_change_nothin
         for name, proc in world.follow().items():
             assert proc.returncode == 1, ("drip", name, proc.stdout, proc.stderr)
             line = _one_line(proc)
-            assert "timed out" in line and "the next follow tries again" in line, (name, line)
+            assert "did not answer in time" in line and "the next follow tries again" in line, (name, line)
     finally:
         served.write_bytes(good)
         for lab in world.labs.values():
