@@ -338,3 +338,39 @@ def test_nodes_running_a_revoked_version_go_judged_to_the_newest_eligible(world:
     for name, status in world.status().items():
         assert _settled(status) == ("converged", GOOD, GOOD), (name, status)
         assert status["channel"]["outcome"] == "upgraded", (name, status["channel"])
+
+
+def test_a_rotated_key_is_followed_and_a_held_node_waits_for_its_hold_to_end(
+        world: World) -> None:
+    """The root rotated to the backup key and a new CI key, and 1.4.0 signed by that key: every
+    node chains to root version 2 by itself and takes 1.4.0, except a held node, which fetches
+    nothing (exit 3) until `unhold`, when its next follow takes it."""
+    keys = world.keys
+    publishing.rotate(world.channel, root_keys={"backup": keys["backup"]},
+                      index_keys={"ci2": keys["ci2"]}, threshold=1,
+                      sign_with={"root": keys["root"], "backup": keys["backup"]}, now=_now())
+    newest = "1.4.0"
+    build = world.dir / "build" / newest
+    cached(["release", newest, "channel", list(GOOD_WORKLOAD)], build,
+           lambda at: packing.pack(newest, at, GOOD_WORKLOAD))
+    archive = world.dir / "build" / f"{newest}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(build, arcname=newest)
+    publishing.publish(world.channel, newest, rollout=100, keys={"ci2": keys["ci2"]},
+                       now=_now(), archive=archive)
+    held = next(iter(world.labs))
+    world.labs[held].cli("hold", "--reason", "quarter-end batch")
+    runs = world.follow()
+    for name, proc in runs.items():
+        assert proc.returncode == (3 if name == held else 0), (name, proc.stdout, proc.stderr)
+    assert world.fetched(newest) == len(world.labs) - 1
+    for name, status in world.status().items():
+        assert status["channel"]["root_version"] == 2, (name, status["channel"])
+        want = GOOD if name == held else newest
+        assert _settled(status) == ("converged", want, want), (name, status)
+    assert "quarter-end batch" in runs[held].stderr, runs[held].stderr
+
+    world.labs[held].cli("unhold")
+    proc = world.labs[held].cli("follow", check=False, timeout=240)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert _settled(world.labs[held].status()) == ("converged", newest, newest)
