@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,8 @@ import pytest
 
 from agent_fsm.actions.channel import publishing, signatures
 from agent_fsm.actions.releases import packing
+from agent_fsm.actions.releases import trust as release_trust
+from agent_fsm.actions.releases.images import CONTAINERFILE
 from agent_fsm.node.channel import documents
 from agent_fsm.node.channel.rollout import bucket
 from agent_fsm_lab import rootfs, servers
@@ -374,3 +377,61 @@ def test_a_rotated_key_is_followed_and_a_held_node_waits_for_its_hold_to_end(
     proc = world.labs[held].cli("follow", check=False, timeout=240)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert _settled(world.labs[held].status()) == ("converged", newest, newest)
+
+
+def _podman(store: Path, runroot: Path) -> list[str]:
+    return ["podman", "--root", str(store), "--runroot", str(runroot), "--storage-driver",
+            "overlay"]
+
+
+def test_a_release_as_an_image_is_pulled_from_a_real_registry(world: World) -> None:
+    """1.5.0 as an image pushed (skopeo) to a real OCI registry and published by reference: the
+    nodes with podman (252) pull it, store it and take it, judged ok; the nodes without it (the
+    Debian 13 node has none) refuse in one line and stay as they were."""
+    version = "1.5.0"
+    build = world.dir / "build" / version
+    cached(["release", version, "channel", list(GOOD_WORKLOAD)], build,
+           lambda at: packing.pack(version, at, GOOD_WORKLOAD))
+    context = world.dir / "build" / f"{version}.context"
+    shutil.copytree(build, context / "release", symlinks=True)
+    (context / "Containerfile").write_text(CONTAINERFILE)
+    with tempfile.TemporaryDirectory(prefix="afsm-rr-") as runroot:  # podman's: short
+        podman = _podman(world.dir / "podman", Path(runroot))
+        subprocess.run([*podman, "build", "--quiet", "--file", str(context / "Containerfile"),
+                        "--tag", f"localhost/agent:{version}", str(context)], check=True,
+                       capture_output=True, timeout=120)
+        archive = world.dir / "build" / f"{version}.oci.tar"
+        subprocess.run([*podman, "save", "--format", "oci-archive", "--output", str(archive),
+                        f"localhost/agent:{version}"], check=True, capture_output=True,
+                       timeout=120)
+    registry = servers.Registry(world.dir / "registry")
+    registry.start()
+    try:
+        ref = f"docker://{registry.address}/agent:{version}"
+        subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false",
+                        f"oci-archive:{archive}", ref], check=True, capture_output=True,
+                       timeout=120)
+        publishing.publish(world.channel, version, rollout=100, keys={"ci2": world.keys["ci2"]},
+                           now=_now(), image=ref, digest=release_trust.digest(build))
+        with_podman = [n for n in world.labs if n.endswith("-252")]
+        for name in with_podman:
+            lab = world.labs[name]
+            conf = lab.dir / "registries.conf"
+            conf.write_text(f'[[registry]]\nlocation = "{registry.address}"\ninsecure = true\n')
+            prefix = ["/usr/bin/env", f"CONTAINERS_REGISTRIES_CONF={conf}",
+                      *_podman(lab.dir / "podman", Path("/run/agent-fsm-e2e-podman"))]
+            lab.config.write_text(f"podman = {json.dumps(prefix)}\n" + lab.config.read_text())
+        before = world.status()
+        runs = world.follow()
+        after = world.status()
+    finally:
+        registry.stop()
+    for name, proc in runs.items():
+        if name in with_podman:
+            assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+            assert _settled(after[name]) == ("converged", version, version), (name, after[name])
+        else:
+            assert proc.returncode == 1, (name, proc.stdout, proc.stderr)
+            assert "podman" in _one_line(proc), (name, proc.stderr)
+            assert _settled(after[name]) == _settled(before[name]), name
+            assert after[name]["releases"] == before[name]["releases"], name
