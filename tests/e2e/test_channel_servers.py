@@ -4,7 +4,8 @@ as its timer would, and is read back through `status --json`.
 
 The nodes (four on the host's systemd 252, two on a Debian 13 node's 257) and the server are made
 once for the module; each test builds on the fleet the one before left (the module is one
-xdist_group, its tests run in order).
+xdist_group, its tests run in order on one worker: run it alone or with `--dist loadgroup`, as
+`make test` does, never split by `--dist load`).
 """
 
 from __future__ import annotations
