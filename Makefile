@@ -12,11 +12,14 @@ STAMP := $(VENV)/.installed
 # elsewhere the tests that need them say what is missing.
 # openssh-client: ssh-keygen signs and verifies releases (tests/actions/test_signing.py).
 # debootstrap: makes the Debian 13 node the e2e core also runs on (docs/systemd.md).
+# nginx-light, docker-registry, skopeo: the real HTTPS server and OCI registry a fleet follows its
+# channel from (tests/e2e/test_channel_servers.py).
 # nodejs: a real runtime for the agent of a real size (tests/e2e/test_real_size.py), only where
 # no `node` is on PATH (any node serves: the official build is one file, Debian's a small `node`
 # with libnode, which the test ships beside it).
 NODE_PACKAGE := $(if $(shell command -v node 2>/dev/null),,nodejs)
-DEB_PACKAGES := graphviz podman openssh-client faketime debootstrap $(NODE_PACKAGE)
+DEB_PACKAGES := graphviz podman openssh-client faketime debootstrap nginx-light docker-registry \
+	skopeo $(NODE_PACKAGE)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -3,8 +3,10 @@
 `ensure_rootfs` returns the root file system of a Debian 13 ("trixie") node, systemd 257 and
 CPython 3.13, that `SystemdSandbox(rootfs=...)` boots::
 
-    debootstrap --variant=minbase --include=systemd,systemd-sysv,python3,dbus,util-linux,procps \
-        trixie DIR MIRROR
+    debootstrap --variant=minbase --include=systemd,systemd-sysv,python3,dbus,util-linux,procps,\
+        openssh-client trixie DIR MIRROR
+
+openssh-client: its ssh-keygen checks a followed channel's signatures, on a node as anywhere.
 
 MIRROR is the Debian mirror this machine's apt sources already name (`mirror`), never a host
 written here; ``AGENT_FSM_TEST_MIRROR`` overrides it.  The tree is built once into `CACHE_DIR`
@@ -42,7 +44,8 @@ from .sandbox import SystemdSandbox
 
 CACHE_DIR: Final = Path(os.environ.get("AGENT_FSM_TEST_CACHE", "/var/cache/agent-fsm-tests"))
 SUITE: Final = "trixie"
-PACKAGES: Final = ("systemd", "systemd-sysv", "python3", "dbus", "util-linux", "procps")
+PACKAGES: Final = ("systemd", "systemd-sysv", "python3", "dbus", "util-linux", "procps",
+                   "openssh-client")
 # What the tree must answer once built (its `systemctl --version`, its `python3 --version`).
 SYSTEMD_VERSION: Final = 257
 PYTHON_VERSION: Final = (3, 13)

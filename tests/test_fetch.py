@@ -38,7 +38,8 @@ def make_ca(where: Path) -> tuple[Path, Path, Path]:
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
-    """/body (Range honoured), /drip (a byte every 0.2 s), /missing (404), /moved (302)."""
+    """/body (Range honoured), /drip (a byte every 0.2 s), /drip-head (its status line and
+    headers so), /missing (404), /moved (302)."""
 
     served: ClassVar[list[str]] = []
 
@@ -58,6 +59,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             for _ in range(100):
                 self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.2)
+        elif self.path == "/drip-head":
+            for byte in b"HTTP/1.1 200 OK\r\nX-Padding: " + b"x" * 100 + b"\r\n":
+                self.wfile.write(bytes([byte]))
                 self.wfile.flush()
                 time.sleep(0.2)
         else:
@@ -110,13 +116,16 @@ class TestGet:
             fetch.get(f"{url}{path}", ca=ca, limit=limit, seconds=10)
         assert "\n" not in str(caught.value)
 
-    def test_a_slow_drip_is_cut_off_at_the_deadline(self, server: tuple[str, Path]) -> None:
-        """A server sending a byte every 0.2 s (20 s in all) is cut off at the 1 s bound of the
-        whole fetch, not kept while each byte comes in time."""
+    @pytest.mark.parametrize("path", ["/drip", "/drip-head"])
+    def test_a_slow_drip_is_cut_off_at_the_deadline(self, server: tuple[str, Path],
+                                                    path: str) -> None:
+        """A server sending its body, or its status line and headers, a byte every 0.2 s (20 s
+        in all) is cut off at the 1 s bound of the whole fetch, not kept while each byte comes
+        in time."""
         url, ca = server
         t0 = time.monotonic()
         with pytest.raises(ChannelError, match="did not answer in time"):
-            fetch.get(f"{url}/drip", ca=ca, limit=1000, seconds=1.0)
+            fetch.get(f"{url}{path}", ca=ca, limit=1000, seconds=1.0)
         assert time.monotonic() - t0 < 10  # far below the drip's 20 s (a hang fails, not a pace)
 
 

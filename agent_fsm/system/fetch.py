@@ -3,13 +3,16 @@
 TLS is checked against the system's CAs or a given bundle (`ssl.create_default_context`); only
 https is spoken, and a redirect is an answer like any other (refused): a static server serves the
 channel's files where the index says. Every read is bounded by what is left of the whole fetch's
-time, so a server that drips a byte a second is cut off at the deadline, not kept for ever. A
+time, so a server that drips a byte a second is cut off at the deadline, not kept for ever: the
+status line and headers as well as the body (each read of the socket gets what is left). A
 download resumes (`Range:`) from the bytes a file already holds.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import os
 import socket
 import ssl
@@ -31,6 +34,39 @@ def _context(ca: Path | None) -> ssl.SSLContext:
         raise ChannelError(f"cannot read the CA bundle {ca}: {exc}") from None
 
 
+class _Deadline(io.RawIOBase):
+    """A socket's reads (through its own raw file, which keeps the socket open while the answer
+    is read), each bounded by what is left until `deadline` (TimeoutError after)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock, self.deadline = sock, deadline
+        self.raw = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int | None:  # type: ignore[override]
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        self.sock.settimeout(left)
+        return self.raw.readinto(buffer)
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+class _Response(http.client.HTTPResponse):
+    """An answer read through `_Deadline`: a server that drips its headers is cut off too."""
+
+    def __init__(self, sock: socket.socket, *args: object, deadline: float,
+                 **kwargs: object) -> None:
+        super().__init__(sock, *args, **kwargs)  # type: ignore[arg-type]
+        self.fp.close()
+        self.fp = io.BufferedReader(_Deadline(sock, deadline))
+
+
 class _Get:
     """One GET: its answer's status and length, and its body in chunks until the deadline."""
 
@@ -41,6 +77,8 @@ class _Get:
         self.url, self.deadline = url, time.monotonic() + seconds
         self.conn = http.client.HTTPSConnection(parts.hostname, parts.port,
                                                 context=_context(ca), timeout=seconds)
+        self.conn.response_class = functools.partial(  # type: ignore[assignment]
+            _Response, deadline=self.deadline)
         headers = {"User-Agent": "agent-fsm", "Accept-Encoding": "identity"}
         if offset:
             headers["Range"] = f"bytes={offset}-"

@@ -1,0 +1,438 @@
+"""A fleet of private-systemd nodes follows one signed channel from real servers: nginx over HTTPS
+(a CA made by the test) serves the channel and its archives; each node runs `agent-fsm follow`
+as its timer would, and is read back through `status --json`.
+
+The nodes (four on the host's systemd 252, two on a Debian 13 node's 257) and the server are made
+once for the module; each test builds on the fleet the one before left (the module is one
+xdist_group, its tests run in order on one worker: run it alone or with `--dist loadgroup`, as
+`make test` does, never split by `--dist load`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from agent_fsm.actions.channel import publishing, signatures
+from agent_fsm.actions.releases import packing
+from agent_fsm.actions.releases import trust as release_trust
+from agent_fsm.actions.releases.images import CONTAINERFILE
+from agent_fsm.node.channel import documents
+from agent_fsm.node.channel.rollout import bucket
+from agent_fsm_lab import rootfs, servers
+from agent_fsm_lab.lab import GOOD_WORKLOAD, Lab, cached
+from agent_fsm_lab.sandbox import SystemdSandbox, missing_requirements, python_paths
+from tests.e2e.conftest import require_sandbox
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("channel-servers")]
+
+KINDS = ("systemd252",) * 4 + ("systemd257",) * 2
+GOOD, BAD, NEXT = "1.1.0", "1.2.0", "1.3.0"
+PARTIAL = 34  # the bad release's rollout: some nodes' buckets are under it, some not
+SICK_WORKLOAD = ("/bin/sh", "-c", "exec sleep infinity")  # never writes its health file
+T = TypeVar("T")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def machine_ids(count: int) -> list[str]:
+    """`count` distinct machine ids, the first third (at least one) with a bucket for BAD under
+    PARTIAL and the rest not."""
+    under_wanted = max(1, count // 3)
+    under: list[str] = []
+    over: list[str] = []
+    i = 0
+    while len(under) < under_wanted or len(over) < count - under_wanted:
+        mid = f"{i:032x}"
+        (under if bucket(mid, BAD) < PARTIAL else over).append(mid)
+        i += 1
+    return under[:under_wanted] + over[:count - under_wanted]
+
+
+def keygen(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f",
+                    str(path)], check=True, timeout=30)
+    return path
+
+
+@dataclass
+class World:
+    dir: Path
+    channel: Path
+    keys: dict[str, Path]
+    web: servers.Nginx
+    labs: dict[str, Lab] = field(default_factory=dict)
+    under: set[str] = field(default_factory=set)  # the nodes whose bucket for BAD < PARTIAL
+    indexes: dict[str, bytes] = field(default_factory=dict)  # index.json as once published
+
+    def each(self, do: Callable[[Lab], T], names: list[str] | None = None) -> dict[str, T]:
+        names = list(self.labs) if names is None else names
+        with ThreadPoolExecutor(len(names)) as pool:
+            return dict(zip(names, pool.map(do, (self.labs[n] for n in names)), strict=True))
+
+    def follow(self) -> dict[str, subprocess.CompletedProcess[str]]:
+        """`agent-fsm follow` on every node at once, as their timers would fire."""
+        return self.each(lambda lab: lab.cli("follow", check=False, timeout=240))
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        return self.each(Lab.status)
+
+    def publish(self, version: str, rollout: int, workload: tuple[str, ...]) -> None:
+        build = self.dir / "build" / version
+        cached(["release", version, "channel", list(workload)], build,
+               lambda at: packing.pack(version, at, workload))
+        archive = self.dir / "build" / f"{version}.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(build, arcname=version)
+        publishing.publish(self.channel, version, rollout=rollout, keys={"ci": self.keys["ci"]},
+                           now=_now(), archive=archive)
+        self.indexes[version] = (self.channel / "index.json").read_bytes()
+
+    def fetched(self, version: str) -> int:
+        """How many GETs of `version`'s archive the server has answered."""
+        return sum(1 for p in self.web.asked() if p.startswith(f"/stable/releases/{version}"))
+
+
+def _boot(kind: str, node: rootfs.Node | None) -> SystemdSandbox:
+    sandbox = SystemdSandbox(keep=python_paths()) if node is None else rootfs.sandbox(node)
+    try:
+        sandbox.boot()
+    except BaseException:
+        sandbox.shutdown()
+        raise
+    return sandbox
+
+
+def _node(sandbox: SystemdSandbox, url: str, world: World, machine_id: str) -> Lab:
+    lab = Lab(sandbox, deadline=3, soak=0.5, max_attempts=1)
+    shutil.copy(world.dir / "tls" / "ca.crt", lab.dir / "ca.crt")
+    shutil.copy(world.channel / "root" / "1.json", lab.dir / "channel-root.json")
+    (lab.dir / "machine-id").write_text(machine_id + "\n")
+    with lab.config.open("a") as f:
+        f.write(f'[channel]\nurl = "{url}/stable"\nca = "{lab.dir / "ca.crt"}"\n'
+                f'root = "{lab.dir / "channel-root.json"}"\n'
+                f'machine_id = "{lab.dir / "machine-id"}"\ntimeout_seconds = 4\n')
+    lab.pack("1.0.0")
+    lab.install("1.0.0")
+    return lab
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory,
+          request: pytest.FixtureRequest) -> Iterator[World]:
+    """Six nodes on 1.0.0 following https://127.0.0.1:PORT/stable, an empty channel there."""
+    require_sandbox(*servers.missing(), *([] if shutil.which("ssh-keygen") else
+                                          ["ssh-keygen (Debian: openssh-client)"]),
+                    what="the channel's e2e test needs")
+    node257: rootfs.Node = request.getfixturevalue("debian13_node")
+    require_sandbox(*missing_requirements(node257.rootfs), what="the Debian 13 node needs")
+    base = tmp_path_factory.mktemp("channel-servers")
+    base.chmod(0o755)
+    (base / "keys").mkdir()
+    keys = {n: keygen(base / "keys" / n) for n in ("root", "backup", "ci", "ci2", "stranger")}
+    channel = base / "www" / "stable"
+    publishing.init(channel, "stable", root_keys={"root": keys["root"], "backup": keys["backup"]},
+                    index_keys={"ci": keys["ci"]}, threshold=1, now=_now())
+    ca = servers.TestCA.make(base / "tls")
+    web = servers.Nginx(base / "nginx", served=base / "www", ca=ca)
+    world = World(base, channel, keys, web)
+    sandboxes: list[SystemdSandbox] = []
+    started = time.monotonic()
+    try:
+        web.start()
+        with ThreadPoolExecutor(len(KINDS)) as pool:
+            futures = [pool.submit(_boot, k, None if k == "systemd252" else node257)
+                       for k in KINDS]
+            for f in futures:
+                with contextlib.suppress(Exception):
+                    sandboxes.append(f.result())
+        if len(sandboxes) != len(KINDS):
+            pytest.fail("not every node booted", pytrace=False)
+        ids = machine_ids(len(KINDS))
+        names = [f"n{i + 1}-{k.removeprefix('systemd')}" for i, k in enumerate(KINDS)]
+        with ThreadPoolExecutor(len(KINDS)) as pool:
+            labs = list(pool.map(lambda a: _node(a[0], web.url, world, a[1]),
+                                 zip(sandboxes, ids, strict=True)))
+        world.labs = dict(zip(names, labs, strict=True))
+        world.under = {n for n, mid in zip(names, ids, strict=True) if bucket(mid, BAD) < PARTIAL}
+        print(f"six nodes booted and on 1.0.0 in {time.monotonic() - started:.1f} s")
+        yield world
+    finally:
+        web.stop()
+        with ThreadPoolExecutor(max(1, len(sandboxes))) as pool:
+            list(pool.map(lambda s: s.shutdown(), sandboxes))
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def _settled(status: dict[str, Any]) -> tuple[Any, ...]:
+    return status["state"], status["selected"], status["last_good"]
+
+
+def test_a_good_release_at_100_reaches_every_node_in_one_follow(world: World) -> None:
+    """1.1.0 published at 100 %: one follow on each node (one timer period) upgrades every node,
+    judged ok, and status shows the follow's record."""
+    world.publish(GOOD, 100, GOOD_WORKLOAD)
+    runs = world.follow()
+    for name, proc in runs.items():
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+    for name, status in world.status().items():
+        assert _settled(status) == ("converged", GOOD, GOOD), (name, status)
+        assert status["channel"]["outcome"] == "upgraded", (name, status["channel"])
+        assert status["channel"]["took"] == GOOD, (name, status["channel"])
+    assert world.fetched(GOOD) == len(world.labs)
+
+
+def test_a_failing_release_at_34_reaches_only_the_nodes_under_34(world: World) -> None:
+    """1.2.0, whose check fails, at 34 %: only the nodes whose bucket is under 34 take it, roll
+    back to 1.1.0 and mark it known bad; the others never fetch it; once it is revoked (and its
+    rollout raised to 100), no node takes it."""
+    assert world.under and world.under != set(world.labs)
+    world.publish(BAD, PARTIAL, SICK_WORKLOAD)
+    runs = world.follow()
+    for name, proc in runs.items():
+        want = 4 if name in world.under else 0  # 4: judged failed, rolled back
+        assert proc.returncode == want, (name, proc.stdout, proc.stderr)
+    assert world.fetched(BAD) == len(world.under)
+    for name, status in world.status().items():
+        assert _settled(status) == ("converged", GOOD, GOOD), (name, status)
+        marked = [m["version"] for m in status["known_bad"]]
+        if name in world.under:
+            assert status["channel"]["outcome"] == "rolled_back", (name, status["channel"])
+            assert marked == [BAD], (name, status["known_bad"])
+        else:
+            assert status["channel"]["outcome"] == "up_to_date", (name, status["channel"])
+            assert marked == [], (name, status["known_bad"])
+
+    publishing.revoke(world.channel, BAD, "fails its health check", keys={"ci": world.keys["ci"]},
+                      now=_now())
+    publishing.set_rollout(world.channel, BAD, 100, keys={"ci": world.keys["ci"]}, now=_now())
+    runs = world.follow()
+    for name, proc in runs.items():
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+    assert world.fetched(BAD) == len(world.under)
+    for name, status in world.status().items():
+        assert _settled(status) == ("converged", GOOD, GOOD), (name, status)
+        assert status["channel"]["outcome"] == "up_to_date", (name, status["channel"])
+
+
+def _variant(world: World, name: str, change: Callable[[Path], object]) -> bytes:
+    """index.json of a scratch copy of the channel after `change`, the served channel as it was."""
+    scratch = world.dir / "variants" / name
+    shutil.copytree(world.channel, scratch)
+    change(scratch)
+    return (scratch / "index.json").read_bytes()
+
+
+def _stranger(scratch: Path, keys: dict[str, Path]) -> None:
+    """The index, one version on, signed by a key the root does not name (under a name it does)."""
+    env = documents.read_envelope((scratch / "index.json").read_bytes(), "index")
+    body = {**env.body, "version": int(env.body["version"]) + 1}
+    (scratch / "index.json").write_bytes(signatures.sign(body, {"ci": keys["stranger"]}))
+
+
+def _tampered(data: bytes) -> bytes:
+    top = json.loads(data)
+    top["signed"]["releases"][0]["rollout"] = 100 - top["signed"]["releases"][0]["rollout"]
+    return json.dumps(top).encode() + b"\n"
+
+
+def _unsigned(data: bytes) -> bytes:
+    top = json.loads(data)
+    top["signatures"] = []
+    return json.dumps(top).encode() + b"\n"
+
+
+def test_bad_indexes_and_a_slow_server_are_refused_in_one_line_and_change_nothing(
+        world: World) -> None:
+    """A replayed older index, an expired one, a tampered one, an unsigned one, one signed by an
+    untrusted key, an oversized one and a server that drips a byte a second: each follow exits
+    1 with one line saying why, and no node changes (state, releases, the newest index
+    believed)."""
+    served = world.channel / "index.json"
+    good = served.read_bytes()
+    ci = {"ci": world.keys["ci"]}
+    bad = {
+        "replayed": (world.indexes[GOOD], "older"),
+        "expired": (_variant(world, "expired", lambda d: publishing.refresh(
+            d, keys=ci, now=_now() - timedelta(days=3), days=1)), "expired"),
+        "tampered": (_tampered(good), "signature"),
+        "unsigned": (_unsigned(good), "signature"),
+        "stranger": (_variant(world, "stranger", lambda d: _stranger(d, world.keys)),
+                     "signature"),
+        "oversized": (b" " * (documents.MAX_DOCUMENT + 1), "larger than"),
+    }
+    before = world.status()
+    try:
+        for what, (data, reason) in bad.items():
+            served.write_bytes(data)
+            for name, proc in world.follow().items():
+                assert proc.returncode == 1, (what, name, proc.stdout, proc.stderr)
+                line = _one_line(proc)
+                assert reason in line and "nothing changed" in line, (what, name, line)
+        served.write_bytes(good)
+        for lab in world.labs.values():
+            text = lab.config.read_text()
+            lab.config.write_text(text.replace("/stable\"", "/drip/stable\""))
+        for name, proc in world.follow().items():
+            assert proc.returncode == 1, ("drip", name, proc.stdout, proc.stderr)
+            line = _one_line(proc)
+            assert "did not answer in time" in line and "the next follow tries again" in line, (name, line)
+    finally:
+        served.write_bytes(good)
+        for lab in world.labs.values():
+            lab.config.write_text(lab.config.read_text().replace("/drip/stable\"", "/stable\""))
+    after = world.status()
+    for name in world.labs:
+        keep = ("state", "selected", "last_good", "releases", "known_bad")
+        assert {k: after[name][k] for k in keep} == {k: before[name][k] for k in keep}, name
+        assert after[name]["channel"]["seen"] == before[name]["channel"]["seen"], name
+
+
+def test_the_server_down_changes_nothing_and_the_next_follow_proceeds(world: World) -> None:
+    """With the server down, a follow exits 1 saying it will try again, and nothing changes;
+    once it is back, the next follow takes 1.3.0 on every node."""
+    world.publish(NEXT, 100, GOOD_WORKLOAD)
+    before = world.status()
+    world.web.stop()
+    try:
+        for name, proc in world.follow().items():
+            assert proc.returncode == 1, (name, proc.stdout, proc.stderr)
+            line = _one_line(proc)
+            assert "the next follow tries again" in line, (name, line)
+        after = world.status()
+        for name in world.labs:
+            assert _settled(after[name]) == _settled(before[name]) == (
+                "converged", GOOD, GOOD), name
+            assert after[name]["releases"] == before[name]["releases"], name
+    finally:
+        world.web.start()
+    for name, proc in world.follow().items():
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+    for name, status in world.status().items():
+        assert _settled(status) == ("converged", NEXT, NEXT), (name, status)
+
+
+def test_nodes_running_a_revoked_version_go_judged_to_the_newest_eligible(world: World) -> None:
+    """1.3.0 revoked while every node runs it: the next follow takes each, judged ok, to 1.1.0,
+    the newest version neither revoked nor known bad."""
+    publishing.revoke(world.channel, NEXT, "a data bug", keys={"ci": world.keys["ci"]},
+                      now=_now())
+    for name, proc in world.follow().items():
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+    for name, status in world.status().items():
+        assert _settled(status) == ("converged", GOOD, GOOD), (name, status)
+        assert status["channel"]["outcome"] == "upgraded", (name, status["channel"])
+
+
+def test_a_rotated_key_is_followed_and_a_held_node_waits_for_its_hold_to_end(
+        world: World) -> None:
+    """The root rotated to the backup key and a new CI key, and 1.4.0 signed by that key: every
+    node chains to root version 2 by itself and takes 1.4.0, except a held node, which fetches
+    nothing (exit 3) until `unhold`, when its next follow takes it."""
+    keys = world.keys
+    publishing.rotate(world.channel, root_keys={"backup": keys["backup"]},
+                      index_keys={"ci2": keys["ci2"]}, threshold=1,
+                      sign_with={"root": keys["root"], "backup": keys["backup"]}, now=_now())
+    newest = "1.4.0"
+    build = world.dir / "build" / newest
+    cached(["release", newest, "channel", list(GOOD_WORKLOAD)], build,
+           lambda at: packing.pack(newest, at, GOOD_WORKLOAD))
+    archive = world.dir / "build" / f"{newest}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(build, arcname=newest)
+    publishing.publish(world.channel, newest, rollout=100, keys={"ci2": keys["ci2"]},
+                       now=_now(), archive=archive)
+    held = next(iter(world.labs))
+    world.labs[held].cli("hold", "--reason", "quarter-end batch")
+    runs = world.follow()
+    for name, proc in runs.items():
+        assert proc.returncode == (3 if name == held else 0), (name, proc.stdout, proc.stderr)
+    assert world.fetched(newest) == len(world.labs) - 1
+    for name, status in world.status().items():
+        assert status["channel"]["root_version"] == 2, (name, status["channel"])
+        want = GOOD if name == held else newest
+        assert _settled(status) == ("converged", want, want), (name, status)
+    assert "quarter-end batch" in runs[held].stderr, runs[held].stderr
+
+    world.labs[held].cli("unhold")
+    proc = world.labs[held].cli("follow", check=False, timeout=240)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert _settled(world.labs[held].status()) == ("converged", newest, newest)
+
+
+def _podman(store: Path, runroot: Path) -> list[str]:
+    return ["podman", "--root", str(store), "--runroot", str(runroot), "--storage-driver",
+            "overlay"]
+
+
+def test_a_release_as_an_image_is_pulled_from_a_real_registry(world: World) -> None:
+    """1.5.0 as an image pushed (skopeo) to a real OCI registry and published by reference: the
+    nodes with podman (252) pull it, store it and take it, judged ok; the nodes without it (the
+    Debian 13 node has none) refuse in one line and stay as they were."""
+    version = "1.5.0"
+    build = world.dir / "build" / version
+    cached(["release", version, "channel", list(GOOD_WORKLOAD)], build,
+           lambda at: packing.pack(version, at, GOOD_WORKLOAD))
+    context = world.dir / "build" / f"{version}.context"
+    shutil.copytree(build, context / "release", symlinks=True)
+    (context / "Containerfile").write_text(CONTAINERFILE)
+    with tempfile.TemporaryDirectory(prefix="afsm-rr-") as runroot:  # podman's: short
+        podman = _podman(world.dir / "podman", Path(runroot))
+        subprocess.run([*podman, "build", "--quiet", "--file", str(context / "Containerfile"),
+                        "--tag", f"localhost/agent:{version}", str(context)], check=True,
+                       capture_output=True, timeout=120)
+        archive = world.dir / "build" / f"{version}.oci.tar"
+        subprocess.run([*podman, "save", "--format", "oci-archive", "--output", str(archive),
+                        f"localhost/agent:{version}"], check=True, capture_output=True,
+                       timeout=120)
+    registry = servers.Registry(world.dir / "registry")
+    registry.start()
+    try:
+        ref = f"docker://{registry.address}/agent:{version}"
+        subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false",
+                        f"oci-archive:{archive}", ref], check=True, capture_output=True,
+                       timeout=120)
+        publishing.publish(world.channel, version, rollout=100, keys={"ci2": world.keys["ci2"]},
+                           now=_now(), image=ref, digest=release_trust.digest(build))
+        with_podman = [n for n in world.labs if n.endswith("-252")]
+        for name in with_podman:
+            lab = world.labs[name]
+            conf = lab.dir / "registries.conf"
+            conf.write_text(f'[[registry]]\nlocation = "{registry.address}"\ninsecure = true\n')
+            prefix = ["/usr/bin/env", f"CONTAINERS_REGISTRIES_CONF={conf}",
+                      *_podman(lab.dir / "podman", Path("/run/agent-fsm-e2e-podman"))]
+            lab.config.write_text(f"podman = {json.dumps(prefix)}\n" + lab.config.read_text())
+        before = world.status()
+        runs = world.follow()
+        after = world.status()
+    finally:
+        registry.stop()
+    for name, proc in runs.items():
+        if name in with_podman:
+            assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+            assert _settled(after[name]) == ("converged", version, version), (name, after[name])
+        else:
+            assert proc.returncode == 1, (name, proc.stdout, proc.stderr)
+            assert "podman" in _one_line(proc), (name, proc.stderr)
+            assert _settled(after[name]) == _settled(before[name]), name
+            assert after[name]["releases"] == before[name]["releases"], name
