@@ -29,6 +29,7 @@ from ..errors import (
     Unreachable,
 )
 from ..machine.vocabulary import StateName
+from ..node import sha256
 from ..node.assets.follow_units import judgment_seconds
 from ..node.channel import documents, rollout, trust
 from ..node.channel import record as channel_record
@@ -182,8 +183,6 @@ def _blocked(node: Node, version: str) -> str | None:
     if doc.state != StateName.converged.value or doc.upgrade is not None:
         return f"the node is {doc.state}, not converged"
     for o in overrides.OVERRIDES:
-        if o.condition == "not_known_bad":
-            continue  # the choice left known-bad versions out
         refused = o.refusal(node.paths, node.clock.now(), version)
         if refused is not None:
             return str(refused)
@@ -222,8 +221,6 @@ def _stored(node: Node, entry: Entry, download: Callable[..., None]) -> None:
 
 
 def _downloaded(node: Node, entry: Entry, download: Callable[..., None]) -> Path:
-    import hashlib
-
     cfg = node.config.channel
     assert entry.archive is not None and entry.size is not None
     downloads = node.paths.channel_dir / "downloads"
@@ -232,14 +229,12 @@ def _downloaded(node: Node, entry: Entry, download: Callable[..., None]) -> Path
     target = downloads / f"{entry.version}.tar"
     url = entry.archive if entry.archive.startswith("https://") else f"{cfg.url}/{entry.archive}"
     download(url, target, ca=_ca(node), size=entry.size, seconds=cfg.download_seconds)
-    sha = hashlib.sha256()
-    with target.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            sha.update(chunk)
-    if "sha256:" + sha.hexdigest() != entry.sha256:
+    sha256.prefer_openssl()  # an archive may be gigabytes
+    sha, _ = sha256.of_file(target)
+    if "sha256:" + sha != entry.sha256:
         target.unlink()
         raise ChannelError(f"the archive of {entry.version} from {shown(url)} has sha256 "
-                           f"{sha.hexdigest()}, not what the index says; it was removed")
+                           f"{sha}, not what the index says; it was removed")
     return target
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol, cast
 
 
@@ -56,6 +57,17 @@ def prefer_openssl() -> None:
     about to hash a whole release (`release add`), where speed counts and memory does not."""
     with contextlib.suppress(ImportError):  # an interpreter without OpenSSL keeps its own
         import _hashlib  # noqa: F401  (loading it is the point: `sha256` then picks it)
+
+
+def of_file(path: Path, chunk: int = 1 << 20) -> tuple[str, int]:
+    """The SHA-256 (64 hex digits) and the size of the file at `path`, read a chunk at a time;
+    OSError as it comes."""
+    h, size = sha256(), 0
+    with path.open("rb") as f:
+        while data := f.read(chunk):
+            h.update(data)
+            size += len(data)
+    return h.hexdigest(), size
 
 
 def hexdigest(data: bytes) -> str:

@@ -113,8 +113,7 @@ class _Get:
         try:
             while True:
                 self._bound()
-                chunk = self.resp.read1(CHUNK) if hasattr(self.resp, "read1") else \
-                    self.resp.read(CHUNK)
+                chunk = self.resp.read1(CHUNK)
                 if not chunk:
                     return
                 got += len(chunk)

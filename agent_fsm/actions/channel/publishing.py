@@ -13,7 +13,6 @@ already there. Every change raises the index's version and signs it again with a
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from ... import files
 from ...errors import ChannelError, ReleaseError
+from ...node import sha256
 from ...node.channel import documents, trust
 from ...node.channel.documents import Entry, Index, Role, Root
 from ...node.releases.pointers import check_version, natural_key, read_manifest
@@ -220,12 +220,12 @@ def _archive_entry(archive: Path, version: str, rollout: int,
     if digest is not None and digest != found:
         raise ChannelError(f"{archive} holds release digest {found}, not {digest}")
     name = f"releases/{version}{suffix}"
-    sha, size = hashlib.sha256(), 0
-    for chunk in _chunks(archive):
-        sha.update(chunk)
-        size += len(chunk)
-    return Entry(version, found, rollout, archive=name, sha256="sha256:" + sha.hexdigest(),
-                 size=size)
+    sha256.prefer_openssl()  # an archive may be gigabytes
+    try:
+        sha, size = sha256.of_file(archive)
+    except OSError as exc:
+        raise ChannelError(f"cannot read {archive}: {exc.strerror or exc}") from None
+    return Entry(version, found, rollout, archive=name, sha256="sha256:" + sha, size=size)
 
 
 def _release_digest(archive: Path, version: str) -> str:

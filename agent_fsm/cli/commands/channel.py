@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -48,7 +48,7 @@ def _keys(pairs: list[str], option: str) -> dict[str, Path]:
     return keys
 
 
-def _usage(message: str) -> None:
+def _usage(message: str) -> NoReturn:
     sys.stderr.write(f"agent-fsm: channel: {shown(message, MAX_LINE)}; nothing was changed\n")
     raise typer.Exit(EXIT_USAGE)
 
@@ -60,7 +60,6 @@ def _time(text: str | None) -> datetime | None:
         when = datetime.fromisoformat(text)
     except ValueError:
         _usage(f"--not-before takes an ISO 8601 time such as 2027-01-31T06:00:00Z, not {text!r}")
-        raise
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 

@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from ...errors import ChannelError
+from ...errors import ChannelError, ReleaseError
 from ...untrusted import control_character
 from ..releases.pointers import check_version
+from ..sha256 import hexdigest
 
 NAMESPACE = "agent-fsm-channel"
 ROOT_TYPE = "agent-fsm-channel-root"
@@ -122,9 +123,7 @@ def canonical(body: Mapping[str, Any]) -> bytes:
 
 
 def message(signed: bytes) -> str:
-    import hashlib  # here: `status` reads the channel's record without OpenSSL
-
-    return "sha256:" + hashlib.sha256(signed).hexdigest()
+    return "sha256:" + hexdigest(signed)
 
 
 def envelope(body: Mapping[str, Any], signatures: tuple[Signature, ...]) -> bytes:
@@ -211,9 +210,7 @@ def _entry(raw: object, what: str) -> Entry:
     version = _text(raw["version"], f"{what}: a release's `version`")
     try:
         check_version(version)
-    except ValueError:
-        raise ChannelError(f"{what}: {version!r} is not a release version") from None
-    except Exception as exc:  # ReleaseError: re-worded for the channel
+    except ReleaseError as exc:
         raise ChannelError(f"{what}: {exc}") from None
     at = f"{what}: release {version}"
     if unknown:

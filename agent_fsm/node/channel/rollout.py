@@ -10,12 +10,12 @@ is revoked.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
 from ..releases.pointers import natural_key
+from ..sha256 import hexdigest
 from .documents import Entry, Index, stamp
 
 BUCKETS = 100
@@ -23,8 +23,8 @@ BUCKETS = 100
 
 def bucket(machine_id: str, version: str) -> int:
     """This node's bucket (0-99) for `version`."""
-    h = hashlib.sha256(f"agent-fsm-rollout\0{machine_id.strip()}\0{version}".encode())
-    return int.from_bytes(h.digest()[:8], "big") % BUCKETS
+    h = hexdigest(f"agent-fsm-rollout\0{machine_id.strip()}\0{version}".encode())
+    return int(h[:16], 16) % BUCKETS
 
 
 def covers(rollout: int, node_bucket: int) -> bool:
