@@ -14,8 +14,8 @@ not this process's role (`by` in states/, `upgrade.roles`), touching nothing. Th
 over: with another release selected it restarts its own unit and waits for the stop; else it starts
 the recovery unit and exits 1.
 
-READY=1 comes only after that, so systemd's TimeoutStartSec bounds the judgment. Then it keeps the
-follow timer as configured (never before the gate is open), supervises the workload
+READY=1 comes only after the start's work, so systemd's TimeoutStartSec bounds the judgment. Then it
+keeps the follow timer as configured (never before the gate is open), supervises the workload
 (`supervision.py`), pings the watchdog, finishes what a dead command left (`dead_command.py`), and
 on SIGTERM says STOPPING=1 and exits 0. Signal handlers only set flags; waits are on a wake-up pipe.
 """

@@ -34,18 +34,16 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
                              ) -> StateDoc:
     """Run `complete` (publish, clear signal, write assets, reload, promote, open the gate).
 
-    A failed publish is retried with a growing delay. The gate stays closed meanwhile: `open_gate`
-    follows `publish_result` in the recorded transition, and resuming never skips an effect.
-    `before_try(n, last_error)` runs before each try (the daemon extends systemd's start timeout, so
-    a slow publisher never turns a good upgrade into a rollback). `max_tries` bounds the retries
-    (None: until it works).
+    A failed publish is retried with a growing delay, the gate closed: `open_gate` follows
+    `publish_result` in the recorded transition, and resuming never skips an effect. `before_try(n,
+    last_error)` runs before each try (the daemon extends its start timeout, so a slow publisher
+    never causes a rollback). `max_tries` bounds the tries (None: no bound).
 
-    `give_up_after` (`publish_give_up_seconds`; None: never) is the dead publisher's way out. Once
-    publishing has failed that long, counted from the judgment (the state file's time, which a
-    restart keeps) or from this call (monotonic), whichever says first, `complete_queued` supersedes
-    the owed `complete`: the result is queued in the outbox and the gate opens. A stop
-    (`stopping()`) ends the retries with the state as it is. Each try runs inside `each_try()` (the
-    daemon's: one check of the release serves `write_assets` and `promote_last_good`).
+    `give_up_after` (None: never) is the dead publisher's way out: once publishing has failed that
+    long, from the judgment (the state file's time, kept over a restart) or from this call
+    (monotonic), whichever is longer, `complete_queued` supersedes the owed `complete`, queues the
+    result and opens the gate. A stop (`stopping()`) ends the tries. Each try runs inside
+    `each_try()`, where one check of the release serves `write_assets` and `promote_last_good`.
     """
     delay = PUBLISH_RETRY_FIRST
     tries = 0

@@ -1,30 +1,27 @@
 """`agent-fsm start-check`: the agent unit's `ExecStartPre=`, run with the last-good's binary.
 
-Start limits are agent-fsm's, not systemd's (the unit has `StartLimitIntervalSec=0`): a
-`daemon-reload` resets systemd's start count up to 254 and keeps it from 255, so a candidate bounded
-by it never reaches recovery while anything reloads systemd (252), and a converged agent that
-crashes twice is left failed (257). So:
+Start limits are agent-fsm's, not systemd's (`StartLimitIntervalSec=0`): a `daemon-reload` resets
+systemd's start count up to 254 and keeps it from 255, so a limit of systemd's would let a candidate
+escape recovery while anything reloads systemd (252) and leave a converged agent that crashed twice
+failed (257). So:
 
-- while an upgrade is pending and the candidate is selected, each start is counted in the
-  signal (`starts`) by the last-good's code, before the candidate's runs: a candidate that
-  crashes before its daemon counts (a broken import) is counted all the same;
+- while an upgrade is pending and the candidate is selected, the last-good's code counts each
+  start in the signal (`starts`) before the candidate's code runs, so a candidate that crashes
+  on import is counted too;
 - once `max_attempts` starts are used up, the next start starts the recovery unit and is
-  refused (exit 1), so the candidate's code does not run again. systemd restarts the unit as
-  after any failure; each refused start asks for recovery again, and once `recover` has
-  selected the last-good the start goes on;
-- each counted start records whether the attempt before it ended by systemd's start timeout
-  (`start_timeout`), so that the rollback says so;
-- when the start cannot be counted (the signal gone or unreadable, or the state dir not
-  writable: `DiskError`) while the state file knows an upgrade `recover` rolls back, the
-  candidate would run uncounted and could not record a verdict. The check starts the recovery
-  unit and refuses the start, as at the bound, so the way back is retried while the fault
-  lasts. A candidate judged ok (`judged_ok`) is not among them: its `complete` clears the
+  refused (exit 1). systemd restarts the unit as after any failure, each refused start asks for
+  recovery again, and once `recover` has selected the last-good the start goes on;
+- each counted start records whether the attempt before it ended by the start timeout
+  (`start_timeout`), so the rollback can say so;
+- a start that cannot be counted (the signal gone or unreadable, the state dir not writable:
+  `DiskError`) while the state file knows an upgrade `recover` rolls back is refused as at the
+  bound, after starting the recovery unit: an uncounted candidate could not record a verdict
+  either. A candidate judged ok (`judged_ok`) is not among them: its `complete` clears the
   signal itself;
-- otherwise (no upgrade pending, the last-good selected, or the candidate judged ok) it does
-  nothing.
+- otherwise (nothing pending, the last-good selected, or judged ok) it does nothing.
 
-An unexpected failure here lets the start go on: a check that cannot count must never keep the agent
-down (the candidate's daemon still counts its attempts).
+An unexpected failure here lets the start go on: the check must never keep the agent down (the
+candidate's daemon still counts its attempts).
 """
 
 from __future__ import annotations

@@ -48,15 +48,11 @@ def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
         on_stderr: Callable[[bytes], None] | None = None) -> Completed:
     """Run `argv` to completion and capture its output as text.
 
-    `stdin` is its input (without it the command inherits ours); `env` is added to
-    `child_environment`; `cwd` is its directory (default ours). A non-zero exit is returned, not
-    raised: its meaning is the caller's. CouldNotRun when it does not start or outlives `timeout`
-    (then it is killed).
-
-    `group`: run it in a session of its own, which the timeout kills whole (a script's children
-    would otherwise hold its output open past the timeout). `limit`: keep at most this many bytes of
-    each stream; the rest is read and dropped. `on_stderr`: also given each chunk of stderr as it is
-    read (a tool's progress).
+    `stdin` is its input (else it inherits ours); `env` is added to `child_environment`; `cwd` is
+    its directory. A non-zero exit is returned, not raised. CouldNotRun when it does not start or
+    outlives `timeout` (it is killed). `group`: its own session, which the timeout kills whole (a
+    script's children would hold its output open). `limit`: the most bytes kept of each stream; the
+    rest is read and dropped. `on_stderr`: also given each chunk of stderr as read (progress).
     """
     environ = child_environment(env)
     fds: list[int] = []

@@ -2,10 +2,10 @@
 journal), its last lines kept to say why the child exited.
 
 Bounded in memory and time, and never a stall for the child: one thread reads the pipe as fast as
-the child writes. A line longer than `MAX_PENDING` bytes is forwarded in pieces. What the output
-cannot take at once is kept up to `MAX_PENDING` bytes; past that, lines are dropped, never waited
-for, counted in `dropped` and reported by a line in their place once the output takes lines again.
-Only the last `lines` lines are kept, each cut to `width` characters (ending in "…").
+the child writes. A line over `MAX_PENDING` bytes is forwarded in pieces. Up to `MAX_PENDING` bytes
+wait for a slow output; past that, lines are dropped, counted in `dropped`, and a line says so once
+the output takes lines again. The last `lines` lines are kept, each cut to `width` characters
+(ending in "…").
 """
 
 from __future__ import annotations

@@ -61,14 +61,12 @@ def release_pack(
 ) -> None:
     """Make a release directory from this agent-fsm, and print its digest.
 
-    It holds release.toml, python.toml (what it needs of the node's python), bin/agent-fsm, lib/ and
-    assets/; with --payload SRC, payload/ (a copy of SRC); with --sign-key, release.sig, made last
-    over all the rest. The digest is what the signature covers and `release digest` prints. With
-    --image, also a release image holding it at /agent-fsm/release (docs/containers.md).
-
-    SRC is checked as `release add` checks a release: a symlink, device, FIFO, socket, setuid or
-    setgid file, or a tree over the store's limits is refused (exit 1), naming the path; nothing is
-    packed.
+    It holds release.toml, python.toml (what it needs of the node's python), bin/agent-fsm, lib/,
+    assets/, with --payload SRC a copy of SRC in payload/, and with --sign-key a release.sig over
+    all the rest. With --image, also a release image holding it at /agent-fsm/release
+    (docs/containers.md). SRC is checked as `release add` checks a release: a symlink, device, FIFO,
+    socket, setuid or setgid file, or a tree over the store's limits is refused (exit 1), naming the
+    path.
 
     Example: agent-fsm release pack --version 2.0.0 --output ./myagent-2.0.0 --payload ./build
     --sign-key ~/.ssh/id_ed25519
@@ -112,12 +110,11 @@ def release_sign(
         "--sign-key", metavar="KEY", help="The SSH key to sign with: a private key file, or a "
         "public one whose private half is in ssh-agent.")],
 ) -> None:
-    """Sign a packed release directory: write or replace its release.sig.
+    """Sign a packed release directory: write or replace its release.sig, nothing else.
 
-    The signature is an OpenSSH one (`ssh-keygen -Y sign`, namespace agent-fsm-release) of the text
-    `sha256:<hex>` that `release digest DIRECTORY` prints; nothing else in DIRECTORY changes. A
-    stored release (<state_dir>/releases/V) is refused: sign the directory it was added from. A tree
-    the store would refuse (a symlink, a device) is refused, naming the path (exit 1).
+    The signature is OpenSSH's (`ssh-keygen -Y sign`, namespace agent-fsm-release) over the text
+    `release digest DIRECTORY` prints. A stored release is refused: sign the directory it was added
+    from. A tree the store would refuse (a symlink, a device) is refused, naming the path (exit 1).
 
     Example: agent-fsm release sign ./myagent-2.0.0 --sign-key ~/.ssh/release_ed25519
     """
@@ -136,11 +133,9 @@ def release_digest(
 ) -> None:
     """Print the digest a release's signature covers, `sha256:<hex>`, from DIRECTORY alone.
 
-    It is the SHA-256 of the manifest: one line per file and directory (type, mode as stored, size,
-    SHA-256 of the bytes, path), release.sig left out. For an unsigned release it is the digest
-    `release add` prints; for a signed one that digest includes release.sig and this does not.
-    docs/operations.md (Signed releases) shows how to compute it with coreutils and check a
-    signature with ssh-keygen.
+    It is the SHA-256 of the manifest: a line per file and directory (type, mode, size, SHA-256,
+    path), release.sig left out. So for a signed release it differs from the digest `release add`
+    prints. docs/operations.md (Signed releases) computes it with coreutils.
 
     Example: agent-fsm release digest ./myagent-2.0.0; to check its signature by hand: printf %s
     "$(agent-fsm release digest ./myagent-2.0.0)" | ssh-keygen -Y verify -f allowed_signers -I
@@ -165,22 +160,16 @@ def release_add(
 ) -> None:
     """Validate a release directory, archive or image and store a normalized copy on this host.
 
-    The copy holds regular files and directories only, owned by root, modes 0755 (directories,
-    executables) or 0644. A symlink, device, FIFO or socket is refused (exit 1). The digest printed
-    covers everything stored, release.sig included; for a signed release the digest its release.sig
-    signs follows.
+    The copy holds only regular files and directories, owned by root, modes 0755 or 0644; a symlink,
+    device, FIFO or socket is refused (exit 1). The digest printed covers everything stored; for a
+    signed release the digest its release.sig signs follows. An archive holds the release at its top
+    or in one top directory; a member that is absolute, has a `..`, or is a link, device or FIFO is
+    refused (exit 1). An image holds it at /agent-fsm/release; podman pulls it if needed and its id
+    is recorded (docs/containers.md).
 
-    An archive holds the release at its top or in one top directory. A member that is absolute, has
-    a `..` component, or is a link, device or FIFO is refused (exit 1), naming it; nothing is left
-    behind.
-
-    An image holds its release at /agent-fsm/release (`release pack --image`). podman (the `podman`
-    config key) pulls it unless present, the release is stored from it, and the image's id is
-    recorded (docs/containers.md).
-
-    Refused (exit 3): a version already stored with other content (both digests named; the same
-    content says "already stored", exit 0); with `allowed_signers` set, a release no listed key
-    signed; a release whose compiled extensions the config's `python` cannot load.
+    Refused (exit 3): a version stored with other content (same content: "already stored", exit 0);
+    with `allowed_signers` set, a release no listed key signed; compiled extensions the config's
+    `python` cannot load.
 
     Example: agent-fsm release add ./agent-fsm-2.0.0, ./agent-fsm-2.0.0.tar.gz, or
     oci-archive:./agent-fsm-2.0.0.tar
@@ -189,8 +178,8 @@ def release_add(
 
 
 def add_from(node: Node, source: str, *, quiet: bool = False) -> Added:
-    """Store the release `source` names (`sources.add_source`), say so in one line, and show the
-    copy's progress on stderr unless `quiet`; `release add` and `install --from` run this."""
+    """Store the release `source` names, say so in one line, and show the copy's progress on stderr
+    unless `quiet`: what `release add` and `install --from` run."""
     from ...actions.releases.sources import add_source
     from ..copy_progress import shown_on_stderr
     from .release_images import show_image
@@ -217,10 +206,9 @@ def release_list(
 ) -> None:
     """List the stored releases with their digests, marking the selected and the last-good.
 
-    A release that no longer matches the digest recorded when it was added is marked DAMAGED, with
-    what differs; it is refused when selected or rendered. A version that rolled back here is marked
-    KNOWN BAD (`upgrade` refuses it unless --force). A signed release also shows the digest its
-    release.sig signs, the one `release pack` and `release digest` print.
+    DAMAGED: no longer matching the digest recorded when added (what differs is shown); refused when
+    selected or rendered. KNOWN BAD: rolled back here (`upgrade` refuses it unless --force). A
+    signed release also shows the digest its release.sig signs.
 
     --json: a list of {version, selected, last_good, digest, digest_recorded, signed_digest, intact,
     problem, images, known_bad, covers}. signed_digest: null when unsigned; images: each {reference,
@@ -300,16 +288,14 @@ def release_prune(
     """Remove stored releases that neither the way back nor an owed transition needs.
 
     Never removed: the selected, the last-good, both ends of a pending upgrade, and every version an
-    interrupted transition still names (`status` shows it as owed). With no arguments, releases
-    older than the selected are removed and newer ones kept (staged), known-bad ones excepted.
-    --keep N keeps the N newest of the others, staged ones included. VERSION... removes exactly
-    those; if any is protected, nothing is removed (exit 3). A damaged state file refuses the prune
-    (exit 1).
+    owed transition names. With no arguments, the releases older than the selected go and newer ones
+    (staged) stay, unless known bad. --keep N keeps the N newest of the others, staged or not.
+    VERSION... removes exactly those; if any is protected, nothing is removed (exit 3).
 
-    One line per release: `removed V` or `kept V (why)`. A release's images go with it, except those
-    agent-fsm did not put into podman's store (docs/containers.md); one podman will not remove stays
-    recorded, is named, and makes the exit 1. Files no stored release uses any more are freed; the
-    last line says how much, `freed 1.1 GiB` (`would free` with --dry-run; `freed_bytes` in --json).
+    One line per release: `removed V` or `kept V (why)`. Images go with their release, but those
+    agent-fsm did not put in podman's store (docs/containers.md); one podman will not remove is
+    named and makes the exit 1. The last line says what was freed on disk, `freed 1.1 GiB` (`would
+    free` with --dry-run); files a kept release shares free nothing.
 
     Example: agent-fsm release prune --dry-run, then agent-fsm release prune --keep 2
     """

@@ -1,14 +1,14 @@
 """What the units and the state dir say, for `status` and its next action.
 
 The state file alone cannot tell a candidate being judged from one whose unit and recovery unit both
-failed, nor a rollback systemd is about to retry from one nothing retries. Read at every `status`,
-bounded: `system.unit_state.READ_TIMEOUT` per command, one `systemctl show` for both units, the
-journal only when something failed. When systemctl is missing, refuses or does not answer, the units
-are "unknown" and `status` says so and goes on.
+failed, nor a rollback systemd will retry from one nothing retries. Read at every `status`, bounded:
+one `systemctl show` for both units within `system.unit_state.READ_TIMEOUT`, the journal only when
+something failed. When systemctl is missing, refuses or hangs, the units are "unknown" and `status`
+says so and goes on.
 
-The situations, most specific first (`advise`): a write to the state dir failing (read-only or
-full), both units failed, a recovery retry pending, the recovery unit failed, the agent unit failed.
-Each has its own line (the `situation` `status` shows) and next commands.
+The situations, most specific first (`advise`): writes to the state dir failing (read-only or full),
+both units failed, a recovery retry pending, the recovery unit failed, the agent unit failed. Each
+has its own line (`situation`) and next commands.
 """
 
 from __future__ import annotations
