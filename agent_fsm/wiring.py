@@ -1,10 +1,9 @@
-"""One configured node: its paths, store, effectors and controller, wired together in one place.
+"""One configured node: its paths, store, effectors and controller, wired in one place.
 
-This is the composition root. It gives the engine its effects and conditions, and gives readers
-(views, actions, the daemon) the parts they read directly (`releases`, `gate`, `signal()`), so no
-reader reaches through the effectors. `open_reader` wires those parts alone, for `status`; only
-`open_node`, which writers call, imports the engine, its effects, the publisher, systemd and the
-hooks' runner.
+This composition root gives the engine its effects and conditions, and gives readers (views,
+actions, the daemon) the parts they read (`releases`, `gate`, `signal()`), so none reaches through
+the effectors. `open_reader` wires only those, for `status`; `open_node`, for writers, alone imports
+the engine, effects, publisher, systemd and the hooks' runner.
 """
 
 from __future__ import annotations

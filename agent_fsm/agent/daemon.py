@@ -1,23 +1,23 @@
 """The daemon the agent unit runs: resume, judge or converge, open the gate, then READY=1.
 
-At start it clears what the way back finds left (`upgrade.way_back`: a cut upgrade, an owed
-transition, an orphaned signal), then does what the state's `on_start` in states/agent-upgrade.toml
-says (ON_START). Judging a candidate: hold the last-good's assets (writing only missing ones), count
-the attempt, judge. Judged ok: publish, clear the signal, write its assets, reload, promote, open
-the gate. Judged failed: record the result, keep the signal, start the recovery unit, exit 1. A
-candidate whose signal is gone or unreadable is not judged: it starts the recovery unit and exits 1.
-A stop (SIGTERM) during the judgment is no verdict: nothing is recorded, the process exits 0, and
-the next start judges again with one more attempt counted, as after a power cut.
+A start first clears what the way back finds left (`upgrade.way_back`: a cut upgrade, an owed
+transition, an orphaned signal), then does the state's `on_start` (states/agent-upgrade.toml,
+ON_START). Judging a candidate: hold the last-good's assets, count the attempt, judge. Ok: publish,
+clear the signal, write its assets, reload, promote, open the gate. Failed: record the result, keep
+the signal, start the recovery unit, exit 1. A candidate without a readable signal is not judged: it
+starts the recovery unit and exits 1. SIGTERM during the judgment is no verdict: nothing is
+recorded, the exit is 0, and the next start judges again, one more attempt counted, as after a power
+cut.
 
-Only the last-good's code runs the way back: the engine refuses (NotItsRole) a transition that is
-not this process's role (`by` in states/, `upgrade.roles`), touching nothing. The daemon then hands
+Only the last-good's code runs the way back: the engine refuses (NotItsRole), touching nothing, a
+transition that is not this process's role (`by` in states/, `upgrade.roles`). The daemon then hands
 over: with another release selected it restarts its own unit and waits for the stop; else it starts
 the recovery unit and exits 1.
 
-READY=1 comes only after the start's work, so systemd's TimeoutStartSec bounds the judgment. Then it
-keeps the follow timer as configured (never before the gate is open), supervises the workload
-(`supervision.py`), pings the watchdog, finishes what a dead command left (`dead_command.py`), and
-on SIGTERM says STOPPING=1 and exits 0. Signal handlers only set flags; waits are on a wake-up pipe.
+READY=1 follows the start's work, so TimeoutStartSec bounds the judgment. Then the daemon keeps the
+follow timer (never before the gate opens), supervises the workload (`supervision.py`), pings the
+watchdog, finishes what a dead command left (`dead_command.py`), and on SIGTERM says STOPPING=1 and
+exits 0. Signal handlers only set flags; waits are on a wake-up pipe.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Daemon:
 
     def extend_start(self, tries: int, why: str) -> None:
         """Before each try to publish a judged-ok result, extend systemd's start timeout by the
-        publish command's timeout plus a margin."""
+        publish command's timeout and a margin."""
         room = float(getattr(self.node.effectors.publisher, "timeout", 30.0)) + PUBLISH_RETRY_MAX + 10
         text = ("publishing the result before opening the gate" if tries == 1 else
                 f"publishing the result failed, try {tries}: {why}")
@@ -100,10 +100,10 @@ class Daemon:
     def not_its_turn(self, exc: NotItsRole) -> bool:
         """The state is another role's to change: leave it and hand over.
 
-        With another release selected, its own start does it: restart this unit and wait for the
-        stop (exit 0, so no `OnFailure=` on systemd >= 255; exit 1 if no stop comes, and `Restart=`
-        starts the selected). With this one selected, the way back is the last-good's: start the
-        recovery unit and exit 1.
+        With another release selected, restart this unit for it and wait for the stop (exit 0, so no
+        `OnFailure=` on systemd >= 255; exit 1 if no stop comes, and `Restart=` starts the
+        selected). With this one selected, the way back is the last-good's: start the recovery unit
+        and exit 1.
         """
         self.workload.stop()
         log.error("%s", exc)
@@ -211,10 +211,9 @@ class Daemon:
             f"its upgrade signal {self.node.paths.signal_file} is gone"
 
     def not_judged(self, doc: StateDoc, version: str, why: str) -> bool:
-        """A candidate whose signal is lost is not judged: its starts cannot be counted, nor a
-        verdict recorded where the start check and `recover` read it. Start the recovery unit
-        (firing nothing of the way back here) and exit 1; the last-good's start check refuses the
-        next start too."""
+        """A candidate whose signal is lost is not judged: its starts cannot be counted nor a
+        verdict recorded. Start the recovery unit and exit 1; the last-good's start check refuses
+        the next start too."""
         unit = self.node.paths.recovery_unit_name
         log.error("candidate %s is not judged: %s, while the state file (%s) knows its upgrade; "
                   "starting %s to roll back to the last-good", version, why, doc.state, unit)

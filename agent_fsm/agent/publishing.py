@@ -1,6 +1,6 @@
-"""The judged-ok path's publishing: `complete`, tried until the publisher answers with the gate
-closed, and `complete_queued`, the way out once it has failed for `publish_give_up_seconds`. The
-daemon runs it after a judgment and at a start in `judged_ok`."""
+"""The judged-ok path's publishing: `complete`, retried with the gate closed until the publisher
+answers, or, after `publish_give_up_seconds`, `complete_queued`. The daemon runs it after a judgment
+and at a start in `judged_ok`."""
 
 from __future__ import annotations
 
@@ -87,9 +87,9 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
 
 def _give_up_in(controller: Controller, clock: Clock, give_up_after: float,
                 ran: float) -> float:
-    """Seconds until publishing is given up, counted from the judgment (the state's `since`, wall
-    clock: it survives a restart) or from this process's first try (`ran`, monotonic: a clock
-    stepped back never stretches the bound), whichever is longer ago."""
+    """Seconds until publishing is given up, from the judgment (the state's `since`: it survives a
+    restart) or from this process's first try (`ran`, monotonic: a clock stepped back never
+    stretches the bound), whichever is longer ago."""
     since = controller.store.read().since
     failing = max(ran, 0.0 if since is None else clock.now() - since)
     return give_up_after - failing

@@ -22,9 +22,8 @@ PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR
 
 
 class JournalFormatter(logging.Formatter):
-    """`<N>message`: journald reads the priority from the prefix. The message is one line with
-    control characters visible (`untrusted.shown`): a line break in a quoted value would start an
-    entry of its own, with a priority of that value's choosing."""
+    """`<N>message`: journald reads the priority from the prefix. The message is one line, control
+    characters visible: a quoted line break would start an entry with a priority of its choosing."""
 
     def format(self, record: logging.LogRecord) -> str:
         return f"<{PRIORITY.get(record.levelno, 6)}>{shown(record.getMessage(), MAX_LOG)}"
@@ -40,9 +39,9 @@ def setup_logging() -> None:
 
 
 def return_free_memory() -> None:
-    """Give the C heap's free pages back to the system (glibc's `malloc_trim`) once the start's work
-    is done. glibc keeps what the start freed below its heap's top (~1.2 MB measured in the daemon,
-    for 0.4 MB of `ctypes`). A no-op where there is no such call."""
+    """Give the C heap's free pages back (glibc's `malloc_trim`) once the start's work is done:
+    glibc keeps what the start freed below its heap's top (~1.2 MB measured in the daemon, for 0.4
+    MB of `ctypes`). A no-op without glibc."""
     try:
         import ctypes
 

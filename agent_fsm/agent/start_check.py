@@ -44,9 +44,8 @@ REFUSE = 1
 
 def start_check(node: Node | Reader, systemd: Systemd | None = None) -> int:
     """Count this start of a candidate; ALLOW it, or REFUSE it when its starts are used up or it
-    cannot be counted, after starting the recovery unit through `systemd` (None: the config's
-    systemctl). It needs only a reader's parts and the writers' lock, not the engine: it is on the
-    path of every start."""
+    cannot be counted, after starting the recovery unit through `systemd` (None: the config's). Only
+    a reader's parts and the writers' lock are needed: no engine on the path of every start."""
     if _last_good_starts(node):
         return ALLOW  # the way back, or a converged agent: nothing to count
     try:
@@ -95,13 +94,10 @@ def _shown(node: Node | Reader, systemd: Systemd | None) -> dict[str, str]:
 
 
 def _count(node: Node | Reader, shown: dict[str, str]) -> signal.UpgradeSignal | str | None:
-    """Count this start in the signal, with what systemd `shown` of the attempt before it; the
-    caller holds the writers' lock.
-
-    Returns the signal as counted; None when there is nothing to count; or why the start cannot be
-    counted while the state file knows an upgrade the way back rolls back. DiskError when the count
-    cannot be written.
-    """
+    """Count this start in the signal, with what systemd `shown` of the attempt before; the caller
+    holds the writers' lock. The signal as counted; None when there is nothing to count; or why the
+    start cannot be counted while an upgrade the way back rolls back is known. DiskError when the
+    count cannot be written."""
     if _last_good_starts(node):
         return None
     doc = node.store.read()

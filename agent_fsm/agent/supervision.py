@@ -52,9 +52,8 @@ class Workload:
         self.stable_after = CRASH_LOOP_WINDOW
 
     def start(self, version: str) -> None:
-        """Start the release's workload, if it declares one, as `[workload]` says (user, directory,
-        environment, journal identifier), and record it in `<run_dir>/workload.json`. WorkloadError
-        (or ReleaseError) if it cannot start."""
+        """Start the release's workload, if it declares one, as `[workload]` says, and record it in
+        `<run_dir>/workload.json`. WorkloadError (or ReleaseError) if it cannot start."""
         argv = self.node.releases.manifest(version).workload
         if not argv:
             return
@@ -106,9 +105,8 @@ class Workload:
         self._write_record()
 
     def kept_from_workload(self) -> tuple[Path, ...]:
-        """What the workload sees read-only, whatever its user: agent-fsm's directories (state dir
-        and store, the recovery script's, the units', the gate's), below `--root`. A
-        `writable_paths` entry inside one stays read-only."""
+        """What the workload sees read-only, whatever its user: agent-fsm's directories, below
+        `--root`. A `writable_paths` entry inside one stays read-only."""
         paths, config = self.node.paths, self.node.config
         return tuple(paths.real(d) for d in (config.state_dir, config.lib_dir, config.unit_dir,
                                              config.run_dir))
@@ -177,9 +175,9 @@ class Workload:
         return f"{head}; workload running (pid {self.process.pid})"
 
     def died(self, version: str | None, code: int) -> int:
-        """The workload exited after convergence: the daemon exits with its status (1 for a signal),
-        and systemd restarts the unit (`Restart=on-failure`) and so the workload; never a rollback.
-        STATUS= says so first, so `systemctl status` never shows it running meanwhile."""
+        """The workload exited after convergence: exit with its status (1 for a signal) and let
+        systemd restart the unit (`Restart=on-failure`); never a rollback. STATUS= says so first, so
+        `systemctl status` never shows it running meanwhile."""
         exit_ = self.exited() or workload_state.Exit.of(code, time.time())
         log.error("workload of %s %s; exiting so that systemd restarts %s", version,
                   exit_.words(), self.node.paths.agent_unit_name)
@@ -193,9 +191,9 @@ class Workload:
         return self.restarts
 
     def automatic_restarts(self) -> int:
-        """How many times systemd restarted the agent unit after a failure since its last start by
-        hand (`NRestarts`; 0 when systemd cannot say). Above 0, this start follows a crash, and the
-        history counts it in the crash loop's one entry."""
+        """systemd's restarts of the agent unit after failures since its last start by hand
+        (`NRestarts`; 0 when unknown). Above 0, this start follows a crash, and the history counts
+        it in the crash loop's one entry."""
         unit = self.node.paths.agent_unit_name
         try:
             shown = self.node.effectors.systemd.show(unit, ("NRestarts",))
@@ -206,10 +204,9 @@ class Workload:
         return int(value) if value.isdigit() else 0
 
     def forget_crashes(self) -> None:
-        """Up `stable_after` seconds after a start that followed crashes, the crash loop is over:
-        reset systemd's count of automatic restarts (`reset-failed`), so the next crash waits
-        `RestartSec=` again, not the loop's longest delay (`RestartSteps=`, systemd 254+). Nothing
-        else depends on it (the unit has no start limit); a refused reset is only logged."""
+        """Up `stable_after` seconds after a start that followed crashes, the loop is over: reset
+        systemd's restart count (`reset-failed`), so the next crash waits `RestartSec=`, not the
+        loop's longest delay (`RestartSteps=`, systemd 254+). A refused reset is only logged."""
         unit = self.node.paths.agent_unit_name
         try:
             self.node.effectors.systemd.reset_failed(unit)

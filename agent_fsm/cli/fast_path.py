@@ -1,11 +1,10 @@
-"""The commands systemd, fleet tools and upgrade scripts run, served without typer, pydantic or
-rich.
+"""The commands systemd, fleet tools and upgrade scripts run, without typer, pydantic or rich.
 
-`daemon`, `start-check`, `recover`, `status --json` and `upgrade` are here: their argument shapes,
-and the code the full CLI runs for them too. Building the typer app costs several times what they
-do, on the critical path of every upgrade and rollback. Only the exact shapes `[--config FILE]
-[--root DIR] COMMAND [its options]` are recognised; anything else (help, a typo, an extra option, a
-bad value, shell completion) returns None and goes to the full CLI, which owns usage errors.
+`daemon`, `start-check`, `recover`, `status --json` and `upgrade`: their argument shapes, and the
+code the full CLI runs for them too. Building the typer app costs several times what they do, on the
+path of every upgrade and rollback. Only the exact shapes `[--config FILE] [--root DIR] COMMAND [its
+options]` are served; anything else (help, a typo, a bad value, completion) returns None for the
+full CLI, which owns usage errors.
 """
 
 from __future__ import annotations

@@ -26,12 +26,12 @@ class Globals(NamedTuple):
     def node(self, *, way_back: bool = False, command: Command | None = None) -> Node:
         """The node these options name: its config loaded, its paths below the root.
 
-        `way_back` (`daemon`, `recover`): unknown config keys are logged, not refused, since a
-        config written for a newer candidate must not stop the last-good; a config wrong otherwise
-        gives way to the last-good's kept settings (`config.fallback`), which the daemon uses only
-        on a signal's way back. `command`: which process this is (`upgrade.roles.Command`; default
-        an operator's), for the roles' checks. A valid config is kept as the last-good's settings
-        (`Node.keep_settings`), so a fallback never runs settings older than it.
+        `way_back` (`daemon`, `recover`): unknown keys are logged, not refused, as a config written
+        for a newer candidate must not stop the last-good; a config wrong otherwise gives way to the
+        last-good's kept settings (`config.fallback`). `command`: this process
+        (`upgrade.roles.Command`; default an operator's), for the roles' checks. A valid config is
+        kept as the last-good's settings (`Node.keep_settings`), so a fallback never runs settings
+        older than it.
         """
         from ..errors import AgentFsmError
         from ..node import config as config_mod

@@ -1,10 +1,9 @@
 """Running the host's hooks: each a command given the transition as JSON on stdin and as
-`AGENT_FSM_*` variables, in a process group of its own that its timeout kills.
+`AGENT_FSM_*` variables, in its own process group, which its timeout kills.
 
 A `before` hook runs in the caller and answers whether the transition may go on. `after` hooks run
-one at a time, in order, on a worker thread, so none delays what comes next (READY=1, the way back).
-A process waits for its queued hooks, each bounded by the timeout, before it exits. A failing
-`after` hook is logged, never raised.
+one at a time, in order, on a worker thread, delaying nothing (READY=1, the way back); a process
+waits for its queued ones before it exits. A failing `after` hook is logged, not raised.
 """
 
 from __future__ import annotations

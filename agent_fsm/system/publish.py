@@ -1,9 +1,9 @@
 """Publishing an upgrade's result: a record per upgrade, and an optional configured command.
 
-The record is what `status` shows as the last result and what a fleet tool can collect; the command
-(`publish_command`, given the result as JSON on stdin) reaches anything further. Either failing
-raises PublishError; the daemon retries, and the gate stays closed until it works. The record and
-its queued copy are state-dir documents (kind, schema, checksum); the command gets the bare result.
+The record is what `status` shows as the last result and a fleet tool can collect; the command
+(`publish_command`, the bare result as JSON on stdin) reaches anything further. Either failing
+raises PublishError; the daemon retries with the gate closed. The record and its queued copy are
+state-dir documents (kind, schema, checksum).
 """
 
 from __future__ import annotations

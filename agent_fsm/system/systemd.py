@@ -39,10 +39,10 @@ class Systemd(Protocol):
 class Systemctl:
     """The real thing: `systemctl` in a subprocess.
 
-    `prefix` starts every call's argv (the config's `systemctl`: an agent in a container may reach
-    its host's systemd through a wrapper); a single string is one program. Starts and restarts are
-    queued with --no-block: the caller may be the unit's own process, which must not wait for its
-    own stop. A unit name always follows `--`, so no name can be read as an option.
+    `prefix` starts every call (the config's `systemctl`; a container's agent may reach its host's
+    systemd through a wrapper); a single string is one program. Starts and restarts use --no-block:
+    the caller may be the unit's own process, which must not wait for its own stop. A unit name
+    always follows `--`, so none can be read as an option.
     """
 
     def __init__(self, prefix: str | Sequence[str] = ("systemctl",), timeout: float = 60.0) -> None:

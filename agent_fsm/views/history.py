@@ -1,8 +1,8 @@
-"""What `history` reports: the transitions in the history journal, as a timeline of stays.
+"""What `history` reports: the journal's transitions, as a timeline of stays.
 
-Each entry records a transition when it finished. A *stay* in a state begins with an entry whose
-destination differs from the one before, and lasts until the next such entry; self-transitions
-(`candidate_started`, `settle`) do not end it. The state file keeps when the current stay began
+Each entry records a transition when it finished. A *stay* begins with an entry whose destination
+differs from the one before, and lasts until the next such entry; self-transitions
+(`candidate_started`, `settle`) do not end it. The state file keeps the current stay's start
 (`StateDoc.since`), so `status` and `metrics` need not read the journal. Read without the lock.
 """
 

@@ -111,7 +111,7 @@ def channel_init(
 ) -> None:
     """Make a new channel in DIR: root version 1 and an empty index, signed.
 
-    Give each node a copy of DIR/root.json (its config's `[channel] root`): its root of trust.
+    Give each node a copy of DIR/root.json (its `[channel] root`): its root of trust.
 
     Example: agent-fsm channel init ./stable --channel stable --root-key primary=./primary
     --root-key backup=./backup --index-key ci=./ci
@@ -145,10 +145,9 @@ def channel_publish(
     days: Days = 30,
     as_json: Json = False,
 ) -> None:
-    """Add a release to the channel at a rollout percentage (default 0: published, taken by none).
+    """Add a release to the channel at a rollout percentage (default 0: taken by no node yet).
 
-    A node takes it when its bucket for this version (0-99, from its machine id) is below the
-    percentage.
+    A node takes it when its bucket for this version (0-99, from its machine id) is below it.
 
     Example: agent-fsm channel publish ./stable --version 1.1.0 --archive ./myagent-1.1.0.tar.gz
     --rollout 10 --key ci=./ci_ed25519

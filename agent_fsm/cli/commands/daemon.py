@@ -11,9 +11,9 @@ from .. import options
 def daemon(ctx: typer.Context) -> None:
     """Run as the agent unit's main process (Type=notify).
 
-    It judges or converges, opens the gate, sends READY=1, supervises the workload, and stops
-    cleanly on SIGTERM. Every 5 s it looks for an install, activate or upgrade that died half-way,
-    and restarts its unit to finish it.
+    It judges or converges, opens the gate, sends READY=1, supervises the workload and stops cleanly
+    on SIGTERM. Every 5 s it finishes an install, activate or upgrade that died half-way, by
+    restarting its unit.
 
     Example (in the unit): ExecStart=/var/lib/agent-fsm/selected/bin/agent-fsm daemon
     """
@@ -26,7 +26,7 @@ def start_check(ctx: typer.Context) -> None:
     """Run as the agent unit's ExecStartPre= (the last-good's binary): count a candidate's start.
 
     Once max_attempts starts are used up, it starts the recovery unit and exits 1, refusing the
-    start. With no upgrade pending it does nothing and exits 0.
+    start. With no upgrade pending it exits 0.
 
     Example (in the unit): ExecStartPre=/var/lib/agent-fsm/last-good/bin/agent-fsm start-check
     """

@@ -20,8 +20,8 @@ def history(
 ) -> None:
     """Show the transitions the machine went through, oldest first.
 
-    Each: when, the trigger, from → to, the versions, and how long the node stayed in the state.
-    history.jsonl beside state.json keeps the last `history_limit` (config; default 200).
+    Each: when, the trigger, from → to, the versions, and how long the node stayed. history.jsonl
+    beside state.json keeps the last `history_limit` (default 200).
 
     Example: agent-fsm history --upgrade 2.0.0 --limit 10
     """

@@ -24,7 +24,7 @@ def hold(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object, for programs.")] = False,
 ) -> None:
     """Hold upgrades: `upgrade` is refused (exit 3) until the hold ends or is lifted, unless
-    --force. A new hold replaces the old one. Rollbacks, `install` and `activate` are never held.
+    --force. A new hold replaces the old. Rollbacks, `install` and `activate` are never held.
 
     Example: agent-fsm hold --reason "quarter-end batch" --until 6h
     """

@@ -24,11 +24,11 @@ def install(
 ) -> None:
     """Install a release: select and trust it, write all assets, reload, enable and start.
 
-    The config's `bin_link` (default /usr/local/bin/agent-fsm) runs the selected release's
-    bin/agent-fsm. With --from, the release is first stored as `release add` stores it (a version
-    stored with other content is refused, exit 3); --version, if given, must be its version, else
-    exit 1 and nothing is installed. An empty node is bootstrapped by the release's own launcher:
-    `DIR/bin/agent-fsm install --from DIR` (docs/your-agent.md).
+    The config's `bin_link` (default /usr/local/bin/agent-fsm) then runs the selected release's
+    bin/agent-fsm. --from stores the release first, as `release add` does (other content under its
+    version: exit 3); --version, if given, must match it (else exit 1). An empty node is
+    bootstrapped by the release's own launcher: `DIR/bin/agent-fsm install --from DIR`
+    (docs/your-agent.md).
 
     Example: agent-fsm install --version 1.0.0, or agent-fsm install --from ./agent-fsm-1.0.0
     """

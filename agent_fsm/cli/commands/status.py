@@ -30,8 +30,8 @@ def status(
 ) -> None:
     """Show what is happening on this node and what you may do next.
 
-    It shows the state and its meaning, the releases, the signal (age, attempt, deadline), the gate,
-    the held assets, the last result, and the next action as a command to run.
+    The state and its meaning, the releases, the signal (age, attempt, deadline), the gate, the held
+    assets, the last result, and the next action as a command to run.
 
     Example: agent-fsm status --watch --interval 1
     """

@@ -1,10 +1,9 @@
 """`doctor`'s checks of the files root takes its orders from.
 
-They are the config file (it names what root runs and renders), the allowed-signers file it names
-(whose releases root accepts) and the programs it names by path (checks, hooks, the publish
-command). Each must be root's or ours and not writable by group or others, nor may any directory
-above it be, as `modes` checks the state, unit and script directories. Above --root, for a file
-below it, is the host's business.
+The config file (what root runs and renders), the allowed-signers file it names (whose releases root
+accepts) and the programs it names by path (checks, hooks, the publish command) must each be root's
+or ours and not writable by group or others, nor any directory above them, up to --root for a file
+below it; `modes` checks the state, unit and script directories alike.
 """
 
 from __future__ import annotations

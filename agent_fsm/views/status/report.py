@@ -1,10 +1,9 @@
 """What `status` reports: read without the lock, never blocking the daemon.
 
-It answers two questions. What is happening: the state and its meaning, the versions, the signal
-with its age and deadline, the gate, the assets on disk and how they differ from what the running
-version would write, the last result. What may I do now: `next`, one sentence and the commands to
-run. Every field of `Status.to_json` is documented in docs/operations.md and pinned by
-tests/views/test_status.py.
+What is happening: the state and its meaning, the versions, the signal with its age and deadline,
+the gate, the assets on disk against what the running version would write, the last result. What may
+I do now: `next`, a sentence and the commands. Every field of `Status.to_json` is documented in
+docs/operations.md and pinned by tests/views/test_status.py.
 """
 
 from __future__ import annotations
