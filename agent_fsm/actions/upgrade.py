@@ -89,9 +89,10 @@ class Phase(enum.StrEnum):
 class Progress:
     """Where the followed upgrade is at one read.
 
-    `time` is the wall clock, `after` the seconds since it began; the attempt (0 before the first
-    start is counted) of `max_attempts`; the seconds left to the attempt's deadline (None without a
-    signal); and what the judging daemon recorded (`node.runtime.judgment`).
+    `time` is the wall clock, `after` the seconds since it began. `attempt` is 0 before the first
+    start is counted. `deadline_in` is the seconds left to the attempt's deadline, None without a
+    signal. `answers` and `soak_left` are what the judging daemon recorded
+    (`node.runtime.judgment`).
     """
 
     time: float
@@ -149,12 +150,12 @@ def follow(node: Node, started: float, to_version: str, timeout: float,
            on_state: Callable[[float, str, str], None] = lambda _t, _tr, _s: None,
            interval: float = 0.02, reread: float = 0.5,
            on_progress: Callable[[Progress], None] = lambda _p: None) -> UpgradeOutcome:
-    """Watch an upgrade, reading and never locking, until it converges; return its outcome, and
-    report each transition seen (`on_state`) and where it is at each read (`on_progress`).
+    """Watch an upgrade, reading and never locking, until it converges; return its outcome.
 
-    Every `interval` seconds the state file and the gate are stat'ed, and the state read when either
-    changed, or `reread` seconds after the last read: the end is noticed within milliseconds, at the
-    cost of a read per transition.
+    `on_state` gets each transition seen, `on_progress` where it is at each read. Every `interval`
+    seconds the state file and the gate are stat'ed. The state is read when either changed, or
+    `reread` seconds after the last read. So the end is noticed within milliseconds, at the cost of
+    a read per transition.
     """
     end = time.monotonic() + timeout
     seen: list[tuple[float, str, str]] = []

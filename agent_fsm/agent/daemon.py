@@ -1,23 +1,22 @@
 """The daemon the agent unit runs: resume, judge or converge, open the gate, then READY=1.
 
 A start first clears what the way back finds left (`upgrade.way_back`: a cut upgrade, an owed
-transition, an orphaned signal), then does the state's `on_start` (states/agent-upgrade.toml,
+transition, an orphaned signal). Then it does the state's `on_start` (states/agent-upgrade.toml,
 ON_START). Judging a candidate: hold the last-good's assets, count the attempt, judge. Ok: publish,
 clear the signal, write its assets, reload, promote, open the gate. Failed: record the result, keep
 the signal, start the recovery unit, exit 1. A candidate without a readable signal is not judged: it
-starts the recovery unit and exits 1. SIGTERM during the judgment is no verdict: nothing is
-recorded, the exit is 0, and the next start judges again, one more attempt counted, as after a power
-cut.
+starts the recovery unit and exits 1. SIGTERM during the judgment is no verdict. Nothing is recorded
+and the exit is 0; the next start judges again, one more attempt counted, as after a power cut.
 
-Only the last-good's code runs the way back: the engine refuses (NotItsRole), touching nothing, a
+Only the last-good's code runs the way back. The engine refuses (NotItsRole), touching nothing, a
 transition that is not this process's role (`by` in states/, `upgrade.roles`). The daemon then hands
-over: with another release selected it restarts its own unit and waits for the stop; else it starts
+over. With another release selected it restarts its own unit and waits for the stop; else it starts
 the recovery unit and exits 1.
 
 READY=1 follows the start's work, so TimeoutStartSec bounds the judgment. Then the daemon keeps the
-follow timer (never before the gate opens), supervises the workload (`supervision.py`), pings the
-watchdog, finishes what a dead command left (`dead_command.py`), and on SIGTERM says STOPPING=1 and
-exits 0. Signal handlers only set flags; waits are on a wake-up pipe.
+follow timer (never before the gate opens) and supervises the workload (`supervision.py`). It pings
+the watchdog, and finishes what a dead command left (`dead_command.py`). On SIGTERM it says
+STOPPING=1 and exits 0. Signal handlers only set flags; waits are on a wake-up pipe.
 """
 
 from __future__ import annotations

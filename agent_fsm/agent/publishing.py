@@ -34,15 +34,15 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
                              ) -> StateDoc:
     """Run `complete` (publish, clear signal, write assets, reload, promote, open the gate).
 
-    A failed publish is retried with a growing delay, the gate closed: `open_gate` follows
+    A failed publish is retried with a growing delay, the gate closed. `open_gate` follows
     `publish_result` in the recorded transition, and resuming never skips an effect. `before_try(n,
-    last_error)` runs before each try (the daemon extends its start timeout, so a slow publisher
-    never causes a rollback). `max_tries` bounds the tries (None: no bound).
+    last_error)` runs before each try: the daemon extends its start timeout, so a slow publisher
+    never causes a rollback. `max_tries` bounds the tries (None: no bound).
 
-    `give_up_after` (None: never) is the dead publisher's way out: once publishing has failed that
-    long, from the judgment (the state file's time, kept over a restart) or from this call
-    (monotonic), whichever is longer, `complete_queued` supersedes the owed `complete`, queues the
-    result and opens the gate. A stop (`stopping()`) ends the tries. Each try runs inside
+    `give_up_after` (None: never) is the dead publisher's way out. Publishing may fail that long,
+    counted from the judgment (the state file's time, kept over a restart) or from this call
+    (monotonic), whichever is longer. Then `complete_queued` supersedes the owed `complete`, queues
+    the result and opens the gate. A stop (`stopping()`) ends the tries. Each try runs inside
     `each_try()`, where one check of the release serves `write_assets` and `promote_last_good`.
     """
     delay = PUBLISH_RETRY_FIRST
@@ -87,9 +87,9 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
 
 def _give_up_in(controller: Controller, clock: Clock, give_up_after: float,
                 ran: float) -> float:
-    """Seconds until publishing is given up, from the judgment (the state's `since`: it survives a
-    restart) or from this process's first try (`ran`, monotonic: a clock stepped back never
-    stretches the bound), whichever is longer ago."""
+    """Seconds until publishing is given up, counted from the judgment or from this process's first
+    try, whichever is longer ago. The judgment's time (`since`, wall clock) survives a restart; the
+    first try's (`ran`, monotonic) is not stretched by a clock stepped back."""
     since = controller.store.read().since
     failing = max(ran, 0.0 if since is None else clock.now() - since)
     return give_up_after - failing

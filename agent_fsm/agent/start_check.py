@@ -1,27 +1,26 @@
 """`agent-fsm start-check`: the agent unit's `ExecStartPre=`, run with the last-good's binary.
 
-Start limits are agent-fsm's, not systemd's (`StartLimitIntervalSec=0`): a `daemon-reload` resets
-systemd's start count up to 254 and keeps it from 255, so a limit of systemd's would let a candidate
-escape recovery while anything reloads systemd (252) and leave a converged agent that crashed twice
+Start limits are agent-fsm's, not systemd's (`StartLimitIntervalSec=0`). A `daemon-reload` resets
+systemd's start count up to 254 and keeps it from 255. A limit of systemd's would let a candidate
+escape recovery while anything reloads systemd (252), and leave a converged agent that crashed twice
 failed (257). So:
 
-- while an upgrade is pending and the candidate is selected, the last-good's code counts each
-  start in the signal (`starts`) before the candidate's code runs, so a candidate that crashes
-  on import is counted too;
-- once `max_attempts` starts are used up, the next start starts the recovery unit and is
-  refused (exit 1). systemd restarts the unit as after any failure, each refused start asks for
-  recovery again, and once `recover` has selected the last-good the start goes on;
-- each counted start records whether the attempt before it ended by the start timeout
-  (`start_timeout`), so the rollback can say so;
-- a start that cannot be counted (the signal gone or unreadable, the state dir not writable:
-  `DiskError`) while the state file knows an upgrade `recover` rolls back is refused as at the
-  bound, after starting the recovery unit: an uncounted candidate could not record a verdict
-  either. A candidate judged ok (`judged_ok`) is not among them: its `complete` clears the
-  signal itself;
-- otherwise (nothing pending, the last-good selected, or judged ok) it does nothing.
+- While an upgrade is pending and the candidate is selected, the last-good's code counts each
+  start in the signal (`starts`) before the candidate's code runs. A candidate that crashes on
+  import is counted too.
+- Once `max_attempts` starts are used up, the next start starts the recovery unit and is refused
+  (exit 1). systemd restarts the unit as after any failure, and each refused start asks for
+  recovery again. Once `recover` has selected the last-good, the start goes on.
+- Each counted start records whether the attempt before it ended by the start timeout
+  (`start_timeout`), so the rollback can say so.
+- A start that cannot be counted is refused as at the bound, after starting the recovery unit,
+  when the state file knows an upgrade `recover` rolls back. The signal is gone or unreadable,
+  or the state dir not writable (`DiskError`); an uncounted candidate could not record a verdict
+  either. A candidate judged ok is not among them: its `complete` clears the signal itself.
+- Otherwise (nothing pending, the last-good selected, or judged ok) it does nothing.
 
-An unexpected failure here lets the start go on: the check must never keep the agent down (the
-candidate's daemon still counts its attempts).
+An unexpected failure here lets the start go on. The check must never keep the agent down; the
+candidate's daemon still counts its attempts.
 """
 
 from __future__ import annotations
@@ -44,8 +43,9 @@ REFUSE = 1
 
 def start_check(node: Node | Reader, systemd: Systemd | None = None) -> int:
     """Count this start of a candidate; ALLOW it, or REFUSE it when its starts are used up or it
-    cannot be counted, after starting the recovery unit through `systemd` (None: the config's). Only
-    a reader's parts and the writers' lock are needed: no engine on the path of every start."""
+    cannot be counted. Refusing, it first starts the recovery unit through `systemd` (None: the
+    config's). It needs only a reader's parts and the writers' lock: no engine on every start's
+    path."""
     if _last_good_starts(node):
         return ALLOW  # the way back, or a converged agent: nothing to count
     try:

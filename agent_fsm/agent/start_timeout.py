@@ -1,12 +1,13 @@
 """Whether a candidate's attempt ended by systemd's start timeout, as the start check sees it.
 
 In a restart's `ExecStartPre=`, systemd has forgotten the attempt before (`Result=success`,
-`ExecMain*=0`, on 252 and 257). So the start check, letting a start go on, records in the signal
-`NRestarts` and the time (systemd's monotonic clock) by which `TimeoutStartSec=` would end that
-attempt, had it never sent READY=1, and the restart delay would pass (`RestartUSecNext`, else
-`RestartUSec`). At the next start, the attempt timed out if systemd restarted it itself (`NRestarts`
-one more) no sooner than that. A stop or reboot between resets `NRestarts`: never a timeout. A crash
-later than the start timeout less the check's run and the stop counts as one.
+`ExecMain*=0`, on 252 and 257). So the start check keeps its own record in the signal when it lets a
+start go on. It records `NRestarts`, and a time on systemd's monotonic clock: when
+`TimeoutStartSec=` would end the attempt, had it never sent READY=1, plus the restart delay
+(`RestartUSecNext`, else `RestartUSec`). At the next start, the attempt timed out if systemd
+restarted it itself (`NRestarts` one more) no sooner than that. A stop or reboot between resets
+`NRestarts`: never a timeout. A crash later than the start timeout, less the check's run and the
+stop, counts as one.
 """
 
 from __future__ import annotations

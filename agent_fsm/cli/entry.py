@@ -2,7 +2,7 @@
 the full CLI.
 
 fast_path.py serves `[--config FILE] [--root DIR] daemon | recover | status --json` before typer is
-imported, with the full CLI's output, messages and exit codes (tests compare the two); anything else
+imported. Output, messages and exit codes are the full CLI's; tests compare the two. Anything else
 goes to `app.main`.
 """
 

@@ -1,13 +1,12 @@
 """The host's configuration: a TOML file, every key checked, unknown keys refused.
 
 Each key is declared once, in `SETTINGS`: how it is checked and kept (`to_table`), the commands it
-has root run (`doctor`), and its name in `--help` and docs/configuration.md (a test holds the docs
-to the table). The records below hold the values and defaults.
+has root run (`doctor`), and its name in `--help` and docs/configuration.md. A test holds the docs
+to the table. The records below hold the values and defaults.
 
-The way back (`recover`, the daemon on a signal's way back) reads it leniently, unknown keys logged
-and ignored. When it is wrong all the same, the way back runs with the settings kept when the
-last-good was promoted (`to_table` writes them, `parse` reads them back), and `Config.fallback` says
-so.
+The way back (`recover`, the daemon on a signal's way back) reads it leniently: unknown keys are
+logged and ignored. When it is wrong all the same, the way back runs with the settings kept when the
+last-good was promoted (`to_table` writes them, `parse` reads them back). `Config.fallback` says so.
 """
 
 from __future__ import annotations
@@ -138,9 +137,9 @@ Argvs = Callable[[Any], tuple[tuple[str, ...], ...]]
 class Setting(NamedTuple):
     """One key of the file (`section.field` in a table); its default is the record's.
 
-    `check` reads its value; `dump` writes it back in JSON's types (None: not written); `runs`: the
-    argvs it has root run; `each`: what names a table's entries; `against`: a check against the keys
-    read before it; `own`: one of agent-fsm's directories.
+    `check` reads its value. `dump` writes it back in JSON's types (None: not written). `runs`: the
+    argvs it has root run. `each`: what names a table's entries. `against`: a check against the keys
+    read before it. `own`: one of agent-fsm's directories.
     """
 
     key: str

@@ -25,8 +25,8 @@ def get(url: str, expected: int, timeout: float) -> tuple[bool, str]:
     `expected`.
 
     The whole GET is bounded, not only each connect and read, which a server answering a byte at a
-    time would stretch: it runs on its own thread, given up at the timeout (its socket's timeout
-    ends it soon after).
+    time would stretch. It runs on its own thread, given up at the timeout; its socket's timeout
+    ends it soon after.
     """
     import threading
 

@@ -23,9 +23,9 @@ FLUSH_WAIT = 1.0  # seconds the output is given to take what waits, once the chi
 
 
 class StderrTail:
-    """Reads the pipe `read_fd` on its own thread (the child holds the write end, closed at its
-    end), forwards every line to `output` and keeps the last ones. `output` is a file descriptor: a
-    copy is used and its blocking mode left alone, as the child's stdout may share it."""
+    """Reads the pipe `read_fd` on its own thread, forwards every line to `output` and keeps the
+    last ones. The child holds the write end, closed at its end. `output` is a file descriptor: a
+    copy is used, its blocking mode left alone, as the child's stdout may share it."""
 
     def __init__(self, read_fd: int, output: int, lines: int = 5, width: int = 200) -> None:
         self._read_fd, self._output = read_fd, os.dup(output)

@@ -1,7 +1,7 @@
-"""What systemd says of units: `systemctl show`'s output parsed (`blocks`, for readers and writers),
-and for readers (`status`) `show` and the journal's last error, each with a short hard timeout, run
-through `proc`, which needs no `subprocess`, so readers stay light.
+"""What systemd says of units, each question with a short hard timeout.
 
+`blocks` parses `systemctl show`'s output, for readers and writers. For readers (`status`), `show`
+and the journal's last error run through `proc`, which needs no `subprocess`, so readers stay light.
 Nothing here raises for systemd's sake: a missing `systemctl`, a refusal, no systemd or a timeout is
 returned as the reason the state is unknown.
 """
@@ -106,9 +106,9 @@ def seconds(span: str) -> float | None:
 
 def timer(prefix: Sequence[str], unit: str,
           timeout: float = READ_TIMEOUT) -> tuple[str, str, float | None]:
-    """A timer's ActiveState, UnitFileState and next elapse on the wall clock, from one `systemctl
-    show` with TZ=UTC (systemd 252 prints "Thu 2026-12-03 12:58:05 UTC"); Unread if it cannot. The
-    elapse is seconds since the epoch; None when none is due or it is not printed in UTC."""
+    """A timer's ActiveState, UnitFileState and next elapse, from one `systemctl show` with TZ=UTC;
+    Unread if it cannot. The elapse is seconds since the epoch, read from "Thu 2026-12-03 12:58:05
+    UTC" (systemd 252); None when none is due or it is not printed in UTC."""
     import calendar
     import time
 

@@ -26,11 +26,11 @@ def follow(
 ) -> None:
     """Look once at the channel `[channel]` names, as `<name>-follow.timer` does in its window.
 
-    It checks the signed index, picks the newest version eligible here (not revoked or known bad,
-    past its not-before time, its rollout covering this node's bucket), fetches and adds it, and
+    It checks the signed index and picks the newest version eligible here: not revoked or known bad,
+    past its not-before time, its rollout covering this node's bucket. It fetches and adds it, and
     upgrades to it as `upgrade --wait` does. A hold, an inhibitor or a pending upgrade stops it
-    before any fetch; an unreachable server or a refused index or release changes nothing. One line
-    says what happened; `status` shows it too (docs/fleet.md).
+    before any fetch. An unreachable server, or a refused index or release, changes nothing. One
+    line says what happened; `status` shows it too (docs/fleet.md).
 
     Exit codes: 0 upgraded, up to date or nothing eligible; 1 the server, the index or the release
     failed or was refused; 3 held (a hold, an inhibitor, a pending upgrade); 4 the version taken was

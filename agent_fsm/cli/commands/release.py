@@ -160,12 +160,12 @@ def release_add(
 ) -> None:
     """Validate a release directory, archive or image and store a normalized copy on this host.
 
-    The copy holds only regular files and directories, owned by root, modes 0755 or 0644; a symlink,
+    The copy holds only regular files and directories, owned by root, modes 0755 or 0644. A symlink,
     device, FIFO or socket is refused (exit 1). The digest printed covers everything stored; for a
-    signed release the digest its release.sig signs follows. An archive holds the release at its top
-    or in one top directory; a member that is absolute, has a `..`, or is a link, device or FIFO is
-    refused (exit 1). An image holds it at /agent-fsm/release; podman pulls it if needed and its id
-    is recorded (docs/containers.md).
+    signed release, the digest its release.sig signs follows. An archive holds the release at its
+    top or in one top directory. A member that is absolute, has a `..`, or is a link, device or FIFO
+    is refused (exit 1). An image holds the release at /agent-fsm/release. podman pulls it if
+    needed, and its id is recorded (docs/containers.md).
 
     Refused (exit 3): a version stored with other content (same content: "already stored", exit 0);
     with `allowed_signers` set, a release no listed key signed; compiled extensions the config's

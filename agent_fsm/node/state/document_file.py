@@ -15,11 +15,11 @@ Forward compatibility: a later agent-fsm that changes a body bumps `schema` and 
 the oldest schema whose readers can still read the file. A reader of schema R reads a file of schema
 S > R with core C <= R as schema R. The writer promises (docs/state-files.md):
 
-- this layout (JSON object, `kind`, `schema`, `core`, checksum); another is damage;
-- every field of each schema from C to S keeps its type, range and meaning: new schemas only
-  add keys;
-- a reader keeps unknown keys on rewrite and writes its own schema; a later reader of an older
-  schema trusts that schema's fields and takes its own later keys as possibly stale.
+- This layout (JSON object, `kind`, `schema`, `core`, checksum). Another is damage.
+- Every field of each schema from C to S keeps its type, range and meaning. New schemas only add
+  keys.
+- A reader keeps unknown keys on rewrite and writes its own schema. A later reader of an older
+  schema trusts that schema's fields, and takes its own later keys as possibly stale.
 
 | file in the state dir                    | kind            | schema |
 | ---------------------------------------- | --------------- | ------ |

@@ -1,9 +1,9 @@
 """`doctor`'s checks of the files root takes its orders from.
 
-The config file (what root runs and renders), the allowed-signers file it names (whose releases root
-accepts) and the programs it names by path (checks, hooks, the publish command) must each be root's
-or ours and not writable by group or others, nor any directory above them, up to --root for a file
-below it; `modes` checks the state, unit and script directories alike.
+They are the config file (what root runs and renders), the allowed-signers file it names (whose
+releases root accepts), and the programs it names by path (checks, hooks, the publish command). Each
+must be root's or ours and not writable by group or others, nor any directory above it, up to --root
+for a file below it. `modes` checks the state, unit and script directories alike.
 """
 
 from __future__ import annotations

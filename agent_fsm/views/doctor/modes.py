@@ -3,17 +3,17 @@
 Root runs `<state_dir>/selected/bin/agent-fsm` and `last-good/bin/agent-fsm` and renders the stored
 releases' templates; systemd runs the units and the recovery script. So:
 
-- the state directory is ours and 0700, its lock 0600; nothing below it is writable by group or
-  others, setuid, setgid, another user's, a FIFO, socket, device or symlink, but the `selected`
-  and `last-good` pointers at releases in `releases/`;
-- the three service assets are regular files, root's or ours, not writable by group or others;
-- the unit, script and state directories and every directory above them are root's or ours and
-  not writable by group or others (a sticky one like /tmp only lets others add their own
-  names); links above them are the host's layout.
+- The state directory is ours and 0700, its lock 0600. Nothing below it is writable by group or
+  others, setuid, setgid, another user's, a FIFO, socket, device or symlink. The exceptions are
+  the `selected` and `last-good` pointers at releases in `releases/`.
+- The three service assets are regular files, root's or ours, not writable by group or others.
+- The unit, script and state directories and every directory above them are root's or ours, not
+  writable by group or others. A sticky one like /tmp only lets others add their own names.
+  Links above them are the host's layout.
 
 Each problem is a `fail` whose fix is the exact command, paths shell-quoted. The walk never follows
-a link (O_NOFOLLOW, each directory opened relative to its parent) and stops, saying so, after
-MAX_ENTRIES entries.
+a link (O_NOFOLLOW, each directory opened relative to its parent). It stops after MAX_ENTRIES
+entries, saying so.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """`doctor`'s signature check: with `allowed_signers` set, every stored release's `release.sig`
 verified again against that file as it is now.
 
-The store's digest keeps a release as `release add` verified it; the file can change (a key removed
-or past its `valid-before`). So doctor names each stored release no listed key signs now. Selecting
-a release does not check its signature, as the way back must not depend on a listed key; the fix is
-to upgrade to a release a listed key signed, then prune the other.
+The store's digest keeps a release as `release add` verified it, but the file can change: a key
+removed, or past its `valid-before`. So doctor names each stored release no listed key signs now.
+Selecting a release does not check its signature: the way back must not depend on a listed key. The
+fix is to upgrade to a release a listed key signed, then prune the other.
 """
 
 from __future__ import annotations

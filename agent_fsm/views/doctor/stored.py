@@ -13,7 +13,7 @@ from .finding import Finding
 def releases(node: Node) -> list[Finding]:
     """Every stored release hashed whole against its digest (bit rot included), each shared file
     once, and what the store takes on disk. A damaged selected release cannot start (the node is
-    down) and a damaged last-good is no way back: both fail with their own fix; any other damaged
+    down), and a damaged last-good is no way back. Both fail with their own fix; any other damaged
     release fails with the fix for a stored one."""
     releases, unit = node.releases, node.paths.agent_unit_name
     selected, last_good = releases.selected(), releases.last_good()

@@ -152,7 +152,7 @@ def _unknown(node: Node | Reader, p: Pending) -> list[str]:
 
 def damaged(node: Node | Reader, version: str | None) -> dict[str, str] | None:
     """{version, problem} when the release `version` is not what was stored or is gone; None when it
-    is intact or None. Checked by its files' stats, as a start checks it: a change that keeps them
+    is intact or None. Checked by its files' stats, as a start checks it. A change that keeps them
     (bit rot) is for `doctor` and `release list`, which hash every file."""
     if version is None:
         return None

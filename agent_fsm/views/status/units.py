@@ -1,10 +1,10 @@
 """What the units and the state dir say, for `status` and its next action.
 
 The state file alone cannot tell a candidate being judged from one whose unit and recovery unit both
-failed, nor a rollback systemd will retry from one nothing retries. Read at every `status`, bounded:
-one `systemctl show` for both units within `system.unit_state.READ_TIMEOUT`, the journal only when
-something failed. When systemctl is missing, refuses or hangs, the units are "unknown" and `status`
-says so and goes on.
+failed. Nor can it tell a rollback systemd will retry from one nothing retries. Read at every
+`status`, bounded: one `systemctl show` for both units within `system.unit_state.READ_TIMEOUT`, the
+journal only when something failed. When systemctl is missing, refuses or hangs, the units are
+"unknown"; `status` says so and goes on.
 
 The situations, most specific first (`advise`): writes to the state dir failing (read-only or full),
 both units failed, a recovery retry pending, the recovery unit failed, the agent unit failed. Each
