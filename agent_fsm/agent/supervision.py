@@ -105,8 +105,8 @@ class Workload:
         self._write_record()
 
     def kept_from_workload(self) -> tuple[Path, ...]:
-        """What the workload sees read-only, whatever its user: agent-fsm's directories, below
-        `--root`. A `writable_paths` entry inside one stays read-only."""
+        """What the workload sees read-only, whatever its user: agent-fsm's state, lib, unit and run
+        directories, below `--root`. A `writable_paths` entry inside one stays read-only."""
         paths, config = self.node.paths, self.node.config
         return tuple(paths.real(d) for d in (config.state_dir, config.lib_dir, config.unit_dir,
                                              config.run_dir))
@@ -175,9 +175,9 @@ class Workload:
         return f"{head}; workload running (pid {self.process.pid})"
 
     def died(self, version: str | None, code: int) -> int:
-        """The workload exited after convergence: exit with its status (1 for a signal) and let
-        systemd restart the unit (`Restart=on-failure`); never a rollback. STATUS= says so first, so
-        `systemctl status` never shows it running meanwhile."""
+        """The daemon's exit code when the workload exited after convergence: its status (1 for a
+        signal), so systemd restarts the unit (`Restart=on-failure`); never a rollback. STATUS= says
+        so first, so `systemctl status` never shows it running meanwhile."""
         exit_ = self.exited() or workload_state.Exit.of(code, time.time())
         log.error("workload of %s %s; exiting so that systemd restarts %s", version,
                   exit_.words(), self.node.paths.agent_unit_name)
