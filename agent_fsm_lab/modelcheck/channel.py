@@ -74,8 +74,9 @@ ANSWERS = (
            (("2.0.0", 100, "crashes at start"), ("2.1.0", 100, None))),
     Answer("expired", "index v3 (2.1.0 at 100 %), expired a day before", 3, -DAY,
            (("2.1.0", 100, None),)),
-    Answer("known-bad", f"index v4: {MARKED} (known bad here) and 2.1.0 at 100 %", 4, 30 * DAY,
-           (("2.1.0", 100, None), (MARKED, 100, None))),
+    Answer("known-bad", f"index v4: 2.0.0 and 2.1.0 revoked, {MARKED} (known bad here) at 100 %",
+           4, 30 * DAY, (("2.0.0", 100, "crashes at start"), ("2.1.0", 100, "a bad build"),
+                         (MARKED, 100, None))),
 )
 BY_LABEL = {a.label: a for a in ANSWERS}
 BY_VERSION = {a.version: a for a in ANSWERS}

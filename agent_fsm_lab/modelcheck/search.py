@@ -106,7 +106,7 @@ BOUNDS = {
     # one: the other bounds fault it), and of every kind everywhere (`follow-deep`)
     "follow": Bound("follow", faults=1, operator=2, depth=10, versions=channel.VERSIONS,
                     systemds=(257,), agent_units=("current",), operator_commands=("follow",),
-                    kinds=frozenset({"crash", "power", "enospc", "lock"}),
+                    kinds=frozenset({"crash", "power", "enospc"}),
                     faulted=frozenset({"follow"}), earlier_reader=False),
     "follow-deep": Bound("follow-deep", faults=1, operator=2, depth=14,
                          versions=channel.VERSIONS, systemds=(257,), agent_units=("current",),
