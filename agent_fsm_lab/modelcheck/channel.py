@@ -18,7 +18,10 @@ Rules, checked on every step of a check whose operator commands include `follow`
   no transition, no file but `follow.json` (its outcome), whose recorded index stays as it was;
 - `follow-takes-no-revoked-or-known-bad`: an upgrade a follow begins is to a version the answer
   it was given lists, not revoked in the newest index accepted on the path (the search's ghost
-  `Config_.index`), not known bad on the node before the step.
+  `Config_.index`), not known bad on the node before the step;
+- `follow-lists-no-revoked-or-known-bad`: the record a follow writes lists as eligible here no
+  version revoked in the answer it was given or known bad (what `status` shows; a choice that
+  `begin_upgrade`'s own refusal of a known-bad version would otherwise hide).
 """
 
 from __future__ import annotations
@@ -227,6 +230,15 @@ def seen_in(data: bytes | None) -> tuple[int, str] | None:
         return None
 
 
+def eligible_in(data: bytes | None) -> tuple[str, ...]:
+    """The versions a `follow.json`'s bytes list as eligible here (`why_not` null)."""
+    try:
+        return tuple(str(a["version"]) for a in json.loads(data or b"{}").get("available", ())
+                     if a.get("why_not") is None)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return ()
+
+
 def refused(channel: Channel, label: str, clock: float, seen: tuple[int, str] | None) -> str | None:
     """Why the node must refuse answer `label` at `clock`, having recorded `seen`; None if it
     must believe it."""
@@ -285,6 +297,13 @@ def step_rules(channel: Channel, label: str | None, before: Tree, after: Tree, c
         newest = max(newest, a.version)
     listed = {v: revoked for v, _, revoked in a.releases}
     newest_revoked = {v for v, _, r in BY_VERSION[newest].releases if r} if newest else set()
+    if after.file(channel.record_rel) != before.file(channel.record_rel):
+        for v in eligible_in(after.file(channel.record_rel)):
+            if listed.get(v) is not None or v in marks:
+                out.append(("follow-lists-no-revoked-or-known-bad", f"the follow's record lists "
+                            f"{v} as eligible here, though it is "
+                            + ("revoked in the index given" if listed.get(v) is not None
+                               else "known bad on this node")))
     for v in _begun(fired, owed):
         if v not in listed:
             out.append(("follow-takes-no-revoked-or-known-bad", f"the follow began an upgrade "

@@ -106,8 +106,9 @@ def test_a_follow_that_takes_a_revoked_version_is_caught() -> None:
 
 
 def test_a_follow_that_takes_a_known_bad_version_is_caught() -> None:
-    """With known-bad marks ignored by the choice and by begin_upgrade's refusal (either alone
-    is held by the other), index v4 sends the node to 3.0.0, which rolled back here."""
+    """With known-bad marks ignored by the choice, index v4 makes 3.0.0 (rolled back here)
+    eligible: the record says so though begin_upgrade's own refusal holds it; with that refusal
+    off too, the node is sent to 3.0.0."""
     real = rollout.choose
 
     def blind(index: Any, *, known_bad: Any, **kw: Any) -> Any:
@@ -115,7 +116,12 @@ def test_a_follow_that_takes_a_known_bad_version_is_caught() -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(rollout, "choose", blind)
+        held = check(replace(CALM, operator=1))
         mp.setattr(known_bad, "refusal", lambda _file, _version: None)
-        result = check(replace(CALM, operator=1))
+        taken = check(replace(CALM, operator=1))
+    listed = broken_rule(held, "follow-lists-no-revoked-or-known-bad")
+    assert f"the follow's record lists {channel.MARKED} as eligible here, though it is known " \
+        "bad on this node" in listed and "upgrade begun" not in listed
+    assert "follow-takes-no-revoked-or-known-bad" not in {v.name for v in held.violations}
     assert f"the follow began an upgrade to {channel.MARKED}, known bad on this node" in \
-        broken_rule(result, "follow-takes-no-revoked-or-known-bad")
+        broken_rule(taken, "follow-takes-no-revoked-or-known-bad")
