@@ -4,7 +4,8 @@ configuration, then bounded liveness over the fault-free steps.
 A configuration is the node's files (`tree.Tree`) and the model's state (`units.Units`, the
 clock, the faults and operator commands left, and three ghost sets the invariants need: the
 versions with a cause for a known-bad mark, the versions trusted as last-good, and those whose
-rollback was recorded with its mark owed). Two
+rollback was recorded with its mark owed; and, with a `follow`, the newest channel index it
+believed, `channel.py`). Two
 configurations with the same digest are one, so the search ends; the bound (faults, operator
 commands, depth) is printed with every result.
 """
