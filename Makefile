@@ -120,12 +120,15 @@ mutants: $(STAMP)
 # The model check at its deep bound (docs/reliability.md, "The model check"): every interleaving
 # of one node's processes, systemd's units and up to two faults, on the real code; 3-7 minutes;
 # then its store bound (two operator commands: an upgrade beside release add and prune), 2-4;
-# then its again bound (two upgrades, one after the other), under a minute.
-# Its small bound runs in `make test` (tests/reliability/test_modelcheck.py, ~20 s alone).
+# then its again bound (two upgrades, one after the other), under a minute; then its
+# follow-deep bound (two follows of a signed channel, a fault anywhere), 1-3 minutes.
+# Its small bound runs in `make test` (tests/reliability/test_modelcheck.py, ~20 s alone), and
+# so does its follow bound (tests/reliability/test_modelcheck_follow.py).
 modelcheck: $(STAMP)
 	$(PY) -m agent_fsm_lab.modelcheck --bound deep
 	$(PY) -m agent_fsm_lab.modelcheck --bound store
 	$(PY) -m agent_fsm_lab.modelcheck --bound again
+	$(PY) -m agent_fsm_lab.modelcheck --bound follow-deep
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build

@@ -42,6 +42,7 @@ Each is named as docs/design.md names it; a violation is (name, what was seen).
 - `abandoned-is-not-rolled-back`: an upgrade abandoned before its candidate started is not
   rolled back afterwards until begun again (checked on each step, with the search's ghost set
   `abandoned`);
+- with an operator's `follow`, the follow's rules (`channel.py`, checked on each step);
 - and, over the whole graph, `way-back-is-live` (bounded liveness, `search.liveness`).
 """
 

@@ -90,7 +90,8 @@ class Process:
     resolves `selected`), `daemon` (the exec'd release's daemon), `poll` (the serving daemon's
     look for an operator's command that died), `recovery` (the recovery unit's `recover`), or
     an operator's `upgrade V`, `install V`, `activate V`, `recover`, `add V` (`release add` of
-    V's directory), `prune` (`release prune --keep 0`)."""
+    V's directory), `prune` (`release prune --keep 0`), `follow A` (`follow --no-wait`, the
+    server giving answer A of `channel.ANSWERS`)."""
 
     kind: str
     version: str | None = None
@@ -150,6 +151,7 @@ class Host:
     agent_unit_rel: str  # the agent unit file, relative to root
     gate_dir_rel: str
     sources: Path | None = None  # the release directories `release add` takes (outside root)
+    channel: Any = None  # `channel.Channel`, when the operator's commands include `follow`
 
 
 def _node(host: Host, sd: ModelSystemd, publisher: FakePublisher, clock: FakeClock,
@@ -516,6 +518,28 @@ def source_dir(sources: Path, version: str) -> Path:
 
 STORE_COMMANDS = ("add", "prune")
 
+
+def _follow(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublisher,
+            clock: FakeClock, process: Process, fault: Fault | None,
+            candidate: str | None) -> None:
+    """An operator's `agent-fsm follow --no-wait` (`channel.run`), the server's answer
+    `process.version`."""
+    from . import channel
+
+    record = host.root / host.channel.record_rel
+    seen = channel.seen_in(record.read_bytes() if record.exists() else None)
+    ran.who = channel.who(str(process.version), None if seen is None else seen[0])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(reasons.RECOVERY_ENV, raising=False)
+        try:
+            node = r.watch(open_node(host.channel.config, host.root, systemd=sd,
+                                     publisher=publisher, clock=clock, command=Command.operator))
+            ran.end = "exit 0: " + channel.run(host.channel, node, clock, str(process.version))
+        except (AgentFsmError, Exception) as exc:
+            ran.end = _failed(exc)
+    ran.units = _ended(host, ran, sd)
+
+
 def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublisher,
           clock: FakeClock, process: Process, fault: Fault | None, candidate: str | None) -> None:
     """The serving daemon's loop looks (`DeadCommand.finish`): work a command that
@@ -543,7 +567,7 @@ def _poll(host: Host, r: Run, ran: Ran, sd: ModelSystemd, publisher: FakePublish
 BODIES: dict[str, Body] = {
     "start": _start, "daemon": _daemon, "recovery": _recovery, "poll": _poll,
     "upgrade": _operator, "install": _operator, "activate": _operator, "recover": _operator,
-    "add": _release, "prune": _release,
+    "add": _release, "prune": _release, "follow": _follow,
 }
 
 

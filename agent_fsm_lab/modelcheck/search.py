@@ -4,7 +4,8 @@ configuration, then bounded liveness over the fault-free steps.
 A configuration is the node's files (`tree.Tree`) and the model's state (`units.Units`, the
 clock, the faults and operator commands left, and three ghost sets the invariants need: the
 versions with a cause for a known-bad mark, the versions trusted as last-good, and those whose
-rollback was recorded with its mark owed). Two
+rollback was recorded with its mark owed; and, with a `follow`, the newest channel index it
+believed, `channel.py`). Two
 configurations with the same digest are one, so the search ends; the bound (faults, operator
 commands, depth) is printed with every result.
 """
@@ -30,7 +31,7 @@ from agent_fsm.node.config import Config, Judgment
 from agent_fsm.testing import FakeClock, FakePublisher, FakeSystemd
 from agent_fsm.wiring import open_node, open_reader
 
-from . import invariants, restore
+from . import channel, invariants, restore
 from .invariants import Seen
 from .processes import STORE_COMMANDS, Fault, Host, Process, Ran, quiet, run, source_dir
 from .tree import Tree
@@ -70,6 +71,7 @@ class Bound:
     # the first release's agent unit: as agent-fsm writes it now (no start limit), and as an
     # older release wrote it (`OLDER_START_LIMIT`), held through an upgrade from that release
     agent_units: tuple[str, ...] = ("current", "older")
+    faulted: frozenset[str] | None = None  # the processes a fault hits (None: every one)
 
     def __str__(self) -> str:
         return (f"bound {self.name}: ≤{self.faults} fault(s) of {len(self.kinds)} kinds, "
@@ -77,6 +79,8 @@ class Bound:
                 f"{', '.join(self.versions)}"
                 + (f" (`release add` of {', '.join(self.added)})"
                    if "add" in self.operator_commands else "")
+                + ("" if self.faulted is None
+                   else f", faults in {', '.join(sorted(self.faulted))} steps only")
                 + f", systemd {' and '.join(map(str, self.systemds))}, "
                 f"{self.versions[0]}'s agent unit {' and '.join(self.agent_units)}")
 
@@ -97,6 +101,17 @@ BOUNDS = {
     # each variant of the definition (`--mutants`): the small bound, on both systemds (their
     # `OnFailure=` differs: a variant equivalent on one may not be on the other)
     "mutant": Bound("mutant", faults=1, operator=1, depth=14, earlier_reader=False),
+    # the operator's follow of a signed channel (`channel.ANSWERS`: the server's answer is the
+    # search's choice), two on one path: a replay, or a known-bad version, after an index
+    # believed; the faults in the follow's own steps (the upgrade it begins is judged without
+    # one: the other bounds fault it), and of every kind everywhere (`follow-deep`)
+    "follow": Bound("follow", faults=1, operator=2, depth=10, versions=channel.VERSIONS,
+                    systemds=(257,), agent_units=("current",), operator_commands=("follow",),
+                    kinds=frozenset({"crash", "power", "enospc"}),
+                    faulted=frozenset({"follow"}), earlier_reader=False),
+    "follow-deep": Bound("follow-deep", faults=1, operator=2, depth=14,
+                         versions=channel.VERSIONS, systemds=(257,), agent_units=("current",),
+                         operator_commands=("follow",)),
 }
 
 
@@ -119,6 +134,7 @@ class Config_:
     judged: tuple[str, str] | None = None  # the last upgrade ended on this path: to, outcome
     abandoned: frozenset[str] = frozenset()  # upgrades abandoned and not begun again since
     signal_lost: bool = False  # the upgrade's signal was lost on this path (`signal`)
+    index: int = 0  # the newest channel index a follow believed on this path (`channel`)
 
 
 @dataclass
@@ -255,6 +271,7 @@ class Checker:
         self.back: frozenset[str] = frozenset()
         self.seen_violation: set[str] = set()
         self.rest: dict[tuple[object, ...], tuple[object, ...]] = {}  # where each one rests
+        self.channel: channel.Channel | None = None  # when the operator follows a channel
 
     # Exploring ------------------------------------------------------------------------------
     def run(self) -> Result:
@@ -268,6 +285,7 @@ class Checker:
             root = Path(tmp) / "node"
             host, config = _host(root, self.bound)
             self.host = host
+            follows = "follow" in self.bound.operator_commands
             probe = open_node(config, root, systemd=FakeSystemd())
             self.releases_rel = probe.paths.releases_dir.relative_to(root)
             self.back = invariants.way_back(probe.definition, frozenset(probe.groups.rolling_back))
@@ -278,6 +296,13 @@ class Checker:
             for systemd in self.bound.systemds:
                 for unit in self.bound.agent_units:
                     tree, rendered, enabled = _initial(host, systemd, self._added(), unit)
+                    if follows:
+                        if self.channel is None:
+                            self.channel = channel.prepare(root, Path(tmp) / "keys", config,
+                                                           CLOCK)
+                            host = self.host = replace(host, channel=self.channel)
+                        channel.install(root, self.channel)
+                        tree = Tree.take(root)
                     self.rendered[systemd, unit] = rendered
                     self.initial[systemd, unit] = tree
                     # its agent started longer than the start limit's interval ago
@@ -286,7 +311,8 @@ class Checker:
                                   limit=start_limit(on_disk), loaded=unit_label(on_disk),
                                   enabled=enabled)
                     model = Config_(units, CLOCK, self.bound.faults, self.bound.operator,
-                                    frozenset(), frozenset({self.bound.versions[0]}), unit=unit)
+                                    frozenset({channel.MARKED}) if follows else frozenset(),
+                                    frozenset({self.bound.versions[0]}), unit=unit)
                     state = self._state(tree, model, 0, None, None)
                     if state is not None:
                         queue.append(state.key)
@@ -331,7 +357,8 @@ class Checker:
                 state.calm[process.kind] = key
             if new:
                 yield key
-            if calm_only or m.faults <= 0:
+            if calm_only or m.faults <= 0 or (self.bound.faulted is not None
+                                              and process.kind not in self.bound.faulted):
                 continue
             for fault in self._faults(ran, process):
                 stepped = self._step(state, process, fault)
@@ -378,9 +405,12 @@ class Checker:
                         "no process runs", "")
             # The whole state dir put back puts back its known-bad record too: the marks the
             # node made since are gone with it, not dropped by agent-fsm (the first
-            # configuration knows no rollback).
+            # configuration knows no rollback). So is its channel record: the index it
+            # believed is forgotten, and an older one is believed again, as on a new node.
             back = frozenset() if how == "state-dir" else m.rolled_back
-            child = self._state(tree, replace(m, faults=m.faults - 1, rolled_back=back),
+            index = 0 if how == "state-dir" else m.index
+            child = self._state(tree, replace(m, faults=m.faults - 1, rolled_back=back,
+                                              index=index),
                                 state.depth + 1,
                                 state.key, edge)
             self.result.transitions += 1
@@ -426,6 +456,10 @@ class Checker:
                     continue
                 if command == "prune":
                     yield Process("prune"), False
+                    continue
+                if command == "follow":
+                    for answer in channel.ANSWERS:
+                        yield Process("follow", answer.label), False
                     continue
                 for v in self.bound.added if command == "add" else self._versions():
                     if command == "upgrade" and v == state.seen.selected:
@@ -543,13 +577,20 @@ class Checker:
             evidence.add(sig[1])
         if process.kind in ("install", "activate") and process.version:
             trusted.add(process.version)  # the operator's own hand
+        newest = m.index
+        if self.channel is not None:
+            assert ran.tree is not None
+            rules, newest = channel.step_rules(
+                self.channel, process.version if process.kind == "follow" else None, state.tree,
+                ran.tree, m.clock, state.seen.marks, m.index, ran.fired, state.seen.pending)
+            broke.extend(rules)
         model = Config_(ran.units, m.clock, m.faults - (fault is not None),
                         m.operator - (process.kind not in ("start", "daemon", "recovery", "poll")),
                         frozenset(evidence), frozenset(trusted), unit=m.unit,
                         rolled_back=frozenset(rolled_back),
                         given=m.given | ({process.kind} & self.bound.once),
                         judged=judged, abandoned=frozenset(abandoned),
-                        signal_lost=m.signal_lost,
+                        signal_lost=m.signal_lost, index=newest,
                         reload_missed=reload_missed and ran.units.loaded != unit_label(
                             ran.tree.file(self.host.agent_unit_rel) if ran.tree else None))
         edge = Edge(process, fault, ran.who, tuple(fired), ran.end, _units_words(ran.units),
@@ -603,7 +644,7 @@ class Checker:
         key = (tree.digest(self.bound.max_attempts + 1), model.units.key(), model.clock,
                model.faults, model.operator, model.evidence, model.trusted, model.rolled_back,
                model.given, model.reload_missed, model.judged, model.abandoned,
-               model.signal_lost)
+               model.signal_lost, model.index)
         if key in self.states:
             return self.states[key]
         if not live:
