@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,7 +42,7 @@ from tests.e2e.conftest import require_sandbox
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("channel-servers")]
 
 KINDS = ("systemd252",) * 4 + ("systemd257",) * 2
-GOOD, BAD, NEXT = "1.1.0", "1.2.0", "1.3.0"
+GOOD, BAD, NEXT, ROTATED, IMAGE, WINDOWED = "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0", "1.6.0"
 PARTIAL = 34  # the bad release's rollout: some nodes' buckets are under it, some not
 SICK_WORKLOAD = ("/bin/sh", "-c", "exec sleep infinity")  # never writes its health file
 T = TypeVar("T")
@@ -85,6 +85,10 @@ class World:
     labs: dict[str, Lab] = field(default_factory=dict)
     under: set[str] = field(default_factory=set)  # the nodes whose bucket for BAD < PARTIAL
     indexes: dict[str, bytes] = field(default_factory=dict)  # index.json as once published
+    # Releases are packed and archived one at a time in the background, from the module's start,
+    # while the nodes boot and wait: each test takes its own when it publishes it.
+    ahead: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1))
+    made: dict[str, Future[Path]] = field(default_factory=dict)
 
     def each(self, do: Callable[[Lab], T], names: list[str] | None = None) -> dict[str, T]:
         names = list(self.labs) if names is None else names
@@ -98,14 +102,50 @@ class World:
     def status(self) -> dict[str, dict[str, Any]]:
         return self.each(Lab.status)
 
-    def publish(self, version: str, rollout: int, workload: tuple[str, ...],
-                key: str = "ci") -> None:
+    def make(self, version: str, workload: tuple[str, ...], *, image: bool = False) -> None:
+        """Have `version` packed (at build/VERSION) and archived (a .tar.gz, or with `image`
+        an OCI archive of its image) in the background."""
+        self.made[version] = self.ahead.submit(self._image if image else self._archive, version,
+                                               workload)
+
+    def made_release(self, version: str, workload: tuple[str, ...]) -> Path:
+        """The archive of `version` (made now if it was not asked for ahead)."""
+        if version not in self.made:
+            self.make(version, workload)
+        return self.made[version].result()
+
+    def _build(self, version: str, workload: tuple[str, ...]) -> Path:
         build = self.dir / "build" / version
         cached(["release", version, "channel", list(workload)], build,
                lambda at: packing.pack(version, at, workload))
+        return build
+
+    def _archive(self, version: str, workload: tuple[str, ...]) -> Path:
+        build = self._build(version, workload)
         archive = self.dir / "build" / f"{version}.tar.gz"
-        with tarfile.open(archive, "w:gz") as tar:
+        with tarfile.open(archive, "w:gz", compresslevel=1) as tar:  # 3x faster than 9 here
             tar.add(build, arcname=version)
+        return archive
+
+    def _image(self, version: str, workload: tuple[str, ...]) -> Path:
+        build = self._build(version, workload)
+        context = self.dir / "build" / f"{version}.context"
+        shutil.copytree(build, context / "release", symlinks=True)
+        (context / "Containerfile").write_text(CONTAINERFILE)
+        archive = self.dir / "build" / f"{version}.oci.tar"
+        with tempfile.TemporaryDirectory(prefix="afsm-rr-") as runroot:  # podman's: short
+            podman = _podman(self.dir / "podman", Path(runroot))
+            subprocess.run([*podman, "build", "--quiet", "--file", str(context / "Containerfile"),
+                            "--tag", f"localhost/agent:{version}", str(context)], check=True,
+                           capture_output=True, timeout=120)
+            subprocess.run([*podman, "save", "--format", "oci-archive", "--output",
+                            str(archive), f"localhost/agent:{version}"], check=True,
+                           capture_output=True, timeout=120)
+        return archive
+
+    def publish(self, version: str, rollout: int, workload: tuple[str, ...],
+                key: str = "ci") -> None:
+        archive = self.made_release(version, workload)
         publishing.publish(self.channel, version, rollout=rollout, keys={key: self.keys[key]},
                            now=_now(), archive=archive)
         self.indexes[version] = (self.channel / "index.json").read_bytes()
@@ -158,6 +198,11 @@ def world(tmp_path_factory: pytest.TempPathFactory,
     ca = servers.TestCA.make(base / "tls")
     web = servers.Nginx(base / "nginx", served=base / "www", ca=ca)
     world = World(base, channel, keys, web)
+    for version, workload in ((GOOD, GOOD_WORKLOAD), (BAD, SICK_WORKLOAD),
+                              (NEXT, GOOD_WORKLOAD), (ROTATED, GOOD_WORKLOAD)):
+        world.make(version, workload)
+    world.make(IMAGE, GOOD_WORKLOAD, image=True)
+    world.make(WINDOWED, GOOD_WORKLOAD)
     sandboxes: list[SystemdSandbox] = []
     started = time.monotonic()
     try:
@@ -180,6 +225,7 @@ def world(tmp_path_factory: pytest.TempPathFactory,
         print(f"six nodes booted and on 1.0.0 in {time.monotonic() - started:.1f} s")
         yield world
     finally:
+        world.ahead.shutdown(cancel_futures=True)
         web.stop()
         with ThreadPoolExecutor(max(1, len(sandboxes))) as pool:
             list(pool.map(lambda s: s.shutdown(), sandboxes))
@@ -311,9 +357,10 @@ def _unsigned(data: bytes) -> bytes:
 def test_bad_indexes_and_a_slow_server_are_refused_in_one_line_and_change_nothing(
         world: World) -> None:
     """A replayed older index, an expired one, a tampered one, an unsigned one, one signed by an
-    untrusted key, an oversized one and a server that drips a byte a second: each follow exits
-    1 with one line saying why, and no node changes (state, releases, the newest index
-    believed)."""
+    untrusted key, an oversized one (each on two 252 nodes and one 257, three rounds of six at
+    once, each node its own copy of the channel) and a server that drips a byte a second: each
+    follow exits 1 with one line saying why, and no node changes (state, releases, the newest
+    index believed)."""
     served = world.channel / "index.json"
     good = served.read_bytes()
     ci = {"ci": world.keys["ci"]}
@@ -327,15 +374,33 @@ def test_bad_indexes_and_a_slow_server_are_refused_in_one_line_and_change_nothin
                      "signature"),
         "oversized": (b" " * (documents.MAX_DOCUMENT + 1), "larger than"),
     }
+    variants = list(bad)
+    names = list(world.labs)
+    for name in names:  # the node's own channel: the served roots, and an index of its own
+        own = world.dir / "www" / "each" / name / "stable"
+        own.mkdir(parents=True)
+        (own / "root").symlink_to(world.channel / "root")
+        (own / "root.json").symlink_to(world.channel / "root.json")
     before = world.status()
     try:
-        for what, (data, reason) in bad.items():
-            served.write_bytes(data)
+        for lab, name in zip(world.labs.values(), names, strict=True):
+            lab.config.write_text(lab.config.read_text().replace(
+                "/stable\"", f"/each/{name}/stable\""))
+        # Round r gives node i variant (i + 2r) % 6: over three rounds every variant meets two
+        # 252 nodes and one 257 (the last two nodes).
+        for r in range(3):
+            given = {n: variants[(i + 2 * r) % len(variants)] for i, n in enumerate(names)}
+            for name, what in given.items():
+                (world.dir / "www" / "each" / name / "stable" / "index.json").write_bytes(
+                    bad[what][0])
             for name, proc in world.follow().items():
+                what, reason = given[name], bad[given[name]][1]
                 assert proc.returncode == 1, (what, name, proc.stdout, proc.stderr)
                 line = _one_line(proc)
                 assert reason in line and "nothing changed" in line, (what, name, line)
-        served.write_bytes(good)
+        for lab, name in zip(world.labs.values(), names, strict=True):
+            lab.config.write_text(lab.config.read_text().replace(
+                f"/each/{name}/stable\"", "/stable\""))
         for lab in world.labs.values():
             text = lab.config.read_text()
             lab.config.write_text(text.replace("/stable\"", "/drip/stable\""))
@@ -344,9 +409,9 @@ def test_bad_indexes_and_a_slow_server_are_refused_in_one_line_and_change_nothin
             line = _one_line(proc)
             assert "did not answer in time" in line and "the next follow tries again" in line, (name, line)
     finally:
-        served.write_bytes(good)
-        for lab in world.labs.values():
-            lab.config.write_text(lab.config.read_text().replace("/drip/stable\"", "/stable\""))
+        for lab, name in zip(world.labs.values(), names, strict=True):
+            lab.config.write_text(lab.config.read_text().replace(
+                f"/each/{name}/stable\"", "/stable\"").replace("/drip/stable\"", "/stable\""))
     after = world.status()
     for name in world.labs:
         keep = ("state", "selected", "last_good", "releases", "known_bad")
@@ -399,15 +464,8 @@ def test_a_rotated_key_is_followed_and_a_held_node_waits_for_its_hold_to_end(
     publishing.rotate(world.channel, root_keys={"backup": keys["backup"]},
                       index_keys={"ci2": keys["ci2"]}, threshold=1,
                       sign_with={"root": keys["root"], "backup": keys["backup"]}, now=_now())
-    newest = "1.4.0"
-    build = world.dir / "build" / newest
-    cached(["release", newest, "channel", list(GOOD_WORKLOAD)], build,
-           lambda at: packing.pack(newest, at, GOOD_WORKLOAD))
-    archive = world.dir / "build" / f"{newest}.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(build, arcname=newest)
-    publishing.publish(world.channel, newest, rollout=100, keys={"ci2": keys["ci2"]},
-                       now=_now(), archive=archive)
+    newest = ROTATED
+    world.publish(newest, 100, GOOD_WORKLOAD, key="ci2")
     held = next(iter(world.labs))
     world.labs[held].cli("hold", "--reason", "quarter-end batch")
     runs = world.follow()
@@ -435,22 +493,9 @@ def test_a_release_as_an_image_is_pulled_from_a_real_registry(world: World) -> N
     """1.5.0 as an image pushed (skopeo) to a real OCI registry and published by reference: the
     nodes with podman (252) pull it, store it and take it, judged ok; the nodes without it (the
     Debian 13 node has none) refuse in one line and stay as they were."""
-    version = "1.5.0"
+    version = IMAGE
+    archive = world.made_release(version, GOOD_WORKLOAD)
     build = world.dir / "build" / version
-    cached(["release", version, "channel", list(GOOD_WORKLOAD)], build,
-           lambda at: packing.pack(version, at, GOOD_WORKLOAD))
-    context = world.dir / "build" / f"{version}.context"
-    shutil.copytree(build, context / "release", symlinks=True)
-    (context / "Containerfile").write_text(CONTAINERFILE)
-    with tempfile.TemporaryDirectory(prefix="afsm-rr-") as runroot:  # podman's: short
-        podman = _podman(world.dir / "podman", Path(runroot))
-        subprocess.run([*podman, "build", "--quiet", "--file", str(context / "Containerfile"),
-                        "--tag", f"localhost/agent:{version}", str(context)], check=True,
-                       capture_output=True, timeout=120)
-        archive = world.dir / "build" / f"{version}.oci.tar"
-        subprocess.run([*podman, "save", "--format", "oci-archive", "--output", str(archive),
-                        f"localhost/agent:{version}"], check=True, capture_output=True,
-                       timeout=120)
     registry = servers.Registry(world.dir / "registry")
     registry.start()
     try:
@@ -485,18 +530,17 @@ def test_a_release_as_an_image_is_pulled_from_a_real_registry(world: World) -> N
 
 
 def test_a_node_outside_its_window_is_untouched_until_it_opens(world: World) -> None:
-    """1.6.0 at 100 % and one node whose window opens 30 s on (the others' far off): until then
+    """1.6.0 at 100 % and one node whose window opens 20 s on (the others' far off): until then
     it fetches nothing and stays as it was, and status says it is outside the window, next at
     its opening (and 1.5.0, the image it could not take, eligible and not taken yet); when the
     window opens, its timer's follow takes 1.6.0, judged ok, with no command run on it."""
-    name = "n6-257"
-    lab = world.labs[name]
+    lab = world.labs["n6-257"]
     before = _settled(lab.status())
-    opens = int(time.time()) + 30
+    opens = int(time.time()) + 20
     _window(lab, f'window = "{time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(opens))} UTC"\n'
             "spread_seconds = 0\n")
     asked = len(world.web.asked())
-    world.publish("1.6.0", 100, GOOD_WORKLOAD, key="ci2")
+    world.publish(WINDOWED, 100, GOOD_WORKLOAD, key="ci2")
     status = lab.status()
     shown = lab.cli("status").stdout
     assert len(world.web.asked()) == asked and world.fetched("1.6.0") == 0
@@ -507,7 +551,7 @@ def test_a_node_outside_its_window_is_untouched_until_it_opens(world: World) -> 
     assert f"follow timer active: outside the window: next at {stamp}" in shown, shown
     assert f"1.5.0: eligible, not taken yet: outside the window: next at {stamp}" in shown, shown
 
-    lab.sb.wait_for(lambda: _record(lab).get("took") == "1.6.0", 30 + 120,
+    lab.sb.wait_for(lambda: _record(lab).get("took") == WINDOWED, 20 + 120,
                     "the follow of the window's opening taking 1.6.0", units=(TIMER, SERVICE, UNIT))
     status = lab.status()
     assert _settled(status) == ("converged", "1.6.0", "1.6.0"), status
