@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import shutil
+import socket
 import ssl
 import subprocess
 import threading
@@ -127,6 +128,49 @@ class TestGet:
         with pytest.raises(ChannelError, match="did not answer in time"):
             fetch.get(f"{url}{path}", ca=ca, limit=1000, seconds=1.0)
         assert time.monotonic() - t0 < 10  # far below the drip's 20 s (a hang fails, not a pace)
+
+
+def _slow_then_dripping(upstream: int) -> tuple[int, threading.Event]:
+    """A port whose listen queue is full for 2 s (a client's TCP connect waits that long), whose
+    connection then relays the TLS server on `upstream`, its bytes dripped one every 0.1 s; the
+    event ends it."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = int(listener.getsockname()[1])
+    filler = socket.create_connection(("127.0.0.1", port))  # fills the queue of one
+    stop = threading.Event()
+
+    def serve() -> None:
+        with listener, filler:
+            if stop.wait(2.0):
+                return
+            listener.accept()[0].close()  # the filler's: the client's next SYN gets in
+            listener.settimeout(10)
+            conn, _ = listener.accept()
+            with conn, socket.create_connection(("127.0.0.1", upstream)) as up:
+                threading.Thread(target=lambda: [up.sendall(b) for b in iter(
+                    lambda: conn.recv(4096), b"")], daemon=True).start()
+                for byte in iter(lambda: up.recv(1), b""):
+                    if stop.wait(0.1):
+                        return
+                    conn.sendall(byte)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return port, stop
+
+
+def test_a_slow_connect_and_a_dripped_handshake_are_cut_off_at_the_deadline(
+        server: tuple[str, Path]) -> None:
+    """A server whose TCP connect takes 2 s and which then drips its TLS handshake is cut off at
+    the 3.5 s bound of the whole fetch, not given the bound afresh for the handshake (5.5 s)."""
+    url, ca = server
+    port, stop = _slow_then_dripping(int(url.rsplit(":", 1)[1]))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ChannelError, match="did not answer in time"):
+            fetch.get(f"https://127.0.0.1:{port}/body", ca=ca, limit=len(BODY), seconds=3.5)
+        assert time.monotonic() - t0 < 4.5  # midway: the bound afresh ends 5.5 s in
+    finally:
+        stop.set()
 
 
 class TestDownload:

@@ -40,9 +40,13 @@ def channel_view(ch: dict[str, Any]) -> Text:
     text = Text(f"{head}{seen}: {when(ch['time'])}: {shown(ch['message'], MAX_LINE)}",
                 style=style)
     _timer_line(text, ch)
+    waiting = ch.get("waiting") or {"eligible": ()}
     for a in ch["available"]:
         if a["why_not"] is not None:
             text.append(f"\n  {shown(a['version'])}: {shown(a['why_not'], MAX_LINE)}")
+        elif a["version"] in waiting["eligible"]:
+            text.append(f"\n  {shown(a['version'])}: eligible, not taken yet: outside the "
+                        f"window: next at {when(waiting['next_run'])}", style="yellow")
     return text
 
 
@@ -52,6 +56,8 @@ def _timer_line(text: Text, ch: dict[str, Any]) -> None:
     if timer is None or timer == "unknown":
         return
     nxt = "" if ch.get("next_run") is None else f", next run {when(ch['next_run'])}"
+    if ch.get("waiting"):
+        nxt = f": outside the window: next at {when(ch['waiting']['next_run'])}"
     text.append(f"\n  follow timer {shown(timer)}{nxt}",
                 style="" if timer == "active" else "yellow")
 

@@ -4,8 +4,8 @@ TLS is checked against the system's CAs or a given bundle (`ssl.create_default_c
 https is spoken, and a redirect is an answer like any other (refused): a static server serves the
 channel's files where the index says. Every read is bounded by what is left of the whole fetch's
 time, so a server that drips a byte a second is cut off at the deadline, not kept for ever: the
-status line and headers as well as the body (each read of the socket gets what is left). A
-download resumes (`Range:`) from the bytes a file already holds.
+TCP connect, the TLS handshake, the status line and headers as well as the body (each gets what
+is left). A download resumes (`Range:`) from the bytes a file already holds.
 """
 
 from __future__ import annotations
@@ -46,10 +46,7 @@ class _Deadline(io.RawIOBase):
         return True
 
     def readinto(self, buffer: bytearray | memoryview) -> int | None:  # type: ignore[override]
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("timed out")
-        self.sock.settimeout(left)
+        self.sock.settimeout(_left(self.deadline))
         return self.raw.readinto(buffer)
 
     def close(self) -> None:
@@ -67,6 +64,30 @@ class _Response(http.client.HTTPResponse):
         self.fp = io.BufferedReader(_Deadline(sock, deadline))
 
 
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
+
+
+class _Connection(http.client.HTTPSConnection):
+    """An HTTPS connection whose TCP connect and TLS handshake get what is left until
+    `deadline`, not each a bound of their own: a server slow to accept and then dripping its
+    handshake is cut off at the whole fetch's deadline."""
+
+    def __init__(self, host: str, port: int | None, *, tls: ssl.SSLContext,
+                 deadline: float) -> None:
+        super().__init__(host, port, context=tls, timeout=_left(deadline))
+        self.tls, self.deadline = tls, deadline
+
+    def connect(self) -> None:
+        self.timeout = _left(self.deadline)
+        http.client.HTTPConnection.connect(self)  # TCP only: the handshake follows
+        self.sock.settimeout(_left(self.deadline))
+        self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host)
+
+
 class _Get:
     """One GET: its answer's status and length, and its body in chunks until the deadline."""
 
@@ -75,8 +96,8 @@ class _Get:
         if parts.scheme != "https" or not parts.hostname:
             raise ChannelError(f"{shown(url)} is not an https:// URL")
         self.url, self.deadline = url, time.monotonic() + seconds
-        self.conn = http.client.HTTPSConnection(parts.hostname, parts.port,
-                                                context=_context(ca), timeout=seconds)
+        self.conn = _Connection(parts.hostname, parts.port, tls=_context(ca),
+                                deadline=self.deadline)
         self.conn.response_class = functools.partial(  # type: ignore[assignment]
             _Response, deadline=self.deadline)
         headers = {"User-Agent": "agent-fsm", "Accept-Encoding": "identity"}
@@ -92,9 +113,7 @@ class _Get:
             raise self._failed(exc) from None
 
     def _bound(self) -> None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("timed out")
+        left = _left(self.deadline)
         if self.conn.sock is not None:
             self.conn.sock.settimeout(left)
 

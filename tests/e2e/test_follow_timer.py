@@ -78,7 +78,9 @@ def test_the_timer_runs_a_follow_by_itself_and_it_is_recorded(
                                                                         None)
     assert channel["timer"] == "active" and channel["next_run"] is not None, channel
     assert channel["next_run"] > channel["time"] - 1, channel
-    assert "follow timer active, next run" in lab.cli("status").stdout
+    assert channel["waiting"] == {"reason": "outside the window",
+                                  "next_run": channel["next_run"], "eligible": []}, channel
+    assert "follow timer active: outside the window: next at" in lab.cli("status").stdout
     doctor = lab.cli("doctor", check=False)
     assert f"{TIMER} active (*:*:0/5), next run" in doctor.stdout, doctor.stdout
     sb.systemctl("stop", TIMER)

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from agent_fsm.cli.status_view import channel_view
 from agent_fsm.node import config as config_mod
+from agent_fsm.node.channel import record as channel_record
+from agent_fsm.node.channel_config import ChannelConfig
 from agent_fsm.views.status.report import status
 from tests.cli.test_cli import ROOT, one_line_error, run
 from tests.helpers import World, make_world
@@ -388,3 +391,56 @@ def run_on_tty(*args: str, env: dict[str, str] | None = None, timeout: float = 3
         proc.kill()
         os.close(master)
     return b"".join(chunks).decode(errors="replace")
+
+
+def _timer_at(tmp_path: Path, at: float) -> Path:
+    """A systemctl stand-in whose `show` says the follow timer is active and next elapses at
+    `at` (as systemd 252 prints it under TZ=UTC)."""
+    stub = tmp_path / "systemctl"
+    stamp = time.strftime("%a %Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+    stub.write_text("#!/bin/sh\nprintf 'ActiveState=active\\nUnitFileState=enabled\\n"
+                    f"NextElapseUSecRealtime={stamp}\\n'\n")
+    stub.chmod(0o755)
+    return stub
+
+
+class TestOutsideTheWindow:
+    def test_an_eligible_version_not_taken_waits_for_the_window(self, tmp_path: Path) -> None:
+        """A last follow that found 1.2.0 eligible and did not take it (its download failed),
+        the timer due in 25 s: status says 1.2.0 waits, outside the window, next at that run;
+        a version not eligible, or not newer, is not listed."""
+        world = make_world(tmp_path / "root")
+        world.installed("1.0.0")
+        at = world.clock.now() + 25
+        world = make_world(world.root, world.node.config._replace(
+            systemctl=(str(_timer_at(tmp_path, at)),),
+            channel=ChannelConfig(url="https://updates.example.test/stable")),
+            world.systemd, world.publisher, world.clock)
+        channel_record.write(world.node.paths.channel_dir, channel_record.Record(
+            world.clock.now() - 600, channel_record.Outcome.failed,
+            "could not fetch 1.2.0: the server did not answer in time", 1, available=(
+                channel_record.Available("1.3.0", 10, 37, "rollout 10 %, this node's bucket 37"),
+                channel_record.Available("1.2.0", 100, 37, None),
+                channel_record.Available("1.0.0", 100, 12, None))))
+        ch = status(world.node).channel
+        assert ch is not None
+        assert ch["waiting"] == {"reason": "outside the window", "next_run": at,
+                                 "eligible": ["1.2.0"]}
+        shown = channel_view(ch).plain
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+        assert f"follow timer active: outside the window: next at {stamp}" in shown
+        assert f"1.2.0: eligible, not taken yet: outside the window: next at {stamp}" in shown
+        assert "1.0.0:" not in shown and "1.3.0: rollout 10 %" in shown
+
+    def test_no_run_due_is_no_waiting(self, tmp_path: Path) -> None:
+        """The timer's next run already passed (a follow is starting): no waiting is shown."""
+        world = make_world(tmp_path / "root")
+        world.installed("1.0.0")
+        at = world.clock.now() - 1
+        world = make_world(world.root, world.node.config._replace(
+            systemctl=(str(_timer_at(tmp_path, at)),),
+            channel=ChannelConfig(url="https://updates.example.test/stable")),
+            world.systemd, world.publisher, world.clock)
+        ch = status(world.node).channel
+        assert ch is not None and ch["waiting"] is None and ch["next_run"] == at
+        assert "outside the window" not in channel_view(ch).plain

@@ -283,14 +283,14 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         workload=work,
         way_back=_way_back(node),
         store=usage.seen(node.paths.releases_dir),
-        channel=_channel(node),
+        channel=_channel(node, selected, now),
     )
 
 
-def _channel(node: Node | Reader) -> dict[str, Any] | None:
-    """The channel and its last follow (`channel_record.view`), with the follow timer as systemd has
-    it: `timer` (its ActiveState, or "unknown") and `next_run` (null when none is due or systemd
-    cannot say)."""
+def _channel(node: Node | Reader, selected: str | None, now: float) -> dict[str, Any] | None:
+    """The channel and its last follow (`channel_record.view`), with the follow timer as
+    systemd has it: `timer` (its ActiveState, or "unknown"), `next_run` (null when none is due
+    or systemd cannot say) and `waiting` (`_waiting`)."""
     view = channel_record.view(node.paths.channel_dir, node.config.channel.url,
                                node.config.channel.name)
     if view is None:
@@ -299,7 +299,21 @@ def _channel(node: Node | Reader) -> dict[str, Any] | None:
         active, _, at = unit_state.timer(node.config.systemctl, node.paths.follow_timer_name)
     except unit_state.Unread:
         active, at = "unknown", None
-    return {**view, "timer": active, "next_run": at}
+    return {**view, "timer": active, "next_run": at,
+            "waiting": _waiting(view, selected, active, at, now)}
+
+
+def _waiting(view: dict[str, Any], selected: str | None, active: str, at: float | None,
+             now: float) -> dict[str, Any] | None:
+    """Null while no follow is due ahead; else the node is outside its window until the
+    timer's next run, and `eligible` names what its last follow found eligible, newer than the
+    selected version, and did not take (a follow then takes the newest of them)."""
+    if active != "active" or at is None or at <= now:
+        return None
+    newer = [a["version"] for a in view["available"] if a["why_not"] is None
+             and a["version"] != view["took"]
+             and (selected is None or natural_key(a["version"]) > natural_key(selected))]
+    return {"reason": "outside the window", "next_run": at, "eligible": newer}
 
 
 def _way_back(node: Node | Reader) -> dict[str, Any] | None:
