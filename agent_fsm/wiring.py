@@ -1,10 +1,9 @@
-"""One configured node: its paths, store, effectors and controller, wired together in one place.
+"""One configured node: its paths, store, effectors and controller, wired in one place.
 
-This is the composition root: it sits above the lifecycle and the node's files, gives the
-engine its effects and conditions, and gives readers (views, actions, the daemon) the parts they
-read directly (`releases`, `gate`, `signal()`), so no reader reaches through the effectors.
-`open_reader` wires those parts alone, for `status`: the engine, its effects, the publisher,
-systemd and the hooks' runner are imported only by `open_node`, which writers call.
+This composition root gives the engine its effects and conditions, and gives readers (views,
+actions, the daemon) the parts they read (`releases`, `gate`, `signal()`), so none reaches through
+the effectors. `open_reader` wires only those, for `status`; `open_node`, for writers, alone imports
+the engine, effects, publisher, systemd and the hooks' runner.
 """
 
 from __future__ import annotations
@@ -64,11 +63,14 @@ class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/d
         return self.effectors.signal()
 
     def keep_settings(self) -> bool:
-        """Keep this config, read valid, as the last-good's settings (`kept.refresh`), when the
-        node is settled on its last-good (no signal, nothing owed: the code running is the
-        last-good's, never a candidate's) and no writer holds the lock (one try, no wait: the
-        next read keeps them), run as root. Whether they were written; DiskError when the
-        disk fails it (the caller goes on: the next read tries again)."""
+        """Keep this config, read valid, as the last-good's settings (`kept.refresh`); whether they
+        were written.
+
+        Only as root, with the node settled on its last-good (no signal, nothing owed: the code
+        running is the last-good's), and with no writer holding the lock (one try, no wait: the next
+        read keeps them). DiskError when the disk fails it; the caller goes on and the next read
+        tries again.
+        """
         import os
 
         from .node.assets import kept
@@ -94,9 +96,9 @@ class Node(NamedTuple):  # not a dataclass: `status` imports this module (docs/d
 
 
 class Reader:
-    """What a reader of the node's files is given (`status`): the config, paths, definition and
-    its groups, the store, the releases and their pointers, the gate, the clock and the signal;
-    the same attributes a `Node` has for them, and nothing that writes."""
+    """What a reader of the node's files is given (`status`): config, paths, definition and its
+    groups, store, releases and their pointers, gate, clock and signal. The attributes are a
+    `Node`'s, and none writes."""
 
     def __init__(self, config: Config, paths: Paths, definition: Definition,
                  clock: Clock) -> None:
@@ -114,7 +116,7 @@ class Reader:
 
 
 def _store(paths: Paths, definition: Definition) -> Store:
-    """The state file as this machine reads and writes it: its names, its counting rules."""
+    """The state file as this machine reads and writes it: its names and counting rules."""
     return Store(paths.state_file, paths.lock_file, definition.state_names, definition.initial,
                  triggers=[t.trigger for t in definition.transitions],
                  effects=[e.name for t in definition.transitions for e in t.effects],
@@ -123,8 +125,8 @@ def _store(paths: Paths, definition: Definition) -> Store:
 
 def open_reader(config: Config, root: Path | None = None, *,
                 clock: Clock | None = None) -> Reader:
-    """Wire the readers' parts of a node (see `Reader`); the config is checked as `open_node`
-    checks it, hooks included, so a reader refuses what a writer would."""
+    """Wire the readers' parts of a node (`Reader`). The config is checked as `open_node` checks it,
+    hooks included, so a reader refuses what a writer would."""
     from .machine.reading import shipped
 
     definition = shipped()

@@ -1,8 +1,8 @@
-"""The operator's holds on upgrades: `hold` and `unhold` (what a forced upgrade goes past:
+"""The operator's holds on upgrades: `hold` and `unhold` (`--force` goes past one:
 `upgrade.overrides`).
 
-A hold is written and lifted under the writers' lock, so it never lands in the middle of a
-transition's conditions; it refuses only `begin_upgrade` (see `node.hold`).
+A hold is written and lifted under the writers' lock, so it never lands inside a transition's
+conditions; it refuses only `begin_upgrade` (`node.hold`).
 """
 
 from __future__ import annotations

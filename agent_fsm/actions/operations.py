@@ -1,7 +1,7 @@
 """The operator's commands that write all assets: install and activate (without judgment).
-`install` keeps the follow timer too (`upgrade.follow_timer`), after the transition.
 
-Each returns a frozen result for the CLI to render; refusals and errors are raised.
+`install` also keeps the follow timer (`upgrade.follow_timer`), after the transition. Each returns a
+frozen result for the CLI to render; refusals and errors are raised.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """`agent-fsm upgrade --to V [--wait]`: begin an upgrade, and follow it to its judgment.
 
-`upgrade` is the use case: it waits for a recovery unit still at work, says what `--force`
-goes past, begins the upgrade and, asked to, follows it; it tells each step as it happens
-(`Step`), and while it follows, where the upgrade is at each read (`Progress`), and returns
-what happened (`Upgraded`).
+`upgrade` waits for a recovery unit still at work, says what `--force` goes past, begins the upgrade
+and, asked to, follows it. It tells each step as it happens (`Step`), where a followed upgrade is at
+each read (`Progress`), and returns what happened (`Upgraded`).
 """
 
 from __future__ import annotations
@@ -24,19 +23,20 @@ from ..upgrade import units
 from ..wiring import Node
 from .recover import RETRY_MAX
 
-# How long `upgrade` waits for a recovery unit still at work (`wait_for_recovery`): its longest
-# wait between tries, its RestartSec= (1 s) and a try that finds nothing pending.
+# How long `upgrade` waits for a recovery unit at work: its longest wait between tries, its
+# RestartSec= (1 s) and a try that finds nothing pending.
 RECOVERY_WAIT = RETRY_MAX + 15.0
 
 
 def wait_for_recovery(node: Node, timeout: float | None = None,
                       on_wait: Callable[[str], None] | None = None, poll: float = 0.5) -> float:
-    """Wait, at most `timeout` seconds (RECOVERY_WAIT if None), while the recovery unit is at
-    work, which `begin_upgrade` refuses (`recovery_idle`); `on_wait(its state)` once, when it
-    is. Returns the seconds waited. A recovery unit that outlives an upgrade is one whose try
-    failed and tries again: its next try finds nothing pending and ends it, so an upgrade
-    begun right after a rollback (or just after the fault that failed the try) waits a little
-    instead of being refused."""
+    """Wait at most `timeout` seconds (None: RECOVERY_WAIT) while the recovery unit is at work,
+    which `begin_upgrade` refuses; call `on_wait(its state)` once if it is. Returns the seconds
+    waited.
+
+    A recovery unit outlives an upgrade when its try failed: its next try finds nothing pending and
+    ends it. So an upgrade begun right after a rollback waits a little instead of being refused.
+    """
     limit = RECOVERY_WAIT if timeout is None else timeout
     t0 = time.monotonic()
     told = False
@@ -52,11 +52,11 @@ def wait_for_recovery(node: Node, timeout: float | None = None,
 
 def begin_upgrade(node: Node, version: str, *, force: bool = False,
                   channel: dict[str, Any] | None = None) -> StateDoc:
-    """Start an upgrade; `force` goes past a hold and inhibitors (the definition's conditions
-    read it as the step's `force` argument); `channel` ({name, index_version}: `follow`'s) is
-    kept with the upgrade and named by its result."""
-    # The candidate is checked where a condition finds it and where it is selected: one walk
-    # of its tree serves both (the command runs on the critical path of every upgrade).
+    """Start an upgrade. `force` goes past a hold and inhibitors (the conditions read it as the
+    step's `force` argument); `channel` ({name, index_version}, from `follow`) is kept with the
+    upgrade and named by its result."""
+    # A condition and the selection both check the candidate: one walk of its tree serves both, on
+    # the critical path of every upgrade.
     with node.releases.checked_once():
         return node.controller.fire(Trigger.begin_upgrade, release=version,
                                     **({"force": True} if force else {}),
@@ -87,10 +87,13 @@ class Phase(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Progress:
-    """Where the followed upgrade is at one read: `time` (the wall clock), `after` seconds
-    since it began, its phase, the attempt (0 before the first start is counted) of
-    `max_attempts`, the seconds left to the attempt's deadline (None without a signal), and
-    what the daemon judging it recorded (`node.runtime.judgment`)."""
+    """Where the followed upgrade is at one read.
+
+    `time` is the wall clock, `after` the seconds since it began. `attempt` is 0 before the first
+    start is counted. `deadline_in` is the seconds left to the attempt's deadline, None without a
+    signal. `answers` and `soak_left` are what the judging daemon recorded
+    (`node.runtime.judgment`).
+    """
 
     time: float
     after: float
@@ -147,12 +150,12 @@ def follow(node: Node, started: float, to_version: str, timeout: float,
            on_state: Callable[[float, str, str], None] = lambda _t, _tr, _s: None,
            interval: float = 0.02, reread: float = 0.5,
            on_progress: Callable[[Progress], None] = lambda _p: None) -> UpgradeOutcome:
-    """Watch an upgrade (by reading, never locking) until it converges; report its outcome,
-    each transition seen (`on_state`) and where it is at each read (`on_progress`).
+    """Watch an upgrade, reading and never locking, until it converges; return its outcome.
 
-    The state file and the gate are looked at (one stat each) every `interval` seconds and the
-    state read when either changed, or `reread` seconds after the last read whatever they show:
-    the end is noticed within milliseconds at the cost of a read per transition.
+    `on_state` gets each transition seen, `on_progress` where it is at each read. Every `interval`
+    seconds the state file and the gate are stat'ed. The state is read when either changed, or
+    `reread` seconds after the last read. So the end is noticed within milliseconds, at the cost of
+    a read per transition.
     """
     end = time.monotonic() + timeout
     seen: list[tuple[float, str, str]] = []
@@ -258,8 +261,8 @@ class Upgraded:
 def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
             force: bool = False, tell: Callable[[Step], None] = lambda _step: None,
             channel: dict[str, Any] | None = None) -> Upgraded:
-    """Begin the upgrade to `to` once no recovery unit is at work; with `wait`, follow it to
-    its judgment, at most `timeout` seconds. Each step is told as it happens."""
+    """Begin the upgrade to `to` once no recovery unit is at work; with `wait`, follow it to its
+    judgment for at most `timeout` seconds, telling each step as it happens."""
     recovery = node.paths.recovery_unit_name
     wait_for_recovery(node, on_wait=lambda now: tell(Waiting(recovery, now, RECOVERY_WAIT)))
     if force:

@@ -1,29 +1,22 @@
 """The daemon the agent unit runs: resume, judge or converge, open the gate, then READY=1.
 
-At start it clears what the way back finds left (`upgrade.way_back`: a cut upgrade, what a
-crash left owed, an orphaned signal), then does what the state's `on_start` in
-states/agent-upgrade.toml says, by ON_START (the names in words: `definition.MEANINGS`, shown in
-diagrams/agent-upgrade.md). Judging a candidate: hold the last-good's assets (write only missing
-ones), count the attempt, judge it; judged ok -> publish, clear the signal, write its assets,
-reload, promote, open the gate; judged failed -> record the result, keep the signal, start the
-recovery unit, exit 1. A candidate whose signal is gone or cannot be read, at its start or
-when its verdict comes, is not judged: it starts the recovery unit and exits 1. A stop
-(SIGTERM: `systemctl stop`, a reboot) during the judgment is no verdict: the signal stays,
-nothing is recorded, the process exits 0, and the next start judges again with one more
-attempt counted, as after a power cut.
+A start first clears what the way back finds left (`upgrade.way_back`: a cut upgrade, an owed
+transition, an orphaned signal). Then it does the state's `on_start` (states/agent-upgrade.toml,
+ON_START). Judging a candidate: hold the last-good's assets, count the attempt, judge. Ok: publish,
+clear the signal, write its assets, reload, promote, open the gate. Failed: record the result, keep
+the signal, start the recovery unit, exit 1. A candidate without a readable signal is not judged: it
+starts the recovery unit and exits 1. SIGTERM during the judgment is no verdict. Nothing is recorded
+and the exit is 0; the next start judges again, one more attempt counted, as after a power cut.
 
-Only the last-good's code runs the way back: the engine refuses (NotItsRole) a transition that is
-not this process's role to fire or finish (`by` in states/; the role from the release this
-process was started from, `upgrade.roles`), touching nothing. The daemon then hands over: when
-another release is selected, it restarts its own unit (so that the selected release's start does
-it) and waits for the stop; else it starts the recovery unit (the last-good's way back) and exits
-1.
+Only the last-good's code runs the way back. The engine refuses (NotItsRole), touching nothing, a
+transition that is not this process's role (`by` in states/, `upgrade.roles`). The daemon then hands
+over. With another release selected it restarts its own unit and waits for the stop; else it starts
+the recovery unit and exits 1.
 
-Only then READY=1, so systemd's TimeoutStartSec bounds the judgment. It then keeps the follow
-timer as the config says (`upgrade.follow_timer`: never before the gate is open), supervises the
-release's workload (`supervision.py`), pings the watchdog when systemd asks for it, finishes
-what a command that died left (`dead_command.py`), and on SIGTERM says STOPPING=1 and exits 0.
-Signal handlers only set flags; waits are on a wake-up pipe.
+READY=1 follows the start's work, so TimeoutStartSec bounds the judgment. Then the daemon keeps the
+follow timer (never before the gate opens) and supervises the workload (`supervision.py`). It pings
+the watchdog, and finishes what a dead command left (`dead_command.py`). On SIGTERM it says
+STOPPING=1 and exits 0. Signal handlers only set flags; waits are on a wake-up pipe.
 """
 
 from __future__ import annotations
@@ -74,16 +67,16 @@ class Daemon:
         self.notifier.status(text)
 
     def extend_start(self, tries: int, why: str) -> None:
-        """Before each try to publish a judged-ok result: give systemd's start timeout room
-        for one more try (the publish command's own timeout plus a margin)."""
+        """Before each try to publish a judged-ok result, extend systemd's start timeout by the
+        publish command's timeout and a margin."""
         room = float(getattr(self.node.effectors.publisher, "timeout", 30.0)) + PUBLISH_RETRY_MAX + 10
         text = ("publishing the result before opening the gate" if tries == 1 else
                 f"publishing the result failed, try {tries}: {why}")
         self.notifier.extend_timeout(room, text)
 
     def deliver_results(self) -> float | None:
-        """Deliver recorded results still queued (a rolled-back one, say); None when the outbox
-        is empty, else the seconds until the next try. Never blocks the way back."""
+        """Deliver queued results (a rolled-back one, say); None when the outbox is empty, else the
+        seconds until the next try. Never blocks the way back."""
         try:
             delivered = self.node.effectors.publisher.deliver()
         except AgentFsmError as exc:
@@ -104,11 +97,13 @@ class Daemon:
             return self.not_its_turn(exc)
 
     def not_its_turn(self, exc: NotItsRole) -> bool:
-        """The state is another role's to change: leave it as it is and hand over. With another
-        release selected, its own start does it: restart this unit and wait for the stop (exit
-        0: no failure, so no `OnFailure=` on systemd >= 255; exit 1 if no stop comes, and
-        `Restart=` starts the selected). With this one selected, the way back is owed to the
-        last-good's code: start the recovery unit and exit 1."""
+        """The state is another role's to change: leave it and hand over.
+
+        With another release selected, restart this unit for it and wait for the stop (exit 0, so no
+        `OnFailure=` on systemd >= 255; exit 1 if no stop comes, and `Restart=` starts the
+        selected). With this one selected, the way back is the last-good's: start the recovery unit
+        and exit 1.
+        """
         self.workload.stop()
         log.error("%s", exc)
         self.notifier.status(f"not this process's to run: {exc.trigger}; handing over")
@@ -132,10 +127,9 @@ class Daemon:
 
     def _startup(self) -> bool:
         node = self.node
-        # An upgrade cut before its candidate started: the last-good abandons it (never
-        # finishes it: the way back, queued by the failure that cut it, would then roll back
-        # and mark a version that never ran); this start is the last-good's, so no restart,
-        # and it opens the gate below.
+        # An upgrade cut before its candidate started: the last-good abandons it. Finishing it would
+        # let the way back, queued by the failure that cut it, roll back and mark a version that
+        # never ran. This start is the last-good's: no restart; the gate opens below.
         doc = node.store.read()
         cleared = way_back.clear_leftovers(node, doc, way_back.START, abandon=self._last_good(doc))
         if cleared.ended_by is not None:  # an orphan rolled back: the restart queued stops us
@@ -184,8 +178,8 @@ class Daemon:
         except AgentFsmError as exc:
             verdict = judge_mod.Verdict(False, str(exc), ReasonClass.crashed)
         if not verdict.ok and self._stopped(verdict):
-            # No verdict: keep the signal, record nothing, mark nothing; the next start judges
-            # again (an attempt counted), exactly as after a power cut.
+            # No verdict: keep the signal, record and mark nothing; the next start judges again, an
+            # attempt counted, as after a power cut.
             log.warning("stopped while judging candidate %s (%s): no verdict; the signal stays "
                         "and the next start judges it again", version, verdict.reason)
             self.workload.stop()
@@ -216,10 +210,9 @@ class Daemon:
             f"its upgrade signal {self.node.paths.signal_file} is gone"
 
     def not_judged(self, doc: StateDoc, version: str, why: str) -> bool:
-        """A candidate whose signal is lost is not judged: its starts cannot be counted, nor a
-        verdict recorded where the start check and `recover` read it. Start the recovery unit
-        (the last-good's way back; this process fires nothing of it) and exit 1; the
-        last-good's start check refuses the next start and starts it too."""
+        """A candidate whose signal is lost is not judged: its starts cannot be counted nor a
+        verdict recorded. Start the recovery unit and exit 1; the last-good's start check refuses
+        the next start too."""
         unit = self.node.paths.recovery_unit_name
         log.error("candidate %s is not judged: %s, while the state file (%s) knows its upgrade; "
                   "starting %s to roll back to the last-good", version, why, doc.state, unit)
@@ -233,8 +226,8 @@ class Daemon:
         return False
 
     def _stopped(self, verdict: judge_mod.Verdict) -> bool:
-        """Whether a failed judgment is the doing of a stop: SIGTERM came, or the workload died
-        of it (systemd signals the whole unit, so it may die before this process hears)."""
+        """Whether a failed judgment is a stop's doing: SIGTERM came, or the workload died of it
+        first (systemd signals the whole unit)."""
         if verdict.reason_class == ReasonClass.stopped or self.waker.stop:
             return True
         died_of_term = (w := self.workload.process) is not None and w.poll() == -signal.SIGTERM
@@ -268,8 +261,8 @@ class Daemon:
                 with self.node.store.locked():  # a file put back from an intact copy, if need be
                     way_back_release(self.node.effectors, None, selected, fall_back=False)
             except ReleaseError as exc:
-                # Damaged beyond repair: the recovery unit's `recover` falls back to the newest
-                # intact known-good release (`select_last_good`) and restarts the agent unit.
+                # Damaged beyond repair: `recover` falls back to the newest intact known-good
+                # release (`select_last_good`) and restarts the agent unit.
                 log.error("last-good %s cannot be run: %s; starting recovery, which falls back "
                           "to the newest intact known-good release", selected, exc)
                 self.notifier.status(f"last-good {selected} is damaged; starting recovery")
@@ -285,8 +278,8 @@ class Daemon:
                                     **({"restarts": restarts} if restarts else {}))
 
     def _fire_and_serve(self, trigger: Trigger, selected: str, **args: object) -> bool:
-        # The transition renders the release's assets and the workload starts from it right
-        # after: one check of the release against its digest serves both.
+        # The transition renders the release's assets and the workload starts from it right after:
+        # one digest check serves both.
         with self.node.releases.checked_once():
             self.node.controller.fire(trigger, **args)
             self.workload.start(selected)
@@ -346,8 +339,8 @@ class Daemon:
                 retry = self.deliver_results()
                 next_try = None if retry is None else time.monotonic() + retry
             if self.waker.stop:
-                # On a stop systemd signals the whole cgroup, so the workload may exit first:
-                # that is the stop, not a failure (a failure would start recovery).
+                # On a stop systemd signals the whole cgroup, so the workload may exit first: that
+                # is the stop, not a failure (which would start recovery).
                 break
             if (w := self.workload.process) is not None and w.poll() is not None:
                 code = w.returncode

@@ -1,6 +1,5 @@
-"""The judged-ok path's publishing: `complete` tried until the publisher answers, with a growing
-delay and the gate closed meanwhile, and the dead publisher's way out (`complete_queued`) once
-it has failed for the config's `publish_give_up_seconds`. The daemon runs it after a judgment
+"""The judged-ok path's publishing: `complete`, retried with the gate closed until the publisher
+answers, or, after `publish_give_up_seconds`, `complete_queued`. The daemon runs it after a judgment
 and at a start in `judged_ok`."""
 
 from __future__ import annotations
@@ -35,20 +34,16 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
                              ) -> StateDoc:
     """Run `complete` (publish, clear signal, write assets, reload, promote, open the gate).
 
-    A failed publish is retried with a growing delay; the gate stays closed meanwhile, because
-    `open_gate` comes after `publish_result` in the recorded transition and resuming never
-    skips an effect. `before_try(n, last_error)` runs before each try (the daemon tells systemd
-    to extend its start timeout, so a slow publisher never turns a good upgrade into a
-    rollback). `max_tries` bounds the retries (None: until it works).
+    A failed publish is retried with a growing delay, the gate closed. `open_gate` follows
+    `publish_result` in the recorded transition, and resuming never skips an effect. `before_try(n,
+    last_error)` runs before each try: the daemon extends its start timeout, so a slow publisher
+    never causes a rollback. `max_tries` bounds the tries (None: no bound).
 
-    `give_up_after` (the config's `publish_give_up_seconds`; None: never) is the dead
-    publisher's way out: once publishing has failed that long, counted from the judgment (the
-    state file's time for `judged_ok`, so a restart does not start the count again) or from
-    this call on the monotonic clock, whichever says first, `complete_queued` supersedes the
-    owed `complete`: the result is queued in the outbox, recorded as such, and the gate opens.
-    A stop (`stopping()`) ends the retries with the state as it is. Each try runs inside
-    `each_try()` (the daemon's: one check of the candidate's release serves the effects that
-    read it, `write_assets` and `promote_last_good`).
+    `give_up_after` (None: never) is the dead publisher's way out. Publishing may fail that long,
+    counted from the judgment (the state file's time, kept over a restart) or from this call
+    (monotonic), whichever is longer. Then `complete_queued` supersedes the owed `complete`, queues
+    the result and opens the gate. A stop (`stopping()`) ends the tries. Each try runs inside
+    `each_try()`, where one check of the release serves `write_assets` and `promote_last_good`.
     """
     delay = PUBLISH_RETRY_FIRST
     tries = 0
@@ -92,17 +87,17 @@ def open_gate_after_judgment(controller: Controller, clock: Clock,
 
 def _give_up_in(controller: Controller, clock: Clock, give_up_after: float,
                 ran: float) -> float:
-    """Seconds until publishing is given up: from the judgment (the state's `since`, on the
-    wall clock: it survives a restart) or from this process's first try (`ran`, monotonic:
-    a clock stepped back never stretches the bound), whichever is longer ago."""
+    """Seconds until publishing is given up, counted from the judgment or from this process's first
+    try, whichever is longer ago. The judgment's time (`since`, wall clock) survives a restart; the
+    first try's (`ran`, monotonic) is not stretched by a clock stepped back."""
     since = controller.store.read().since
     failing = max(ran, 0.0 if since is None else clock.now() - since)
     return give_up_after - failing
 
 
 def _complete_queued(controller: Controller, args: dict[str, Any]) -> StateDoc:
-    """Fire `complete_queued` (it supersedes an owed `complete`); resume it if a crash left it
-    owed; nothing to do once the node has left `judged_ok`."""
+    """Fire `complete_queued`, which supersedes an owed `complete`, or resume it if a crash left it
+    owed; nothing once the node has left `judged_ok`."""
     doc = controller.store.read()
     if doc.state == StateName.judged_ok and (doc.pending is None
                                              or doc.pending.trigger == Trigger.complete):

@@ -22,9 +22,8 @@ PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR
 
 
 class JournalFormatter(logging.Formatter):
-    """`<N>message`: journald reads the priority from the prefix. The message is one line, its
-    control characters visible (`untrusted.shown`): a line break in a value it quotes would
-    start a journal entry of its own, with a priority prefix of that value's choosing."""
+    """`<N>message`: journald reads the priority from the prefix. The message is one line, control
+    characters visible: a quoted line break would start an entry with a priority of its choosing."""
 
     def format(self, record: logging.LogRecord) -> str:
         return f"<{PRIORITY.get(record.levelno, 6)}>{shown(record.getMessage(), MAX_LOG)}"
@@ -40,9 +39,9 @@ def setup_logging() -> None:
 
 
 def return_free_memory() -> None:
-    """Give the C heap's free pages back to the system (glibc's `malloc_trim`), once the start's
-    work is done: glibc keeps what the start freed below the top of its heap (~1.2 MB measured
-    in the daemon, for 0.4 MB of `ctypes`). Nothing happens where there is no such call."""
+    """Give the C heap's free pages back (glibc's `malloc_trim`) once the start's work is done:
+    glibc keeps what the start freed below its heap's top (~1.2 MB measured in the daemon, for 0.4
+    MB of `ctypes`). A no-op without glibc."""
     try:
         import ctypes
 
@@ -85,9 +84,8 @@ class Waker:
 
 
 class WakerClock:
-    """The system clock, but a sleep ends at once when SIGTERM arrives. `now` is the wall clock
-    (what the state file records); the judgment measures on `monotonic`, which no step of the
-    wall clock moves."""
+    """The system clock, with sleeps that end at once on SIGTERM. `now` is the wall clock (what the
+    state file records); the judgment measures on `monotonic`, which wall-clock steps never move."""
 
     def __init__(self, waker: Waker) -> None:
         self.waker = waker

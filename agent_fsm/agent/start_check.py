@@ -1,33 +1,26 @@
 """`agent-fsm start-check`: the agent unit's `ExecStartPre=`, run with the last-good's binary.
 
-Start limits are agent-fsm's policy, not systemd's (the unit has `StartLimitIntervalSec=0`):
-systemd's count of a unit's starts is reset by a `daemon-reload` up to systemd 254 and kept by
-one since 255, so a candidate bounded by it never reaches recovery while anything else on the
-host reloads systemd (252), and a converged agent that crashes twice is left failed (257). So:
+Start limits are agent-fsm's, not systemd's (`StartLimitIntervalSec=0`). A `daemon-reload` resets
+systemd's start count up to 254 and keeps it from 255. A limit of systemd's would let a candidate
+escape recovery while anything reloads systemd (252), and leave a converged agent that crashed twice
+failed (257). So:
 
-- while an upgrade is pending and the candidate is selected, each start of the agent unit is
-  counted here, in the signal (`starts`), by the last-good's code and before the candidate's
-  runs: a candidate that crashes before its own daemon counts (a broken import, a launcher
-  that exits) is counted all the same, whatever reloads systemd;
-- once `max_attempts` starts are used up, the next start starts the recovery unit and is
-  refused (exit 1): the candidate's code does not run again. systemd restarts the unit as it
-  does after any failure, each refused start asks for recovery again (so a recovery unit that
-  could not start is retried), and once `recover` has selected the last-good the start goes on;
-- each counted start also records, in the signal, whether the attempt before it ended by
-  systemd's start timeout (`start_timeout`), so that the rollback says so;
-- when the start cannot be counted while the state file knows an upgrade that `recover` rolls
-  back (its state, or the one a transition owed leads to, is among `recover`'s sources): the
-  signal is gone (deleted, lost to the disk), it cannot be read (damaged, a newer schema), or
-  the state dir cannot be written (full, read-only: `DiskError`), the candidate would run
-  uncounted and could not record a verdict either. The check starts the recovery unit and
-  refuses the start, as at the bound, so the way back is tried (and retried by the recovery
-  unit's own `Restart=`) while the fault lasts, not the candidate uncounted. A candidate
-  judged ok (`judged_ok`) is not among them: its `complete` clears the signal itself;
-- otherwise (no upgrade pending, the last-good selected: the way back, or the candidate judged
-  ok already: its start only finishes `complete`) it does nothing.
+- While an upgrade is pending and the candidate is selected, the last-good's code counts each
+  start in the signal (`starts`) before the candidate's code runs. A candidate that crashes on
+  import is counted too.
+- Once `max_attempts` starts are used up, the next start starts the recovery unit and is refused
+  (exit 1). systemd restarts the unit as after any failure, and each refused start asks for
+  recovery again. Once `recover` has selected the last-good, the start goes on.
+- Each counted start records whether the attempt before it ended by the start timeout
+  (`start_timeout`), so the rollback can say so.
+- A start that cannot be counted is refused as at the bound, after starting the recovery unit,
+  when the state file knows an upgrade `recover` rolls back. The signal is gone or unreadable,
+  or the state dir not writable (`DiskError`); an uncounted candidate could not record a verdict
+  either. A candidate judged ok is not among them: its `complete` clears the signal itself.
+- Otherwise (nothing pending, the last-good selected, or judged ok) it does nothing.
 
-Whatever fails here unexpectedly lets the start go on: a start check that cannot count must
-never be what keeps the agent down (the candidate's own daemon still counts its attempts).
+An unexpected failure here lets the start go on. The check must never keep the agent down; the
+candidate's daemon still counts its attempts.
 """
 
 from __future__ import annotations
@@ -49,10 +42,10 @@ REFUSE = 1
 
 
 def start_check(node: Node | Reader, systemd: Systemd | None = None) -> int:
-    """Count this start of a candidate; ALLOW it, or REFUSE it once its starts are used up or
-    when it cannot be counted (after starting the recovery unit through `systemd`: the config's
-    systemctl if None). It needs no more of the node than a reader's parts and the writers'
-    lock: none of the engine, on the path of every start."""
+    """Count this start of a candidate; ALLOW it, or REFUSE it when its starts are used up or it
+    cannot be counted. Refusing, it first starts the recovery unit through `systemd` (None: the
+    config's). It needs only a reader's parts and the writers' lock: no engine on every start's
+    path."""
     if _last_good_starts(node):
         return ALLOW  # the way back, or a converged agent: nothing to count
     try:
@@ -101,10 +94,10 @@ def _shown(node: Node | Reader, systemd: Systemd | None) -> dict[str, str]:
 
 
 def _count(node: Node | Reader, shown: dict[str, str]) -> signal.UpgradeSignal | str | None:
-    """Count this start in the signal (with what systemd `shown` of the attempt before it),
-    the caller holding the writers' lock: the signal as counted; None when there is nothing to
-    count; why the start cannot be counted while the state file knows an upgrade the way back
-    rolls back. DiskError when the count cannot be written."""
+    """Count this start in the signal, with what systemd `shown` of the attempt before; the caller
+    holds the writers' lock. The signal as counted; None when there is nothing to count; or why the
+    start cannot be counted while an upgrade the way back rolls back is known. DiskError when the
+    count cannot be written."""
     if _last_good_starts(node):
         return None
     doc = node.store.read()
@@ -137,8 +130,8 @@ def _refuse(node: Node | Reader, systemd: Systemd | None) -> int:
 
 
 def main(open_node: Callable[[], Node | Reader]) -> int:
-    """Run the check; any unexpected failure (logged) lets the start go on. `open_node` builds
-    the node: a config that cannot be read is such a failure too."""
+    """Run the check; an unexpected failure, an unreadable config too, is logged and lets the start
+    go on."""
     from .runtime import setup_logging
 
     setup_logging()

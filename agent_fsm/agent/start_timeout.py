@@ -1,14 +1,13 @@
 """Whether a candidate's attempt ended by systemd's start timeout, as the start check sees it.
 
-Inside `ExecStartPre=` of a restart, systemd has reset what it knew of the attempt before
-(`Result=success`, `ExecMain*=0`, on 252 and 257 alike). So the start check keeps its own
-record in the signal when it lets a start go on: `NRestarts` then, and the time (systemd's
-monotonic clock, `StateChangeTimestampMonotonic` of this start) by which that attempt, had it
-never sent READY=1, was ended by `TimeoutStartSec=` and restarted after the restart delay that
-follows it (`RestartUSecNext` where systemd has it, else `RestartUSec`). At the next start, the
-attempt ended by the start timeout when systemd restarted it itself (`NRestarts` one more) no
-sooner than that. A stop or a reboot in between resets `NRestarts`: never a timeout.
-A crash later than a start timeout less its start check's own run and its stop is seen as one.
+In a restart's `ExecStartPre=`, systemd has forgotten the attempt before (`Result=success`,
+`ExecMain*=0`, on 252 and 257). So the start check keeps its own record in the signal when it lets a
+start go on. It records `NRestarts`, and a time on systemd's monotonic clock: when
+`TimeoutStartSec=` would end the attempt, had it never sent READY=1, plus the restart delay
+(`RestartUSecNext`, else `RestartUSec`). At the next start, the attempt timed out if systemd
+restarted it itself (`NRestarts` one more) no sooner than that. A stop or reboot between resets
+`NRestarts`: never a timeout. A crash later than the start timeout, less the check's run and the
+stop, counts as one.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|min|h|d|w|M|y)")
 
 def span(text: str | None) -> float | None:
     """Seconds of a time span as `systemctl show` prints it; None for "infinity", nothing, or
-    anything else it does not print."""
+    anything else."""
     words = (text or "").split()
     if not words or not all(_PART.fullmatch(w) for w in words):
         return None
@@ -57,10 +56,12 @@ def timed_out(sig: UpgradeSignal, shown: Mapping[str, str]) -> bool:
 
 
 def counted(sig: UpgradeSignal, shown: Mapping[str, str], most: int) -> dict[str, Any]:
-    """The signal's fields for this start, the next after `sig`'s of at most `most` let go:
-    `timeouts`, the attempts in a row up to the last that the start timeout ended, and the
-    record of this start when it goes on (none when refused: a refused start is no attempt,
-    and the refused starts after it keep the count)."""
+    """The signal's fields for this start, the next after `sig`'s, of at most `most` let go.
+
+    `timeouts`: the attempts in a row the start timeout ended, up to the last. The record of this
+    start when it goes on; none when refused, since a refused start is no attempt and the refused
+    starts after it keep the count.
+    """
     timeouts = 0
     if sig.starts > most:  # the start before was refused: nothing ran since
         timeouts = sig.timeouts

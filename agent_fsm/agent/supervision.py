@@ -1,8 +1,8 @@
-"""The release's workload, supervised inside the agent unit: started as `[workload]` says,
-recorded in `<run_dir>/workload.json`, stopped, and its crash loop forgotten once it is over.
+"""The release's workload, supervised inside the agent unit: started as `[workload]` says, recorded
+in `<run_dir>/workload.json`, stopped, and its crash loop forgotten once over.
 
-After convergence the workload is the agent: when it exits, the daemon exits with its status
-and systemd restarts the unit (`Restart=on-failure`), never a rollback.
+After convergence the workload is the agent: when it exits, the daemon exits with its status and
+systemd restarts the unit (`Restart=on-failure`), never a rollback.
 """
 
 from __future__ import annotations
@@ -52,8 +52,7 @@ class Workload:
         self.stable_after = CRASH_LOOP_WINDOW
 
     def start(self, version: str) -> None:
-        """Start the release's workload (if it declares one) as `[workload]` says: its user,
-        its directory, its environment, its own journal identifier; record it in
+        """Start the release's workload, if it declares one, as `[workload]` says, and record it in
         `<run_dir>/workload.json`. WorkloadError (or ReleaseError) if it cannot start."""
         argv = self.node.releases.manifest(version).workload
         if not argv:
@@ -66,8 +65,8 @@ class Workload:
         cwd = payload if payload.is_dir() else release_dir
         view = node.paths.real(node.config.run_dir) / RELEASES_VIEW / version
         if who.change and (view / "release.toml").is_file():
-            # Another user cannot pass the 0700 state dir: it sees the releases below the run
-            # dir (the unit's BindReadOnlyPaths=), the same files read-only.
+            # Another user cannot pass the 0700 state dir: it sees the releases read-only below the
+            # run dir (the unit's BindReadOnlyPaths=).
             release_dir, payload, cwd = view, view / "payload", view / cwd.relative_to(release_dir)
         elif who.change:
             log.warning("the agent unit running now binds no view of the releases at %s (its "
@@ -106,9 +105,8 @@ class Workload:
         self._write_record()
 
     def kept_from_workload(self) -> tuple[Path, ...]:
-        """What the workload sees read-only whatever its user: agent-fsm's directories (the
-        state dir with the store, the recovery script's, the units', the gate's), below
-        `--root` where they really are. A `writable_paths` entry inside one stays read-only."""
+        """What the workload sees read-only, whatever its user: agent-fsm's state, lib, unit and run
+        directories, below `--root`. A `writable_paths` entry inside one stays read-only."""
         paths, config = self.node.paths, self.node.config
         return tuple(paths.real(d) for d in (config.state_dir, config.lib_dir, config.unit_dir,
                                              config.run_dir))
@@ -133,9 +131,9 @@ class Workload:
         return self.last_exit
 
     def exit_reason(self, when: str) -> str:
-        """A judgment's reason when the workload exited `when` ("while being judged"): its
-        exit status or signal, and its last lines on stderr, quoted, as many of the newest as
-        a recorded reason holds."""
+        """A judgment's reason when the workload exited `when` ("while being judged"): its exit
+        status or signal, and as many of its newest stderr lines, quoted, as a recorded reason
+        holds."""
         exit_ = self.exited()
         words = exit_.words() if exit_ else "exited"
         head = f"the workload {'was ' if exit_ and exit_.signal else ''}{words} {when}"
@@ -177,10 +175,9 @@ class Workload:
         return f"{head}; workload running (pid {self.process.pid})"
 
     def died(self, version: str | None, code: int) -> int:
-        """After convergence the workload is the agent: when it exits, the daemon exits with
-        its status (1 for a signal) and systemd restarts the unit (`Restart=on-failure`, with
-        growing delays where systemd has them), which starts the workload again; never rolled
-        back. STATUS= says so first, so `systemctl status` never shows it running meanwhile."""
+        """The daemon's exit code when the workload exited after convergence: its status (1 for a
+        signal), so systemd restarts the unit (`Restart=on-failure`); never a rollback. STATUS= says
+        so first, so `systemctl status` never shows it running meanwhile."""
         exit_ = self.exited() or workload_state.Exit.of(code, time.time())
         log.error("workload of %s %s; exiting so that systemd restarts %s", version,
                   exit_.words(), self.node.paths.agent_unit_name)
@@ -194,9 +191,9 @@ class Workload:
         return self.restarts
 
     def automatic_restarts(self) -> int:
-        """How many times systemd restarted the agent unit after a failure since it was last
-        started by hand (`NRestarts`; 0 when systemd cannot say): above 0, this start follows
-        a crash, and the history counts it in the crash loop's one entry."""
+        """systemd's restarts of the agent unit after failures since its last start by hand
+        (`NRestarts`; 0 when unknown). Above 0, this start follows a crash, and the history counts
+        it in the crash loop's one entry."""
         unit = self.node.paths.agent_unit_name
         try:
             shown = self.node.effectors.systemd.show(unit, ("NRestarts",))
@@ -207,11 +204,9 @@ class Workload:
         return int(value) if value.isdigit() else 0
 
     def forget_crashes(self) -> None:
-        """Up `stable_after` seconds after a start that followed crashes: the crash loop is
-        over, so reset systemd's count of the unit's automatic restarts (`reset-failed`): the
-        next crash waits `RestartSec=` again, not the longest delay the loop had reached
-        (`RestartSteps=`, systemd 254+). The explicit reset is the intent here, and nothing
-        else depends on it (the unit has no start limit); a refused one is only logged."""
+        """Up `stable_after` seconds after a start that followed crashes, the loop is over: reset
+        systemd's restart count (`reset-failed`), so the next crash waits `RestartSec=`, not the
+        loop's longest delay (`RestartSteps=`, systemd 254+). A refused reset is only logged."""
         unit = self.node.paths.agent_unit_name
         try:
             self.node.effectors.systemd.reset_failed(unit)

@@ -1,8 +1,8 @@
 """The command line: the typer app, its global options (`ctx.obj`), its commands, and `main`.
 
-Nothing below this layer prints. Each command (commands/, one module each) calls down and renders
-the result with render.py, for people or as JSON; expected failures (every AgentFsmError) become
-one line on stderr and a documented exit code (exits.py), never a traceback.
+Only this layer prints. Each command (commands/, one module each) calls down and renders the result
+with render.py, for people or as JSON. An expected failure (an AgentFsmError) becomes one line on
+stderr and a documented exit code (exits.py), never a traceback.
 """
 
 from __future__ import annotations
@@ -95,6 +95,8 @@ app.add_typer(channel.app, name="channel")
 
 def main() -> None:
     """The console script: run the app, turning expected failures into one line and a code.
-    Named `agent-fsm` in usage lines however it was started (click would say `python -m
-    agent_fsm` for a release's launcher, which runs the package as `__main__`)."""
+
+    Usage lines say `agent-fsm` however it was started; click would say `python -m agent_fsm` for a
+    release's launcher.
+    """
     sys.exit(guarded(lambda: app(prog_name="agent-fsm")))

@@ -1,7 +1,9 @@
 """How far `release add`, `install --from` and `release pack` are, on stderr (stdout keeps the
-result): on a terminal a rich bar (bytes and files), piped one timestamped line at most every
-AGENT_FSM_PROGRESS_SECONDS (default 5), and the last one when a copy that was shown ends:
-`2026-12-03T09:30:01Z adding ./myagent-1.2.0: 40% 600 MiB of 1.5 GiB, 8,000 of 20,000 files`.
+result).
+
+On a terminal: a rich bar (bytes and files). Piped: one timestamped line at most every
+AGENT_FSM_PROGRESS_SECONDS (default 5), and a last one when a shown copy ends: `2026-12-03T09:30:01Z
+adding ./myagent-1.2.0: 40% 600 MiB of 1.5 GiB, 8,000 of 20,000 files`.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ def interval() -> float:
 
 
 class Lines:
-    """Says (`say`) where each copy is once `every` seconds have passed since its start or its
-    last line, and at its end if a line of it was said: a small copy says nothing."""
+    """Says where each copy is `every` seconds after its start or last line, and at its end if it
+    said anything: a small copy says nothing."""
 
     def __init__(self, say: Callable[[str], None], every: float,
                  clock: Callable[[], float] = time.monotonic) -> None:

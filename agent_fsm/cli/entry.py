@@ -1,9 +1,9 @@
 """The console script's entry: the fast path for what systemd and fleet tools run, the rest through
 the full CLI.
 
-`[--config FILE] [--root DIR] daemon | recover | status --json` are served by fast_path.py before
-typer is imported, with the same output, messages and exit codes as the full CLI (tests compare
-the two); anything else goes to `app.main`.
+fast_path.py serves `[--config FILE] [--root DIR] daemon | recover | status --json` before typer is
+imported. Output, messages and exit codes are the full CLI's; tests compare the two. Anything else
+goes to `app.main`.
 """
 
 from __future__ import annotations

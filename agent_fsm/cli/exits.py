@@ -26,9 +26,12 @@ the candidate was judged failed and the node rolled back.
 
 
 def guarded(run: Callable[[], int | None]) -> int:
-    """Run `run` and return its exit code; an expected failure becomes one line on stderr and
-    its code (AgentFsmError its own, OSError 1), Ctrl-C a quiet 130. No traceback. A process
-    not run as root that is denied what is root's is told so, in one line (`needs_root`)."""
+    """Run `run` and return its exit code, never with a traceback.
+
+    An expected failure becomes one line on stderr and its code (an AgentFsmError its own, OSError
+    1); Ctrl-C a quiet 130. A process not run as root, denied what is root's, is told so
+    (`needs_root`).
+    """
     try:
         return run() or 0
     except AgentFsmError as exc:
@@ -42,8 +45,8 @@ def guarded(run: Callable[[], int | None]) -> int:
 
 
 def _say(exc: BaseException) -> None:
-    """The error as one line: messages quote paths, files and commands' words, so its control
-    characters (line breaks too) are written visibly and it is cut to MAX_LINE."""
+    """The error as one line, cut to MAX_LINE. Messages quote paths, files and commands' words, so
+    control characters, line breaks too, are shown visibly."""
     sys.stderr.write(f"agent-fsm: {shown(needs_root(exc, sys.argv[1:]) or exc, MAX_LINE)}\n")
     sys.stderr.flush()
 
@@ -62,9 +65,8 @@ def _denied(exc: BaseException) -> BaseException | None:
 
 
 def needs_root(exc: BaseException, args: Sequence[str]) -> str | None:
-    """For a process not run as root denied something root's (a permission error, a state dir
-    that is root's): "status needs root (…): run it as root (sudo agent-fsm status)"; None
-    otherwise (root, another user's files, or no permission error at all)."""
+    """"status needs root (…): run it as root (sudo agent-fsm status)" for a process not run as root
+    that was denied something root's; else None (root, another user's file, no permission error)."""
     if os.geteuid() == 0:
         return None
     denied = _denied(exc)

@@ -1,12 +1,10 @@
-"""The commands systemd, fleet tools and upgrade scripts run (`daemon`, `start-check`,
-`recover`, `status --json`, `upgrade`), served without typer, pydantic or rich: their argument
-shapes, and the code the full CLI runs for them too.
+"""The commands systemd, fleet tools and upgrade scripts run, without typer, pydantic or rich.
 
-Building the typer app costs several times what these commands do, on the critical path of every
-upgrade and rollback (the `upgrade` command, the candidate's daemon, `recover`, the last-good's
-daemon). Only the exact shapes `[--config FILE] [--root DIR] COMMAND [its options]` are recognised
-here; anything else (help, a typo, an option more, a value out of range, shell completion) returns
-None and goes to the full CLI, which owns usage errors.
+`daemon`, `start-check`, `recover`, `status --json` and `upgrade`: their argument shapes, and the
+code the full CLI runs for them too. Building the typer app costs several times what they do, on the
+path of every upgrade and rollback. Only the exact shapes `[--config FILE] [--root DIR] COMMAND [its
+options]` are served; anything else (help, a typo, a bad value, completion) returns None for the
+full CLI, which owns usage errors.
 """
 
 from __future__ import annotations
@@ -43,26 +41,27 @@ def run_daemon(opts: Globals) -> int:
     setup_logging()  # with journald's priorities from the first line: the config's warnings too
     node = opts.node(way_back=True, command=Command.daemon)
     if node.config.fallback is not None and not on_the_way_back(node):
-        # The kept settings serve the way back only: anywhere else the daemon refuses the
-        # live file, as operator commands do.
+        # The kept settings serve the way back only; elsewhere the daemon refuses a wrong live file,
+        # as operator commands do.
         raise ConfigError(node.config.fallback.error)
     tell_fallback(node.config)
     return daemon_main(node)
 
 
 def run_start_check(opts: Globals) -> int:
-    """`agent-fsm start-check`: the agent unit's ExecStartPre= (the last-good's binary): counts
-    a candidate's start; exit 1 refuses it once its starts are used up."""
+    """`agent-fsm start-check`, the agent unit's ExecStartPre=: count a candidate's start; exit 1
+    refuses it once its starts are used up."""
     from ..agent.start_check import main as start_check_main
 
     return start_check_main(lambda: opts.reader(way_back=True))
 
 
 def run_recover(opts: Globals) -> int:
-    """`agent-fsm recover`: roll back when an upgrade is pending; prints what it did, one line.
-    Exits 0 when rolled back or when there is nothing to roll back, else non-zero: run by the
-    recovery unit, after a growing wait, so that systemd's `Restart=on-failure` tries again
-    until it succeeds (`actions.recover.run`)."""
+    """`agent-fsm recover`: roll back when an upgrade is pending, and say what it did in one line.
+
+    Exits 0 when rolled back or with nothing to roll back, else non-zero, so that the recovery
+    unit's `Restart=on-failure` tries again, after a growing wait, until it succeeds.
+    """
     from ..actions.recover import run
     from ..upgrade.roles import Command
 
@@ -117,10 +116,12 @@ def say(line: str) -> None:
 
 def run_upgrade(opts: Globals, to: str, wait: bool = False, timeout: float = 600.0,
                 force: bool = False, show: Callable[[Progress], None] | None = None) -> int:
-    """`agent-fsm upgrade --to V [--wait] [--timeout S]`: start an upgrade; with --wait follow it
-    to its judgment (0 converged; RolledBack, 4, when the node rolled back: its one line on
-    stderr ends with the result's reason as `status` has it). `show` gets where it is at each
-    read (by default one timestamped line a phase on stdout)."""
+    """`agent-fsm upgrade --to V [--wait] [--timeout S]`: start an upgrade; with --wait follow it to
+    its judgment.
+
+    --wait exits 0 converged, 4 rolled back (the stderr line ends with the reason `status` shows).
+    `show` gets where it is at each read; by default a timestamped line per phase on stdout.
+    """
     from ..actions.upgrade import Progress, upgrade
     from ..errors import RolledBack
     from .progress import Lines
@@ -159,10 +160,12 @@ def _step(step: Step) -> None:
 
 def _options(argv: Sequence[str], valued: Sequence[str], flags: Sequence[str] = (), *,
              until_word: bool = False) -> tuple[dict[str, str], int] | None:
-    """The options at the start of argv and where they end: each at most once, a flag bare, a
-    valued one as `--opt VALUE` or `--opt=VALUE` with a value that is not empty and does not
-    look like an option. `until_word`: they end at the first word that is no option; else every
-    word must be one. None: a shape the full CLI reads (it says what is wrong, if anything)."""
+    """The options at the start of argv, and where they end; None for a shape the full CLI reads.
+
+    Each at most once: a flag bare, a valued one as `--opt VALUE` or `--opt=VALUE`, the value
+    non-empty and not like an option. `until_word`: they end at the first word that is no option;
+    else every word must be one.
+    """
     given: dict[str, str] = {}
     i = 0
     while i < len(argv) and (argv[i].startswith("-") or not until_word):
@@ -188,9 +191,9 @@ def _options(argv: Sequence[str], valued: Sequence[str], flags: Sequence[str] = 
 
 
 def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
-    """`upgrade` with `--to V` once, `--wait` and `--force` at most once, `--timeout S` at most
-    once (S a finite number above 0: the full CLI says what is wrong with any other); `--wait`
-    with stdout a terminal is the full CLI's (its live line is drawn with rich)."""
+    """`upgrade` with `--to V` once, and at most once each `--wait`, `--force` and `--timeout S` (S
+    finite, above 0; the full CLI says what is wrong with any other). `--wait` on a terminal is the
+    full CLI's: rich draws its live line."""
     found = _options(argv, ("--to", "--timeout"), ("--wait", "--force"))
     if found is None:
         return None
@@ -218,10 +221,11 @@ COMMANDS: dict[tuple[str, ...], Callable[[Globals], int]] = {
 
 
 def parse(argv: Sequence[str]) -> tuple[Globals, Callable[[Globals], int]] | None:
-    """The global options and the command when argv is exactly one of the fast path's shapes, else None.
+    """The global options and the command when argv is exactly one of the fast path's shapes, else
+    None.
 
-    Each global option at most once, as `--opt VALUE` or `--opt=VALUE`, with a value that is not
-    empty and does not look like an option: anything the full CLI might read otherwise is its.
+    Each global option at most once, as `--opt VALUE` or `--opt=VALUE`, the value non-empty and not
+    like an option: anything the full CLI might read otherwise is its.
     """
     found = _options(argv, GLOBAL_OPTIONS, until_word=True)
     if found is None:

@@ -25,13 +25,14 @@ class Globals(NamedTuple):
 
     def node(self, *, way_back: bool = False, command: Command | None = None) -> Node:
         """The node these options name: its config loaded, its paths below the root.
-        `way_back` (`daemon`, `recover`): unknown config keys are logged, not refused (a config
-        written for the candidate, a newer agent-fsm, must not stop the last-good), and a config
-        wrong all the same gives way to the last-good's kept settings (`config.fallback` says
-        so; the daemon uses them only on a signal's way back: `way_back.on_the_way_back`).
-        `command`: which process this is (`upgrade.roles.Command`; default: an operator's), for
-        the roles' checks. A config read valid is kept as the last-good's settings
-        (`Node.keep_settings`): a fallback never runs with settings older than it."""
+
+        `way_back` (`daemon`, `recover`): unknown keys are logged, not refused, as a config written
+        for a newer candidate must not stop the last-good; a config wrong otherwise gives way to the
+        last-good's kept settings (`config.fallback`). `command`: this process
+        (`upgrade.roles.Command`; default an operator's), for the roles' checks. A valid config is
+        kept as the last-good's settings (`Node.keep_settings`), so a fallback never runs settings
+        older than it.
+        """
         from ..errors import AgentFsmError
         from ..node import config as config_mod
         from ..upgrade.roles import Command
@@ -50,12 +51,13 @@ class Globals(NamedTuple):
         return node
 
     def reader(self, *, way_back: bool = False) -> Reader:
-        """The node these options name, wired for reading only (`status`, with or without
-        --json, and the start check): none of the engine, the effects, the publisher or the
-        hooks' runner is imported. A config that the way back would not use either is refused;
-        one it replaces with the last-good's kept settings is read through them, and `status`
-        says so. `way_back` (`start-check`, the last-good's ExecStartPre=): the config read as
-        the way back reads it, unknown keys logged, not refused."""
+        """The node these options name, wired for reading only (`status` and the start check).
+
+        The engine, the effects, the publisher and the hooks' runner are not imported. A config the
+        way back would not use either is refused; one it replaces with the last-good's kept settings
+        is read through them, and `status` says so. `way_back` (`start-check`): the config is read
+        as the way back reads it, unknown keys logged.
+        """
         from ..errors import ConfigError
         from ..node import config as config_mod
         from ..wiring import open_reader

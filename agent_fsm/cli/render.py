@@ -1,10 +1,9 @@
 """Output for people: the consoles, and the views of status, history and doctor as rich text.
 
-Plain when piped (and not wrapped at 80 columns there), no styling at all with NO_COLOR.
-Text agent-fsm did not write (a release's workload words, reasons, errors quoting files or a
-command's output) is shown through `untrusted.shown`, each value cut to its bound; the consoles
-interpret no markup or emoji codes, and show any control character that still reaches them
-written visibly, so nothing printed here can move the cursor, retitle or clear a terminal.
+Plain and unwrapped when piped; no styling at all with NO_COLOR. Text agent-fsm did not write (a
+workload's words, reasons, errors quoting files, a command's output) goes through `untrusted.shown`,
+cut to its bound. The consoles interpret no markup or emoji codes and show control characters
+visibly, so nothing printed can move the cursor, retitle or clear a terminal.
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ if TYPE_CHECKING:
 
 
 class _Console(Console):
-    """A console that shows control characters in what it prints as `untrusted.shown` does;
-    rich's own escapes (styles, cursor moves of a live view) are not text and pass."""
+    """A console that shows control characters visibly, as `untrusted.shown` does; rich's own
+    escapes (styles, a live view's cursor moves) pass."""
 
     def render(self, renderable: RenderableType,
                options: ConsoleOptions | None = None) -> Iterable[Segment]:
@@ -42,21 +41,18 @@ class _Console(Console):
             yield seg
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        # Piped, the text is plain (rich styles only a terminal): a table's padding at the
-        # ends of its lines is spaces a script would have to strip.
+        # Piped text is plain, with no padding at line ends for a script to strip.
         text = super()._render_buffer(buffer)
         return text if self.is_terminal else "\n".join(
             line.rstrip(" ") for line in text.split("\n"))
 
 
-# Piped, a line is as long as what it says: a table's columns take their whole values and no
-# line is wrapped (grep, logs and scripts read whole lines), whatever COLUMNS says.
+# Piped, no line is wrapped or cut, whatever COLUMNS says: grep, logs and scripts read whole lines.
 PIPED_WIDTH = 1 << 16
 
 
 def _console(*, stderr: bool = False) -> Console:
-    # NO_COLOR (https://no-color.org): no colour and no other styling either, so no escapes.
-    # Piped output is plain already: rich styles only a terminal.
+    # NO_COLOR (https://no-color.org): no styling at all, so no escapes.
     plain = os.environ.get("NO_COLOR", "") != ""
     console = _Console(stderr=stderr, color_system=None if plain else "auto", highlight=False,
                        markup=False, emoji=False)
@@ -69,7 +65,7 @@ def _console(*, stderr: bool = False) -> Console:
 out = _console()
 err = _console(stderr=True)
 
-# How a state reads (its tone, derived from the definition by the views) as a colour.
+# A state's tone (from the definition, by the views) as a colour.
 TONE_STYLE = {"ok": "green", "none": "dim", "busy": "yellow", "bad": "red"}
 
 

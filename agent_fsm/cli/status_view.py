@@ -1,5 +1,5 @@
-"""`status` for people: the whole view, its parts (workload, units, hold, inhibitors, assets)
-as rich text, and `--watch`, which redraws it as the node changes (the consoles: `render`)."""
+"""`status` for people: the view and its parts as rich text, and `--watch`, which redraws it as the
+node changes."""
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """The host's configuration: a TOML file, every key checked, unknown keys refused.
 
-Each key is declared once, in `SETTINGS`: how it is checked, how it is kept (`to_table`), the
-commands it has root run (`doctor`), and its name in `--help` and docs/configuration.md (a test
-holds the docs to the table). The records below hold the values and their defaults.
+Each key is declared once, in `SETTINGS`: how it is checked and kept (`to_table`), the commands it
+has root run (`doctor`), and its name in `--help` and docs/configuration.md. A test holds the docs
+to the table. The records below hold the values and defaults.
 
-The way back (`recover`, and the daemon on a signal's way back) reads it leniently (unknown keys
-logged and ignored) and, when it is wrong all the same, runs with the settings kept with the
-last-good when it was promoted (`to_table` writes them, `parse` reads them back; see
-`config_fallback`): a `Fallback` in `Config.fallback` says so.
+The way back (`recover`, the daemon on a signal's way back) reads it leniently: unknown keys are
+logged and ignored. When it is wrong all the same, the way back runs with the settings kept when the
+last-good was promoted (`to_table` writes them, `parse` reads them back). `Config.fallback` says so.
 """
 
 from __future__ import annotations
@@ -46,10 +45,10 @@ class Judgment(NamedTuple):
 
 
 class WorkloadConfig(NamedTuple):
-    """[workload]: how the daemon runs the selected release's workload on this host (never
-    from the release). `user`/`group`: a name or a number (None: root, and the user's primary
-    group); `environment` on top of the documented one; `writable_paths` rendered into the agent
-    unit (`ReadWritePaths=`); `identifier`: its journal `SYSLOG_IDENTIFIER` (None: `name`)."""
+    """[workload]: how the daemon runs the selected release's workload on this host, never from the
+    release. `user`/`group`: a name or number (None: root, and the user's primary group);
+    `environment`: added to the documented one; `writable_paths`: the unit's `ReadWritePaths=`;
+    `identifier`: its journal `SYSLOG_IDENTIFIER` (None: `name`)."""
 
     user: str | int | None = None
     group: str | int | None = None
@@ -59,8 +58,8 @@ class WorkloadConfig(NamedTuple):
 
 
 class Fallback(NamedTuple):
-    """Why and with what the way back runs when the live config is wrong: the live file's
-    error, and the last-good's settings used instead (their version and file)."""
+    """Why and with what the way back runs when the live config is wrong: the live file's error, and
+    the last-good's settings used instead (their version and file)."""
 
     error: str
     version: str
@@ -83,8 +82,8 @@ class Config(NamedTuple):
     allowed_signers: Path | None = None  # ssh-keygen's allowed-signers file; None: unsigned ok
     history_limit: int = 200
     publish_command: tuple[str, ...] = ()
-    # After a good judgment, how long publishing may fail before the result is queued in the
-    # outbox and the gate opens anyway (`complete_queued`): a dead publisher's bounded way out.
+    # How long publishing may fail after a good judgment before the result is queued in the outbox
+    # and the gate opens anyway (`complete_queued`): a dead publisher's bounded way out.
     publish_give_up_seconds: float = 600.0
     systemctl: tuple[str, ...] = ("systemctl",)  # the argv prefix of every systemctl call
     podman: tuple[str, ...] = ("podman",)  # the argv prefix of every podman call (release images)
@@ -99,8 +98,8 @@ class Config(NamedTuple):
     fallback: Fallback | None = None  # the way back's: the live file is wrong, these are kept
 
 
-# What systemd and the agent can take. A week bounds a judgment (and TimeoutStartSec=, which
-# is deadline + soak + 10 whole seconds); StartLimitBurst= is max_attempts.
+# What systemd and the agent can take. A week bounds a judgment and TimeoutStartSec= (deadline +
+# soak + 10, whole seconds); StartLimitBurst= is max_attempts.
 WEEK = 7 * 86400
 
 
@@ -136,10 +135,12 @@ Argvs = Callable[[Any], tuple[tuple[str, ...], ...]]
 
 
 class Setting(NamedTuple):
-    """One key of the file (`section.field` in a table): `check` reads its value, `dump` writes
-    it back in JSON's types (None: not written); `runs`: the argvs it has root run; `each`: what
-    names a table's entries; `against`: a check against the keys read before it; `own`: one of
-    agent-fsm's directories. Its default is the record's."""
+    """One key of the file (`section.field` in a table); its default is the record's.
+
+    `check` reads its value. `dump` writes it back in JSON's types (None: not written). `runs`: the
+    argvs it has root run. `each`: what names a table's entries. `against`: a check against the keys
+    read before it. `own`: one of agent-fsm's directories.
+    """
 
     key: str
     check: values.Check
@@ -235,9 +236,9 @@ def _check_keys(source: Path, table: dict[str, Any], known: frozenset[str], wher
 
 def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
           quiet: bool = False) -> Config:
-    """Check a parsed TOML table and build the Config it describes; `lenient`: unknown keys
-    are logged and ignored instead of refused (what systemd runs: `daemon`, `recover`), or
-    only ignored when `quiet`."""
+    """Check a parsed TOML table and build the Config it describes. `lenient`: unknown keys are
+    logged and ignored, not refused (what systemd runs: `daemon`, `recover`); only ignored when
+    `quiet`."""
     _check_keys(source, data, _keys(None), "", lenient, quiet)
     top: dict[str, Any] = {"source": source}
     tables: dict[str, dict[str, Any]] = {}
@@ -266,8 +267,8 @@ def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
 
 
 def check_source(source: Path) -> Path:
-    """The config file's own path, as the units and the script name it: absolute (relative to
-    the working directory it was given in), and without control characters."""
+    """The config file's own path as the units and the script name it: absolute (relative to the
+    working directory it was given in), without control characters."""
     source = source if source.is_absolute() else source.absolute()
     control = control_character(str(source))
     if control is not None:
@@ -282,8 +283,8 @@ def _value(config: Config, setting: Setting) -> Any:
 
 
 def to_table(config: Config) -> dict[str, Any]:
-    """Every setting of `config` as the TOML table `parse` reads back into it (its source and
-    fallback aside), in JSON's types: what is kept with the last-good when it is promoted."""
+    """Every setting of `config`, source and fallback aside, as the TOML table `parse` reads back,
+    in JSON's types: what is kept with the last-good when it is promoted."""
     table: dict[str, Any] = {section: {} for section in _SECTIONS}
     for setting in SETTINGS:
         value = setting.dump(_value(config, setting))
@@ -314,8 +315,8 @@ def keys_text() -> str:
 
 
 def source_of(path: Path | None, root: Path | None = None) -> tuple[Path, bool]:
-    """The config file `load` reads, and whether it was named explicitly (option or
-    environment): the default file (below `root`, if given) otherwise."""
+    """The config file `load` reads, and whether it was named (option or environment); otherwise the
+    default file, below `root` if given."""
     explicit = path if path is not None else (
         Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
     )
@@ -324,8 +325,8 @@ def source_of(path: Path | None, root: Path | None = None) -> tuple[Path, bool]:
 
 
 def state_dir_named(source: Path) -> Path | None:
-    """The `state_dir` a config file names, if it is TOML and that one key is valid, whatever
-    else is wrong with it (where the way back looks for the last-good's kept settings)."""
+    """The `state_dir` a config file names, if it is TOML and that key is valid, whatever else is
+    wrong: where the way back looks for the last-good's kept settings."""
     try:
         data = tomllib.loads(source.read_text(encoding="utf-8"))
         return values.path(source, "state_dir", data["state_dir"])
@@ -335,11 +336,11 @@ def state_dir_named(source: Path) -> Path | None:
 
 def load(path: Path | None, root: Path | None = None, *, lenient: bool = False,
          quiet: bool = False) -> Config:
-    """Read the config from `path`, $AGENT_FSM_CONFIG, or the default file (below `root`, the
-    --root, if given: the host's own config, which its units name).
+    """Read the config from `path`, $AGENT_FSM_CONFIG, or the default file (below --root `root`, if
+    given: the host's config, which its units name).
 
-    A file named explicitly (option or environment) must exist; the default file may be absent,
-    and then every default applies.
+    A named file (option or environment) must exist; the default file may be absent, and then every
+    default applies.
     """
     source, explicit = source_of(path, root)
     try:
@@ -361,11 +362,11 @@ def load(path: Path | None, root: Path | None = None, *, lenient: bool = False,
     return config
 
 
-# How a release's bin/agent-fsm reads `python` before any Python runs (`vendoring._READ_PYTHON`
-# is the same rule in sed): lines split at LF only; the reading stops at the first table header
-# or line holding `{`, `"""` or `'''` (before it, no value spans lines but an array, which holds
-# no key, and every key is the root table's), or at the first line that begins `python =`,
-# whose value it takes when it is a basic string without escapes or control characters.
+# How a release's bin/agent-fsm reads `python` before any Python runs (`vendoring._READ_PYTHON` is
+# the same rule in sed). Lines split at LF only. Reading stops at the first table header or line
+# holding `{`, `"""` or `'''` (before it no value spans lines but an array, which holds no key, and
+# every key is the root table's), or at the first line beginning `python =`, whose value it takes
+# when that is a basic string without escapes or control characters.
 _SPACE = " \t\n\v\f\r"  # sed's [[:space:]]
 _PYTHON_START = re.compile(f"[{_SPACE}]*python[{_SPACE}]*=")
 _PYTHON_LINE = re.compile(f'[{_SPACE}]*python[{_SPACE}]*=[{_SPACE}]*"([^"\\\\\x00-\x1f\x7f]*)"'

@@ -1,9 +1,8 @@
 """Every path agent-fsm uses, from one place.
 
-Two views of each path: the *host* path (what unit files and scripts name, as systemd on the host
-sees it) and the *real* path (where agent-fsm writes it). They differ only under `--root DIR`,
-where everything is written below DIR while unit contents keep host paths, as an agent in a
-container writing to its host's filesystem does.
+Each path has two views: the *host* path, as unit files and scripts name it, and the *real* path,
+where agent-fsm writes it. They differ only under `--root DIR`: everything is written below DIR
+while units keep host paths, as for an agent in a container writing to its host's filesystem.
 """
 
 from __future__ import annotations
@@ -70,8 +69,8 @@ class Paths(NamedTuple):
 
     @property
     def host_config(self) -> Path:
-        """The config file as the units and the script name it: below --root, the host's path
-        to it (the root taken off); elsewhere, the path it was read from, as it is."""
+        """The config file as the units and the script name it: below --root, the host's path to it
+        (the root taken off); elsewhere, the path it was read from."""
         source = self.config.source
         if source is None:
             return DEFAULT_CONFIG
@@ -79,7 +78,7 @@ class Paths(NamedTuple):
 
     def host_view(self, path: Path) -> Path | None:
         """The host's path to `path` if it lies below --root (compared as written, normalized,
-        symlinks not followed); None if it does not, or there is no root."""
+        symlinks not followed); else None."""
         if self.root is None:
             return None
         root = Path(os.path.normpath(self.root.absolute()))

@@ -2,10 +2,10 @@
 variables.
 
 Every child (checks, hooks, the publish command, systemctl, podman, journalctl) gets
-`child_environment`; the workload's is built from nothing (`system.workload`). The variables
-`SYSTEMD_ONLY` names are the agent unit's main process's alone (sd_notify(3),
-sd_watchdog_enabled(3)): a child that used them would speak for the unit (`READY=1`,
-`WATCHDOG=1`) or take the daemon's watchdog for its own. Light: `status` imports it.
+`child_environment`; the workload's is built from nothing (`system.workload`). The variables in
+`SYSTEMD_ONLY` belong to the unit's main process alone (sd_notify(3), sd_watchdog_enabled(3)): a
+child using them would speak for the unit (`READY=1`, `WATCHDOG=1`) or take the daemon's watchdog.
+Light: `status` imports it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Running the host's hooks: each a command given the transition as JSON on stdin and as
-`AGENT_FSM_*` variables, in a process group of its own that its timeout kills.
+`AGENT_FSM_*` variables, in its own process group, which its timeout kills.
 
-A `before` hook runs in the caller and answers whether the transition may go on. `after` hooks
-run one at a time, in order, on a worker thread, so that none delays what comes next (the
-daemon's READY=1, the way back); a process waits for its queued ones before it exits (each is
-bounded by the timeout). A failing `after` hook is logged, never raised.
+A `before` hook runs in the caller and answers whether the transition may go on. `after` hooks run
+one at a time, in order, on a worker thread, delaying nothing (READY=1, the way back); a process
+waits for its queued ones before it exits. A failing `after` hook is logged, not raised.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ class HookRunner:
     def __init__(self, name: str, before: Mapping[str, Sequence[str]],
                  after: Mapping[str, Sequence[str]], timeout: float,
                  noted: Callable[[str, str | None], None] | None = None) -> None:
-        """`noted(key, failure)` is told how each `after` hook ended ("after.<trigger>", and
-        what failed or None), to keep it where `status` reads it."""
+        """`noted(key, failure)` is told how each `after` hook ended ("after.<trigger>", and what
+        failed or None), to keep it where `status` reads it."""
         self.name = name
         self.before_hooks = dict(before)
         self.after_hooks = dict(after)

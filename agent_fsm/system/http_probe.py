@@ -1,9 +1,9 @@
 """An HTTP(S) health check: one GET, in-process, bounded by a timeout.
 
-A redirect is not followed (its status is what the check sees: a health endpoint that moves is
-a finding, not a hop to somewhere else); no proxy from the environment is used (a check names
-the node's own service); https is verified against the system's CA store. The standard library
-only, imported when a check runs: the daemon without HTTP checks never loads it (nor OpenSSL).
+A redirect is not followed: its status is what the check sees, since a health endpoint that moves is
+a finding. No proxy from the environment is used (a check names the node's own service); https is
+verified against the system's CA store. Standard library only, imported when a check runs: a daemon
+without HTTP checks never loads it, nor OpenSSL.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ _QUOTED = 100  # characters of the server's own words (a Location, a line of its
 
 
 def get(url: str, expected: int, timeout: float) -> tuple[bool, str]:
-    """GET `url` within `timeout` seconds: (passed, what came), passed when the answer's status
-    is `expected`. The whole GET is bounded, not only each connect and read (a server that
-    answers a byte at a time would stretch those): it runs on a thread of its own, given up at
-    the timeout (its socket's own timeout ends it soon after)."""
+    """GET `url` within `timeout` seconds: (passed, what came), passed when the status is
+    `expected`.
+
+    The whole GET is bounded, not only each connect and read, which a server answering a byte at a
+    time would stretch. It runs on its own thread, given up at the timeout; its socket's timeout
+    ends it soon after.
+    """
     import threading
 
     done: list[tuple[bool, str]] = []
@@ -72,9 +75,9 @@ class _Body(Protocol):
 
 def _answered(url: str, expected: int, code: int, headers: Message,
               body: _Body) -> tuple[bool, str]:
-    """The check's outcome for an answer with status `code`: what agent-fsm says of it, with the
-    server's own words (its Location, its body's first line) quoted, bounded and with control
-    characters visible. An answer whose headers break HTTP's syntax is malformed and fails."""
+    """The check's outcome for an answer with status `code`: agent-fsm's words, and the server's
+    (its Location, its body's first line) quoted, bounded, control characters visible. Headers that
+    break HTTP's syntax make it malformed, and it fails."""
     from http.client import HTTPException
 
     what = f"GET {url}: expected {expected}, got"
@@ -97,8 +100,8 @@ def _answered(url: str, expected: int, code: int, headers: Message,
 
 
 def _bad_headers(headers: Message) -> str | None:
-    """What breaks HTTP's header syntax in `headers` (strict: obsolete line folding too), or
-    None. Folded lines would otherwise reach the reason as lines of their own."""
+    """What breaks HTTP's header syntax in `headers` (strict: obsolete line folding too), or None.
+    Folded lines would otherwise reach the reason as lines of their own."""
     if headers.defects:
         return "a header line that is not `name: value`"
     for name, value in headers.items():

@@ -1,8 +1,8 @@
 """Changes to a directory's entries, from the kernel's inotify (through ctypes: no dependency).
 
-`DirWatch.fd` is readable once an entry was written and closed, created, moved or removed;
-`changed` reads what came. A process can wait on it beside its other descriptors and wake
-only when something happens.
+`DirWatch.fd` is readable once an entry was written and closed, created, moved or removed; `changed`
+reads what came. A process waits on it beside its other descriptors and wakes only when something
+happens.
 """
 
 from __future__ import annotations

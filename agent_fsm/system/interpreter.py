@@ -40,8 +40,8 @@ def running() -> Interpreter:
 
 
 def probe(python: Path) -> Interpreter:
-    """Run `python -I -S -c …` and read what it is. Raises CouldNotRun when it does not start
-    or finish; InterpreterUnreadable when it exits non-zero or prints something else."""
+    """Run `python -I -S -c …` and read what it is. CouldNotRun when it does not start or finish;
+    InterpreterUnreadable when it exits non-zero or prints something else."""
     done = proc.run([str(python), "-I", "-S", "-c", _PROBE], timeout=PROBE_TIMEOUT)
     if done.returncode != 0:
         raise InterpreterUnreadable(f"it exited {done.returncode}: {done.tail or 'no output'}")

@@ -14,8 +14,8 @@ MAX_STATUS = 1000  # characters of `STATUS=` (what `systemctl status` shows)
 
 
 def _status(text: str) -> str:
-    """`STATUS=text` as one line: a line break in it would be a field of its own (`READY=1`,
-    `MAINPID=`), so its control characters are written visibly."""
+    """`STATUS=text` as one line, control characters visible: a line break would start a field of
+    its own (`READY=1`, `MAINPID=`)."""
     return f"STATUS={shown(text, MAX_STATUS)}"
 
 

@@ -1,5 +1,5 @@
-"""podman, the one way agent-fsm reaches container images: the image references it takes and each
-podman call it makes (through `proc`, with a timeout; a failure is one ReleaseError line)."""
+"""podman, the one way agent-fsm reaches container images: the references it takes and each call it
+makes (through `proc`, with a timeout; a failure is one ReleaseError line)."""
 
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ class ImageRef:
 
 
 def parse_reference(text: str) -> ImageRef | None:
-    """The image reference `text` is, or None when it names no transport (then it is a release
-    directory). An archive's FILE is made absolute. Raises ReleaseError for a transport
-    agent-fsm does not take, or one with nothing usable after it."""
+    """The image reference `text` is, or None when it names no transport (a release directory). An
+    archive's FILE is made absolute. ReleaseError for a transport agent-fsm does not take, or one
+    with nothing usable after it."""
     known = [*ARCHIVES, STORE]
     transport, sep, target = text.partition(":")
     if text.startswith("docker://"):
@@ -74,8 +74,8 @@ def image_id(text: str) -> str:
 
 
 def _arg(image: str) -> str:
-    """How podman is given an image: an id without "sha256:" (with it, some commands take the
-    id for a name, e.g. `save` writes it into the archive as `localhost/sha256:…`)."""
+    """How podman is given an image: an id without "sha256:". With it, some commands take the id for
+    a name (`save` writes `localhost/sha256:…` into the archive)."""
     found = _ID.fullmatch(image)
     return found.group(2) if found else image
 
@@ -117,8 +117,8 @@ class Podman:
         return frozenset(self._id(line, doing) for line in lines)
 
     def find(self, name: str) -> tuple[str, str] | None:
-        """The id and the manifest digest ("" if podman has none) of the image `name` names in
-        the store, or None when there is none."""
+        """The id and manifest digest ("" if podman has none) of the image `name` names in the
+        store; None when there is none."""
         doing = f"look up image {name} in podman's store"
         done = self._run("image", "exists", "--", _arg(name), doing=doing)
         if done.returncode == 1:
@@ -134,9 +134,8 @@ class Podman:
             raise ReleaseError(f"could not {doing}: podman answered {exc}") from None
 
     def pull(self, reference: str, on_line: Callable[[str], None] | None = None) -> str:
-        """Pull `reference` into podman's store and return the image's id; `on_line` is given
-        each line podman says of its progress as it comes ("Copying blob …"); without it,
-        podman pulls quietly."""
+        """Pull `reference` into podman's store and return the image's id. `on_line` gets each line
+        of podman's progress as it comes ("Copying blob …"); without it podman pulls quietly."""
         doing = f"pull {reference} into podman's store"
         if on_line is None:
             return self._id(self._ok("pull", "--quiet", "--", reference, doing=doing), doing)
@@ -152,8 +151,7 @@ class Podman:
         self._ok("image", "unmount", "--", _arg(image), doing=f"unmount image {image}")
 
     def remove(self, image: str) -> None:
-        """Remove an image, never by force: podman refuses one a container uses or another
-        name still holds."""
+        """Remove an image, never by force: podman refuses one a container uses or another name holds."""
         self._ok("rmi", "--", _arg(image), doing=f"remove image {image}")
 
     def build(self, context: Path, containerfile: Path, tag: str | None) -> str:

@@ -1,7 +1,7 @@
 """Running a command: the one place that starts a process, waits for it and keeps its output.
 
-It spawns through `os.posix_spawn` and reads both pipes itself, without the `subprocess`
-module: `status` runs systemctl through it and stays light (docs/design.md). Every command gets
+It spawns with `os.posix_spawn` and reads both pipes itself, without `subprocess`, so `status` runs
+systemctl through it and stays light (docs/design.md). Every command gets
 `environment.child_environment`: agent-fsm's own, less systemd's notify and watchdog variables.
 """
 
@@ -32,8 +32,8 @@ class Completed(NamedTuple):
 
     @property
     def tail(self) -> str:
-        """What the command said last: the last line of stderr, or of stdout when stderr is
-        empty; "" when it said nothing."""
+        """What the command said last: the last line of stderr, or of stdout when stderr is empty;
+        "" when it said nothing."""
         return last_line(self.stderr or self.stdout)
 
 
@@ -48,14 +48,11 @@ def run(argv: Sequence[str], *, timeout: float | None, stdin: str | None = None,
         on_stderr: Callable[[bytes], None] | None = None) -> Completed:
     """Run `argv` to completion and capture its output as text.
 
-    `stdin` is sent as its input (without it the command inherits ours); `env` is added to our
-    environment (`child_environment`); `cwd` is its directory (ours without it). A non-zero
-    exit is returned, not raised: what it means is the caller's call. CouldNotRun when it does
-    not start or outlives `timeout` (killed).
-    `group`: run it in a session of its own, all of which the timeout kills (a script's
-    children too, which would otherwise hold its output open past the timeout).
-    `limit`: keep at most this many bytes of each stream (the rest is read and dropped).
-    `on_stderr`: given each chunk of stderr as it is read (a tool's progress), as well.
+    `stdin` is its input (else it inherits ours); `env` is added to `child_environment`; `cwd` is
+    its directory. A non-zero exit is returned, not raised. CouldNotRun when it does not start or
+    outlives `timeout` (it is killed). `group`: its own session, which the timeout kills whole (a
+    script's children would hold its output open). `limit`: the most bytes kept of each stream; the
+    rest is read and dropped. `on_stderr`: also given each chunk of stderr as read (progress).
     """
     environ = child_environment(env)
     fds: list[int] = []
@@ -103,8 +100,8 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str], actions: list[tuple[int,
     """Start `argv[0]` in `cwd`; CouldNotRun with the error as `subprocess` words it."""
     if cwd is None:
         return _spawn_here(argv, env, actions, group)
-    # posix_spawn has no directory of its own: the child inherits ours, changed for the spawn
-    # and back (agent-fsm spawns from one thread).
+    # posix_spawn has no directory argument: the child inherits ours, changed for the spawn and back
+    # (agent-fsm spawns from one thread).
     here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         try:
@@ -121,8 +118,7 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str], actions: list[tuple[int,
 
 def _spawn_here(argv: Sequence[str], env: Mapping[str, str], actions: list[tuple[int, ...]],
                 group: bool) -> int:
-    """Start `argv[0]`, looked up on the PATH of `env` when it names no directory (as
-    `subprocess` does)."""
+    """Start `argv[0]`, looked up on `env`'s PATH when it names no directory, as `subprocess` does."""
     program = argv[0]
     candidates = ([program] if os.path.dirname(program)
                   else [os.path.join(d, program) for d in os.get_exec_path(dict(env))])

@@ -1,10 +1,9 @@
 """Publishing an upgrade's result: a record per upgrade, and an optional configured command.
 
-The record is what `status` shows as the last result and what a fleet tool can collect; the
-command (config `publish_command`, given the result as JSON on stdin) reaches anything further.
-Either failing raises PublishError; the daemon retries, and the gate stays closed until it works.
-The record and its queued copy are documents of the state dir (kind, schema, checksum); the
-command is given the bare result, as before.
+The record is what `status` shows as the last result and a fleet tool can collect; the command
+(`publish_command`, the bare result as JSON on stdin) reaches anything further. Either failing
+raises PublishError; the daemon retries with the gate closed. The record and its queued copy are
+state-dir documents (kind, schema, checksum).
 """
 
 from __future__ import annotations
@@ -58,8 +57,8 @@ class Result:
 
 
 class Document(Protocol):
-    """A result's file: `node.state.validate.RESULT` (the state dir's document format), which the
-    wiring gives, as this layer does not import the node's."""
+    """A result's file: `node.state.validate.RESULT`, given by the wiring, as this layer does not
+    import the node's."""
 
     def encode(self, body: dict[str, Any]) -> bytes: ...
 
@@ -72,20 +71,20 @@ class Publisher(Protocol):
         """Keep the result locally and durably, queued for delivery; never runs a command."""
 
     def deliver(self) -> int:
-        """Deliver the queued results, oldest first; the number delivered (0 when there is no
-        command to deliver to: the queue is only emptied). Raises PublishError at the first
-        that fails (it and the later ones stay queued)."""
+        """Deliver the queued results, oldest first; return how many (0 with no command to deliver
+        to: the queue is only emptied). PublishError at the first that fails; it and the later ones
+        stay queued."""
 
     def publish(self, result: Result) -> None:
         """Record the result, then deliver everything queued (it included)."""
 
 
 class RecordPublisher:
-    """Records `<state_dir>/results/<started>-<to>.json` and queues a copy in the outbox
-    (`<state_dir>/outbox/`), both `document`s; delivering runs the configured command with the
-    result as JSON on stdin and takes the copy out of the outbox once the command exits 0. A
-    queued copy the document refuses (damaged, or not a valid result: it names the field) is
-    not sent; it then stays queued, and so do the ones after it."""
+    """Records `<state_dir>/results/<started>-<to>.json` and queues a copy in `<state_dir>/outbox/`,
+    both documents. Delivering runs the configured command with the result as JSON on stdin, and
+    takes the copy out of the outbox once the command exits 0. A queued copy the document refuses
+    (damaged, or an invalid result: it names the field) is not sent and stays queued, with the ones
+    after it."""
 
     def __init__(self, results_dir: Path, command: tuple[str, ...] = (),
                  timeout: float = 30.0, outbox: Path | None = None, *,
@@ -119,8 +118,8 @@ class RecordPublisher:
             return []
 
     def _payload(self, path: Path) -> str:
-        """A queued result's JSON, as the command gets it (the bare result, as recorded before
-        results were documents), checked: PublishError, naming it, when it cannot be sent."""
+        """A queued result's JSON as the command gets it (the bare result), checked: PublishError,
+        naming it, when it cannot be sent."""
         try:
             body = self.document.read(path)
             detail = " could not be read: it is gone" if body is None else ""
@@ -150,8 +149,8 @@ class RecordPublisher:
     def _run(self, payload: str) -> None:
         name = self.command[0]
         try:
-            # In a group of its own: at its timeout the command and whatever it started are
-            # killed whole (a child holding its output open would outlive it).
+            # In a group of its own: at its timeout the command and whatever it started are killed
+            # whole, since a child holding its output open would outlive it.
             done = proc.run(self.command, timeout=self.timeout, stdin=payload, group=True)
         except proc.CouldNotRun as exc:
             raise PublishError(f"publish command {name} could not run: {exc.reason}") from None

@@ -18,9 +18,9 @@ VERIFY_TIMEOUT = 30.0
 
 
 def sign(key: Path, namespace: str, message: bytes) -> bytes:
-    """The signature (armored, as ssh-keygen writes it) of `message` by `key`: a private key
-    file, or a public one whose private half is in ssh-agent. A passphrase is asked for on the
-    terminal, by ssh-keygen. Raises BadSignature when ssh-keygen refuses; CouldNotRun."""
+    """The armored signature of `message` by `key`: a private key file, or a public one whose
+    private half is in ssh-agent. ssh-keygen asks for a passphrase on the terminal. BadSignature
+    when ssh-keygen refuses; CouldNotRun."""
     with files.private_dir(prefix="agent-fsm-sign.") as tmp:
         data = tmp / "message"
         data.write_bytes(message)
@@ -33,9 +33,9 @@ def sign(key: Path, namespace: str, message: bytes) -> bytes:
 
 
 def verify(allowed_signers: Path, namespace: str, signature: Path, message: bytes) -> str:
-    """The principal of `allowed_signers` whose key made `signature` over `message` in
-    `namespace`. Raises BadSignature (no key there made it, or it does not verify: the message
-    changed, another namespace, a key outside its validity); CouldNotRun."""
+    """The principal of `allowed_signers` whose key made `signature` over `message` in `namespace`.
+    BadSignature when no key there made it or it does not verify (the message changed, another
+    namespace, a key outside its validity); CouldNotRun."""
     found = proc.run([SSH_KEYGEN, "-Y", "find-principals", "-s", str(signature),
                       "-f", str(allowed_signers)], timeout=VERIFY_TIMEOUT)
     principals = found.stdout.split()

@@ -1,12 +1,11 @@
 """A child's stderr read through a pipe: forwarded line by line to where it went before (the
 journal), its last lines kept to say why the child exited.
 
-Bounded in memory and time, and never a stall for the child: one thread reads the pipe as fast
-as the child writes; a line longer than `MAX_PENDING` bytes is forwarded in pieces; a line the
-output cannot take at once is kept, up to `MAX_PENDING` bytes, and past that lines are dropped
-(counted in `dropped`, and said by a line in their place once the output takes lines
-again), never waited for. Only the last `lines` lines are kept, each cut to
-`width` characters (ending in "…").
+Bounded in memory and time, and never a stall for the child: one thread reads the pipe as fast as
+the child writes. A line over `MAX_PENDING` bytes is forwarded in pieces. Up to `MAX_PENDING` bytes
+wait for a slow output; past that, lines are dropped, counted in `dropped`, and a line says so once
+the output takes lines again. The last `lines` lines are kept, each cut to `width` characters
+(ending in "…").
 """
 
 from __future__ import annotations
@@ -24,10 +23,9 @@ FLUSH_WAIT = 1.0  # seconds the output is given to take what waits, once the chi
 
 
 class StderrTail:
-    """Reads the pipe `read_fd` (the child holds its write end; closed at its end) on a thread
-    of its own, forwards every line to `output` (a file descriptor: a copy of it is used, and
-    its blocking mode is left as it is, as the child's stdout may share it) and keeps the last
-    ones."""
+    """Reads the pipe `read_fd` on its own thread, forwards every line to `output` and keeps the
+    last ones. The child holds the write end, closed at its end. `output` is a file descriptor: a
+    copy is used, its blocking mode left alone, as the child's stdout may share it."""
 
     def __init__(self, read_fd: int, output: int, lines: int = 5, width: int = 200) -> None:
         self._read_fd, self._output = read_fd, os.dup(output)
@@ -43,8 +41,8 @@ class StderrTail:
         self._thread.start()
 
     def last_lines(self, wait: float = 1.0) -> list[str]:
-        """The last lines the child wrote (its unfinished last line included), oldest first,
-        waiting up to `wait` seconds for the pipe's end (every writer gone)."""
+        """The last lines the child wrote, its unfinished last line included, oldest first; waits up
+        to `wait` seconds for the pipe's end (every writer gone)."""
         self._thread.join(wait)
         with self._lock:
             last = list(self._last)
@@ -116,8 +114,8 @@ class StderrTail:
         self._pending += line
 
     def _flush(self, wait: float) -> None:
-        """Write what waits while `output` is ready for it (waiting up to `wait` for that):
-        a pipe or a socket that polls writable takes 4096 bytes without blocking."""
+        """Write what waits while `output` is ready, waiting up to `wait` for that: a pipe or socket
+        that polls writable takes 4096 bytes without blocking."""
         while self._pending:
             _, writable, _ = select.select([], [self._output], [], wait)
             if not writable:

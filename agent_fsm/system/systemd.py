@@ -11,7 +11,7 @@ from . import proc
 from .unit_state import blocks
 
 # What systemctl prints, exiting 0, when it believes it runs in a chroot (its root is not PID 1's)
-# or offline ($SYSTEMD_OFFLINE=1): it then ignores start, restart, daemon-reload, reset-failed...
+# or offline ($SYSTEMD_OFFLINE=1): it then ignores start, restart, daemon-reload...
 CHROOT_NOTICE = "Running in chroot, ignoring command"
 SHOW_TIMEOUT = 10.0  # seconds `show` may take: the rollback goes on without its answer
 
@@ -39,11 +39,10 @@ class Systemd(Protocol):
 class Systemctl:
     """The real thing: `systemctl` in a subprocess.
 
-    `prefix` is the argv every call starts with (the config's `systemctl`: an agent in a container
-    may reach its host's systemd through a wrapper); a single string is one program. Restarts and
-    starts are queued with --no-block: the caller may be the unit's own process, which must not
-    wait for its own stop. A unit name always follows `--`, so that no name, whatever the config
-    says, can be read as an option.
+    `prefix` starts every call (the config's `systemctl`; a container's agent may reach its host's
+    systemd through a wrapper); a single string is one program. Starts and restarts use --no-block:
+    the caller may be the unit's own process, which must not wait for its own stop. A unit name
+    always follows `--`, so none can be read as an option.
     """
 
     def __init__(self, prefix: str | Sequence[str] = ("systemctl",), timeout: float = 60.0) -> None:
@@ -89,18 +88,18 @@ class Systemctl:
         self._run("disable", "--now", "--", unit)
 
     def show(self, unit: str, properties: Sequence[str]) -> dict[str, str]:
-        """The unit's properties as `systemctl show` prints them (NAME=VALUE a line); asked on
-        the way back, so it gets a short timeout of its own."""
+        """The unit's properties as `systemctl show` prints them (NAME=VALUE a line), with a short
+        timeout of its own: the way back asks it."""
         done = self._run("show", f"--property={','.join(properties)}", "--", unit,
                          timeout=min(self.timeout, SHOW_TIMEOUT))
         found = blocks(done.stdout)
         return found[0] if found else {}
 
     def reload_needed(self, units: Sequence[str]) -> bool:
-        """Whether systemd's view of `units` may differ from their files: False only when each
-        is loaded and systemd says its file did not change since (`NeedDaemonReload=no`). One
-        `systemctl show` for all of them, where a `daemon-reload` re-reads every unit of the
-        host and re-runs its generators."""
+        """Whether systemd's view of `units` may differ from their files: False only when each is
+        loaded and systemd says its file did not change (`NeedDaemonReload=no`). One `systemctl
+        show` for all, where a `daemon-reload` re-reads every unit of the host and re-runs its
+        generators."""
         done = self._run("show", "--property=Id,LoadState,NeedDaemonReload", "--", *units,
                          timeout=min(self.timeout, SHOW_TIMEOUT))
         fresh = {b.get("Id") for b in blocks(done.stdout)

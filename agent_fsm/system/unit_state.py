@@ -1,9 +1,9 @@
-"""What systemd says of units: `systemctl show`'s output read (`blocks`, for readers and writers
-alike), and, for readers (`status`), `show` and the journal's last error, each run with a short,
-hard timeout through the one runner (`proc`, which needs no `subprocess`: readers stay light).
+"""What systemd says of units, each question with a short hard timeout.
 
-Nothing here raises for systemd's sake: a missing `systemctl`, a refusal, no systemd at all or
-a timeout is returned as the reason the state is unknown.
+`blocks` parses `systemctl show`'s output, for readers and writers. For readers (`status`), `show`
+and the journal's last error run through `proc`, which needs no `subprocess`, so readers stay light.
+Nothing here raises for systemd's sake: a missing `systemctl`, a refusal, no systemd or a timeout is
+returned as the reason the state is unknown.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class Unread(Exception):
 
 
 def blocks(text: str) -> list[dict[str, str]]:
-    """`systemctl show`'s output as its blocks, one a unit in the order asked (blank lines
-    between them), each its `NAME=VALUE` lines as a dict."""
+    """`systemctl show`'s output as its blocks, one per unit in the order asked (blank lines
+    between), each its `NAME=VALUE` lines as a dict."""
     return [dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
             for block in text.split("\n\n") if block.strip()]
 
@@ -65,8 +65,8 @@ def show(prefix: Sequence[str], units: Sequence[str],
 
 
 def journalctl(prefix: Sequence[str]) -> list[str] | None:
-    """The journalctl beside the configured systemctl (the same wrapper, its last word
-    replaced), or None when the prefix does not end in a systemctl."""
+    """The journalctl beside the configured systemctl (the same wrapper, its last word replaced);
+    None when the prefix does not end in a systemctl."""
     last = prefix[-1] if prefix else ""
     if os.path.basename(last) != "systemctl":
         return None
@@ -75,8 +75,8 @@ def journalctl(prefix: Sequence[str]) -> list[str] | None:
 
 def last_error(prefix: Sequence[str], units: Sequence[str],
                timeout: float = READ_TIMEOUT) -> str | None:
-    """The last line the units logged at priority error or worse; None when there is none or
-    the journal cannot be read (it is a hint, never needed)."""
+    """The last line the units logged at priority error or worse; None when there is none or the
+    journal cannot be read (a hint, never needed)."""
     argv = journalctl(prefix)
     if argv is None:
         return None
@@ -96,8 +96,8 @@ _SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 864
 
 
 def seconds(span: str) -> float | None:
-    """A timespan as `systemctl show` prints it ("100ms", "1min 30s", "infinity") in seconds;
-    None when it is not one."""
+    """A timespan as `systemctl show` prints it ("100ms", "1min 30s", "infinity") in seconds; None
+    when it is not one."""
     parts = _SPAN.findall(span)
     if not parts or _SPAN.sub("", span).strip():
         return None
@@ -106,9 +106,9 @@ def seconds(span: str) -> float | None:
 
 def timer(prefix: Sequence[str], unit: str,
           timeout: float = READ_TIMEOUT) -> tuple[str, str, float | None]:
-    """A timer's ActiveState, UnitFileState and next elapse on the wall clock (seconds since the
-    epoch; None when none is due or it is not printed in UTC), from one `systemctl show` run
-    with TZ=UTC (systemd 252 prints it as "Thu 2026-12-03 12:58:05 UTC"); Unread if it cannot."""
+    """A timer's ActiveState, UnitFileState and next elapse, from one `systemctl show` with TZ=UTC;
+    Unread if it cannot. The elapse is seconds since the epoch, read from "Thu 2026-12-03 12:58:05
+    UTC" (systemd 252); None when none is due or it is not printed in UTC."""
     import calendar
     import time
 

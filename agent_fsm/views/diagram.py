@@ -1,6 +1,6 @@
 """Diagrams of the machine for reviewers: definition -> plain dataclasses -> a renderer.
 
-Renderers (mermaid, dot, a markdown page with the transition table) work on `Diagram`, so they
+The renderers (mermaid, dot, a markdown page with the transition table) work on `Diagram`, so they
 are tested on hand-built diagrams; `from_definition` is the only bridge to `states/`.
 """
 
@@ -118,8 +118,8 @@ def _given(name: str) -> tuple[str, ...]:
 
 
 def markdown(diagram: Diagram) -> str:
-    """The page committed as diagrams/agent-upgrade.md: diagram, states (with what a start and
-    `recover` do in each), transition table."""
+    """The page committed as diagrams/agent-upgrade.md: the diagram, the states (with what a start
+    and `recover` do in each), the transition table."""
     out = [
         f"# The `{diagram.name}` machine",
         "",

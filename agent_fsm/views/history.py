@@ -1,10 +1,9 @@
-"""What `history` reports: the transitions kept in the history journal, as a timeline of stays.
+"""What `history` reports: the journal's transitions, as a timeline of stays.
 
-Each history entry records a transition at the moment it finished. A *stay* in a state begins
-with the entry whose destination differs from the one before it and lasts until the next such
-entry (self-transitions such as `candidate_started` or `settle` do not end a stay). The state
-file keeps when the current stay began (`StateDoc.since`, by the same reckoning), so `status`
-and `metrics` need not read the journal. Read without the lock, like `status`.
+Each entry records a transition when it finished. A *stay* begins with an entry whose destination
+differs from the one before, and lasts until the next such entry; self-transitions
+(`candidate_started`, `settle`) do not end it. The state file keeps the current stay's start
+(`StateDoc.since`), so `status` and `metrics` need not read the journal. Read without the lock.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ class Entry:
     reason: tuple[str, str] | None = None  # (class, words) of the result this transition reported
     superseded_by: str | None = None  # an owed transition replaced by this trigger (never run)
     unknown: tuple[str, ...] = ()  # what such a transition named that this agent-fsm did not know
-    # A crash loop's one entry (starts after crashes): how many restarts, since when; `time`
-    # is the latest one's.
+    # A crash loop's one entry: how many restarts after crashes, since when; `time` is the latest's.
     crash_loop: tuple[int, float] | None = None
 
     def to_json(self) -> dict[str, Any]:

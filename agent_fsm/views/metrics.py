@@ -1,14 +1,11 @@
 """What `metrics` reports: the node in Prometheus' text format, for node_exporter's textfile
-collector (or anything that scrapes a file).
+collector or anything that scrapes a file.
 
-`collect` reads the node (without the lock) into plain `Family` dataclasses; `exposition`
-renders them as text format 0.0.4. Every sample carries an `agent` label with the configured
-name, so two agents on one host do not collide in the collector.
-
-The counters are kept in the state file, advanced in the same write as each transition, so they
-never go down (a file from before they were kept gets them from its history, in the store). The
-state file also keeps when the current stay began and the last transition's time: the history
-journal is never read here.
+`collect` reads the node, without the lock, into plain `Family` dataclasses; `exposition` renders
+them as text format 0.0.4. Every sample has an `agent` label with the configured name, so two agents
+on one host do not collide. The counters live in the state file, advanced in the write of each
+transition, so they never go down. The journal is never read here: the state file keeps the current
+stay's start and the last transition's time.
 """
 
 from __future__ import annotations

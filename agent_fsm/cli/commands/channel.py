@@ -1,5 +1,5 @@
-"""`agent-fsm channel init|publish|rollout|halt|revoke|refresh|rotate|show`: a release
-engineer's signed channel, a directory to upload to any static HTTPS server (docs/fleet.md)."""
+"""`agent-fsm channel init|publish|rollout|halt|revoke|refresh|rotate|show`: a signed channel, a
+directory to upload to any static HTTPS server (docs/fleet.md)."""
 
 from __future__ import annotations
 
@@ -109,8 +109,9 @@ def channel_init(
     days: Days = 30,
     as_json: Json = False,
 ) -> None:
-    """Make a new channel in DIR: root version 1 and an empty index, signed. Give each node a
-    copy of DIR/root.json (its config's `[channel] root`): the root of trust it starts from.
+    """Make a new channel in DIR: root version 1 and an empty index, signed.
+
+    Give each node a copy of DIR/root.json (its `[channel] root`): its root of trust.
 
     Example: agent-fsm channel init ./stable --channel stable --root-key primary=./primary
     --root-key backup=./backup --index-key ci=./ci
@@ -144,12 +145,12 @@ def channel_publish(
     days: Days = 30,
     as_json: Json = False,
 ) -> None:
-    """Add a release to the channel at a rollout percentage (0, the default: published, taken
-    by no node yet). A node takes it when its bucket for this version (0-99, from its machine
-    id) is below the percentage.
+    """Add a release to the channel at a rollout percentage (default 0: taken by no node yet).
 
-    Example: agent-fsm channel publish ./stable --version 1.1.0 --archive
-    ./myagent-1.1.0.tar.gz --rollout 10 --key ci=./ci_ed25519
+    A node takes it when its bucket for this version (0-99, from its machine id) is below it.
+
+    Example: agent-fsm channel publish ./stable --version 1.1.0 --archive ./myagent-1.1.0.tar.gz
+    --rollout 10 --key ci=./ci_ed25519
     """
     from ...actions.channel.publishing import publish
 
@@ -185,8 +186,8 @@ def channel_halt(
     days: Days = 30,
     as_json: Json = False,
 ) -> None:
-    """Halt a release's rollout (0 %): no more nodes take it; those that did keep it (revoke it
-    to move them off).
+    """Halt a release's rollout (0 %): no more nodes take it; those that did keep it (revoke it to
+    move them off).
 
     Example: agent-fsm channel halt ./stable 1.1.0 --key ci=./ci_ed25519
     """
@@ -206,8 +207,8 @@ def channel_revoke(
     days: Days = 30,
     as_json: Json = False,
 ) -> None:
-    """Revoke a release: no node takes it, and nodes running it go, judged, to the newest
-    version eligible for them.
+    """Revoke a release: no node takes it, and nodes running it go, judged, to the newest version
+    eligible for them.
 
     Example: agent-fsm channel revoke ./stable 1.1.0 --reason "leaks memory" --key ci=./ci
     """
@@ -219,8 +220,8 @@ def channel_revoke(
 
 @app.command("refresh", epilog=EXIT_CODES)
 def channel_refresh(directory: Dir, keys: Keys, days: Days = 30, as_json: Json = False) -> None:
-    """Sign the index again with a new expiry, changing nothing else: run it from CI well
-    before the index expires, or nodes refuse it as frozen.
+    """Sign the index again with a new expiry, nothing else changed. Run it from CI well before the
+    index expires: nodes refuse an expired index as frozen.
 
     Example: agent-fsm channel refresh ./stable --key ci=./ci_ed25519
     """
@@ -242,11 +243,11 @@ def channel_rotate(
     threshold: Annotated[int, typer.Option("--threshold", min=1)] = 1,
     as_json: Json = False,
 ) -> None:
-    """Publish the next root, naming new keys (a lost primary replaced by its backup, a new CI
-    key): nodes follow the chain of roots by themselves, with no visit.
+    """Publish the next root, naming new keys (a lost primary replaced by its backup, a new CI key).
+    Nodes follow the chain of roots by themselves.
 
-    Example: agent-fsm channel rotate ./stable --root-key backup=./backup --index-key
-    ci2=./ci2 --sign backup=./backup
+    Example: agent-fsm channel rotate ./stable --root-key backup=./backup --index-key ci2=./ci2
+    --sign backup=./backup
     """
     from ...actions.channel.publishing import rotate
 
@@ -257,8 +258,8 @@ def channel_rotate(
 
 @app.command("show", epilog=EXIT_CODES)
 def channel_show(directory: Dir, as_json: Json = False) -> None:
-    """Show the channel in DIR, its signatures checked: each release, its rollout, not-before
-    time, revocation, where nodes fetch it and its digest.
+    """Show the channel in DIR, signatures checked: each release, its rollout, not-before time,
+    revocation, digest and where nodes fetch it.
 
     Example: agent-fsm channel show ./stable
     """

@@ -1,4 +1,4 @@
-"""`agent-fsm daemon`: the agent unit's main process (Type=notify); `start-check`, its
+"""`agent-fsm daemon`, the agent unit's main process (Type=notify), and `start-check`, its
 ExecStartPre=."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from .. import options
 
 
 def daemon(ctx: typer.Context) -> None:
-    """Run as the agent unit's main process (Type=notify): judge or converge, open the gate,
-    send READY=1, supervise the workload, stop cleanly on SIGTERM. Every 5 s it looks for an
-    operator's install, activate or upgrade that died half-way and restarts its unit to finish
-    it.
+    """Run as the agent unit's main process (Type=notify).
+
+    It judges or converges, opens the gate, sends READY=1, supervises the workload and stops cleanly
+    on SIGTERM. Every 5 s it finishes an install, activate or upgrade that died half-way, by
+    restarting its unit.
 
     Example (in the unit): ExecStart=/var/lib/agent-fsm/selected/bin/agent-fsm daemon
     """
@@ -22,9 +23,10 @@ def daemon(ctx: typer.Context) -> None:
 
 
 def start_check(ctx: typer.Context) -> None:
-    """Run as the agent unit's ExecStartPre= (the last-good's binary): count a candidate's
-    start; once max_attempts starts are used up, start the recovery unit and exit 1, refusing
-    the start. Without an upgrade pending it does nothing and exits 0.
+    """Run as the agent unit's ExecStartPre= (the last-good's binary): count a candidate's start.
+
+    Once max_attempts starts are used up, it starts the recovery unit and exits 1, refusing the
+    start. With no upgrade pending it exits 0.
 
     Example (in the unit): ExecStartPre=/var/lib/agent-fsm/last-good/bin/agent-fsm start-check
     """

@@ -1,5 +1,5 @@
-"""`agent-fsm diagram`: the machine drawn from its definition. (The committed page is kept fresh
-by the lab: `python -m agent_fsm_lab diagram [--write]`.)"""
+"""`agent-fsm diagram`: the machine drawn from its definition. The lab keeps the committed page
+fresh: `python -m agent_fsm_lab diagram [--write]`."""
 
 from __future__ import annotations
 

@@ -15,14 +15,13 @@ def doctor(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON list of findings.")] = False,
 ) -> None:
-    """Check the host and say what to do about each finding: systemd's version, the rendered
-    units, directory ownership and modes, the lock's filesystem, the state file, the signal and
-    the gate against the state, the assets, the selected and last-good releases against their
-    digests, and what the units say now (a failed agent or recovery unit, a rollback systemd
-    retries, a state dir that cannot be written). A config agent-fsm refuses (a typo in a key, a
-    value out of range) is a finding naming its line; the other checks then run with the config
-    as the daemon reads it. Exits 1 when any check fails: a damaged selected release (the agent
-    cannot start it) is one.
+    """Check the host and say what to do about each finding.
+
+    Checked: systemd's version, the rendered units, directory owners and modes, the lock's
+    filesystem, the state file, the signal and the gate against the state, the assets, the selected
+    and last-good releases against their digests, and what the units say now. A config agent-fsm
+    refuses (a typo in a key, a value out of range) is a finding naming its line; the other checks
+    then run with the config as the daemon reads it. Exits 1 when any check fails.
 
     Example: agent-fsm doctor --json
     """

@@ -24,17 +24,17 @@ def follow(
         "judgment (the result is published as for any upgrade).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="The follow's record, as JSON.")] = False,
 ) -> None:
-    """Look at the channel `[channel]` names once, as `<name>-follow.timer` does in the
-    maintenance window: check the signed index, choose the newest version eligible for this
-    node (not revoked, not known bad here, past its not-before time, its rollout covering this
-    node's bucket), fetch and add it, and upgrade to it, judged, as `upgrade --wait` does. A
-    hold, an inhibitor or a pending upgrade stops it before anything is fetched; an unreachable
-    server, or a refused index or release, changes nothing. One line says what happened; `status`
-    shows it too (docs/fleet.md).
+    """Look once at the channel `[channel]` names, as `<name>-follow.timer` does in its window.
 
-    Exit codes: 0 upgraded, up to date or nothing eligible; 1 the server, the index or the
-    release failed or was refused; 3 held (a hold, an inhibitor, a pending upgrade); 4 the version
-    taken was judged failed and the node rolled back.
+    It checks the signed index and picks the newest version eligible here: not revoked or known bad,
+    past its not-before time, its rollout covering this node's bucket. It fetches and adds it, and
+    upgrades to it as `upgrade --wait` does. A hold, an inhibitor or a pending upgrade stops it
+    before any fetch. An unreachable server, or a refused index or release, changes nothing. One
+    line says what happened; `status` shows it too (docs/fleet.md).
+
+    Exit codes: 0 upgraded, up to date or nothing eligible; 1 the server, the index or the release
+    failed or was refused; 3 held (a hold, an inhibitor, a pending upgrade); 4 the version taken was
+    judged failed and the node rolled back.
 
     Example: agent-fsm follow
     """

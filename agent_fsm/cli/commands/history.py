@@ -18,11 +18,10 @@ def history(
         "--upgrade", metavar="VERSION", help="Only the transitions of upgrades to VERSION.",
         show_default=False)] = None,
 ) -> None:
-    """Show the transitions the machine went through, oldest first: when, the trigger, from →
-    to, the versions, and how long the node stayed in each state.
+    """Show the transitions the machine went through, oldest first.
 
-    The history journal (history.jsonl beside state.json) gives the last `history_limit`
-    transitions (config; default 200).
+    Each: when, the trigger, from → to, the versions, and how long the node stayed. history.jsonl
+    beside state.json keeps the last `history_limit` (default 200).
 
     Example: agent-fsm history --upgrade 2.0.0 --limit 10
     """

@@ -24,8 +24,7 @@ def hold(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object, for programs.")] = False,
 ) -> None:
     """Hold upgrades: `upgrade` is refused (exit 3) until the hold ends or is lifted, unless
-    forced (`upgrade --force`). A new hold replaces the old one. Rollbacks are never held;
-    `install` and `activate` (the operator's own hand) are not either.
+    --force. A new hold replaces the old. Rollbacks, `install` and `activate` are never held.
 
     Example: agent-fsm hold --reason "quarter-end batch" --until 6h
     """
@@ -50,8 +49,8 @@ def unhold(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object, for programs.")] = False,
 ) -> None:
-    """Lift the hold on upgrades (an expired or damaged hold file too). Inhibitors are the
-    workloads': each is lifted when its workload removes its file.
+    """Lift the hold on upgrades, an expired or damaged hold file too. Inhibitors belong to the
+    workloads: each ends when its workload removes its file.
 
     Example: agent-fsm unhold
     """

@@ -1,5 +1,5 @@
-"""`agent-fsm install`: select and trust a release, write all assets, reload, enable, start;
-with --from, store the release first (`release add`), in the same command."""
+"""`agent-fsm install`: select and trust a release, write all assets, reload, enable, start; with
+--from, store it first (`release add`)."""
 
 from __future__ import annotations
 
@@ -22,15 +22,13 @@ def install(
              "of one, or an image), then install it.")] = None,
     no_start: Annotated[bool, typer.Option("--no-start", help="Write and reload only.")] = False,
 ) -> None:
-    """Install a release: select and trust it, write all assets, reload, enable and start, and
-    keep the config's `bin_link` (default /usr/local/bin/agent-fsm) running the selected
-    release's bin/agent-fsm.
+    """Install a release: select and trust it, write all assets, reload, enable and start.
 
-    With --from, the release is stored first exactly as `release add` stores it (normalized,
-    its digest checked and recorded, its signature checked under `allowed_signers`; a version
-    stored with other content is refused, exit 3); --version, if given, must be its version
-    (else exit 1, nothing installed). The bootstrap of an empty node is the release's own
-    launcher: `DIR/bin/agent-fsm install --from DIR` (docs/your-agent.md).
+    The config's `bin_link` (default /usr/local/bin/agent-fsm) then runs the selected release's
+    bin/agent-fsm. --from stores the release first, as `release add` does (other content under its
+    version: exit 3); --version, if given, must match it (else exit 1). An empty node is
+    bootstrapped by the release's own launcher: `DIR/bin/agent-fsm install --from DIR`
+    (docs/your-agent.md).
 
     Example: agent-fsm install --version 1.0.0, or agent-fsm install --from ./agent-fsm-1.0.0
     """

@@ -25,9 +25,9 @@ def _refuse(output: Path, why: str) -> typer.Exit:
 
 
 def _check_output(output: Path, node: Node | None) -> None:
-    """--output names a `*.prom` file (checked first, `node` None) outside agent-fsm's own
-    directories (state, lib, unit and run dirs), wherever symlinks lead; else a usage error
-    (exit 2) in one line."""
+    """--output must name a `*.prom` file outside agent-fsm's own directories (state, lib, unit,
+    run), wherever symlinks lead; else a one-line usage error (exit 2). `node` None: the suffix
+    only."""
     if not output.name.endswith(".prom") or output.name == ".prom":
         raise _refuse(output, "the file must be named *.prom (node_exporter's textfile "
                       "collector reads only those)")
@@ -51,8 +51,10 @@ def metrics(
         "agent-fsm's state, lib, unit and run dirs, else a usage error (exit 2).",
         show_default=False)] = None,
 ) -> None:
-    """Print the node's metrics in Prometheus' text format: the state, upgrades by outcome,
-    rollbacks, attempts, seconds in the current state, the last transition's time.
+    """Print the node's metrics in Prometheus' text format.
+
+    They are the state, upgrades by outcome, rollbacks, attempts, seconds in the current state and
+    the last transition's time.
 
     Example: agent-fsm metrics --output /var/lib/node_exporter/textfile/agent-fsm.prom
     """

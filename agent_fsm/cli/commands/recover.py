@@ -10,8 +10,8 @@ from .. import options
 def recover(ctx: typer.Context) -> None:
     """Roll back to the last-good release when an upgrade is pending and not judged ok.
 
-    Safe to run twice and when nothing is pending (then it says so and exits 0). The recovery
-    unit runs this through the last-good's own recovery script.
+    Safe to run twice; with nothing pending it says so and exits 0. The recovery unit runs it
+    through the last-good's recovery script.
 
     Example: agent-fsm recover
     """

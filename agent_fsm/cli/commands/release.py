@@ -1,5 +1,4 @@
-"""`agent-fsm release pack|sign|digest|add|list|prune`: make, sign, store, list and prune
-releases."""
+"""`agent-fsm release pack|sign|digest|add|list|prune`: make, sign, store, list and prune releases."""
 
 from __future__ import annotations
 
@@ -60,18 +59,17 @@ def release_pack(
         "--quiet", help="No progress on stderr (shown for a long copy: a bar on a terminal, a "
         "line every 5 s when piped).")] = False,
 ) -> None:
-    """Make a release directory from this agent-fsm: release.toml, python.toml (what it needs
-    of the node's python), bin/agent-fsm, lib/, assets/, with --payload SRC, payload/ (a copy
-    of SRC's tree), and with --sign-key, release.sig, made last over all the rest. It prints
-    the release's digest: what the signature covers, and what `release digest` prints.
-    With --image, a release image that holds it at /agent-fsm/release (docs/containers.md).
+    """Make a release directory from this agent-fsm, and print its digest.
 
-    SRC is copied as `release add` copies a release: a symlink, device, FIFO or socket in it, a
-    setuid or setgid file, or a tree over the store's limits is refused (exit 1) naming the
-    path, and nothing is packed.
+    It holds release.toml, python.toml (what it needs of the node's python), bin/agent-fsm, lib/,
+    assets/, with --payload SRC a copy of SRC in payload/, and with --sign-key a release.sig over
+    all the rest. With --image, also a release image holding it at /agent-fsm/release
+    (docs/containers.md). SRC is checked as `release add` checks a release: a symlink, device, FIFO,
+    socket, setuid or setgid file, or a tree over the store's limits is refused (exit 1), naming the
+    path.
 
-    Example: agent-fsm release pack --version 2.0.0 --output ./myagent-2.0.0 --payload
-    ./build --sign-key ~/.ssh/id_ed25519
+    Example: agent-fsm release pack --version 2.0.0 --output ./myagent-2.0.0 --payload ./build
+    --sign-key ~/.ssh/id_ed25519
     """
     from ...actions.releases.packing import packed
 
@@ -112,12 +110,11 @@ def release_sign(
         "--sign-key", metavar="KEY", help="The SSH key to sign with: a private key file, or a "
         "public one whose private half is in ssh-agent.")],
 ) -> None:
-    """Sign a packed release directory: write (or replace) its release.sig, an OpenSSH
-    signature (`ssh-keygen -Y sign`, namespace agent-fsm-release) of the text `sha256:<hex>`
-    that `release digest DIRECTORY` prints. For a release packed without --sign-key, or signed
-    again with another key; nothing else in DIRECTORY changes. A stored release
-    (<state_dir>/releases/V) is refused: sign the directory it was added from. A release whose
-    tree the store would refuse (a symlink, a device) is refused, naming the path (exit 1).
+    """Sign a packed release directory: write or replace its release.sig, nothing else.
+
+    The signature is OpenSSH's (`ssh-keygen -Y sign`, namespace agent-fsm-release) over the text
+    `release digest DIRECTORY` prints. A stored release is refused: sign the directory it was added
+    from. A tree the store would refuse (a symlink, a device) is refused, naming the path (exit 1).
 
     Example: agent-fsm release sign ./myagent-2.0.0 --sign-key ~/.ssh/release_ed25519
     """
@@ -134,16 +131,15 @@ def release_digest(
     directory: Annotated[Path, typer.Argument(
         metavar="DIRECTORY", help="A release directory: packed, or stored.")],
 ) -> None:
-    """Print the digest a release's signature covers, `sha256:<hex>`, computed from DIRECTORY
-    alone (no config, no store): the SHA-256 of its manifest (one line per file and directory:
-    type, mode as the store gives it, size, SHA-256 of the bytes, path), release.sig left out.
-    For an unsigned release it is the digest `release add` prints and `release list` shows;
-    for a signed one those include release.sig and this does not. How to compute it with
-    coreutils alone, and check a signature with ssh-keygen: docs/operations.md, Signed releases.
+    """Print the digest a release's signature covers, `sha256:<hex>`, from DIRECTORY alone.
 
-    Example: agent-fsm release digest ./myagent-2.0.0; to check its signature by hand:
-    printf %s "$(agent-fsm release digest ./myagent-2.0.0)" | ssh-keygen -Y verify -f
-    allowed_signers -I release@example.com -n agent-fsm-release -s ./myagent-2.0.0/release.sig
+    It is the SHA-256 of the manifest: a line per file and directory (type, mode, size, SHA-256,
+    path), release.sig left out. So for a signed release it differs from the digest `release add`
+    prints. docs/operations.md (Signed releases) computes it with coreutils.
+
+    Example: agent-fsm release digest ./myagent-2.0.0; to check its signature by hand: printf %s
+    "$(agent-fsm release digest ./myagent-2.0.0)" | ssh-keygen -Y verify -f allowed_signers -I
+    release@example.com -n agent-fsm-release -s ./myagent-2.0.0/release.sig
     """
     from ...actions.releases import trust
 
@@ -162,27 +158,18 @@ def release_add(
         "--quiet", help="No progress on stderr (shown for a long copy: a bar on a terminal, a "
         "line every 5 s when piped).")] = False,
 ) -> None:
-    """Validate a release directory, archive or image and store a normalized copy of it on
-    this host.
+    """Validate a release directory, archive or image and store a normalized copy on this host.
 
-    The copy holds regular files and directories only (a symlink, device, FIFO or socket in
-    DIRECTORY is refused, exit 1), owned by root, modes 0755 (directories, executables) or 0644,
-    and its digest is recorded (the digest printed: of everything stored, release.sig
-    included; for a signed release, the digest its release.sig signs follows).
+    The copy holds only regular files and directories, owned by root, modes 0755 or 0644. A symlink,
+    device, FIFO or socket is refused (exit 1). The digest printed covers everything stored; for a
+    signed release, the digest its release.sig signs follows. An archive holds the release at its
+    top or in one top directory. A member that is absolute, has a `..`, or is a link, device or FIFO
+    is refused (exit 1). An image holds the release at /agent-fsm/release. podman pulls it if
+    needed, and its id is recorded (docs/containers.md).
 
-    An archive holds the release at its top or in a single top directory; a member that is
-    absolute, has a `..` component, or is a link, device or FIFO is refused (exit 1) naming it.
-    It is unpacked into a private directory in the store and stored from there as a directory
-    is; nothing is left behind when it is refused.
-
-    Adding a version already stored with other content is refused (exit 3), naming both
-    digests; with the same content it says "already stored" (exit 0).
-    When the config names `allowed_signers`, a release no key listed there signed is refused
-    (exit 3); so is one whose compiled extensions the config's `python` cannot load (exit 3).
-
-    An image holds its release at /agent-fsm/release (`release pack --image` makes one): podman
-    (the `podman` config key) brings it into its store unless it is there already, the release
-    is stored from it the same way, and the image's id is recorded (docs/containers.md).
+    Refused (exit 3): a version stored with other content (same content: "already stored", exit 0);
+    with `allowed_signers` set, a release no listed key signed; compiled extensions the config's
+    `python` cannot load.
 
     Example: agent-fsm release add ./agent-fsm-2.0.0, ./agent-fsm-2.0.0.tar.gz, or
     oci-archive:./agent-fsm-2.0.0.tar
@@ -191,9 +178,8 @@ def release_add(
 
 
 def add_from(node: Node, source: str, *, quiet: bool = False) -> Added:
-    """Store the release `source` names (a directory, an archive or an image:
-    `sources.add_source`), saying so in one line, and how far the copy is on stderr unless
-    `quiet` (`copy_progress`): what `release add` and `install --from` run."""
+    """Store the release `source` names, say so in one line, and show the copy's progress on stderr
+    unless `quiet`: what `release add` and `install --from` run."""
     from ...actions.releases.sources import add_source
     from ..copy_progress import shown_on_stderr
     from .release_images import show_image
@@ -220,16 +206,14 @@ def release_list(
 ) -> None:
     """List the stored releases with their digests, marking the selected and the last-good.
 
-    Each release is checked against the digest recorded when it was added; one that no longer
-    matches is marked DAMAGED with what differs (it is refused when selected or rendered).
-    A version that rolled back on this node is marked KNOWN BAD (`upgrade` refuses it unless
-    --force). A signed release shows the digest its release.sig signs too: the release digest
-    `release pack` and `release digest` print (for an unsigned one it is the digest shown).
-    --json: a list of {version, selected, last_good, digest, digest_recorded, signed_digest,
-    intact, problem, images, known_bad, covers}; signed_digest: null when unsigned; images:
-    the images it was added from, each {reference, id, digest, added}; known_bad: null or
-    {version, time, reason, reason_class}; covers: the targets of its python.toml (["any"]:
-    every CPython 3.11+), null without one.
+    DAMAGED: no longer matching the digest recorded when added (what differs is shown); refused when
+    selected or rendered. KNOWN BAD: rolled back here (`upgrade` refuses it unless --force). A
+    signed release also shows the digest its release.sig signs.
+
+    --json: a list of {version, selected, last_good, digest, digest_recorded, signed_digest, intact,
+    problem, images, known_bad, covers}. signed_digest: null when unsigned; images: each {reference,
+    id, digest, added}; known_bad: null or {version, time, reason, reason_class}; covers: the
+    targets of its python.toml (["any"]: every CPython 3.11+), null without one.
 
     Example: agent-fsm release list --json
     """
@@ -303,19 +287,15 @@ def release_prune(
 ) -> None:
     """Remove stored releases that neither the way back nor an owed transition needs.
 
-    Never removed, whatever is asked: the selected, the last-good, both ends of a pending
-    upgrade, and every version a transition interrupted by a crash still names (`status` shows
-    it as owed). With no arguments, releases newer than the selected are kept too (staged for a
-    coming upgrade), but for the known-bad ones, and the older ones removed. With --keep N, the
-    N newest of the others are kept and the rest removed, staged ones included. With VERSION...,
-    exactly those are removed; if any is protected, the prune is refused (exit 3) and nothing is
-    removed. A damaged state file refuses the prune (exit 1). One line per release: `removed V`
-    or `kept V (why)`. The images releases were added from go with them, except those agent-fsm
-    did not put into podman's store (docs/containers.md); one podman will not remove stays
-    recorded, is named, and makes the exit 1. The store keeps identical files of its releases
-    once; the files no stored release uses any more are freed. The last line says what that
-    gave back on disk, `freed 1.1 GiB` (with --dry-run, `would free`): a file a kept release
-    still holds frees nothing (`freed_bytes` in --json).
+    Never removed: the selected, the last-good, both ends of a pending upgrade, and every version an
+    owed transition names. With no arguments, the releases older than the selected go and newer ones
+    (staged) stay, unless known bad. --keep N keeps the N newest of the others, staged or not.
+    VERSION... removes exactly those; if any is protected, nothing is removed (exit 3).
+
+    One line per release: `removed V` or `kept V (why)`. Images go with their release, but those
+    agent-fsm did not put in podman's store (docs/containers.md); one podman will not remove is
+    named and makes the exit 1. The last line says what was freed on disk, `freed 1.1 GiB` (`would
+    free` with --dry-run); files a kept release shares free nothing.
 
     Example: agent-fsm release prune --dry-run, then agent-fsm release prune --keep 2
     """

@@ -28,9 +28,10 @@ def status(
         "--count", min=1, metavar="N", help="With --watch: stop after N refreshes.",
         show_default=False)] = None,
 ) -> None:
-    """Show what is happening on this node and what you may do next: the state and its meaning,
-    the releases, the signal (age, attempt, deadline), the gate, the held assets, the last
-    result and the next action as a command to run.
+    """Show what is happening on this node and what you may do next.
+
+    The state and its meaning, the releases, the signal (age, attempt, deadline), the gate, the held
+    assets, the last result, and the next action as a command to run.
 
     Example: agent-fsm status --watch --interval 1
     """

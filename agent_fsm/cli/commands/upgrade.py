@@ -13,8 +13,8 @@ from .. import options
 
 
 def _seconds(value: float) -> float:
-    """--timeout is checked before anything starts: a finite number of seconds above 0, else a
-    usage error (exit 2) in one line."""
+    """--timeout must be a finite number of seconds above 0, else a one-line usage error (exit 2)
+    before anything starts."""
     if not math.isfinite(value) or value <= 0:
         sys.stderr.write(f"agent-fsm: upgrade: --timeout {value!r} is not a finite number of "
                          "seconds above 0; nothing was started\n")
@@ -41,11 +41,10 @@ def upgrade(
 ) -> None:
     """Upgrade to a release: write the signal, select it, reset the start limit, restart.
 
-    Refused (exit 3) while the startup gate is closed or another upgrade is pending, and, unless
-    --force, while upgrades are held, a workload's inhibitor exists, or the version is known bad
-    (it rolled back on this node; `agent-fsm status` lists them all). A recovery unit still at
-    work for the last upgrade is waited for first (45 s at most, then exit 3, even with
-    --force): its next try would roll this upgrade back.
+    Refused (exit 3) while the gate is closed or another upgrade is pending, and, unless --force,
+    while upgrades are held, a workload's inhibitor exists, or the version rolled back here (known
+    bad; `status` lists them). A recovery unit still at work is waited for first (45 s at most, then
+    exit 3, even with --force): its next try would roll this upgrade back.
 
     Example: agent-fsm upgrade --to 2.0.0 --wait --timeout 300
     """

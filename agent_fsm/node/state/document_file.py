@@ -1,26 +1,25 @@
 """The one format of every file in the state dir, and the rules for reading one.
 
-A file is a document: its body plus `kind` (which file), `schema` (the body's layout) and
-`checksum` ("sha256:" and the SHA-256 of the canonical JSON of everything else: sorted keys, no
-spaces). The file is that canonical JSON with the checksum inserted; as "checksum" sorts first,
-a reader checks the bytes after it as they are. The same body always gives the same bytes.
+A file is a document: its body plus `kind` (which file), `schema` (the body's layout) and `checksum`
+("sha256:" and the SHA-256 of the canonical JSON of everything else: sorted keys, no spaces). The
+file is that canonical JSON with the checksum inserted; "checksum" sorts first, so a reader checks
+the bytes after it as they are. The same body always gives the same bytes.
 
-A `Kind` declares one file: name, schema, words for messages, mode, read limit and `check`. A
-reader checks, in order: JSON object; a schema it reads, directly or through the core; checksum;
-kind; every field. A newer file without a core is refused before its checksum, which a later
-release may compute otherwise. A refused file gets one line (`DocumentError`) and is left
-untouched; what happens next is the reader's choice. A file without all three keys is refused. A
-changed body is a new schema.
+A `Kind` declares one file: name, schema, words for messages, mode, read limit and `check`. A reader
+checks, in order: JSON object, a schema it reads (directly or through the core), checksum, kind,
+every field. A newer file without a core is refused before its checksum, which a later release may
+compute otherwise. A refused file (`DocumentError`, one line) is left untouched; what follows is the
+reader's choice. A changed body is a new schema.
 
-Forward compatibility: a later agent-fsm that changes a body bumps `schema` and may declare
-`core`, the oldest schema whose readers can still read the file. A reader of schema R reads a
-file of schema S > R with core C <= R as schema R. The writer promises (docs/state-files.md):
+Forward compatibility: a later agent-fsm that changes a body bumps `schema` and may declare `core`,
+the oldest schema whose readers can still read the file. A reader of schema R reads a file of schema
+S > R with core C <= R as schema R. The writer promises (docs/state-files.md):
 
-- this layout: JSON object, `kind`, `schema`, `core`, the checksum; a wrong one is damage;
-- every field of each schema from C to S keeps its type, range and meaning; new schemas only
-  add keys;
-- a reader keeps unknown keys on rewrite and writes its own schema; a later reader of an older
-  schema trusts that schema's fields and treats its own later keys as possibly stale.
+- This layout (JSON object, `kind`, `schema`, `core`, checksum). Another is damage.
+- Every field of each schema from C to S keeps its type, range and meaning. New schemas only add
+  keys.
+- A reader keeps unknown keys on rewrite and writes its own schema. A later reader of an older
+  schema trusts that schema's fields, and takes its own later keys as possibly stale.
 
 | file in the state dir                    | kind            | schema |
 | ---------------------------------------- | --------------- | ------ |
@@ -36,8 +35,8 @@ file of schema S > R with core C <= R as schema R. The writer promises (docs/sta
 | `releases/.images/<version>` (`origins`) | `image-record`  | 1      |
 | `channel/follow.json` (`channel.record`) | `channel`       | 1      |
 
-Not documents: the history journal, the release store's text files, the locks, and the
-`selected` and `last-good` symlinks.
+Not documents: the history journal, the release store's text files, the locks, and the `selected`
+and `last-good` symlinks.
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ def _systemd_version(prefix: tuple[str, ...]) -> Finding:
 
 
 def _root_config(node: Node) -> list[Finding]:
-    """Under --root, a config read from outside the root is named by the units as it is: the
-    host must have the same file at that path."""
+    """Under --root, the units name a config read from outside the root as it is: the host must have
+    the same file at that path."""
     source = node.config.source
     if node.paths.root is None or source is None or node.paths.host_view(source) is not None:
         return []
@@ -186,7 +186,7 @@ def _consistency(node: Node) -> list[Finding]:
 
 def _bin_link(node: Node) -> list[Finding]:
     """`agent-fsm` on PATH (the config's `bin_link`): agent-fsm's link to the selected release's
-    launcher, missing, pointing elsewhere, or something else in its place."""
+    launcher, missing, pointing elsewhere, or replaced by something else."""
     link = bin_link.look(node.paths)
     if link.state == "missing" and node.releases.selected() is None:
         return []  # nothing installed yet: `install` writes it
@@ -283,8 +283,8 @@ def _journal(node: Node) -> list[Finding]:
 
 
 def _units_now(node: Node, prog: str) -> list[Finding]:
-    """What the units and the state dir's file system say now, as `status` reads them: a
-    failed unit, a rollback systemd retries, a write that fails, each with what to do."""
+    """What the units and the state dir's file system say now, as `status` reads them: a failed
+    unit, a rollback systemd retries, a failing write, each with what to do."""
     units = unit_view.read(node)
     if units.error is not None:
         return [Finding("units now", "warn", f"unit state unknown: {units.error}")]
@@ -340,8 +340,8 @@ def _workload(node: Node) -> list[Finding]:
 
 
 def _way_back(node: Node) -> list[Finding]:
-    """What the way back last did to a damaged last-good, while that release is still
-    damaged (`records.known_good`)."""
+    """What the way back last did to a damaged last-good, while that release is still damaged
+    (`records.known_good`)."""
     event = known_good.read_or_empty(node.paths.known_good_file).way_back
     if event is None or not node.releases.exists(event.release):
         return []

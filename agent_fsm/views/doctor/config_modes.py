@@ -1,9 +1,9 @@
-"""`doctor`'s checks of the files root takes its orders from: the config file (it names what
-root runs and renders), the allowed-signers file it names (it decides whose releases root
-accepts) and the programs it names by path (checks, hooks, the publish command: root runs
-them). Each must be root's or ours and not writable by group or others, nor may any directory
-above it be (above --root, when the file is below it, is the host's business), as `modes`
-checks the state, unit and script directories.
+"""`doctor`'s checks of the files root takes its orders from.
+
+They are the config file (what root runs and renders), the allowed-signers file it names (whose
+releases root accepts), and the programs it names by path (checks, hooks, the publish command). Each
+must be root's or ours and not writable by group or others, nor any directory above it, up to --root
+for a file below it. `modes` checks the state, unit and script directories alike.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from .modes import loose, lstat, mode_text, ours, q
 
 
 def config_file(paths: Paths) -> list[Finding]:
-    """The config file root reads (it names what root runs and renders) and the allowed-signers
-    file it names (it decides whose releases root accepts): each root's or ours, not writable
-    by group or others, nor is any directory above them (a missing config's too: anyone who may
-    write there may create it)."""
+    """The config file root reads and the allowed-signers file it names: each root's or ours, not
+    writable by group or others, nor any directory above them. A missing config's directories count
+    too: anyone who may write there may create it."""
     config = paths.config
     files_ = [("config file", config.source or paths.real(DEFAULT_CONFIG), config.source is None)]
     if config.allowed_signers is not None:
@@ -70,15 +69,15 @@ def config_file(paths: Paths) -> list[Finding]:
 
 
 def programs(config: Config) -> list[str]:
-    """The executables the config names by absolute path, which root runs: the judgment's
-    checks, the publish command, hooks, and the systemctl and podman prefixes (a bare name is
-    found on root's PATH, which is not the config's to change)."""
+    """The executables root runs that the config names by absolute path: the judgment's checks, the
+    publish command, hooks, and the systemctl and podman prefixes. A bare name is found on root's
+    PATH, which is not the config's to change."""
     return sorted({a[0] for a in commands(config) if a and a[0].startswith("/")})
 
 
 def _parents(file: Path, root: Path | None, covered: set[Path]) -> list[Finding]:
-    """The directories above a file root reads, up to --root when the file is below it; the
-    ones `assets` checks already left out."""
+    """The directories above a file root reads, up to --root when the file is below it, without
+    those `assets` already checks."""
     out = []
     for d in file.parents:
         if d in covered or (root is not None and file.is_relative_to(root)

@@ -1,20 +1,19 @@
 """`doctor`'s directory checks: modes, owners and links of everything root reads or runs.
 
-Root runs `<state_dir>/selected/bin/agent-fsm` and `last-good/bin/agent-fsm`, renders the stored
-releases' templates, and systemd runs the units and the recovery script. So:
+Root runs `<state_dir>/selected/bin/agent-fsm` and `last-good/bin/agent-fsm` and renders the stored
+releases' templates; systemd runs the units and the recovery script. So:
 
-- the state directory is ours and 0700, its lock 0600; nothing below it is writable by group or
-  others, setuid or setgid, another user's, a FIFO, socket or device, or a symlink, except the
-  `selected` and `last-good` pointers, which point at a stored release in `releases/`;
-- the three service assets are regular files (not symlinks) owned by root or by us and not
-  writable by group or others;
-- the unit and script directories and every directory above them and the state directory are
-  owned by root or by us and not writable by group or others (a sticky directory above them,
-  like /tmp, only lets others add names of their own); links above them are the host's layout.
+- The state directory is ours and 0700, its lock 0600. Nothing below it is writable by group or
+  others, setuid, setgid, another user's, a FIFO, socket, device or symlink. The exceptions are
+  the `selected` and `last-good` pointers at releases in `releases/`.
+- The three service assets are regular files, root's or ours, not writable by group or others.
+- The unit, script and state directories and every directory above them are root's or ours, not
+  writable by group or others. A sticky one like /tmp only lets others add their own names.
+  Links above them are the host's layout.
 
-Each problem is a `fail` finding whose fix is the exact command (paths shell-quoted). The walk
-never follows a link (each directory is opened with O_NOFOLLOW, relative to its parent) and
-stops after MAX_ENTRIES entries, saying so.
+Each problem is a `fail` whose fix is the exact command, paths shell-quoted. The walk never follows
+a link (O_NOFOLLOW, each directory opened relative to its parent). It stops after MAX_ENTRIES
+entries, saying so.
 """
 
 from __future__ import annotations
@@ -39,8 +38,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def q(path: Path) -> str:
-    """`path` as one word of a shell command line; a name with control characters or bytes
-    that are not UTF-8 in bash's $'…' form, so a planted name cannot add a command."""
+    """`path` as one word of a shell command line. A name with control characters or non-UTF-8 bytes
+    takes bash's $'…' form, so a planted name cannot add a command."""
     text = str(path)
     if text.isprintable():
         return shlex.quote(text)
@@ -58,8 +57,8 @@ def ours(st: os.stat_result) -> bool:
 
 
 def loose(st: os.stat_result, *, sticky_ok: bool = False) -> bool:
-    """Group or others may write it (in a sticky directory above ours they may only add
-    names of their own, not rename ours)."""
+    """Group or others may write it (in a sticky directory above ours they may only add names of
+    their own, not rename ours)."""
     return bool(st.st_mode & 0o022) and not (sticky_ok and st.st_mode & stat.S_ISVTX)
 
 

@@ -1,11 +1,10 @@
-"""`doctor`'s signature check: when the config names `allowed_signers`, every stored release's
-`release.sig` verified again against that file as it is now.
+"""`doctor`'s signature check: with `allowed_signers` set, every stored release's `release.sig`
+verified again against that file as it is now.
 
-`release add` verified it once; the store's digest keeps the release from changing since. What
-can change is the file: a key taken out of it (revoked) or past its `valid-before`. So doctor
-names each stored release no listed key signed now. Selecting a release does not check its
-signature (the way back must not depend on a key still being listed); the fix is the
-operator's: upgrade to a release a listed key signed, then prune the other.
+The store's digest keeps a release as `release add` verified it, but the file can change: a key
+removed, or past its `valid-before`. So doctor names each stored release no listed key signs now.
+Selecting a release does not check its signature: the way back must not depend on a listed key. The
+fix is to upgrade to a release a listed key signed, then prune the other.
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ CHECK = "signature"
 
 
 def signatures(node: Node) -> list[Finding]:
-    """One finding per stored release that no key of the allowed signers signed now, or one
-    `ok` naming who signed each; nothing when the config requires no signature."""
+    """One finding per stored release no allowed signer signed now, or one `ok` naming who signed
+    each; nothing when the config requires no signature."""
     try:
         allowed = signing.allowed_signers(node.config, node.paths)
     except AgentFsmError:

@@ -1,5 +1,5 @@
-"""`doctor`'s look at the release store: every stored release against its digest, and what
-the store takes on disk with the room left."""
+"""`doctor`'s look at the release store: every stored release against its digest, and what the store
+takes on disk with the room left."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from .finding import Finding
 
 
 def releases(node: Node) -> list[Finding]:
-    """Every stored release hashed whole against its digest (bit rot included), each file once
-    however many releases share it, and what the store takes on disk. A damaged selected
-    release cannot start (the node is down) and a damaged last-good is no way back: both fail
-    with their own fix; another damaged release fails with the fix for a stored one."""
+    """Every stored release hashed whole against its digest (bit rot included), each shared file
+    once, and what the store takes on disk. A damaged selected release cannot start (the node is
+    down), and a damaged last-good is no way back. Both fail with their own fix; any other damaged
+    release fails with the fix for a stored one."""
     releases, unit = node.releases, node.paths.agent_unit_name
     selected, last_good = releases.selected(), releases.last_good()
     versions = releases.versions()
@@ -62,8 +62,8 @@ def releases(node: Node) -> list[Finding]:
 
 
 def store(node: Node) -> Finding:
-    """What the store takes on disk (walked, not the record `status` reads) and the room left:
-    a fail when less is free than the way back keeps."""
+    """What the store takes on disk (walked, not the record `status` reads) and the room left: a
+    fail when less is free than the way back keeps."""
     where = node.paths.releases_dir
     seen = usage.store_bytes(where)
     if not seen.short:

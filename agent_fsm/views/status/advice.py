@@ -1,5 +1,5 @@
-"""What `status` says to do now: one sentence and the command lines for it, by what a start
-does from the state (its `on_start` in states/agent-upgrade.toml)."""
+"""What `status` says to do now: one sentence and its command lines, by what a start does from the
+state (its `on_start` in states/agent-upgrade.toml)."""
 
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ class _Seen(NamedTuple):
 
 def next_action(node: Node | Reader, doc: StateDoc, sig: UpgradeSignal | None, gate_open: bool,
                 now: float, releases: tuple[str, ...], prog: str) -> NextAction:
-    """The one thing to do now, following what a start does from the state (its `on_start`);
-    every command given is one the operator may run."""
+    """The one thing to do now, following what a start does from the state (its `on_start`); every
+    command given is one the operator may run."""
     unit = node.paths.agent_unit_name
     journal = f"journalctl -u {unit} -n 50"
     seen = _Seen(node, doc, sig, gate_open, now, releases, prog,
@@ -84,8 +84,8 @@ def next_action(node: Node | Reader, doc: StateDoc, sig: UpgradeSignal | None, g
 
 
 def restarts(count: int, since: str, last: str) -> str:
-    """Starts after a crash in words by their count, `last` saying when the latest was ("3m
-    ago", "at T"): one restart is not a loop."""
+    """Starts after a crash in words, by their count, `last` saying when the latest was ("3m ago",
+    "at T"). One restart is not a loop."""
     return (f"restarted once after a crash, {last}" if count == 1 else
             f"crash-looping: {count} restarts since {since}, the last {last}")
 

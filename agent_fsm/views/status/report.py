@@ -1,9 +1,8 @@
 """What `status` reports: read without the lock, never blocking the daemon.
 
-It answers an operator's two questions: what is happening (the state and what it means, the
-versions, the signal with its age and deadline, the gate, the assets on disk and how they differ
-from what the running version would write, the last result) and what may I do now (`next`: one
-sentence and the commands to run). Every field of `Status.to_json` is documented in
+What is happening: the state and its meaning, the versions, the signal with its age and deadline,
+the gate, the assets on disk against what the running version would write, the last result. What may
+I do now: `next`, a sentence and the commands. Every field of `Status.to_json` is documented in
 docs/operations.md and pinned by tests/views/test_status.py.
 """
 
@@ -57,9 +56,9 @@ class Status(NamedTuple):
     assets: tuple[AssetView, ...]
     assets_compared_with: str | None
     assets_error: str | None
-    # The selected release fails its digest (changed since it was added) or is missing, checked
-    # while the agent unit does not run: null, or {version, problem}; the daemon refuses to
-    # start it, so `next` says how to fix it.
+    # The selected release, checked while the agent unit does not run, fails its digest or is
+    # missing: null, or {version, problem}. The daemon refuses to start it, so `next` says how to
+    # fix it.
     selected_damaged: dict[str, str] | None
     last_result: dict[str, Any] | None
     owed: dict[str, Any] | None
@@ -73,8 +72,8 @@ class Status(NamedTuple):
     units: Units | None = None  # what systemd says of the units, the state dir's writes
     unit_situation: str | None = None  # the units' situation (units.Advice.kind), if any
     outbox: dict[str, Any] | None = None  # {queued, publisher_unreachable_since}
-    # The live config is wrong and the way back runs with the last-good's kept settings:
-    # null, or {error, version, kept} (`config.Fallback`); read through those settings.
+    # The live config is wrong and the way back runs with the last-good's kept settings: null, or
+    # {error, version, kept} (`config.Fallback`); read through those settings.
     config_fallback: dict[str, str] | None = None
     crash_loop: dict[str, Any] | None = None  # null, or {restarts, since, last}
     workload: dict[str, Any] | None = None  # null (none declared), or `runtime.workload.view`
@@ -133,8 +132,8 @@ def _signal_json(sig: UpgradeSignal, now: float, max_attempts: int) -> dict[str,
 
 
 def crash_loop(doc: StateDoc, now: float) -> dict[str, Any] | None:
-    """The crash loop the node is in: the latest transition is a start after a crash, the last
-    one less than CRASH_LOOP_WINDOW ago (`store.Store.record`); None otherwise."""
+    """The crash loop the node is in: the latest transition is a start after a crash, less than
+    CRASH_LOOP_WINDOW ago (`store.Store.record`); else None."""
     loop = doc.crash_loop
     if loop is None or loop["seq"] != doc.seq or now - loop["last"] >= CRASH_LOOP_WINDOW:
         return None
@@ -142,8 +141,8 @@ def crash_loop(doc: StateDoc, now: float) -> dict[str, Any] | None:
 
 
 def _unknown(node: Node | Reader, p: Pending) -> list[str]:
-    """What an owed transition names that this agent-fsm does not know (the engine's rule,
-    `Controller.unknown`, read off the definition: `status` has no engine)."""
+    """What an owed transition names that this agent-fsm does not know (`Controller.unknown`'s rule,
+    read off the definition: `status` has no engine)."""
     d = node.definition
     effects = {e.name for t in d.transitions for e in t.effects}
     names = [] if p.trigger in {t.trigger for t in d.transitions} else [f"trigger {p.trigger}"]
@@ -152,9 +151,9 @@ def _unknown(node: Node | Reader, p: Pending) -> list[str]:
 
 
 def damaged(node: Node | Reader, version: str | None) -> dict[str, str] | None:
-    """{version, problem} when the release `version` is not what was stored (or is gone);
-    None when it is intact or None. By its files' stats, as a start checks it: a change that
-    keeps them (bit rot) is `doctor`'s and `release list`'s to find, which hash every file."""
+    """{version, problem} when the release `version` is not what was stored or is gone; None when it
+    is intact or None. Checked by its files' stats, as a start checks it. A change that keeps them
+    (bit rot) is for `doctor` and `release list`, which hash every file."""
     if version is None:
         return None
     try:
@@ -181,7 +180,7 @@ def _repair(bad: dict[str, str], last_good: str | None, unit: str, prog: str) ->
 
 def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") -> Status:
     """The node as it is now. `diff` adds a unified diff for each asset that differs; `prog`
-    prefixes the suggested commands (say, with the --config and --root this run was given)."""
+    prefixes the suggested commands (say, with this run's --config and --root)."""
     doc = node.store.read()
     now = node.clock.now()
     sig = node.signal()
@@ -238,8 +237,8 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
         now_line += (f"; its workload is not running (its log: journalctl -t {ident}; systemd "
                      "restarts the unit when it exits)")
     candidate = sig.to_version if sig else (doc.upgrade.to_version if doc.upgrade else None)
-    # Only while the agent unit is known not to run: a running agent checked its release when
-    # it started, and walking ~1,000 entries is a third of what `status --json` costs.
+    # Only while the agent unit is known not to run: a running agent checked its release at its
+    # start, and walking ~1,000 entries is a third of what `status --json` costs.
     down = units.agent is not None and (units.agent.active, units.agent.sub) != ("active",
                                                                                  "running")
     bad = damaged(node, selected) if down else None
@@ -289,9 +288,9 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
 
 
 def _channel(node: Node | Reader) -> dict[str, Any] | None:
-    """The channel and its last follow (`channel_record.view`), with the follow timer as
-    systemd has it: `timer` (its ActiveState, or "unknown") and `next_run` (null when none is
-    due or systemd cannot say)."""
+    """The channel and its last follow (`channel_record.view`), with the follow timer as systemd has
+    it: `timer` (its ActiveState, or "unknown") and `next_run` (null when none is due or systemd
+    cannot say)."""
     view = channel_record.view(node.paths.channel_dir, node.config.channel.url,
                                node.config.channel.name)
     if view is None:
@@ -313,8 +312,8 @@ def _utc(ts: float) -> str:
 
 
 def _outbox(node: Node | Reader, last: dict[str, Any] | None) -> dict[str, Any]:
-    """How many results wait for delivery, and since when the publisher was unreachable when
-    the last one was queued instead of published (`complete_queued`) and is still waiting."""
+    """How many results wait for delivery, and, while the last one queued by `complete_queued` still
+    waits, since when the publisher was unreachable."""
     try:
         queued = sum(1 for p in node.paths.outbox_dir.iterdir() if p.suffix == ".json")
     except OSError:

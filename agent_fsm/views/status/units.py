@@ -1,13 +1,14 @@
-"""What the units and the state dir say, for `status` and its next action: the state
-file alone cannot tell a candidate being judged from one whose unit has failed with the recovery
-unit failed too, nor a rollback that systemd is about to retry from one nothing retries.
+"""What the units and the state dir say, for `status` and its next action.
 
-Read every time `status` runs, bounded (`system.unit_state.READ_TIMEOUT` per command, one
-`systemctl show` for both units; the journal only when something failed); when systemctl is
-missing, refuses or does not answer, the units are "unknown" and `status` says so and goes on.
-The situations, most specific first (`advise`): a write to the state dir failing (read-only or
-full), both units failed, a retry of the recovery unit pending, the recovery unit failed, the
-agent unit failed. Each has its own line (the `situation` `status` shows) and next commands.
+The state file alone cannot tell a candidate being judged from one whose unit and recovery unit both
+failed. Nor can it tell a rollback systemd will retry from one nothing retries. Read at every
+`status`, bounded: one `systemctl show` for both units within `system.unit_state.READ_TIMEOUT`, the
+journal only when something failed. When systemctl is missing, refuses or hangs, the units are
+"unknown"; `status` says so and goes on.
+
+The situations, most specific first (`advise`): writes to the state dir failing (read-only or full),
+both units failed, a recovery retry pending, the recovery unit failed, the agent unit failed. Each
+has its own line (`situation`) and next commands.
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def _view(unit: str, shown: dict[str, str], monotonic: float) -> UnitView:
 
 
 def writes_error(state_dir: os.PathLike[str] | str) -> str | None:
-    """Why a write to the state dir would fail now, from the file system's own flags (no
-    write is tried: `status` writes nothing): mounted read-only, or no block or inode left."""
+    """Why a write to the state dir would fail now, from the file system's flags (no write is tried:
+    `status` writes nothing): mounted read-only, or no block or inode left."""
     try:
         st = os.statvfs(state_dir)
     except OSError:
@@ -135,8 +136,8 @@ class Advice(NamedTuple):
 
 
 def advise(u: Units, node: Node | Reader, doc: StateDoc, prog: str) -> Advice | None:
-    """The situation the units and the state dir put the node in, most specific first; None
-    when they change nothing (all is well, or the units are unknown: `status` says so)."""
+    """The situation the units and the state dir put the node in, most specific first; None when
+    they change nothing (all is well, or the units are unknown: `status` says so)."""
     agent, recovery = u.agent, u.recovery
     recover = f"{prog} recover"
     rjournal = f"journalctl -u {node.paths.recovery_unit_name} -n 50"
@@ -154,8 +155,8 @@ def advise(u: Units, node: Node | Reader, doc: StateDoc, prog: str) -> Advice | 
     if agent is None or recovery is None:
         return None
     if doc.state not in node.groups.pending:
-        # No rollback is due: a recovery unit still `failed` from an earlier one (an operator
-        # finished it by hand) is shown in the units' row, not advised on.
+        # No rollback is due: a recovery unit still `failed` from an earlier one (finished by hand)
+        # is shown in the units' row, not advised on.
         recovery = recovery._replace(active="inactive", sub="dead")
     if agent.failed and recovery.failed:
         return Advice("both_failed",
