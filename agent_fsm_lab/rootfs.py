@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -298,12 +298,12 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def sandbox(node: Node, base_dir: Path | None = None) -> SystemdSandbox:
+def sandbox(node: Node, base_dir: Path | None = None, keep: Iterable[Path] = ()) -> SystemdSandbox:
     """A sandbox (not booted) of the node: its tree, with the agent_fsm checkout the lab runs
-    the CLI from visible (read-only) at the same path inside."""
+    the CLI from and the directories in `keep` visible (read-only) at the same path inside."""
     import agent_fsm
 
-    keep = [Path(agent_fsm.__file__).resolve().parents[1]]
+    kept = [Path(agent_fsm.__file__).resolve().parents[1], *keep]
     if base_dir is None:
-        return SystemdSandbox(keep=keep, rootfs=node.rootfs)
-    return SystemdSandbox(base_dir, keep=keep, rootfs=node.rootfs)
+        return SystemdSandbox(keep=kept, rootfs=node.rootfs)
+    return SystemdSandbox(base_dir, keep=kept, rootfs=node.rootfs)

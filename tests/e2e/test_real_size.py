@@ -5,9 +5,13 @@ judged by the host's HTTP check. A good upgrade is judged ok and its store grows
 than one release; a candidate that exits at start and one whose check fails are rolled back,
 and the way back writes nothing to the store.
 
-The payload and the four releases are made once for the module, on the real disk below the
-sandboxes' base directory (a sandbox's /tmp is its own); each test gets a hard-linked copy of
-the packed releases it adds in its own directory (the 257 node sees nothing else of the host).
+The payload and the four releases are packed once for the module, on the real disk below the
+sandboxes' base directory (a sandbox's /tmp is its own; the 257 node sees them read-only at the
+same path), and removed in the background afterwards. Each node kind is installed once for
+the module: 1.0.0 installed, the three others added (the store's growth measured at each add);
+its tests then run on that node in turn, each from whatever good version it converged on (the
+rollbacks leave it where it was), so a failed test leaves the ones after it a node as it found it
+or a clear failure of their own.
 """
 
 from __future__ import annotations
@@ -29,9 +33,15 @@ from typing import Any
 import pytest
 
 from agent_fsm.actions.releases import packing
-from agent_fsm_lab.lab import Lab, output
-from agent_fsm_lab.sandbox import DEFAULT_BASE_DIR, SystemdSandbox
-from tests.e2e.conftest import require_sandbox
+from agent_fsm_lab import rootfs
+from agent_fsm_lab.lab import Lab, output, wait_until
+from agent_fsm_lab.sandbox import (
+    DEFAULT_BASE_DIR,
+    SystemdSandbox,
+    missing_requirements,
+    python_paths,
+)
+from tests.e2e.conftest import NODES, SharedNode, _remove_later, require_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("real-size")]  # one module fixture
 if importlib.util.find_spec("pytest_timeout") is not None:
@@ -105,13 +115,6 @@ class Packed:
     packs: Path
     made: dict[str, Any]
 
-    def bring(self, lab: Lab, *versions: str) -> None:
-        """Hard-link copies of `versions`' packs into the test's own directory."""
-        lab.packs.mkdir(exist_ok=True)
-        for version in versions:
-            subprocess.run(["cp", "-al", str(self.packs / version), str(lab.packs / version)],
-                           check=True, timeout=120)
-
 
 @pytest.fixture(scope="module")
 def packed() -> Iterator[Packed]:
@@ -129,7 +132,23 @@ def packed() -> Iterator[Packed]:
             packing.pack(version, base / "packs" / version, WORKLOAD, payload=payload)
         yield Packed(base / "packs", made)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        _remove_later(base, DEFAULT_BASE_DIR)  # 100,000 files: seconds of unlinking
+
+
+@pytest.fixture(scope="module", params=NODES)
+def _shared_node(packed: Packed, request: pytest.FixtureRequest) -> Iterator[SharedNode]:
+    """The conftest's shared node of each kind, the 257 node seeing the packs (read-only)."""
+    if request.param == "systemd252":  # the host's file system, /tmp and /run aside
+        require_sandbox()
+        shared = SharedNode(lambda: SystemdSandbox(keep=python_paths()))
+    else:
+        node: rootfs.Node = request.getfixturevalue("debian13_node")
+        require_sandbox(*missing_requirements(node.rootfs), what="the Debian 13 node needs")
+        shared = SharedNode(lambda: rootfs.sandbox(node, keep=[packed.packs]))
+    try:
+        yield shared
+    finally:
+        shared.close()
 
 
 def free_port() -> int:
@@ -151,11 +170,13 @@ class Agent:
         with self.lab.config.open("a") as config:
             config.write(f'[workload]\nuser = "nobody"\nenvironment = {{ PORT = "{self.port}" }}\n')
         self.packed = packed
+        self.grown: dict[str, int] = {}  # version: the bytes its add took on disk
 
-    def add(self, *versions: str) -> None:
-        self.packed.bring(self.lab, *versions)
-        for version in versions:
-            self.lab.cli("release", "add", str(self.lab.packs / version))
+    def add(self, version: str) -> None:
+        """`release add` of `version`'s pack; what the store grew by is kept."""
+        before = self.store_bytes()
+        self.lab.cli("release", "add", str(self.packed.packs / version))
+        self.grown[version] = self.store_bytes() - before
 
     def health(self) -> tuple[int, str]:
         """What GET /health answers now (the sandbox shares the host's network)."""
@@ -166,6 +187,12 @@ class Agent:
             return exc.code, exc.read().decode()
         except OSError as exc:
             return 0, str(exc)
+
+    def answers(self, version: str, timeout: float = 30) -> None:
+        """/health answers 200 with `version`, within `timeout` seconds: an install or a way
+        back ends with the agent unit active, and its workload then starts listening."""
+        wait_until(lambda: self.health() == (200, f"{version}\n"), timeout, interval=0.2)
+        assert self.health() == (200, f"{version}\n"), self.why()
 
     def upgrade(self, version: str) -> subprocess.CompletedProcess[str]:
         return self.lab.cli("upgrade", "--to", version, "--wait", "--timeout", "120",
@@ -194,9 +221,19 @@ class Agent:
         return self.lab.why()
 
 
-@pytest.fixture
-def agent(node_sandbox: SystemdSandbox, packed: Packed) -> Agent:
-    return Agent(node_sandbox, packed)
+@pytest.fixture(scope="module")
+def agent(_shared_node: SharedNode, packed: Packed,
+          request: pytest.FixtureRequest) -> Iterator[Agent]:
+    """The node of each kind with 1.0.0 installed and answering, 1.1.0 to 1.3.0 added: one
+    store of four real-size releases for the module's tests (see the module docstring)."""
+    with _shared_node.lease(request.node) as sandbox:
+        agent = Agent(sandbox, packed)
+        agent.add("1.0.0")
+        agent.lab.install("1.0.0")
+        agent.answers("1.0.0")
+        for version in ("1.1.0", "1.2.0", "1.3.0"):
+            agent.add(version)
+        yield agent
 
 
 def converged_on(status: dict[str, Any], version: str) -> bool:
@@ -206,17 +243,11 @@ def converged_on(status: dict[str, Any], version: str) -> bool:
 
 
 def test_a_judged_upgrade_of_a_real_size(agent: Agent) -> None:
-    """1.0.0 (node and 20,000 files) installs and answers; 1.1.0, one small file apart, grows
+    """1.0.0 (node and 20,000 files) installs and answers; 1.1.0, one small file apart, grew
     the store by under 0.2x of one release, is judged ok, and answers as 1.1.0 from its own
     stored node; `status --json` and `doctor` say so."""
     lab = agent.lab
-    empty = agent.store_bytes()
-    agent.add("1.0.0")
-    one = agent.store_bytes() - empty
-    lab.install("1.0.0")
-    assert agent.health() == (200, "1.0.0\n"), agent.why()
-    agent.add("1.1.0")
-    grown = agent.store_bytes() - empty - one
+    one, grown = agent.grown["1.0.0"], agent.grown["1.1.0"]
     assert grown <= 0.2 * one, f"the store grew by {grown} bytes for 1.1.0; one release: {one}"
 
     proc = agent.upgrade("1.1.0")
@@ -225,25 +256,24 @@ def test_a_judged_upgrade_of_a_real_size(agent: Agent) -> None:
     assert converged_on(status, "1.1.0"), status
     assert (status["last_result"]["to"], status["last_result"]["outcome"]) == ("1.1.0", "ok")
     agent.runs_the_payloads_node(status, "1.1.0")
-    assert agent.health() == (200, "1.1.0\n")
+    agent.answers("1.1.0")
     doctor = lab.cli("doctor", check=False)
     assert doctor.returncode == 0, output(doctor)
 
 
 def rolled_back(agent: Agent, candidate: str) -> dict[str, Any]:
-    """Install 1.0.0, add `candidate`, upgrade to it: exit 4, back on 1.0.0, which answers
-    from its own node again, the candidate known bad; the store is as it was before the
-    upgrade. The last result."""
+    """Upgrade the converged node to `candidate`: exit 4, back on the good version it ran,
+    which answers from its own node again, the candidate known bad; the store is as it was
+    before the upgrade. The last result."""
     lab = agent.lab
-    agent.add("1.0.0", candidate)
-    lab.install("1.0.0")
+    good = lab.settled()["selected"]
     before = agent.store_bytes()
     proc = agent.upgrade(candidate)
     assert proc.returncode == 4, output(proc) + agent.why()
     status = lab.settled()
-    assert converged_on(status, "1.0.0"), status
-    agent.runs_the_payloads_node(status, "1.0.0")
-    assert agent.health() == (200, "1.0.0\n")
+    assert converged_on(status, good), status
+    agent.runs_the_payloads_node(status, good)
+    agent.answers(good)
     assert candidate in [k["version"] for k in status["known_bad"]], status["known_bad"]
     assert agent.store_bytes() <= before, "the way back wrote to the store"
     result: dict[str, Any] = status["last_result"]

@@ -9,7 +9,9 @@ A `Kind` declares one file: name, schema, words for messages, mode, read limit a
 checks, in order: JSON object, a schema it reads (directly or through the core), checksum, kind,
 every field. A newer file without a core is refused before its checksum, which a later release may
 compute otherwise. A refused file (`DocumentError`, one line) is left untouched; what follows is the
-reader's choice. A changed body is a new schema.
+reader's choice. A changed body is a new schema, except for an added optional key whose absence
+keeps the old meaning, which every reader since 0.1.0 keeps unread and nothing on the way back
+needs: that is the same schema (docs/state-files.md lists each such key).
 
 Forward compatibility: a later agent-fsm that changes a body bumps `schema` and may declare `core`,
 the oldest schema whose readers can still read the file. A reader of schema R reads a file of schema
