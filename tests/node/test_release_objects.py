@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,13 +64,13 @@ def objects_of(world: World) -> list[Path]:
 def files_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The release-relative names of the files the store reads from now on, in order."""
     read: list[str] = []
-    real = release_tree._Reader.chunks
+    real = release_tree.Reader.open
 
-    def counted(self: release_tree._Reader, *args: object, **kwargs: bool) -> Iterator[bytes]:
+    def counted(self: release_tree.Reader, *args: object, **kwargs: bool) -> int:
         read.append(str(args[-1]))
         return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+    monkeypatch.setattr(release_tree.Reader, "open", counted)
     return read
 
 class TestTenReleases:
