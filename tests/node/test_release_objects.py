@@ -14,6 +14,7 @@ from agent_fsm.actions.releases.packing import add, pack
 from agent_fsm.actions.releases.pruning import prune
 from agent_fsm.actions.releases.vendoring import BOOT_FILE, boot, launcher
 from agent_fsm.errors import ReleaseError
+from agent_fsm.node.releases import hashes as release_hashes
 from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.releases import tree as release_tree
@@ -206,6 +207,30 @@ class TestFastCheck:
         assert "changed content" in str(world.reopen().node.releases.integrity("3.0.0").problem)
         with pytest.raises(ReleaseError, match="changed content"):
             world.reopen().node.releases.verify("2.0.0")
+
+    def test_a_tidy_reads_no_record_when_no_stored_file_moved(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The tidy after an add reads the releases' hashes records only when the add linked a
+        stored file (moving its ctime): with nothing moved since, it reads none, and a new
+        process still checks each release reading no file."""
+        for v in ("1.0.0", "2.0.0"):
+            add(make_release(tmp_path, v, marker=v), world.node)
+        records: list[str] = []
+        real = release_hashes._hashed_record
+
+        def counted(releases_dir: Path, version: str) -> bytes | None:
+            records.append(version)
+            return real(releases_dir, version)
+
+        monkeypatch.setattr(release_hashes, "_hashed_record", counted)
+        release_store.tidy(world.paths.releases_dir, world.node.store.locked)
+        assert records == []
+        add(make_release(tmp_path, "3.0.0", marker="3.0.0"), world.node)  # links SHARED
+        assert sorted(set(records)) == ["1.0.0", "2.0.0", "3.0.0"]
+        read = files_read(monkeypatch)
+        for v in ("1.0.0", "2.0.0", "3.0.0"):
+            world.reopen().node.releases.verify(v)
+        assert read == []
 
 
 class TestPrune:
