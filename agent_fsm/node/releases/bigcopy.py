@@ -17,16 +17,27 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import NoReturn, Protocol
 
 from ..sha256 import sha256
-
-if TYPE_CHECKING:
-    from .tree import Reader
 
 STRETCH = 16 << 20  # copied per step; the hash follows one step behind
 _READ = 1 << 20
 _NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+
+
+class Reader(Protocol):
+    """What `stored` needs of `tree.Reader`: its open, its count and its limits."""
+
+    total: int
+    file_bytes: int
+    release_bytes: int
+
+    def open(self, dir_fd: int, name: str, st: os.stat_result, rel: str) -> int: ...
+
+    def too_big(self, rel: str) -> NoReturn: ...
+
+    def too_many_bytes(self) -> NoReturn: ...
 
 
 class _Hasher(threading.Thread):
@@ -108,14 +119,13 @@ def _read_write(src: int, out: int, want: int) -> int:
 
 
 def stored(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
-           target: str, mode: int) -> tuple[str, int]:
+           target: str, mode: int, flags: int) -> tuple[str, int]:
     """Copy the file `rel` (`name` in `dir_fd`, lstat `st` when walked) to the new file
-    `target` with `mode`, within `reader`'s limits: the hash and size of the bytes stored."""
-    from .tree import WRITE_FLAGS
-
+    `target` (opened with `flags`) with `mode`, within `reader`'s limits: the hash and size of
+    the bytes stored."""
     fd = reader.open(dir_fd, name, st, rel)
     try:
-        out = os.open(target, WRITE_FLAGS & ~os.O_WRONLY | os.O_RDWR, 0o600)  # read back too
+        out = os.open(target, flags & ~os.O_WRONLY | os.O_RDWR, 0o600)  # read back too
         try:
             copied = 0
 

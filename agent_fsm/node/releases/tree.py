@@ -223,7 +223,7 @@ def _copy_file(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: 
     else:
         from .bigcopy import stored  # only a large file's copy needs a thread
 
-        digest, size = stored(reader, dir_fd, name, st, rel, target, mode)
+        digest, size = stored(reader, dir_fd, name, st, rel, target, mode, WRITE_FLAGS)
         now = None if objects is None else objects.adopt(target, digest, mode, size)
         if now is not None:
             return digest, size, now
