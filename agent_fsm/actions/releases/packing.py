@@ -221,8 +221,8 @@ def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None,
     count = size = 0
     for top, _dirs, names in os.walk(src):
         for name in names:
-            path = Path(top) / name
-            st = path.lstat()
+            path = os.path.join(top, name)  # strings: a payload may hold 100,000s of files
+            st = os.lstat(path)
             count, size = count + 1, size + st.st_size
             if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
                 bit = "setuid" if st.st_mode & stat.S_ISUID else "setgid"
