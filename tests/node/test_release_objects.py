@@ -174,6 +174,20 @@ class TestDamage:
         assert next(f for f in findings if f.check == "releases").level == "ok"
         assert read.count(SHARED) == 1 and read.count("bin/agent-fsm") == 3
 
+    def test_a_whole_check_keeps_only_shared_files_for_the_next_release(
+            self, three: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`release list` and `doctor` keep, between the releases they hash, only the files
+        another release links too: a release's own files are not held (a release of 100,000s
+        of them would be), the shared one is, and is read once."""
+        monkeypatch.setattr(release_tree, "_SETTLED_NS", -1)  # every file's times settled
+        seen: release_tree.Hashed = {}
+        assert three.node.releases.integrity("1.0.0", seen).problem is None
+        kept = {rel for rel, _ in seen}
+        assert SHARED in kept and "release.toml" not in kept
+        read = files_read(monkeypatch)
+        assert three.node.releases.integrity("2.0.0", seen).problem is None
+        assert SHARED not in read and "release.toml" in read
+
     def test_an_add_never_links_an_object_whose_bytes_changed(self, three: World,
                                                                tmp_path: Path) -> None:
         """With the stored copy of a file damaged in place, a new release holding that file is

@@ -338,7 +338,7 @@ def key(rel: str, st: os.stat_result) -> Key:
 
 
 def scan(release: Path, *, stored: bool = True, normalize: bool = False,
-         hashed: Hashed | None = None, fresh: bool = False,
+         hashed: Hashed | None = None, fresh: bool = False, shared: bool = False,
          limits: StoreConfig | None = None) -> list[Entry]:
     """The entries of a release tree, hashed, in manifest order. `stored`: refuse what the store
     never holds (another owner, a loose mode); `normalize`: give the modes the store would;
@@ -346,8 +346,9 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
     stored), reused while their stat is the same, and filled with the ones hashed now;
     `fresh`: fill it with files whose times are fresh too, for a tree no other process can
     have written (the store's own staged copy, in a directory only its owner may enter);
-    `limits`: the ceilings of a tree on its way in (None: a stored one, checked against its
-    record)."""
+    `shared`: fill it only with files linked from elsewhere too (more than two names: its object
+    and this one), the only ones another release can meet again; `limits`: the ceilings of a
+    tree on its way in (None: a stored one, checked against its record)."""
     root_fd = _open_root(release, follow=False)
     reader = Reader(release, limits)
     entries = []
@@ -371,6 +372,7 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
             # Not remembered while its times are fresh: a change in the same clock tick as the
             # hashing would keep the same stat (as git's "racily clean" entries).
             if hashed is not None and size == st.st_size and (
+                    not shared or st.st_nlink > 2) and (
                     fresh or time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS):
                 hashed[known] = entries[-1]
     finally:
