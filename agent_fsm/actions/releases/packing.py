@@ -28,8 +28,8 @@ from ...node.releases.moving import Meter, Report
 from ...node.releases.pointers import check_version, read_manifest
 from ...node.sha256 import prefer_openssl
 from ...wiring import Node
-from . import abi, origins, trust
-from .vendoring import BOOT_FILE, boot, compile_lean, vendor
+from . import abi, libcache, origins, trust
+from .vendoring import BOOT_FILE, boot, compile_lean, sources, vendor
 from .vendoring import launcher as launcher_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # the agent_fsm package
@@ -135,12 +135,11 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
         for (rel, stamp), entry in copied.items():
             hashed[f"{PAYLOAD}/{rel}", stamp] = entry._replace(path=f"{PAYLOAD}/{rel}")
         del copied
-    # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
-    shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
-    vendor(tmp / "lib")
+    vendored = sources()
+    libcache.made(tmp / "lib", [*_package_files(), *vendored],
+                  lambda lib: _build_lib(lib, vendored))
     need = abi.needs(tmp / "lib")
     abi.uncovered(need, targets)
-    compile_lean(tmp)
     shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
     launcher = tmp / "bin" / "agent-fsm"
     launcher.write_text(launcher_text(version))
@@ -155,6 +154,27 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
     if sign_key is not None:  # last: the signature covers everything else, payload included
         return trust.sign(tmp, sign_key, hashed)
     return trust.digest(tmp, hashed)  # what `release add` would refuse (over the limits) too
+
+
+def _package_files() -> list[tuple[Path, str]]:
+    """The files of this agent_fsm package a release's `lib/agent_fsm` holds, and their paths
+    below `lib/`. Links are followed: the copy holds the definition itself (`agent_fsm/states`)."""
+    out = []
+    for top, dirs, names in os.walk(PACKAGE_DIR, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d not in _ignore(top, dirs))
+        rel = os.path.relpath(top, PACKAGE_DIR)
+        for name in sorted(set(names) - set(_ignore(top, names))):
+            out.append((Path(top) / name,
+                        "agent_fsm/" + (name if rel == "." else f"{rel}/{name}")))
+    return out
+
+
+def _build_lib(lib: Path, vendored: list[tuple[Path, str]]) -> None:
+    """Make a release's `lib/` (`lib` is the new directory's path): this package, its runtime
+    dependencies, the fast path's byte code."""
+    shutil.copytree(PACKAGE_DIR, lib / "agent_fsm", ignore=_ignore)
+    vendor(lib, vendored)
+    compile_lean(lib.parent)
 
 
 def _settle_modes(release: Path) -> None:
@@ -201,8 +221,8 @@ def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None,
     count = size = 0
     for top, _dirs, names in os.walk(src):
         for name in names:
-            path = Path(top) / name
-            st = path.lstat()
+            path = os.path.join(top, name)  # strings: a payload may hold 100,000s of files
+            st = os.lstat(path)
             count, size = count + 1, size + st.st_size
             if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
                 bit = "setuid" if st.st_mode & stat.S_ISUID else "setgid"
