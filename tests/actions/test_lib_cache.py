@@ -11,6 +11,7 @@ import pytest
 
 from agent_fsm.actions.releases import libcache, packing
 from agent_fsm.actions.releases.trust import digest
+from agent_fsm.actions.releases.vendoring import BOOT_FILE
 
 
 @pytest.fixture
@@ -62,3 +63,14 @@ def test_a_damaged_cache_entry_is_made_again_not_packed(cache: Path, tmp_path: P
     second = packing.packed("1.0.0", tmp_path / "b")
     assert second.digest == digest(second.path) == first
     assert (cache / cached.name / "lib" / "agent_fsm" / "errors.py").read_bytes() == was
+
+
+def test_a_pack_from_the_cache_leaves_a_release_packed_before_as_it_was(
+        cache: Path, tmp_path: Path) -> None:
+    """A release's `lib/` shares the cache's files, yet packing another version from the same
+    entry (with its own boot file) changes no byte of a release packed before."""
+    first = packing.packed("1.0.0", tmp_path / "a")
+    boot = (first.path / "lib" / BOOT_FILE).read_bytes()
+    packing.pack("2.0.0", tmp_path / "b")
+    assert (first.path / "lib" / BOOT_FILE).read_bytes() == boot
+    assert digest(first.path) == first.digest
