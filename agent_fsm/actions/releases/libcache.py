@@ -8,8 +8,8 @@ a file edited, replaced or reinstalled makes another key. It lives in a director
 user may enter (`AGENT_FSM_CACHE_DIR`, else /var/cache/agent-fsm for root, else
 `$XDG_CACHE_HOME/agent-fsm` or ~/.cache/agent-fsm), is made whole in a private directory and
 renamed into place, and holds the manifest of its tree (`tree.scan`, as the store's). A pack's
-`lib/` is linked to the entry's files (1,160 links take ~0.03 s, their copies 1.4 s; a copy
-where links cannot be made), then hashed: one that does not hash to the manifest is refused
+`lib/` is linked to the entry's files (a tenth of their copies' time; copied where links cannot
+be made), then hashed: one that does not hash to the manifest is refused
 and the entry made again, and the hashes are the digest's, which reads them no more. An entry
 is not synced: a torn one is refused so at its next use. A cache that cannot be used (unsafe,
 unwritable) is done without: the pack builds `lib/` itself.
