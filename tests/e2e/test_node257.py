@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 import agent_fsm
-
 from agent_fsm_lab import rootfs
 from agent_fsm_lab.lab import UNIT, Lab
 from agent_fsm_lab.sandbox import SystemdSandbox
