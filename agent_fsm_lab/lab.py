@@ -198,6 +198,10 @@ class Lab:
             cached(["deps"], self.dir / "deps", vendoring.vendor)
             pythonpath.append(str(self.dir / "deps"))
         self.env: dict[str, str] = {"COLUMNS": "120", "PYTHONPATH": ":".join(pythonpath)}
+        if sandbox.rootfs is not None:
+            # The checkout is read-only inside and holds no byte code for the node's Python:
+            # without a place to write it, every call compiled agent_fsm again.
+            self.env["PYTHONPYCACHEPREFIX"] = str(self.pycache(sandbox))
         extra = dict(config_extra or {})
         python = str(extra.pop("python", NODE_PYTHON))
         # `agent-fsm` on PATH, in the test's directory: the sandbox shares the host's /usr/local.
@@ -237,6 +241,12 @@ class Lab:
             dropin = sandbox.host_path(f"/etc/systemd/system/{UNIT}.d")
             dropin.mkdir(parents=True, exist_ok=True)
             (dropin / "lab-python-under-tmp.conf").write_text("[Service]\nPrivateTmp=no\n")
+
+    @staticmethod
+    def pycache(sandbox: SystemdSandbox) -> Path:
+        """Where the CLI's byte code goes on a node of its own tree: in the sandbox's own
+        directory, so the labs of a shared node reuse it."""
+        return sandbox.own_dir / "pycache"
 
     # Host setup and faults --------------------------------------------------------------
     def dropin(self, unit: str, name: str, text: str, reload: bool = True) -> Path:

@@ -4,9 +4,11 @@ it leaves the cached tree and the host as they were."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+import agent_fsm
 from agent_fsm_lab import rootfs
 from agent_fsm_lab.lab import UNIT, Lab
 from agent_fsm_lab.sandbox import SystemdSandbox
@@ -53,3 +55,17 @@ def test_release_packed_for_the_node_runs_on_its_python(debian13: SystemdSandbox
     argv = debian13.run("cat", f"/proc/{lab.main_pid()}/cmdline").stdout.split("\0")
     assert argv[0] == "/usr/bin/python3" and "daemon" in argv, (argv, debian13.diagnostics(UNIT))
     assert debian13.run("readlink", "-f", "/usr/bin/python3").stdout.strip() == "/usr/bin/python3.13"
+
+
+def test_cli_byte_code_is_kept_between_calls(debian13: SystemdSandbox) -> None:
+    """The lab's CLI calls on the node write the node's Python's byte code of agent_fsm once,
+    outside the read-only checkout, so a later call loads it instead of compiling again."""
+    lab = Lab(debian13)
+    lab.cli("--version")
+    checkout = Path(agent_fsm.__file__).resolve().parent
+    compiled = Lab.pycache(debian13) / str(checkout).lstrip("/") / "cli"
+    assert sorted(p.name for p in compiled.glob("app.cpython-313*.pyc")) \
+        == ["app.cpython-313.pyc"], compiled
+    before = (compiled / "app.cpython-313.pyc").stat().st_mtime_ns
+    lab.cli("--version")
+    assert (compiled / "app.cpython-313.pyc").stat().st_mtime_ns == before
