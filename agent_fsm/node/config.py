@@ -236,9 +236,8 @@ def _check_keys(source: Path, table: dict[str, Any], known: frozenset[str], wher
 
 def parse(data: dict[str, Any], source: Path, *, lenient: bool = False,
           quiet: bool = False) -> Config:
-    """Check a parsed TOML table and build the Config it describes. `lenient`: unknown keys are
-    logged and ignored, not refused (what systemd runs: `daemon`, `recover`); only ignored when
-    `quiet`."""
+    """Check a parsed TOML table and build its Config. `lenient`: unknown keys are logged (only
+    ignored when `quiet`), not refused: what systemd runs (`daemon`, `recover`) reads so."""
     _check_keys(source, data, _keys(None), "", lenient, quiet)
     top: dict[str, Any] = {"source": source}
     tables: dict[str, dict[str, Any]] = {}
