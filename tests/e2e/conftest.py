@@ -262,15 +262,23 @@ def unbooted_node_sandbox(request: pytest.FixtureRequest) -> Iterator[SystemdSan
         sandbox.shutdown()
 
 
+@pytest.fixture(scope="module")
+def node_keep() -> tuple[Path, ...]:
+    """Host directories the 257 node shows read-only at the same path (the 252 node sees the
+    host's file system): a module overrides this to share what it made once."""
+    return ()
+
+
 @pytest.fixture(scope="module", params=NODES)
-def _shared_node(request: pytest.FixtureRequest) -> Iterator[SharedNode]:
+def _shared_node(request: pytest.FixtureRequest,
+                 node_keep: tuple[Path, ...]) -> Iterator[SharedNode]:
     if request.param == "systemd252":
         require_sandbox()
         shared = SharedNode(lambda: SystemdSandbox(keep=python_paths()))
     else:
         node: rootfs.Node = request.getfixturevalue("debian13_node")
         require_sandbox(*missing_requirements(node.rootfs), what="the Debian 13 node needs")
-        shared = SharedNode(lambda: rootfs.sandbox(node))
+        shared = SharedNode(lambda: rootfs.sandbox(node, keep=node_keep))
     try:
         yield shared
     finally:

@@ -33,15 +33,12 @@ from typing import Any
 import pytest
 
 from agent_fsm.actions.releases import packing
-from agent_fsm_lab import rootfs
 from agent_fsm_lab.lab import Lab, output, wait_until
 from agent_fsm_lab.sandbox import (
     DEFAULT_BASE_DIR,
     SystemdSandbox,
-    missing_requirements,
-    python_paths,
 )
-from tests.e2e.conftest import NODES, SharedNode, _remove_later, require_sandbox
+from tests.e2e.conftest import SharedNode, _remove_later, require_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("real-size")]  # one module fixture
 if importlib.util.find_spec("pytest_timeout") is not None:
@@ -135,20 +132,10 @@ def packed() -> Iterator[Packed]:
         _remove_later(base, DEFAULT_BASE_DIR)  # 100,000 files: seconds of unlinking
 
 
-@pytest.fixture(scope="module", params=NODES)
-def _shared_node(packed: Packed, request: pytest.FixtureRequest) -> Iterator[SharedNode]:
-    """The conftest's shared node of each kind, the 257 node seeing the packs (read-only)."""
-    if request.param == "systemd252":  # the host's file system, /tmp and /run aside
-        require_sandbox()
-        shared = SharedNode(lambda: SystemdSandbox(keep=python_paths()))
-    else:
-        node: rootfs.Node = request.getfixturevalue("debian13_node")
-        require_sandbox(*missing_requirements(node.rootfs), what="the Debian 13 node needs")
-        shared = SharedNode(lambda: rootfs.sandbox(node, keep=[packed.packs]))
-    try:
-        yield shared
-    finally:
-        shared.close()
+@pytest.fixture(scope="module")
+def node_keep(packed: Packed) -> tuple[Path, ...]:
+    """The 257 node sees the packs (read-only)."""
+    return (packed.packs,)
 
 
 def free_port() -> int:
