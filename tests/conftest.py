@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_fsm.actions.releases import libcache
 from agent_fsm.agent.runtime import Waker
 from tests.helpers import World, make_world
 
@@ -19,6 +20,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 _PACK_CACHE = pytest.StashKey[str]()
+_LIB_CACHE = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,6 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if PACK_CACHE_ENV not in os.environ:
         os.environ[PACK_CACHE_ENV] = tempfile.mkdtemp(prefix="agent-fsm-e2e-packs-")
         config.stash[_PACK_CACHE] = os.environ[PACK_CACHE_ENV]
+    if libcache.ENV not in os.environ:  # the packs' cache of lib/: the run's own
+        os.environ[libcache.ENV] = tempfile.mkdtemp(prefix="agent-fsm-lib-cache-")
+        config.stash[_LIB_CACHE] = os.environ[libcache.ENV]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -38,6 +43,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if cache is not None:
         shutil.rmtree(cache, ignore_errors=True)
         os.environ.pop(PACK_CACHE_ENV, None)
+    lib_cache = config.stash.get(_LIB_CACHE, None)
+    if lib_cache is not None:
+        shutil.rmtree(lib_cache, ignore_errors=True)
+        os.environ.pop(libcache.ENV, None)
 
 
 @pytest.hookimpl(trylast=True)
