@@ -73,6 +73,42 @@ def host_link_untouched() -> Iterator[None]:
                     "config `bin_link` below its temporary directory, or None", pytrace=False)
 
 
+_CACHE_SEEN = pytest.StashKey[object]()
+
+
+def _default_lib_cache() -> tuple[int, int] | None:
+    """The default cache of packs' `lib/` (root's /var/cache/agent-fsm) as a test sees it."""
+    try:
+        st = os.lstat(libcache.default_dir())
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CACHE_SEEN] = _default_lib_cache()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Fail a test whose run (its fixtures' setup included) changed the default cache of packs'
+    `lib/`: a pack in a process started without the run's environment wrote the host's. A
+    directory the test made is removed."""
+    outcome = yield
+    before = item.stash.get(_CACHE_SEEN, False)
+    if call.when != "teardown" or before is False or _default_lib_cache() == before:
+        return
+    where = libcache.default_dir()
+    if before is None:
+        shutil.rmtree(where, ignore_errors=True)
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.outcome = "failed"
+    report.longrepr = (f"a pack wrote the default lib/ cache {where}"
+                       f"{' (removed)' if before is None else ''}: give its process the run's "
+                       f"{libcache.ENV}")
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     """A fresh node below a temporary root: real files, fake systemctl, publisher and clock."""

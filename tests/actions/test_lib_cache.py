@@ -67,10 +67,24 @@ def test_a_damaged_cache_entry_is_made_again_not_packed(cache: Path, tmp_path: P
 
 def test_a_pack_from_the_cache_leaves_a_release_packed_before_as_it_was(
         cache: Path, tmp_path: Path) -> None:
-    """A release's `lib/` shares the cache's files, yet packing another version from the same
-    entry (with its own boot file) changes no byte of a release packed before."""
+    """Packing another version from the same entry (with its own boot file) changes no byte of
+    a release packed before."""
     first = packing.packed("1.0.0", tmp_path / "a")
     boot = (first.path / "lib" / BOOT_FILE).read_bytes()
     packing.pack("2.0.0", tmp_path / "b")
     assert (first.path / "lib" / BOOT_FILE).read_bytes() == boot
     assert digest(first.path) == first.digest
+
+
+def test_a_file_edited_in_a_packed_release_changes_no_other_release_nor_the_cache(
+        cache: Path, tmp_path: Path) -> None:
+    """A module of one packed release's `lib/` edited in place (as a user patching a pack
+    would) leaves another release packed from the same entry, and the entry, as they were."""
+    first = packing.packed("1.0.0", tmp_path / "a")
+    second = packing.packed("2.0.0", tmp_path / "b")
+    (cached,) = entries(cache)
+    kept = (cached / "lib" / "agent_fsm" / "errors.py").read_bytes()
+    with (second.path / "lib" / "agent_fsm" / "errors.py").open("ab") as f:
+        f.write(b"\nEDITED = True\n")
+    assert digest(first.path) == first.digest
+    assert (cached / "lib" / "agent_fsm" / "errors.py").read_bytes() == kept
