@@ -862,6 +862,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     workdir = Path(tempfile.mkdtemp(prefix="agent-fsm-bench-", dir=WORK_BASE))
+    os.environ.setdefault("AGENT_FSM_CACHE_DIR", str(workdir / "lib-cache"))  # packs' lib/
     t0 = time.monotonic()
     try:
         figures = run(args.only or list(GROUPS), args.repeat, workdir)

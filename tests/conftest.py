@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_fsm.actions.releases import libcache
 from agent_fsm.agent.runtime import Waker
 from tests.helpers import World, make_world
 
@@ -19,6 +20,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 _PACK_CACHE = pytest.StashKey[str]()
+_LIB_CACHE = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,6 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if PACK_CACHE_ENV not in os.environ:
         os.environ[PACK_CACHE_ENV] = tempfile.mkdtemp(prefix="agent-fsm-e2e-packs-")
         config.stash[_PACK_CACHE] = os.environ[PACK_CACHE_ENV]
+    if libcache.ENV not in os.environ:  # the packs' cache of lib/: the run's own
+        os.environ[libcache.ENV] = tempfile.mkdtemp(prefix="agent-fsm-lib-cache-")
+        config.stash[_LIB_CACHE] = os.environ[libcache.ENV]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -38,6 +43,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if cache is not None:
         shutil.rmtree(cache, ignore_errors=True)
         os.environ.pop(PACK_CACHE_ENV, None)
+    lib_cache = config.stash.get(_LIB_CACHE, None)
+    if lib_cache is not None:
+        shutil.rmtree(lib_cache, ignore_errors=True)
+        os.environ.pop(libcache.ENV, None)
 
 
 @pytest.hookimpl(trylast=True)
@@ -62,6 +71,42 @@ def host_link_untouched() -> Iterator[None]:
         HOST_LINK.unlink()
         pytest.fail(f"a test wrote {HOST_LINK} → {target} on the host (removed): give its "
                     "config `bin_link` below its temporary directory, or None", pytrace=False)
+
+
+_CACHE_SEEN = pytest.StashKey[object]()
+
+
+def _default_lib_cache() -> tuple[int, int] | None:
+    """The default cache of packs' `lib/` (root's /var/cache/agent-fsm) as a test sees it."""
+    try:
+        st = os.lstat(libcache.default_dir())
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CACHE_SEEN] = _default_lib_cache()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Fail a test whose run (its fixtures' setup included) changed the default cache of packs'
+    `lib/`: a pack in a process started without the run's environment wrote the host's. A
+    directory the test made is removed."""
+    outcome = yield
+    before = item.stash.get(_CACHE_SEEN, False)
+    if call.when != "teardown" or before is False or _default_lib_cache() == before:
+        return
+    where = libcache.default_dir()
+    if before is None:
+        shutil.rmtree(where, ignore_errors=True)
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.outcome = "failed"
+    report.longrepr = (f"a pack wrote the default lib/ cache {where}"
+                       f"{' (removed)' if before is None else ''}: give its process the run's "
+                       f"{libcache.ENV}")
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from agent_fsm.actions.releases import packing
+from agent_fsm.actions.releases import libcache, packing
 from agent_fsm.node.state import store as store_mod
 from agent_fsm_lab.lab import RECOVERY_UNIT, UNIT, Lab
 from agent_fsm_lab.sandbox import SystemdSandbox
@@ -123,7 +123,8 @@ def test_a_candidate_of_this_tree_rolls_back_through_the_earlier_release(
     old_pack = lab.packs / "1.0.0"
     subprocess.run([sys.executable, "-m", "agent_fsm", "release", "pack", "--version", "1.0.0",
                     "--output", str(old_pack), "--workload", _workload(lab, True)],
-                   env={**old_env, "PATH": "/usr/bin:/bin"}, cwd=earlier, check=True,
+                   env={**old_env, "PATH": "/usr/bin:/bin",  # and the run's own lib/ cache
+                        libcache.ENV: os.environ[libcache.ENV]}, cwd=earlier, check=True,
                    capture_output=True, timeout=120)
 
     def earlier_cli(*args: str, binary: str | None = None,

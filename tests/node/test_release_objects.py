@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from agent_fsm.actions.releases.packing import add, pack
 from agent_fsm.actions.releases.pruning import prune
 from agent_fsm.actions.releases.vendoring import BOOT_FILE, boot, launcher
 from agent_fsm.errors import ReleaseError
+from agent_fsm.node.releases import hashes as release_hashes
 from agent_fsm.node.releases import objects as release_objects
 from agent_fsm.node.releases import store as release_store
 from agent_fsm.node.releases import tree as release_tree
@@ -65,13 +65,13 @@ def objects_of(world: World) -> list[Path]:
 def files_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The release-relative names of the files the store reads from now on, in order."""
     read: list[str] = []
-    real = release_tree._Reader.chunks
+    real = release_tree.Reader.open
 
-    def counted(self: release_tree._Reader, *args: object, **kwargs: bool) -> Iterator[bytes]:
+    def counted(self: release_tree.Reader, *args: object, **kwargs: bool) -> int:
         read.append(str(args[-1]))
         return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+    monkeypatch.setattr(release_tree.Reader, "open", counted)
     return read
 
 class TestTenReleases:
@@ -174,6 +174,20 @@ class TestDamage:
         assert next(f for f in findings if f.check == "releases").level == "ok"
         assert read.count(SHARED) == 1 and read.count("bin/agent-fsm") == 3
 
+    def test_a_whole_check_keeps_only_shared_files_for_the_next_release(
+            self, three: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`release list` and `doctor` keep, between the releases they hash, only the files
+        another release links too: a release's own files are not held (a release of 100,000s
+        of them would be), the shared one is, and is read once."""
+        monkeypatch.setattr(release_tree, "_SETTLED_NS", -1)  # every file's times settled
+        seen: release_tree.Hashed = {}
+        assert three.node.releases.integrity("1.0.0", seen).problem is None
+        kept = {rel for rel, _ in seen}
+        assert SHARED in kept and "release.toml" not in kept
+        read = files_read(monkeypatch)
+        assert three.node.releases.integrity("2.0.0", seen).problem is None
+        assert SHARED not in read and "release.toml" in read
+
     def test_an_add_never_links_an_object_whose_bytes_changed(self, three: World,
                                                                tmp_path: Path) -> None:
         """With the stored copy of a file damaged in place, a new release holding that file is
@@ -207,6 +221,30 @@ class TestFastCheck:
         assert "changed content" in str(world.reopen().node.releases.integrity("3.0.0").problem)
         with pytest.raises(ReleaseError, match="changed content"):
             world.reopen().node.releases.verify("2.0.0")
+
+    def test_a_tidy_reads_no_record_when_no_stored_file_moved(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The tidy after an add reads the releases' hashes records only when the add linked a
+        stored file (moving its ctime): with nothing moved since, it reads none, and a new
+        process still checks each release reading no file."""
+        for v in ("1.0.0", "2.0.0"):
+            add(make_release(tmp_path, v, marker=v), world.node)
+        records: list[str] = []
+        real = release_hashes._hashed_record
+
+        def counted(releases_dir: Path, version: str) -> bytes | None:
+            records.append(version)
+            return real(releases_dir, version)
+
+        monkeypatch.setattr(release_hashes, "_hashed_record", counted)
+        release_store.tidy(world.paths.releases_dir, world.node.store.locked)
+        assert records == []
+        add(make_release(tmp_path, "3.0.0", marker="3.0.0"), world.node)  # links SHARED
+        assert sorted(set(records)) == ["1.0.0", "2.0.0", "3.0.0"]
+        read = files_read(monkeypatch)
+        for v in ("1.0.0", "2.0.0", "3.0.0"):
+            world.reopen().node.releases.verify(v)
+        assert read == []
 
 
 class TestPrune:

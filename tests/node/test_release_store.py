@@ -289,13 +289,13 @@ class TestHashedRecord:
         recorded with its hash."""
         add(make_release(tmp_path), world.node)
         read: list[str] = []
-        real = release_tree._Reader.chunks
+        real = release_tree.Reader.chunks
 
-        def counted(self: release_tree._Reader, *args: object) -> Iterator[bytes]:
+        def counted(self: release_tree.Reader, *args: object) -> Iterator[bytes]:
             read.append(str(args[-1]))
             return real(self, *args)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(release_tree._Reader, "chunks", counted)
+        monkeypatch.setattr(release_tree.Reader, "chunks", counted)
         world.reopen().node.releases.verify("1.0.0")
         assert read == []
         assert world.reopen().node.releases.integrity("1.0.0").problem is None

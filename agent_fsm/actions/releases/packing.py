@@ -28,8 +28,8 @@ from ...node.releases.moving import Meter, Report
 from ...node.releases.pointers import check_version, read_manifest
 from ...node.sha256 import prefer_openssl
 from ...wiring import Node
-from . import abi, origins, trust
-from .vendoring import BOOT_FILE, boot, compile_lean, vendor
+from . import abi, libcache, origins, trust
+from .vendoring import BOOT_FILE, boot, compile_lean, sources, vendor
 from .vendoring import launcher as launcher_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # the agent_fsm package
@@ -66,7 +66,8 @@ def packed(version: str, output: Path, workload: tuple[str, ...] = (),
     in a `files.private_dir` beside it, its modes set to the store's (root's alone: nothing
     group- or world-writable), then renamed over that name whole. Its directory must be a
     `files.trusted_dir` (a sticky one such as /tmp is: others cannot rename what root puts
-    there); one others may write is refused."""
+    there); one others may write is refused. Nothing is synced, as `cp -a` syncs nothing: a
+    release torn by a power cut is packed again (docs/operations.md, Releases)."""
     check_version(version)
     workload_command.check(workload, "release pack --workload")
     targets = abi.parse_targets(targets)
@@ -93,7 +94,6 @@ def packed(version: str, output: Path, workload: tuple[str, ...] = (),
                 raise files.disk_error(left, f"remove {real}", where,
                                        f"left by a pack that failed: {exc}") from exc
         raise
-    files.fsync_dir(where)
     return Packed(output, signed)
 
 
@@ -121,9 +121,9 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
           targets: tuple[str, ...], payload: Path | None, output: Path,
           report: Report | None = None) -> str:
     """Make the release in the new directory `tmp`, inside a private one (see `pack`); return
-    its digest. The payload's files are hashed as they are copied, and not read again for the
-    digest: `tmp` is in a directory only this user may enter, and a file changed since has
-    another stat (`tree.scan`)."""
+    its digest. The payload's files are hashed as they are copied, `lib/`'s as the cache checks
+    them (`libcache`), and not read again for the digest: `tmp` is in a directory only this
+    user may enter, and a file changed since has another stat (`tree.scan`)."""
     prefer_openssl()  # a payload may be gigabytes, hashed once: OpenSSL's is the fast one
     hashed: tree.Hashed = {}
     if payload is not None:
@@ -135,26 +135,49 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
         for (rel, stamp), entry in copied.items():
             hashed[f"{PAYLOAD}/{rel}", stamp] = entry._replace(path=f"{PAYLOAD}/{rel}")
         del copied
-    # Links are followed: the copy holds the definition itself (`agent_fsm/states`).
-    shutil.copytree(PACKAGE_DIR, tmp / "lib" / "agent_fsm", ignore=_ignore)
-    vendor(tmp / "lib")
-    need = abi.needs(tmp / "lib")
-    abi.uncovered(need, targets)
-    compile_lean(tmp)
+    vendored = sources()
+    libs: tree.Hashed = {}
+    libcache.made(tmp / "lib", [*_package_files(), *vendored],
+                  lambda lib: _build_lib(lib, vendored), libs)
+    for (rel, stamp), entry in libs.items():  # hashed by the cache's check: not read again
+        hashed[f"lib/{rel}", stamp] = entry._replace(path=f"lib/{rel}")
+    need = abi.record(tmp, targets)
     shutil.copytree(PACKAGE_DIR / "templates", tmp / "assets")
     launcher = tmp / "bin" / "agent-fsm"
     launcher.write_text(launcher_text(version))
     launcher.chmod(0o755)
-    (tmp / "lib" / BOOT_FILE).write_text(boot(version, need.targets))
+    with open(tmp / "lib" / BOOT_FILE, "x") as f:  # a new file: lib/'s others may be the cache's
+        f.write(boot(version, need.targets))
     manifest = f'version = "{version}"\n'
     if workload:
         manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
     (tmp / "release.toml").write_text(manifest)
-    abi.record(tmp, targets)
     _settle_modes(tmp)
     if sign_key is not None:  # last: the signature covers everything else, payload included
         return trust.sign(tmp, sign_key, hashed)
     return trust.digest(tmp, hashed)  # what `release add` would refuse (over the limits) too
+
+
+def _package_files() -> list[tuple[Path, str]]:
+    """The files of this agent_fsm package a release's `lib/agent_fsm` holds, and their paths
+    below `lib/`. Links are followed: the copy holds the definition itself (`agent_fsm/states`)."""
+    out = []
+    for top, dirs, names in os.walk(PACKAGE_DIR, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d not in _ignore(top, dirs))
+        rel = os.path.relpath(top, PACKAGE_DIR)
+        for name in sorted(set(names) - set(_ignore(top, names))):
+            out.append((Path(top) / name,
+                        "agent_fsm/" + (name if rel == "." else f"{rel}/{name}")))
+    return out
+
+
+def _build_lib(lib: Path, vendored: list[tuple[Path, str]]) -> None:
+    """Make a release's `lib/` (`lib` is the new directory's path): this package, its runtime
+    dependencies, the fast path's byte code."""
+    shutil.copytree(PACKAGE_DIR, lib / "agent_fsm", ignore=_ignore)
+    vendor(lib, vendored)
+    compile_lean(lib.parent)
+    _settle_modes(lib)  # before the cache links its files: no chmod of them later
 
 
 def _settle_modes(release: Path) -> None:
@@ -201,8 +224,8 @@ def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None,
     count = size = 0
     for top, _dirs, names in os.walk(src):
         for name in names:
-            path = Path(top) / name
-            st = path.lstat()
+            path = os.path.join(top, name)  # strings: a payload may hold 100,000s of files
+            st = os.lstat(path)
             count, size = count + 1, size + st.st_size
             if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
                 bit = "setuid" if st.st_mode & stat.S_ISUID else "setgid"

@@ -164,6 +164,7 @@ def _take_out(path: Path) -> Path:
     (deleted by the next add or prune: `release_store.tidy`), never a half release. One an
     earlier prune of this version left, and no add has deleted since, goes first."""
     gone = path.with_name(f".{path.name}.pruning")
+    release_objects.moved(path.parent)  # deleting it unlinks names of files others share
     if os.path.lexists(gone):
         files.remove_tree(gone)
     os.replace(path, gone)

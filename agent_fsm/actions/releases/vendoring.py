@@ -69,15 +69,15 @@ def distributions() -> list[metadata.Distribution]:
     return [found[k] for k in sorted(found)]
 
 
-def vendor(lib: Path) -> list[str]:
-    """Copy the runtime distributions into `lib`; return their `name==version`, sorted."""
+def sources() -> list[tuple[Path, str]]:
+    """Each file `vendor` copies, and its path below `lib/`."""
     out = []
     for dist in distributions():
-        files = dist.files
+        listed = dist.files
         label = f"{dist.metadata['Name']}=={dist.version}"
-        if files is None:
+        if listed is None:
             raise ReleaseError(f"cannot pack: {label} has no RECORD of its files")
-        for file in files:
+        for file in listed:
             parts = file.parts
             if (not parts or parts[0] == ".." or "__pycache__" in parts
                     or file.suffix in (".pyc", ".pth") or file.name in _SKIPPED_FILES):
@@ -85,11 +85,16 @@ def vendor(lib: Path) -> list[str]:
             source = Path(str(file.locate()))
             if not source.is_file():
                 raise ReleaseError(f"cannot pack: {label} lists {file}, which is missing")
-            target = lib / Path(*parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-        out.append(label)
-    return sorted(out)
+            out.append((source, "/".join(parts)))
+    return out
+
+
+def vendor(lib: Path, files: list[tuple[Path, str]] | None = None) -> None:
+    """Copy the runtime distributions' files (`sources`, unless given) into `lib`."""
+    for source, rel in sources() if files is None else files:
+        target = lib / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
 
 
 # Reads `python = "/path"` from the config before Python runs, exactly as TOML reads it or not at

@@ -6,7 +6,8 @@ Damage that keeps a file's stat (a disk's bit rot) is then found by `doctor` and
 which hash everything. A missing or unreadable record only means every file is hashed.
 
 Linking or unlinking a name of a file the store shares (`objects`) moves its ctime, so after
-each add and prune `refresh_hashed` records such files again. A record is read and written a
+each add and prune that did (`objects.moved` notes it) `refresh_hashed` records such files
+again. A record is read and written a
 line at a time: a release may hold 100,000s of files.
 """
 
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ... import files
-from .objects import intact
+from .objects import MOVED, intact, moved
 from .tree import STAMP, Entry, Hashed, Key
 from .tree import key as tree_key
 
@@ -119,7 +120,21 @@ def refresh_hashed(releases_dir: Path,
     without the lock, the records written under it (`locked()`). A record is a cache of true
     facts (this file, with this stat, had this hash), and an entry is written only for a file
     hashed with that stat. Each record is read a line at a time, and only a changed one is
-    held, as lines. Returns the files hashed again."""
+    held, as lines. Skipped, reading nothing, when no stored file's ctime moved since the last
+    refresh (`objects.moved`). Returns the files hashed again."""
+    try:
+        os.unlink(releases_dir / MOVED)  # first: a name moved from now on is noted again
+    except FileNotFoundError:
+        return 0
+    try:
+        return _refresh(releases_dir, locked)
+    except BaseException:
+        moved(releases_dir)  # still to do: the next tidy does it
+        raise
+
+
+def _refresh(releases_dir: Path,
+             locked: Callable[[], contextlib.AbstractContextManager[object]]) -> int:
     versions = [e.name for e in os.scandir(releases_dir)
                 if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
     again: _Again = {}

@@ -38,8 +38,21 @@ from ... import files
 from ..sha256 import sha256
 
 OBJECTS = ".objects"
+MOVED = ".hashed/.moved"  # a stored file's ctime may have moved since the records' refresh
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CHUNK = 1 << 16
+
+
+def moved(releases_dir: Path | str) -> None:
+    """Note that a stored file's ctime moves (a name linked or unlinked): the next tidy
+    refreshes the hashes records (`hashes.refresh_hashed`), which it skips while nothing
+    moved. Noted as it moves, without the lock; a crash between the two only leaves a file to
+    be hashed again at its next check."""
+    path = f"{releases_dir}/{MOVED}"
+    if os.path.lexists(path):
+        return
+    files.ensure_dir(Path(path).parent)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
 
 
 def name(sha: str, mode: int) -> str:
@@ -65,6 +78,7 @@ class Objects:
             if exc.errno in (errno.ENOENT, errno.EMLINK):  # none, or linked the most it can be
                 return None  # (`keep` then gives the name to a new copy)
             raise
+        moved(self.dir.parent)
         checked = intact(target, sha, mode, size)
         if checked is None:
             os.unlink(target)
@@ -82,6 +96,7 @@ class Objects:
             if exc.errno in (errno.ENOENT, errno.EMLINK):
                 return None
             raise
+        moved(self.dir.parent)
         checked = None
         try:
             checked = intact(tmp, sha, mode, size)
@@ -103,6 +118,7 @@ class Objects:
             pass
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         os.link(target, tmp)
+        moved(self.dir.parent)  # the damaged object loses a name
         os.replace(tmp, self.dir / name(sha, mode))
 
 

@@ -203,9 +203,11 @@ class Releases:
     def integrity(self, version: str, seen: release_tree.Hashed | None = None) -> Integrity:
         """Hash the whole release against its digest (what `release list` and `doctor` show);
         `seen`: files hashed by this run's earlier calls, which a file shared with an earlier
-        release (the same inode, unchanged) is not read again for."""
+        release (the same inode, unchanged) is not read again for; only such files are kept in
+        it, so a release of 100,000s of files of its own leaves none there."""
         try:
-            checked = release_store.check(self.paths.releases_dir, check_version(version), seen)
+            checked = release_store.check(self.paths.releases_dir, check_version(version), seen,
+                                          shared=True)
         except (BadTree, OSError) as exc:
             try:
                 was = release_store.recorded(self.paths.releases_dir, version)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ... import files
 from ...errors import BadTree
-from .objects import OBJECTS, Objects, intact
+from .objects import OBJECTS, Objects, intact, moved
 from .store import HEADER, differences, manifest, recorded
 from .tree import scan
 
@@ -95,6 +95,7 @@ def repair(releases_dir: Path, version: str) -> list[tuple[str, Path]]:
         target = release / rel
         tmp = target.with_name(f".repair-{os.urandom(6).hex()}")
         try:
+            moved(releases_dir)  # the source gains a name, the damaged file loses one
             os.link(sources[rel], tmp)
         except OSError as exc:
             if exc.errno not in (errno.EMLINK, errno.EXDEV):

@@ -117,11 +117,12 @@ class Checked(NamedTuple):
         return digest(self.manifest)
 
 
-def check(releases_dir: Path, version: str, hashed: Hashed | None = None) -> Checked:
-    """Check stored release `version` against its recorded manifest (`hashed`: see `scan`).
-    Raises BadTree saying what differs; FileNotFoundError when the release is not stored."""
+def check(releases_dir: Path, version: str, hashed: Hashed | None = None,
+          shared: bool = False) -> Checked:
+    """Check stored release `version` against its recorded manifest (`hashed`, `shared`: see
+    `scan`). Raises BadTree saying what differs; FileNotFoundError when it is not stored."""
     release = releases_dir / version
-    now = manifest(scan(release, hashed=hashed))
+    now = manifest(scan(release, hashed=hashed, shared=shared))
     was = recorded(releases_dir, version)
     if was is None:  # every release is stored with its record: one without is damaged
         raise BadTree(record_path(releases_dir, version), "is missing: no digest was recorded "

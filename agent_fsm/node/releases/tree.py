@@ -34,7 +34,6 @@ MAX_DEPTH = 32  # nested directories
 DIR_MODE = EXEC_MODE = 0o755
 FILE_MODE = 0o644
 _CHUNK = 1 << 16  # larger reads left a long-lived daemon ~6 MB bigger per check
-_STREAM = 1 << 20  # a copy's reads: a short-lived add, ~1 MiB held at a time
 _WHOLE = 1 << 20  # a file up to this is read whole by a copy, and written from memory
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -117,7 +116,7 @@ def _walk(root_fd: int, root: Path, *, stored: bool,
     yield from visit(root_fd, "", 1)
 
 
-class _Reader:
+class Reader:
     """Reads the files of one tree within the per-file and per-release byte ceilings (None:
     none)."""
 
@@ -128,7 +127,7 @@ class _Reader:
         if limits is not None:
             self.file_bytes, self.release_bytes = limits.max_file_bytes, limits.max_release_bytes
 
-    def _too_big(self, rel: str) -> NoReturn:
+    def too_big(self, rel: str) -> NoReturn:
         raise BadTree(self.root / rel, f"is larger than {size_text(self.file_bytes)} "
                       f"({raise_key('max_file_bytes')})")
 
@@ -137,28 +136,39 @@ class _Reader:
         """The bytes of the file `rel` (`name` in `dir_fd`), lstat `st` when walked, read
         `size` bytes at a time; `again`: read a second time, not counted twice against the
         release's limit."""
+        fd = self.open(dir_fd, name, st, rel, again=again)
+        try:
+            read, size = size, 0
+            while chunk := os.read(fd, read):
+                size += len(chunk)
+                self.total += 0 if again else len(chunk)
+                if size > self.file_bytes:
+                    self.too_big(rel)
+                if self.total > self.release_bytes:
+                    self.too_many_bytes()
+                yield chunk
+        finally:
+            os.close(fd)
+
+    def open(self, dir_fd: int, name: str, st: os.stat_result, rel: str, *,
+             again: bool = False) -> int:
+        """An fd of the file `rel` as walked (`st`), refused when it was replaced or is over a
+        limit already."""
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)  # a link swapped in: ELOOP
         try:
             now = os.fstat(fd)
             if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
                 raise BadTree(self.root / rel, "was replaced while it was read")
             if now.st_size > self.file_bytes:  # refused before a byte is copied
-                self._too_big(rel)
+                self.too_big(rel)
             if not again and self.total + now.st_size > self.release_bytes:
-                self._too_many_bytes()
-            read, size = size, 0
-            while chunk := os.read(fd, read):
-                size += len(chunk)
-                self.total += 0 if again else len(chunk)
-                if size > self.file_bytes:
-                    self._too_big(rel)
-                if self.total > self.release_bytes:
-                    self._too_many_bytes()
-                yield chunk
-        finally:
+                self.too_many_bytes()
+        except BaseException:
             os.close(fd)
+            raise
+        return fd
 
-    def _too_many_bytes(self) -> NoReturn:
+    def too_many_bytes(self) -> NoReturn:
         raise BadTree(self.root, f"holds more than {size_text(self.release_bytes)} "
                       f"({raise_key('max_release_bytes')})")
 
@@ -171,36 +181,30 @@ def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _write(target: str, chunks: Iterator[bytes], mode: int) -> tuple[str, int]:
-    """Write a new file `target` with these bytes and mode, hashing each chunk as it is
-    written: the hash returned, with the size, is of the bytes stored."""
-    h, size = sha256(), 0
-    out = os.open(target, _WRITE_FLAGS, 0o600)
+def _write(target: str, data: bytes, mode: int) -> None:
+    """Write a new file `target` with these bytes and mode."""
+    out = os.open(target, WRITE_FLAGS, 0o600)
     try:
-        for chunk in chunks:
-            h.update(chunk)
-            size += len(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(out, view):]
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view):]
         os.fchmod(out, mode)
     finally:
         os.close(out)
-    return h.hexdigest(), size
 
 
-def _copy_file(reader: _Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
+def _copy_file(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
                target: str, mode: int, objects: Objects | None) -> tuple[str, int,
                                                                         os.stat_result]:
     """Store the file `rel` as the new name `target`, each byte read once: its hash, size and
     stat as stored. A small file is read whole (at most _WHOLE bytes held), hashed, and linked
     to the store's intact object of those bytes if there is one, else written; a larger one is
-    streamed into `target` and hashed on its way, then replaced by a link to an intact object
-    of the same bytes if the store holds one (the copy just written is dropped), else kept as
-    that object."""
+    copied into `target` by the kernel and hashed as written (`bigcopy`), then replaced by a
+    link to an intact object of the same bytes if the store holds one (the copy just written is
+    dropped), else kept as that object."""
     if st.st_size <= _WHOLE:
         parts, held = [], 0
         for chunk in reader.chunks(dir_fd, name, st, rel, size=_WHOLE):
@@ -215,9 +219,11 @@ def _copy_file(reader: _Reader, dir_fd: int, name: str, st: os.stat_result, rel:
         now = None if objects is None else objects.link(target, digest, mode, size)
         if now is not None:
             return digest, size, now
-        _write(target, iter((data,)), mode)
+        _write(target, data, mode)
     else:
-        digest, size = _write(target, reader.chunks(dir_fd, name, st, rel, size=_STREAM), mode)
+        from .bigcopy import stored  # only a large file's copy needs a thread
+
+        digest, size = stored(reader, dir_fd, name, st, rel, target, mode, WRITE_FLAGS)
         now = None if objects is None else objects.adopt(target, digest, mode, size)
         if now is not None:
             return digest, size, now
@@ -257,7 +263,7 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
     src_fd = _open_root(src, follow=True)
     try:
         files.make_dir(dst, 0o700)
-        reader = _Reader(src, limits)
+        reader = Reader(src, limits)
         base = f"{dst}/"  # strings: a release may hold 100,000s of files
         for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
             target = base + rel
@@ -294,16 +300,16 @@ def footprint(src: Path, limits: StoreConfig, block: int,
     when `stored(sha, mode, size)` (the store holds those bytes) or when met before in `src`.
     With its files and their bytes, all of them."""
     src_fd = _open_root(src, follow=True)
-    total, seen, reader, count = 0, set(), _Reader(src, limits), 0
+    total, seen, reader, count = 0, set(), Reader(src, limits), 0
     try:
         for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
             size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
             count += 0 if stat.S_ISDIR(st.st_mode) else 1
             if size > limits.max_file_bytes:
-                reader._too_big(rel)
+                reader.too_big(rel)
             reader.total += size
             if reader.total > limits.max_release_bytes:
-                reader._too_many_bytes()
+                reader.too_many_bytes()
             if stored is not None and size:
                 key = (_hash(reader.chunks(dir_fd, name, st, rel, again=True))[0],
                        normal_mode(st), size)
@@ -332,7 +338,7 @@ def key(rel: str, st: os.stat_result) -> Key:
 
 
 def scan(release: Path, *, stored: bool = True, normalize: bool = False,
-         hashed: Hashed | None = None, fresh: bool = False,
+         hashed: Hashed | None = None, fresh: bool = False, shared: bool = False,
          limits: StoreConfig | None = None) -> list[Entry]:
     """The entries of a release tree, hashed, in manifest order. `stored`: refuse what the store
     never holds (another owner, a loose mode); `normalize`: give the modes the store would;
@@ -340,10 +346,11 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
     stored), reused while their stat is the same, and filled with the ones hashed now;
     `fresh`: fill it with files whose times are fresh too, for a tree no other process can
     have written (the store's own staged copy, in a directory only its owner may enter);
-    `limits`: the ceilings of a tree on its way in (None: a stored one, checked against its
-    record)."""
+    `shared`: fill it only with files linked from elsewhere too (more than two names: its object
+    and this one), the only ones another release can meet again; `limits`: the ceilings of a
+    tree on its way in (None: a stored one, checked against its record)."""
     root_fd = _open_root(release, follow=False)
-    reader = _Reader(release, limits)
+    reader = Reader(release, limits)
     entries = []
     try:
         if stored:
@@ -365,6 +372,7 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
             # Not remembered while its times are fresh: a change in the same clock tick as the
             # hashing would keep the same stat (as git's "racily clean" entries).
             if hashed is not None and size == st.st_size and (
+                    not shared or st.st_nlink > 2) and (
                     fresh or time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS):
                 hashed[known] = entries[-1]
     finally:
