@@ -1,10 +1,10 @@
-"""A large file's copy for `tree.copy`: the kernel copies the bytes (`copy_file_range`, as `cp`
-does), and a second thread hashes the new file a stretch behind the copy, so copying and hashing
-overlap (both release the GIL; so does OpenSSL's SHA-256 on large buffers).
+"""A large file's copy for `tree.copy`. The kernel copies the bytes (`copy_file_range`, as `cp`
+does), and a second thread hashes the new file a stretch behind the copy. So copying and hashing
+overlap: both release the GIL, and so does OpenSSL's SHA-256 on large buffers.
 
-The hash is of the bytes stored: the new file is in a directory only its owner may enter, so no
+The hash is of the bytes stored. The new file is in a directory only its owner may enter, so no
 other process writes it meanwhile. Where the kernel cannot copy between the two files (another file
-system type, an old kernel) the bytes are read and written a MiB at a time, hashed the same way.
+system type, an old kernel), the bytes are read and written a MiB at a time and hashed the same way.
 Memory: a MiB for the hash's reads, one more for the fallback.
 """
 
@@ -119,7 +119,7 @@ def _read_write(src: int, out: int, want: int) -> int:
 def stored(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
            target: str, mode: int, flags: int) -> tuple[str, int]:
     """Copy the file `rel` (`name` in `dir_fd`, lstat `st` when walked) to the new file `target`
-    (opened with `flags`) with `mode`, within `reader`'s limits; the hash and size stored."""
+    (opened with `flags`) with `mode`, within `reader`'s limits. Returns the hash and size stored."""
     fd = reader.open(dir_fd, name, st, rel)
     try:
         out = os.open(target, flags & ~os.O_WRONLY | os.O_RDWR, 0o600)  # read back too

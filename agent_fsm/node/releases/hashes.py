@@ -1,13 +1,13 @@
-"""The hashes record of a stored release: `releases/.hashed/<version>`, each file's hash with its
-stat as stored (device, inode, size, mode, mtime, ctime; no writer can set ctime back). A check
-re-hashes only files whose stat differs: an agent start walks its release in ~8 ms instead of
-reading it in ~40 ms (OpenSSL) or ~100 ms (without). Damage that keeps the stat (bit rot) is found
-by `doctor` and `release list`, which hash everything. A missing or unreadable record means every
-file is hashed.
+"""The hashes record of a stored release: `releases/.hashed/<version>`. It holds each file's hash
+with its stat as stored (device, inode, size, mode, mtime, ctime; no writer can set ctime back). A
+check re-hashes only files whose stat differs. So an agent start walks its release in ~8 ms instead
+of reading it in ~40 ms (OpenSSL) or ~100 ms (without). Damage that keeps the stat (bit rot) is
+found by `doctor` and `release list`, which hash everything. Without a readable record, every file
+is hashed.
 
-Linking or unlinking a name of a shared file (`objects`) moves its ctime, so after each add or prune
-that did (`objects.moved`) `refresh_hashed` records such files again. Records are read and written a
-line at a time: a release may hold 100,000s of files.
+Linking or unlinking a name of a shared file (`objects`) moves its ctime. So after each add or prune
+that did (`objects.moved`), `refresh_hashed` records such files again. Records are read and written
+a line at a time: a release may hold 100,000s of files.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ _Again = dict[tuple[int, int], tuple[os.stat_result, str] | None]
 
 
 def _kept(base: str, key: Key, entry: Entry, again: _Again) -> Key | None:
-    """The key a recorded file keeps in its record (a new ctime if hashed again, in `again` once for
-    all its names), or None when it is no longer recorded."""
+    """The key a recorded file keeps in its record, or None when it is no longer recorded. A file
+    hashed again gets a new ctime, in `again` once for all its names."""
     rel, (dev, ino, size, mode, mtime, ctime) = key[0], STAMP.unpack(key[1])
     if rel.startswith("/") or ".." in rel.split("/"):
         return None  # not a record this store wrote
@@ -113,13 +113,13 @@ def _kept(base: str, key: Key, entry: Entry, again: _Again) -> Key | None:
 def refresh_hashed(releases_dir: Path,
                    locked: Callable[[], contextlib.AbstractContextManager[object]]) -> int:
     """Record again the hashes of stored files whose stat changed only in its ctime, hashing each
-    once more; returns the files hashed again.
+    once more. Returns the files hashed again.
 
-    An add or prune moves the ctime of every shared file it links or unlinks, and a check re-hashes
-    each file whose stat differs from its record. Run after each add and prune: files are hashed
+    An add or prune moves the ctime of every shared file it links or unlinks. A check re-hashes each
+    file whose stat differs from its record. This runs after each add and prune: files are hashed
     without the lock, records written under it (`locked()`). An entry is written only for a file
-    hashed with that stat, so a record holds only true facts. Records are read a line at a time;
-    only a changed one is held, as lines. Reads nothing when no ctime moved since the last refresh
+    hashed with that stat, so a record holds only true facts. Records are read a line at a time, and
+    only a changed one is held, as lines. Nothing is read when no ctime moved since the last refresh
     (`objects.moved`).
     """
     try:

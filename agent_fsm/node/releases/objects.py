@@ -2,21 +2,21 @@
 release that holds it.
 
 `releases/.objects/<sha256>-<mode>` (mode `644` or `755`) is a regular file of the store's uid,
-never writable by others, whose bytes hash to its name. A release directory stays a plain tree (what
-`tree.scan` walks and the digest covers); each file is one more link to an object. A release with
-files of its own reads the same.
+never writable by others. Its bytes hash to its name. A release directory stays a plain tree (what
+`tree.scan` walks and the digest covers), each file one more link to an object. A release with files
+of its own reads the same.
 
-An object with link count 1 (only its name here) is garbage: `collect` removes it after each add and
+An object with link count 1 (only its name here) is garbage. `collect` removes it after each add and
 prune, outside the writers' lock. A crash leaves at worst such garbage, freed by the next add or
 prune. An add that races `collect` stores its own copy, or keeps the bytes under no name: a file
 kept twice, never lost, freed with its release.
 
-Hard links share one inode. A file replaced in one release changes that release only; bytes written
+Hard links share one inode. A file replaced in one release changes that release only. Bytes written
 in place change every release that links it, and `store.check` reports each damaged (the file is
-shared). Workloads see the store read-only (`system.confine`), so only a hand or a disk can do that,
-and the way back repairs its last-good from an intact copy (`repair.repair`). An add never links an
-object whose bytes, mode or owner differ from its name: it stores the file anew under that name, so
-re-adding a damaged release mends it.
+shared). Workloads see the store read-only (`system.confine`), so only a hand or a disk can do that.
+The way back repairs its last-good from an intact copy (`repair.repair`). An add never links an
+object whose bytes, mode or owner differ from its name. It stores the file anew under that name
+instead, so re-adding a damaged release mends it.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ class Objects:
 
     def link(self, target: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
         """Make `target` (a new name in a staging copy) a link to the intact object of these bytes
-        and mode, checked through the new link; its stat as checked. None, and no `target`, when the
-        object is missing, damaged or freed meanwhile."""
+        and mode, checked through the new link. Returns its stat as checked. None, and no `target`,
+        when the object is missing, damaged or freed meanwhile."""
         try:
             os.link(self.dir / name(sha, mode), target)
         except OSError as exc:
@@ -78,8 +78,8 @@ class Objects:
 
     def adopt(self, target: str, sha: str, mode: int, size: int) -> os.stat_result | None:
         """Replace the file written at `target` by a link to the intact object of these bytes and
-        mode, checked through a link of its own; its stat as checked. None, `target` untouched, when
-        there is no intact object."""
+        mode, checked through a link of its own. Returns its stat as checked. None, `target`
+        untouched, when there is no intact object."""
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         try:
             os.link(self.dir / name(sha, mode), tmp)
@@ -114,8 +114,8 @@ class Objects:
 
 
 def intact(path: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
-    """The stat of `path` if it is our regular file with this mode and size, its bytes hash to `sha`
-    and it did not change while read whole; else None."""
+    """The stat of `path` when it is our regular file with this mode and size, its bytes hash to
+    `sha`, and it did not change while read whole. Else None."""
     try:
         fd = os.open(path, _READ)
     except OSError as exc:

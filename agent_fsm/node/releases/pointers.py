@@ -1,12 +1,12 @@
 """Releases on the host and the two pointers into them: `selected` and `last-good`.
 
-A release is a directory `<state_dir>/releases/<version>/` holding `release.toml` (its version and,
-optionally, the workload the daemon supervises), `bin/agent-fsm` and `assets/` (the templates of its
-service assets). The pointers are symlinks switched atomically, so systemd's `ExecStart` can run
-through `selected`.
+A release is a directory `<state_dir>/releases/<version>/`. It holds `release.toml` (its version
+and, optionally, the workload the daemon supervises), `bin/agent-fsm` and `assets/` (the templates
+of its service assets). The pointers are symlinks switched atomically, so systemd's `ExecStart` can
+run through `selected`.
 
-Every read of a stored release goes through `manifest`, which checks it against its recorded digest
-(`release_store`) first: a changed release is refused before it is selected, rendered or run.
+Every read of a stored release goes through `manifest`, which first checks it against its recorded
+digest (`release_store`). So a changed release is refused before it is selected, rendered or run.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class Releases:
 
     @contextlib.contextmanager
     def checked_once(self) -> Iterator[None]:
-        """Within the block each release is checked at most once: the daemon's start renders the
+        """Within the block each release is checked at most once. The daemon's start renders the
         selected release's assets and starts its workload milliseconds apart, and a check walks
         ~1,000 entries even when nothing needs hashing. Nested, it is the outer block."""
         if self._once is not None:
@@ -181,8 +181,8 @@ class Releases:
             ) from None
 
     def mend(self, version: str) -> list[tuple[str, Path]]:
-        """`verify`, putting back from an intact copy in the store each file that is not what was
-        stored (`repair.repair`; the caller holds the writers' lock). Returns (file, its source) per
+        """`verify`, putting back each file that is not what was stored from an intact copy in the
+        store (`repair.repair`; the caller holds the writers' lock). Returns (file, its source) per
         file put back. ReleaseError, as `verify` says it, when damaged beyond that."""
         try:
             self._checked(version)
@@ -197,9 +197,9 @@ class Releases:
 
     def integrity(self, version: str, seen: release_tree.Hashed | None = None) -> Integrity:
         """Hash the whole release against its digest (what `release list` and `doctor` show).
-        `seen`: files hashed by earlier calls of this run, not read again for a later release
-        sharing the same unchanged inode; it keeps only shared files, so a release's own 100,000s
-        add nothing."""
+        `seen`: files hashed by earlier calls of this run. A later release sharing the same
+        unchanged inode does not read them again. It keeps only shared files, so a release's own
+        100,000s add nothing."""
         try:
             checked = release_store.check(self.paths.releases_dir, check_version(version), seen,
                                           shared=True)
@@ -226,9 +226,9 @@ class Releases:
         return self._pointer(self.paths.selected)
 
     def running(self) -> str | None:
-        """The stored release whose `lib/` holds the agent_fsm package imported here: the release
-        this process runs, not `selected` (a release's `bin/agent-fsm` resolves the pointer it was
-        started through). None when run from elsewhere (a checkout, a wheel)."""
+        """The stored release whose `lib/` holds the agent_fsm package imported here. That is the
+        release this process runs, not `selected`: a release's `bin/agent-fsm` resolves the pointer
+        it was started through. None when run from elsewhere (a checkout, a wheel)."""
         package = Path(__file__).resolve().parents[2]
         release = package.parent.parent
         if package.parent.name != "lib" or not VERSION_RE.fullmatch(release.name):

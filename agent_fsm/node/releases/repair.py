@@ -1,7 +1,7 @@
-"""Mending a stored release: each file whose bytes or mode differ from its recorded manifest is put
-back from an intact copy the store holds (its object, or another release's file of the same hash and
-mode), checked through the new name before it replaces the damaged one. The way back mends its
-last-good with it (`pointers.Releases.mend`)."""
+"""Mending a stored release. Each file whose bytes or mode differ from its recorded manifest is put
+back from an intact copy the store holds: its object, or another release's file of the same hash and
+mode. The copy is checked through the new name before it replaces the damaged one. The way back
+mends its last-good with it (`pointers.Releases.mend`)."""
 
 from __future__ import annotations
 
@@ -65,10 +65,10 @@ def _copy_file(source: Path, target: Path, mode: int) -> None:
 
 def repair(releases_dir: Path, version: str) -> list[tuple[str, Path]]:
     """Put back each missing or changed file of stored `version` from an intact copy
-    (`_intact_copy`): a new name renamed over the damaged one, so other releases linking the damaged
-    inode keep it until they are mended too. The caller holds the writers' lock. Returns (path,
-    source) per file put back. Raises BadTree, repairing nothing, when a difference is not a file's
-    (a directory, an extra file) or a file has no intact copy."""
+    (`_intact_copy`). A new name is renamed over the damaged one, so other releases linking the
+    damaged inode keep it until they are mended too. The caller holds the writers' lock. Returns
+    (path, source) per file put back. Raises BadTree, repairing nothing, when a difference is not a
+    file's (a directory, an extra file) or a file has no intact copy."""
     release = releases_dir / version
     was = recorded(releases_dir, version)
     if was is None:

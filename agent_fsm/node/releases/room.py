@@ -2,10 +2,10 @@
 
 An add needs the bytes the store lacks (`objects` keeps identical bytes once), each file rounded up
 to whole blocks, a directory one block. It may take what is free to unprivileged writers (`statvfs`
-`f_bavail`) less the reserve the way back keeps for its state files, journal and kept assets: the
-larger of RESERVE_MIN and RESERVE_SHARE of the file system (at most RESERVE_MAX). The quick sum of
-sizes decides when it fits; otherwise the files are hashed to leave out what the store holds, and
-the add is refused (`NoRoom`) only if it still does not fit.
+`f_bavail`) less the reserve the way back keeps for its state files, journal and kept assets. The
+reserve is the larger of RESERVE_MIN and RESERVE_SHARE of the file system, at most RESERVE_MAX. The
+quick sum of sizes decides when it fits. Otherwise the files are hashed to leave out what the store
+holds, and the add is refused (`NoRoom`) only if it still does not fit.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def check(src: Path, releases_dir: Path, limits: StoreConfig, what: str) -> Foot
 
 def filled(exc: BaseException, what: str, where: Path) -> NoRoom | None:
     """The one-line error of an add of `what` whose disk (the state dir `where`'s) filled during the
-    copy, from the OSError or DiskError raised; None for any other error."""
+    copy, from the OSError or DiskError raised. None for any other error."""
     cause = exc if isinstance(exc, OSError) else exc.__cause__
     if not isinstance(cause, OSError) or cause.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None

@@ -1,15 +1,15 @@
 """What a release's signature covers: the release's digest without `release.sig`, in the
 `agent-fsm-release` namespace.
 
-The signed message is the ASCII text `sha256:<hex>` (no newline): the digest of every path, mode and
-byte (`release_store.manifest`), `release.sig` left out, modes as the store gives them; `release
-digest DIR` prints it. So a signature made at `release pack` or `release sign` verifies on the copy
-`release add` stores, and by hand:
+The signed message is the ASCII text `sha256:<hex>`, with no newline. It is the digest of every
+path, mode and byte (`release_store.manifest`), `release.sig` left out, with the modes the store
+gives; `release digest DIR` prints it. So a signature made at `release pack` or `release sign`
+verifies on the copy `release add` stores, and by hand:
 
     printf %s "$(agent-fsm release digest DIR)" | ssh-keygen -Y verify -f allowed_signers \\
         -I PRINCIPAL -n agent-fsm-release -s DIR/release.sig
 
-The digest the store records (and `release add` prints) covers `release.sig` too, so it equals the
+The digest the store records (and `release add` prints) covers `release.sig` too. It equals the
 signed one only for an unsigned release.
 """
 
@@ -35,10 +35,10 @@ MAX_SIGNATURE_BYTES = 64 << 10  # an armored SSH signature is under 2 KiB; an RS
 def message(release: Path, *, stored: bool, hashed: Hashed | None = None) -> bytes:
     """The message a release's signature signs: its digest without `release.sig`.
 
-    `stored`: a stored or staged copy, checked as the store holds it; else a packed directory, its
+    `stored`: a stored or staged copy, checked as the store holds it. Else a packed directory, its
     modes taken as the store will give them, within the default ceilings (`store_config.DEFAULTS`).
-    `hashed`: files this process hashed as it wrote them in a directory only it may write
-    (`tree.scan`), not read again.
+    `hashed`: files this process hashed as it wrote them, in a directory only it may write
+    (`tree.scan`); they are not read again.
     """
     entries = [e for e in scan(release, stored=stored, normalize=not stored, hashed=hashed,
                                limits=None if stored else DEFAULTS)

@@ -132,7 +132,7 @@ def check(releases_dir: Path, version: str, hashed: Hashed | None = None,
 
 
 def _shared_note(release: Path, was: bytes, now: bytes) -> str:
-    """Why other releases may be damaged too: a changed file still linked from elsewhere was written
+    """Why other releases may be damaged too. A changed file still linked from elsewhere was written
     in place, and every release linking it changed with it."""
     old = set(was[len(HEADER):].splitlines())
     changed = [line.split(b" ", 4)[4].decode(errors="replace")
@@ -171,7 +171,7 @@ def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
            limits: StoreConfig, report: Report | None = None,
            shown: str | None = None) -> Iterator[Staged]:
     """Copy the release `directory` into a hidden directory of `releases_dir`, normalized, within
-    `limits`, and `validate` it there (it returns the version), so what is checked is what is
+    `limits`, and `validate` it there (it returns the version). So what is checked is what is
     stored. The copy is removed when the block ends (`commit` it before).
 
     Needs no lock: the slow part of an add (copy, digest, signature, ABI probe) runs while
@@ -275,8 +275,8 @@ def tidy(releases_dir: Path,
 
 @contextlib.contextmanager
 def _in_use(staging: Path) -> Iterator[None]:
-    """Mark a staging directory as in use (a shared flock on it) for the block; BadTree if a
-    sweep removed it before it was marked."""
+    """Mark a staging directory as in use (a shared flock on it) for the block. BadTree if a sweep
+    removed it before it was marked."""
     import fcntl
 
     fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -307,8 +307,8 @@ def _abandoned(staging: Path) -> bool:
 
 
 def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> str | None:
-    """None when the stored `version` is `new`, intact; why it is replaced when it holds the same
-    content damaged or without a readable record; Refused when its content differs."""
+    """None when the stored `version` is `new`, intact. Why it is replaced when it holds the same
+    content, damaged or without a readable record. Refused when its content differs."""
     try:
         was = recorded(releases_dir, version)
     except BadTree:
@@ -336,9 +336,9 @@ def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> 
 
 
 def sweep(releases_dir: Path) -> None:
-    """Clear what an interrupted add or prune left, putting back a release an add was replacing:
-    staging copies no add works in, and records (and their temporary files) of releases not stored.
-    The caller holds the writers' lock, under which every record is written."""
+    """Clear what an interrupted add or prune left, putting back a release an add was replacing.
+    That is staging copies no add works in, and records (and their temporary files) of releases not
+    stored. The caller holds the writers' lock, under which every record is written."""
     for stale in releases_dir.glob(".*.replaced.*"):
         back = releases_dir / stale.name[1:].split(".replaced.")[0]
         if os.path.lexists(back):
@@ -360,9 +360,9 @@ def sweep(releases_dir: Path) -> None:
 @contextlib.contextmanager
 def scratch(releases_dir: Path) -> Iterator[Path]:
     """A private directory (0700) in `releases_dir` for a release before it is staged (an archive
-    unpacked), removed when the block ends. Named and flock(2)ed as a staging directory, so the next
-    commit's `sweep` clears an interrupted add's leftovers, never one in use, and messages name it
-    as the staging copy."""
+    unpacked), removed when the block ends. It is named and flock(2)ed as a staging directory. So
+    the next commit's `sweep` clears an interrupted add's leftovers, never one in use, and messages
+    name it as the staging copy."""
     with _staging(releases_dir) as holder:
         yield holder
 
@@ -380,7 +380,7 @@ def _staging(releases_dir: Path) -> Iterator[Path]:
 
 def clear(stale: Path) -> None:
     """Remove what an interrupted add or prune left (`files.remove_tree`). What cannot be removed
-    now is left to the next add or prune with a warning naming it and why: clearing leftovers never
+    now is left to the next add or prune, with a warning naming it and why. Clearing leftovers never
     fails the command."""
     try:
         files.remove_tree(stale)

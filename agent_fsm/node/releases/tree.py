@@ -1,12 +1,13 @@
 """A release tree as the store holds it: the normalized copy `release add` makes, and the walk that
 hashes a stored one (`release_store` records and checks the digest).
 
-A stored copy holds regular files and directories only: a symlink, device, FIFO or socket is refused
-by name, and no link is followed. It is owned by the uid that stored it; directories and executables
-(any x bit) are 0755, other files 0644, never setuid, setgid, sticky or writable by group or others.
-A tree on its way in (`copy`, `scan` of a packed one) is held to the host's ceilings (`[store]`,
-`StoreConfig`), each refusal naming its key. A stored tree is checked against its record instead, so
-a ceiling lowered later never strands the way back. MAX_DEPTH bounds every walk.
+A stored copy holds regular files and directories only. A symlink, device, FIFO or socket is refused
+by name, and no link is followed. The copy is owned by the uid that stored it. Directories and
+executables (any x bit) are 0755, other files 0644: never setuid, setgid, sticky or writable by
+group or others. A tree on its way in (`copy`, `scan` of a packed one) is held to the host's
+ceilings (`[store]`, `StoreConfig`), each refusal naming its key. A stored tree is checked against
+its record instead, so a ceiling lowered later never strands the way back. MAX_DEPTH bounds every
+walk.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _check_stored(st: os.stat_result, path: Path) -> None:
 def _walk(root_fd: int, root: Path, *, stored: bool,
           limits: StoreConfig | None) -> Iterator[tuple[str, int, str, os.stat_result]]:
     """Every entry below `root_fd` as (relative path, parent's fd, name, lstat), each directory
-    before its contents, names sorted; regular files and directories only, within `limits` (None:
+    before its contents, names sorted. Only regular files and directories, within `limits` (None:
     only MAX_DEPTH). `stored`: also refuse another uid's entry or a mode the store never gives. A
     Path is built only to name a refused entry: each daemon start walks ~1,000 entries."""
     count = 0
@@ -194,11 +195,11 @@ def _write(target: str, data: bytes, mode: int) -> None:
 def _copy_file(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
                target: str, mode: int, objects: Objects | None) -> tuple[str, int,
                                                                         os.stat_result]:
-    """Store the file `rel` as the new name `target`, reading each byte once; its hash, size and
-    stat as stored. A small file (up to _WHOLE bytes) is read whole, hashed, and linked to an intact
-    object of those bytes or written. A larger one is copied by the kernel and hashed as written
-    (`bigcopy`), then replaced by a link to an intact object of the same bytes, or kept as that
-    object."""
+    """Store the file `rel` as the new name `target`, reading each byte once. Returns its hash, size
+    and stat as stored. A small file (up to _WHOLE bytes) is read whole, hashed, and linked to an
+    intact object of those bytes or written. A larger one is copied by the kernel and hashed as
+    written (`bigcopy`). It is then replaced by a link to an intact object of the same bytes, or
+    kept as that object."""
     if st.st_size <= _WHOLE:
         parts, held = [], 0
         for chunk in reader.chunks(dir_fd, name, st, rel, size=_WHOLE):
@@ -244,10 +245,10 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
 
     `src` may be a symlink (the operator named it); nothing inside it is followed. `dst` is left
     0700: the caller renames it into place, then opens it up. Each file is read once (`_copy_file`)
-    and becomes a link to an intact object or a new object (`objects.Objects`); its hash goes into
+    and becomes a link to an intact object or a new object (`objects.Objects`). Its hash goes into
     `hashed`, keyed as `scan` keys it, so the manifest's scan reads no file again. One sync of the
-    file system makes the copy durable. `limits`: the host's ceilings; `meter` counts files and
-    bytes as copied (`moving`). Without `objects` (a payload copied into a release being packed)
+    file system makes the copy durable. `limits`: the host's ceilings. `meter`: counts files and
+    bytes as copied (`moving`). Without `objects` (a payload copied into a release being packed),
     each file is a plain copy and nothing is synced. Raises BadTree for an entry the store refuses;
     OSError as it comes (DiskError from `files`).
     """
@@ -286,8 +287,8 @@ class Footprint(NamedTuple):
 def footprint(src: Path, limits: StoreConfig, block: int,
               stored: Callable[[str, int, int], bool] | None = None) -> Footprint:
     """The bytes a copy of the release directory `src` takes on disk: each file rounded up to whole
-    `block`s, a directory one block; BadTree over a ceiling of `limits`. Reads only stat, unless
-    `stored` is given: then each file is hashed and left out when `stored(sha, mode, size)` or when
+    `block`s, a directory one block. BadTree over a ceiling of `limits`. Reads only stat, unless
+    `stored` is given. Then each file is hashed and left out when `stored(sha, mode, size)` or when
     already met in `src`. Returns also the count and bytes of all its files."""
     src_fd = _open_root(src, follow=True)
     total, seen, reader, count = 0, set(), Reader(src, limits), 0

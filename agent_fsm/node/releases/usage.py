@@ -1,10 +1,10 @@
 """What the store takes on disk, and what removing releases would give back.
 
-Bytes are on disk (`st_blocks`, as `du` counts). A file is one inode whatever its names (`objects`):
-an inode one release holds is its own; one two or more hold is shared, counted once. Directories are
+Bytes are on disk (`st_blocks`, as `du` counts). A file is one inode whatever its names (`objects`).
+An inode one release holds is its own; one two or more hold is shared, counted once. Directories are
 their release's own. Only stat is read, but a walk is slow for `status` (~130 ms for two releases of
-20,000 files), so each add and prune records the figures in `releases/.usage` (`record`). `status`
-reads them while the stored versions match (`seen`); free space is always read live.
+20,000 files). So each add and prune records the figures in `releases/.usage` (`record`), and
+`status` reads them while the stored versions match (`seen`). Free space is always read live.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ _MAX_RECORD = 1 << 20
 
 
 class StoreBytes(NamedTuple):
-    """The store's bytes on disk: each release's own, the shared ones (once), and the room
-    left on the state dir's file system with the reserve the way back keeps (`room`)."""
+    """The store's bytes on disk: each release's own and the shared ones (once). Also the room left
+    on the state dir's file system, with the reserve the way back keeps (`room`)."""
 
     releases: dict[str, int]  # version: bytes of the files and directories only it holds
     shared: int  # bytes of the files two or more releases hold, each file once
@@ -186,10 +186,10 @@ def seen(releases_dir: Path) -> StoreBytes:
 
 
 def freed_by(trees: Iterable[Path], releases_dir: Path) -> int:
-    """The bytes deleting `trees` (stored releases, or trees taken out) and then collecting unlinked
-    objects (`objects.collect`) gives back: each inode whose names are all in `trees` but its
-    object's, and each object no release links now. A file linked from outside `trees` frees
-    nothing."""
+    """The bytes that deleting `trees` (stored releases, or trees taken out) and then collecting
+    unlinked objects (`objects.collect`) gives back. That is each inode whose names are all in
+    `trees` but its object's, and each object no release links now. A file linked from outside
+    `trees` frees nothing."""
     objects: dict[int, tuple[int, int]] = {}  # inode: links and bytes, of each object
     try:
         with os.scandir(releases_dir / OBJECTS) as it:

@@ -1,8 +1,8 @@
 """The placeholders of a release's `workload` command: `{release_dir}`, `{payload_dir}`,
-`{version}`, anywhere in a word, expanded by agent-fsm (never a shell) when the daemon starts the
+`{version}`, anywhere in a word. agent-fsm expands them, never a shell, when the daemon starts the
 workload. `{{` and `}}` are literal braces. `check` refuses any other `{...}` or a lone brace
-wherever a release is made or read (`release pack`, `release add`, every manifest read), in one line
-naming the word and what to write instead."""
+wherever a release is made or read (`release pack`, `release add`, every manifest read). Its one
+line names the word and what to write instead."""
 
 from __future__ import annotations
 
