@@ -1,9 +1,9 @@
 """Releases as OCI images: `release add` from an image reference, `release pack --image`.
 
 A release image holds the release directory at RELEASE_PATH; nothing else is read from it. `add`
-brings the image into podman's store (unless there: `containers-storage:`), mounts it, stores its
-release tree through `packing.add` (the same copy and digest as a directory), then records the image
-(`images`).
+brings the image into podman's store (unless there: `containers-storage:`) and mounts it. It stores
+the release tree through `packing.add`, the same copy and digest as a directory, then records the
+image (`images`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ class ImageAdded:
 
 def add(ref: ImageRef, node: Node, podman: Podman | None = None,
         report: Report | None = None) -> ImageAdded:
-    """Store the release image `ref` holds at RELEASE_PATH and record the image: `added` when this
-    call put it into podman's store, and removed again if storing fails. `report` is told podman's
-    pull progress, then the copy's into the store."""
+    """Store the release image `ref` holds at RELEASE_PATH, and record the image. `added` is set
+    when this call put it into podman's store; it is removed again if storing fails. `report` is
+    told podman's pull progress, then the copy's into the store."""
     podman = podman or Podman(node.config.podman)
     if ref.archive and not os.path.isfile(ref.target):
         raise ReleaseError(f"image archive {ref.target} does not exist or is not a regular file "
@@ -107,10 +107,10 @@ def _tree(mount: Path, ref: ImageRef) -> Path:
 def pack(version: str, target: ImageRef | str, workload: tuple[str, ...], podman: Podman,
          output: Path | None = None, sign_key: Path | None = None,
          payload: Path | None = None, report: Report | None = None) -> tuple[Path | None, str]:
-    """Build a release image for `version` (`release pack --image`): the release packed (into
+    """Build a release image for `version` (`release pack --image`). The release is packed (into
     `output` if given, else a temporary directory) and copied to RELEASE_PATH of a `FROM scratch`
     image. `target` is an image name (tagged in podman's store) or an archive reference (written
-    there, not kept in the store); `payload` and `sign_key` as `packing.pack` takes them. Returns
+    there, not kept in the store). `payload` and `sign_key` as `packing.pack` takes them. Returns
     the release directory kept (or None) and the image's id."""
     check_version(version)
     if isinstance(target, ImageRef) and target.archive and os.path.lexists(target.target):

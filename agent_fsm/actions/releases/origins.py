@@ -2,16 +2,16 @@
 removes (only those agent-fsm brought into podman's store).
 
 A release added from an image has a record, `<state_dir>/releases/.images/<version>` (hidden, so
-never taken for a version): a document of kind `image-record` (`node.state.document_file`) written
-atomically under the writers' lock, with this body:
+never taken for a version). It is a document of kind `image-record` (`node.state.document_file`),
+written atomically under the writers' lock, with this body:
 
     {"version": "2.0.0",
      "images": [{"reference": "oci-archive:/srv/agent-fsm-2.0.0.tar", "id": "sha256:…",
                  "digest": "sha256:…", "added": true}]}
 
-`id` is podman's image id (the digest of its configuration, whatever the transport); `digest` the
+`id` is podman's image id (the digest of its configuration, whatever the transport). `digest` is the
 manifest's digest as podman reports it ("" if none). `added` is true when that `release add` put the
-image into podman's store; only such an image is removed, once its version is neither stored nor
+image into podman's store. Only such an image is removed, once its version is neither stored nor
 kept by prune's rule (`pruning.protected` and what prune was asked).
 """
 
@@ -139,8 +139,8 @@ class Plan:
 
 
 def plan(node: Node, keep: Mapping[str, list[str]]) -> Plan:
-    """Which recorded images go, by prune's rule: a version prune keeps (`keep`: version → why) keeps
-    its images; every other version's go (its release is removed now or was earlier), except those
+    """Which recorded images go, by prune's rule. A version prune keeps (`keep`: version → why) keeps
+    its images. Every other version's go (its release is removed now or was earlier), except those
     agent-fsm did not add."""
     remove, kept, forget = [], [], []
     for version, images in sorted(records(node).items(), key=lambda r: natural_key(r[0])):

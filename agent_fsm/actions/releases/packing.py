@@ -1,8 +1,8 @@
 """Making and adding releases: `release pack`, `release add` (`release prune`: `pruning`).
 
-A packed release runs on its own with the node's `python3`: `lib/` holds the agent_fsm package that
-packed it and its runtime dependencies (`vendoring`), `bin/agent-fsm` runs them with the config's
-interpreter, `assets/` holds the service assets' templates, and `payload/` (with `--payload SRC`)
+A packed release runs on its own with the node's `python3`. `lib/` holds the agent_fsm package that
+packed it and its runtime dependencies (`vendoring`). `bin/agent-fsm` runs them with the config's
+interpreter. `assets/` holds the service assets' templates. `payload/` (with `--payload SRC`) holds
 the user's own agent, copied as the store copies a release (`node.releases.tree`), so the digest and
 the pack's signature cover it too.
 """
@@ -54,14 +54,14 @@ class Packed:
 def packed(version: str, output: Path, workload: tuple[str, ...] = (),
            sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET,
            payload: Path | None = None, report: Report | None = None) -> Packed:
-    """Write a release directory for `version` at `output` (which must not exist), with what it
-    needs of the node's `python` (`abi`), `payload`'s tree as `payload/` if given (`copy_payload`,
-    reporting to `report`), signed with `sign_key` if given (`trust`). ReleaseError when it would
-    not cover all of `targets` (`abi.FLEET`: the fleet's). A failure leaves nothing at or beside
-    `output`.
+    """Write a release directory for `version` at `output`, which must not exist. It holds what it
+    needs of the node's `python` (`abi`), and `payload`'s tree as `payload/` if given
+    (`copy_payload`, reporting to `report`). It is signed with `sign_key` if given (`trust`).
+    ReleaseError when it would not cover all of `targets` (`abi.FLEET`: the fleet's). A failure
+    leaves nothing at or beside `output`.
 
-    No other user can plant or swap a file: `output`'s name is taken first (an empty 0700 directory,
-    made exclusively), the release is made in a `files.private_dir` beside it with the store's modes
+    No other user can plant or swap a file. `output`'s name is taken first (an empty 0700 directory,
+    made exclusively). The release is made in a `files.private_dir` beside it with the store's modes
     (nothing group- or world-writable), then renamed over that name whole. Its parent must be a
     `files.trusted_dir` (a sticky one such as /tmp is); one others may write is refused. Nothing is
     synced, as with `cp -a`: a release torn by a power cut is packed again (docs/operations.md,
@@ -120,9 +120,9 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
           targets: tuple[str, ...], payload: Path | None, output: Path,
           report: Report | None = None) -> str:
     """Make the release in the new directory `tmp` inside a private one (see `pack`); its digest.
-    The payload's files are hashed as copied and `lib/`'s as the cache checks them (`libcache`), not
-    read again: `tmp` is in a directory only this user may enter, and a changed file has another
-    stat (`tree.scan`)."""
+    The payload's files are hashed as copied and `lib/`'s as the cache checks them (`libcache`).
+    Neither is read again: `tmp` is in a directory only this user may enter, and a changed file has
+    another stat (`tree.scan`)."""
     prefer_openssl()  # a payload may be gigabytes, hashed once: OpenSSL's is the fast one
     hashed: tree.Hashed = {}
     if payload is not None:
@@ -216,9 +216,9 @@ def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None,
                  report: Report | None = None, shown: str = "") -> None:
     """Copy `src`'s tree to `dst` as the store copies a release: regular files and directories only,
     nothing followed, modes 0755 (directories, executables) or 0644, within the limits. A setuid or
-    setgid file is refused, not stripped: its program would fail only on the node. ReleaseError
-    names the path. `hashed` is filled with the files' hashes (`tree.copy`); `report` is told the
-    progress, naming it `shown`."""
+    setgid file is refused, not stripped, since its program would fail only on the node.
+    ReleaseError names the path. `hashed` is filled with the files' hashes (`tree.copy`). `report`
+    is told the progress, naming it `shown`."""
     count = size = 0
     for top, _dirs, names in os.walk(src):
         for name in names:
@@ -248,7 +248,7 @@ def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None,
 
 
 def _toml_str(s: str) -> str:
-    """A TOML basic string: JSON's escapes are TOML's (a newline in a `sh -c` script is `\\n`), and
+    """A TOML basic string. JSON's escapes are TOML's (a newline in a `sh -c` script is `\\n`), and
     DEL is escaped too, as TOML wants."""
     return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
 
@@ -283,14 +283,14 @@ def add(directory: Path, node: Node, *, shown_as: str | None = None,
         report: Report | None = None) -> Added:
     """Store a normalized copy of a release directory as `<state_dir>/releases/<version>/` with its
     digest (`node.release_store`). It is copied into a hidden directory in `releases/` and checked
-    there without the writers' lock, so what is checked is what is stored, then renamed into place
-    under it. The lock is held for the commit alone, never through the copy, signature check or ABI
-    probe, so the way back never waits behind an add.
+    there without the writers' lock, so what is checked is what is stored. Then it is renamed into
+    place under the lock. The lock is held for the commit alone, never through the copy, signature
+    check or ABI probe, so the way back never waits behind an add.
 
     The same version and digest is `already` stored; another digest is Refused, naming both. A
     symlink, device, FIFO or socket, or a release over the limits, is refused (ReleaseError) by
     path, storing nothing. Messages name it `shown_as` if given (an image's reference, not its mount
-    point); `report` is told the copy's progress.
+    point). `report` is told the copy's progress.
     """
     staging = re.compile(re.escape(str(node.paths.releases_dir)) + r"/\.adding\.[0-9a-f]+(?:/release)?")
     shown = shown_as or str(directory)

@@ -1,5 +1,5 @@
 """`release prune`: takes out of the store (with their images) the releases no rollback or resume
-needs; never the selected, the last-good, a pending upgrade's or an owed transition's."""
+needs. Never the selected, the last-good, a pending upgrade's or an owed transition's."""
 
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ class Pruned:
 
 
 def protected(node: Node, doc: StateDoc) -> dict[str, list[str]]:
-    """The releases the way back or an owed transition may still need, each with why: the selected,
-    the last-good, both ends of a pending upgrade (as the signal and state file name them), and each
-    version an owed transition names (`release`, `from`, `upgrade`), which `resume`, `recover` and
-    the daemon's next start need."""
+    """The releases the way back or an owed transition may still need, each with why. They are the
+    selected, the last-good, and both ends of a pending upgrade (as the signal and state file name
+    them). Also each version an owed transition names (`release`, `from`, `upgrade`): `resume`,
+    `recover` and the daemon's next start need those."""
     why: dict[str, list[str]] = {}
 
     def mark(version: object, reason: str) -> None:
@@ -93,8 +93,8 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
     - `names`: exactly those go; if any is protected or not stored, the prune is refused
       (Refused, ReleaseError) and nothing is removed.
 
-    The state file is read and the releases taken out (one rename each) under the store's lock, so
-    no transition runs meanwhile; deleting them and `podman rmi` run without it. A damaged state
+    The state file is read and the releases taken out (one rename each) under the store's lock. So
+    no transition runs meanwhile. Deleting them and `podman rmi` run without it. A damaged state
     file refuses the prune (StateFileError) before anything is removed.
     """
     if names and keep is not None:

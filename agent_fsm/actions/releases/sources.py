@@ -1,14 +1,14 @@
 """Where a release comes from on its way into the store: a release directory, a tar archive of one,
 or an image. `add_source` takes any of them, as `release add` and `install --from` do.
 
-An archive is a tar file, plain or compressed (gzip, bzip2, xz, told by content as tar does),
-holding a release at its top or in a single top directory. It is read as a stream within the store's
+An archive is a tar file, plain or compressed (gzip, bzip2, xz, told by content as tar does). It
+holds a release at its top or in a single top directory. It is read as a stream within the store's
 limits (`tarstream`: every member and header counted, only the current member held). Each member is
-checked before it is written, and the first refused is named in one line: an absolute name, a `..`
-component, a control character, a name part over _NAME_MAX bytes, anything but a regular file or
-directory (symlink, hard link, device, FIFO, sparse file), or a file or tree over the store's limits
+checked before it is written, and the first refused is named in one line. Refused: an absolute name,
+a `..` component, a control character, a name part over _NAME_MAX bytes, anything but a regular file
+or directory (symlink, hard link, device, FIFO, sparse file), a file or tree over the store's limits
 (`tree`). It is unpacked into a private directory in the store (`release_store.scratch`, 0700) and
-stored from there as a directory is (`packing.add`); a refusal leaves nothing behind.
+stored from there as a directory is (`packing.add`). A refusal leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ _KINDS = {b"2": "a symlink", b"1": "a hard link", b"3": "a device", b"4": "a dev
 
 
 def _checked(archive: Path, member: tarstream.Member) -> PurePosixPath:
-    """The member's path relative to the archive's top; refused in one line naming it when absolute,
+    """The member's path relative to the archive's top. Refused in one line naming it when absolute,
     with a `..` component, or neither a regular file nor a directory."""
     name, shown = member.name, _shown(member.name)
     path = PurePosixPath(name)

@@ -1,12 +1,12 @@
 """What a packed release carries besides agent-fsm itself: its runtime dependencies, and the
 launcher that runs them with the node's own interpreter.
 
-The dependencies are copied from the packing environment (no network, no resolver): each installed
-distribution reachable from RUNTIME_REQUIREMENTS, file by file as its RECORD lists them below
-site-packages (packages, modules, `*.dist-info` with license files). Left out: byte code, `.pth`
-files, `direct_url.json` (it may name the packing machine's paths) and anything installed outside
-site-packages (console scripts). A release packed from a release copies them from its own `lib/`,
-which carries the same RECORDs.
+The dependencies are copied from the packing environment, with no network and no resolver. Each
+installed distribution reachable from RUNTIME_REQUIREMENTS is copied file by file as its RECORD
+lists them below site-packages (packages, modules, `*.dist-info` with license files). Left out: byte
+code, `.pth` files, `direct_url.json` (it may name the packing machine's paths) and anything
+installed outside site-packages (console scripts). A release packed from a release copies them from
+its own `lib/`, which carries the same RECORDs.
 """
 
 from __future__ import annotations
