@@ -5,10 +5,10 @@
     DIR/index.json       the signed index: per version, the release, its digest, its rollout
     DIR/releases/…       the archives `publish` copied in
 
-Each command reads the directory as it is, the index checked against the root, so it never builds on
-a changed file. It writes what it adds first and the index last, atomically: a server serves the old
-index or the new one, and every release an index names is already there. Every change raises the
-index's version and signs it again with a new expiry.
+Each command reads the directory as it is, with the index checked against the root. So it never
+builds on a changed file. It writes what it adds first and the index last, atomically. A server then
+serves the old index or the new one, and every release an index names is already there. Every change
+raises the index's version and signs it again with a new expiry.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def publish(directory: Path, version: str, *, rollout: int, keys: Mapping[str, P
             now: datetime, archive: Path | None = None, image: str | None = None,
             digest: str | None = None, not_before: datetime | None = None,
             days: int = INDEX_DAYS) -> Channel:
-    """Add `version` to the index at `rollout` percent: an archive (copied under releases/, its
-    release digest read from it) or an image (its release digest given)."""
+    """Add `version` to the index at `rollout` percent. An archive is copied under releases/ and its
+    release digest read from it; an image's release digest is given."""
     ch = read(directory)
     check_version(version)
     if ch.index.entry(version) is not None:
@@ -129,7 +129,7 @@ def refresh(directory: Path, *, keys: Mapping[str, Path], now: datetime,
 def rotate(directory: Path, *, root_keys: Mapping[str, Path], index_keys: Mapping[str, Path],
            threshold: int, sign_with: Mapping[str, Path], now: datetime,
            root_days: int = ROOT_DAYS, days: int = INDEX_DAYS) -> Channel:
-    """A new root naming new keys, signed by `sign_with`, which must hold a threshold of both the
+    """A new root naming new keys, signed by `sign_with`. Those must hold a threshold of both the
     old root's keys and the new one's, or nodes would refuse it (checked here first). The new index
     keys sign the index again (private key files, or public ones in ssh-agent), so nodes on the new
     root believe it."""
@@ -150,8 +150,8 @@ def rotate(directory: Path, *, root_keys: Mapping[str, Path], index_keys: Mappin
 
 def _change(ch: Channel, releases: tuple[Entry, ...], keys: Mapping[str, Path], now: datetime,
             days: int, what: str, *, copy: tuple[Path, Path] | None = None) -> Channel:
-    """Sign the next index (refused here if nodes would refuse it), copy in what it names (`copy`:
-    an archive and its destination), then write it."""
+    """Sign the next index, refused here if nodes would refuse it. Copy in what it names (`copy`: an
+    archive and its destination), then write it."""
     index = ch.index._replace(version=ch.index.version + 1, releases=releases,
                     expires=now + timedelta(days=days))
     data = _signed(ch.root, index, keys)

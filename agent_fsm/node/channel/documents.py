@@ -3,12 +3,12 @@
 Both are JSON envelopes, `{"signed": {...}, "signatures": [{"key": NAME, "sig": ARMORED}]}`. The
 signature covers the canonical form of `signed` (sorted keys, no spaces, UTF-8, integers only) in
 ssh-keygen's `agent-fsm-channel` namespace. The signed message is the ASCII text `sha256:<hex>` of
-those bytes, as for a release's digest, so it can be checked by hand (`printf %s sha256:… |
+those bytes, as for a release's digest. So it can be checked by hand (`printf %s sha256:… |
 ssh-keygen -Y verify …`). The root names the keys and, per role (`root`, `index`), which sign and
 how many must. The index names, per version, the release (an archive path or URL, or an image
 reference), its digest, a rollout percentage, a not-before time and a revoked mark with its reason.
 
-All of it is untrusted until `trust` checks the signatures: parsing is bounded (document size,
+All of it is untrusted until `trust` checks the signatures. Parsing is bounded (document size,
 string length, list count) and refuses what it does not know.
 """
 

@@ -1,7 +1,7 @@
 """What a node keeps of its channel in `<state_dir>/channel/`: the newest root it believes
 (`root.json`, as fetched) and its follows' record (`follow.json`). The record holds the newest index
-believed, so an older one is refused as a replay, and the last follow's outcome: what it saw and why
-it took no other. `status` shows it; nothing on the way back reads it."""
+believed, so an older one is refused as a replay. It also holds the last follow's outcome: what it
+saw and why it took no other. `status` shows it; nothing on the way back reads it."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def keep_root(directory: Path, data: bytes) -> None:
 
 
 def view(directory: Path, url: str | None, name: str) -> dict[str, Any] | None:
-    """The channel as `status --json` shows it: null when the node follows none; else its url and
+    """The channel as `status --json` shows it; null when the node follows none. Else its url and
     name, the last follow's record (null fields before the first), and `error` when the record is
     damaged."""
     if url is None:

@@ -1,11 +1,11 @@
 """Which of a channel's documents a node believes.
 
-A root is believed when it is the next version after the trusted one and a threshold of both the
-trusted root's `root` keys and its own signed it, so keys rotate without a visit to the node. An
+A root is believed when it is the next version after the trusted one, and a threshold of both the
+trusted root's `root` keys and its own signed it. So keys rotate without a visit to the node. An
 index is believed when a threshold of the root's `index` keys signed it, it names the node's
-channel, it has not expired (a frozen channel), and its version is not below the last one seen (a
-replay); the same version must be the same bytes. A `Check` the caller gives verifies signatures
-(ssh-keygen, at the process boundary); the rest is pure.
+channel, and it has not expired (a frozen channel). Its version may not be below the last one seen
+(a replay), and the same version must be the same bytes. A `Check` the caller gives verifies
+signatures (ssh-keygen, at the process boundary); the rest is pure.
 """
 
 from __future__ import annotations
