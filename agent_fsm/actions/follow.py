@@ -10,7 +10,7 @@ The steps, each changing nothing on the node when it fails:
    and checked against the index's size and sha256, or an image), add it (`release add`, its
    digest checked against the index's), and upgrade to it as `upgrade --wait` does.
 
-The follow's record (`node.channel.record`) says what happened and why no other version was taken;
+The follow's record (`node.channel.record`) says what happened and why no other version was taken.
 `status` shows it. An unreachable server is tried again at the next follow.
 """
 

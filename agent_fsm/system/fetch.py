@@ -3,7 +3,7 @@
 TLS is checked against the system's CAs or a given bundle (`ssl.create_default_context`). Only https
 is spoken, and a redirect is refused like any other unexpected answer: a static server serves the
 files where the index says. Every read (TCP connect, TLS handshake, status line, headers, body) gets
-what is left of the whole fetch's time, so a server that drips a byte a second is cut off at the
+what is left of the whole fetch's time. So a server that drips a byte a second is cut off at the
 deadline. A download resumes (`Range:`) from the bytes a file holds.
 """
 
@@ -71,8 +71,8 @@ def _left(deadline: float) -> float:
 
 
 class _Connection(http.client.HTTPSConnection):
-    """An HTTPS connection whose TCP connect and TLS handshake share what is left until `deadline`,
-    so a server slow to accept and then dripping its handshake is cut off at the fetch's deadline."""
+    """An HTTPS connection whose TCP connect and TLS handshake share what is left until `deadline`.
+    So a server slow to accept, then dripping its handshake, is cut off at the fetch's deadline."""
 
     def __init__(self, host: str, port: int | None, *, tls: ssl.SSLContext,
                  deadline: float) -> None:

@@ -1,10 +1,10 @@
-"""The follow timer on the host (its units: `node.assets.follow_units`), kept by `install` and each
-agent start once the gate is open, never by a transition, so nothing on the way back waits on it or
+"""The follow timer on the host (its units: `node.assets.follow_units`). `install` and each agent
+start keep it once the gate is open, never a transition. So nothing on the way back waits on it or
 fails for it.
 
-With a `[channel] url`, the two units are written where they differ, systemd reloads them, and the
-timer is enabled and running (restarted when its file changed, so a new window counts at once); a
-start that finds them right costs one `systemctl show`. Without one, a timer left from an earlier
+With a `[channel] url`, the two units are written where they differ and systemd reloads them. The
+timer is enabled and running, and restarted when its file changed, so a new window counts at once. A
+start that finds them right costs one `systemctl show`. Without a url, a timer left from an earlier
 config is stopped, disabled and deleted, and systemd reloaded.
 """
 

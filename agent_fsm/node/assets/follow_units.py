@@ -1,13 +1,13 @@
 """The follow timer: `<name>-follow.timer` (the maintenance window as `OnCalendar=`, a random delay
-so a fleet does not arrive at once) and the `<name>-follow.service` it starts, which runs one
+so a fleet does not arrive at once) and the `<name>-follow.service` it starts. The service runs one
 `agent-fsm follow` of the selected release through `selected`, as the agent unit does.
 
 The running agent-fsm renders them from the config, not from a release's templates. They are not
-held assets: the way back never runs through them (a follow is an operator's upgrade, refused while
-one is pending or the gate is closed), so no candidate's version can break a rollback and no
+held assets: the way back never runs through them. A follow is an operator's upgrade, refused while
+one is pending or the gate is closed. So no candidate's version can break a rollback, and no
 last-good copy is kept. Like `bin_link`, they are written at `install` and at each agent start once
-the gate is open, and removed when the config has no `[channel] url` (`upgrade.follow_timer` does
-the systemd part). They hold no version, so they change only with the config.
+the gate is open. They are removed when the config has no `[channel] url` (`upgrade.follow_timer`
+does the systemd part). They hold no version, so they change only with the config.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def judgment_seconds(config: Config) -> float:
 
 
 def follow_seconds(config: Config) -> int:
-    """The most one whole follow takes (the service's `TimeoutStartSec=`): a fetch per root it may
-    chain through and the index, the release's download, the judgment, and a margin."""
+    """The most one whole follow takes (the service's `TimeoutStartSec=`). That is a fetch per root
+    it may chain through and the index, the release's download, the judgment, and a margin."""
     ch = config.channel
     total = (MAX_ROOTS + 1) * ch.timeout_seconds + ch.download_seconds \
         + judgment_seconds(config) + MARGIN_SECONDS

@@ -2,7 +2,7 @@
 
 They are the config file (what root runs and renders), the allowed-signers file it names (whose
 releases root accepts), and the programs it names by path (checks, hooks, the publish command). Each
-must be root's or ours and not writable by group or others, nor may any directory above it, up to
+must be root's or ours and not writable by group or others. So must every directory above it, up to
 --root for a file below it. `modes` checks the state, unit and script directories alike.
 """
 
