@@ -1,16 +1,15 @@
 """Text agent-fsm did not write (a release's manifest, a check's answer, a command's output, a
 file's content or name), as people are shown it.
 
-`shown` is the one way such text reaches a terminal, the journal or systemd's status line: every
-control character (C0 and C1 controls, DEL, the format characters that reorder or hide text such
-as bidi overrides and zero-width ones, lone surrogates of undecodable bytes, line and paragraph
-separators) is written visibly, as `\\n`, `\\r`, `\\t`, `\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`,
-and the whole is cut to a bound, ending in "…". `quoted` is the same inside double quotes, with
-`"` and `\\` escaped too: text quoted in a sentence of agent-fsm's cannot close the quote and
-go on in its voice.
+`shown` is the one way such text reaches a terminal, the journal or systemd's status line. It writes
+every control character visibly, as `\\n`, `\\r`, `\\t`, `\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`: C0 and
+C1 controls, DEL, format characters that reorder or hide text (bidi overrides, zero-width ones),
+lone surrogates of undecodable bytes, line and paragraph separators. It cuts the whole to a bound,
+ending in "…". `quoted` does the same inside double quotes and escapes `"` and `\\`, so quoted text
+cannot close the quote and speak in agent-fsm's voice.
 
-JSON output does not use them: `json.dumps` escapes control characters itself, and a program
-reading JSON gets the exact value.
+JSON output uses neither: `json.dumps` escapes control characters, and a program reading JSON gets
+the exact value.
 """
 
 from __future__ import annotations
@@ -64,12 +63,12 @@ def _visible(text: str, limit: int | None, keep: str, also: str) -> str:
 
 
 def shown(value: object, limit: int | None = MAX_SHOWN, *, keep: str = "") -> str:
-    """`value` as text for people: control characters visible (those in `keep` left as they
-    are), at most `limit` characters (None: no bound), cut ending in "…"."""
+    """`value` as text for people: control characters visible (those in `keep` left as they are), at
+    most `limit` characters (None: no bound), a cut one ending in "…"."""
     return _visible(str(value), limit, keep, "")
 
 
 def quoted(value: object, limit: int | None = MAX_SHOWN) -> str:
-    """`value` in double quotes, as `shown` writes it and with `"` and `\\` escaped: at most
+    """`value` in double quotes, written as `shown` writes it, with `"` and `\\` escaped. At most
     `limit` characters between the quotes."""
     return f'"{_visible(str(value), limit, "", chr(34) + chr(92))}"'

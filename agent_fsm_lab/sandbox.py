@@ -254,6 +254,9 @@ _BASE_ENV: Final = {
     "LANG": "C.UTF-8",
     "SYSTEMD_PAGER": "",
     "SYSTEMD_COLORS": "0",
+    # A pack inside keeps its lib/ cache in the sandbox's private /tmp, not the host's
+    # /var/cache/agent-fsm (which a 252 sandbox shares with the host).
+    "AGENT_FSM_CACHE_DIR": "/tmp/agent-fsm-lib-cache",
 }
 
 
@@ -612,9 +615,10 @@ class SystemdSandbox:
     ) -> subprocess.CompletedProcess[str]:
         """Run `argv` inside the namespaces, as root, in ``/``; text output is captured.
 
-        The environment is a small fixed one (PATH, LANG, no pager, no colours) updated with
-        `env`; nothing is inherited from the test process.  With `check`, a non-zero exit raises
-        `subprocess.CalledProcessError` whose message includes the command's output.  After
+        The environment is a small fixed one (PATH, LANG, no pager, no colours, a private
+        cache for packs) updated with `env`; nothing is inherited from the test process.  With
+        `check`, a non-zero exit raises `subprocess.CalledProcessError` whose message includes
+        the command's output.  After
         `timeout` seconds `subprocess.TimeoutExpired` is raised; the command itself may then
         live on inside until `shutdown`, which ends every process of the sandbox.
         """

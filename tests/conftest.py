@@ -21,6 +21,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 _PACK_CACHE = pytest.StashKey[str]()
 _LIB_CACHE = pytest.StashKey[str]()
+_DEFAULT_CACHE = pytest.StashKey[tuple[int, int] | None]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,6 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if libcache.ENV not in os.environ:  # the packs' cache of lib/: the run's own
         os.environ[libcache.ENV] = tempfile.mkdtemp(prefix="agent-fsm-lib-cache-")
         config.stash[_LIB_CACHE] = os.environ[libcache.ENV]
+        config.stash[_DEFAULT_CACHE] = _default_lib_cache()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -73,11 +75,8 @@ def host_link_untouched() -> Iterator[None]:
                     "config `bin_link` below its temporary directory, or None", pytrace=False)
 
 
-_CACHE_SEEN = pytest.StashKey[object]()
-
-
 def _default_lib_cache() -> tuple[int, int] | None:
-    """The default cache of packs' `lib/` (root's /var/cache/agent-fsm) as a test sees it."""
+    """The default cache of packs' `lib/` (root's /var/cache/agent-fsm) as it is now."""
     try:
         st = os.lstat(libcache.default_dir())
     except FileNotFoundError:
@@ -85,28 +84,27 @@ def _default_lib_cache() -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    item.stash[_CACHE_SEEN] = _default_lib_cache()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Fail a test whose run (its fixtures' setup included) changed the default cache of packs'
-    `lib/`: a pack in a process started without the run's environment wrote the host's. A
-    directory the test made is removed."""
-    outcome = yield
-    before = item.stash.get(_CACHE_SEEN, False)
-    if call.when != "teardown" or before is False or _default_lib_cache() == before:
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run when the default cache of packs' `lib/` changed during it: a pack in a
+    process started without the run's environment (a sandbox's fixed one, a clean `env`) wrote
+    the host's. A directory the run made is removed. Checked by the process that gave the run
+    its own cache (xdist's controller), once all tests are done."""
+    if _LIB_CACHE not in session.config.stash:
+        return
+    before = session.config.stash[_DEFAULT_CACHE]
+    if _default_lib_cache() == before:
         return
     where = libcache.default_dir()
     if before is None:
         shutil.rmtree(where, ignore_errors=True)
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    report.outcome = "failed"
-    report.longrepr = (f"a pack wrote the default lib/ cache {where}"
-                       f"{' (removed)' if before is None else ''}: give its process the run's "
-                       f"{libcache.ENV}")
+    message = (f"FAILED: a pack wrote the default lib/ cache {where} during this run"
+               f"{' (removed)' if before is None else ''}: give its process the run's "
+               f"{libcache.ENV}")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(message, red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

@@ -1,14 +1,17 @@
 """`agent-fsm follow`: one look at the node's channel, and the judged upgrade it calls for.
 
-In order, each step changing nothing on the node when it fails: chain from the root the node
-believes to the channel's newest (`root/N.json`, each signed by the one before); fetch and believe
-the index (signed, not expired, not older than the last one believed: then it is kept as the
-newest seen); choose the newest version eligible here (`node.channel.rollout`); if one is, and no
-hold, inhibitor or pending upgrade stands in the way, fetch it (an archive resumed and checked
-against the index's size and sha256, or an image), add it (`release add`, its release digest
-checked against the index's), and upgrade to it as an operator's `upgrade --wait` does. The
-record of the follow (`node.channel.record`) says what happened and why no other version was
-taken; `status` shows it. A server that cannot be reached is retried at the next follow.
+The steps, each changing nothing on the node when it fails:
+1. chain from the root the node believes to the channel's newest (`root/N.json`, each signed
+   by the one before);
+2. fetch and believe the index (signed, not expired, not older than the last believed), and
+   keep it as the newest seen;
+3. choose the newest version eligible here (`node.channel.rollout`);
+4. unless a hold, inhibitor or pending upgrade stands in the way, fetch it (an archive resumed
+   and checked against the index's size and sha256, or an image), add it (`release add`, its
+   digest checked against the index's), and upgrade to it as `upgrade --wait` does.
+
+The follow's record (`node.channel.record`) says what happened and why no other version was taken.
+`status` shows it. An unreachable server is tried again at the next follow.
 """
 
 from __future__ import annotations
@@ -60,8 +63,8 @@ Get = Callable[..., bytes | None]
 
 def follow(node: Node, *, wait: bool = True, check: trust.Check = signatures.check,
            get: Get = fetch.get, download: Callable[..., None] = fetch.download) -> Followed:
-    """One follow (see the module docstring); what happened is recorded and returned. Refused
-    while another follow runs on the node (the timer's and an operator's)."""
+    """One follow; what happened is recorded and returned. Refused while another follow runs on the
+    node (the timer's or an operator's)."""
     if node.config.channel.url is None:
         raise ConfigError("this node follows no channel: set `[channel] url` (and `root`) in "
                           "its config (docs/fleet.md)")
@@ -197,8 +200,8 @@ def _release_digest(node: Node, version: str) -> str | None:
 
 
 def _stored(node: Node, entry: Entry, download: Callable[..., None]) -> None:
-    """The release of `entry` in the store, with the digest the index names: fetched and added
-    unless it is there already."""
+    """The release of `entry` in the store with the digest the index names, fetched and added unless
+    already there."""
     if (node.paths.releases_dir / entry.version).is_dir():
         have = _release_digest(node, entry.version)
         if have != entry.digest:

@@ -2,8 +2,8 @@
 result).
 
 On a terminal: a rich bar (bytes and files). Piped: one timestamped line at most every
-AGENT_FSM_PROGRESS_SECONDS (default 5), and a last one when a shown copy ends: `2026-12-03T09:30:01Z
-adding ./myagent-1.2.0: 40% 600 MiB of 1.5 GiB, 8,000 of 20,000 files`.
+AGENT_FSM_PROGRESS_SECONDS (default 5), and a last one when a shown copy ends. For example:
+`2026-12-03T09:30:01Z adding ./myagent-1.2.0: 40% 600 MiB of 1.5 GiB, 8,000 of 20,000 files`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ INTERVAL = 5.0
 
 
 def words(m: Moved) -> str:
-    """`adding ./rel: 40% 600 MiB of 1.5 GiB, 8,000 of 20,000 files`; an archive, whose files
-    are not known before its end: `unpacking ./rel.tar.gz: 40% of 1.5 GiB read, 8,000 files`."""
+    """`adding ./rel: 40% 600 MiB of 1.5 GiB, 8,000 of 20,000 files`. An archive's files are unknown
+    until its end: `unpacking ./rel.tar.gz: 40% of 1.5 GiB read, 8,000 files`."""
     if m.note:  # a tool's own word on where it is (podman's pull)
         return f"{m.doing} {shown(m.what, MAX_LINE)}: {shown(m.note, MAX_LINE)}"
     part = m.fraction
@@ -49,7 +49,7 @@ def interval() -> float:
 
 class Lines:
     """Says where each copy is `every` seconds after its start or last line, and at its end if it
-    said anything: a small copy says nothing."""
+    said anything. A small copy says nothing."""
 
     def __init__(self, say: Callable[[str], None], every: float,
                  clock: Callable[[], float] = time.monotonic) -> None:

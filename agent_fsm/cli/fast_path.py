@@ -3,7 +3,7 @@
 `daemon`, `start-check`, `recover`, `status --json` and `upgrade`: their argument shapes, and the
 code the full CLI runs for them too. Building the typer app costs several times what they do, on the
 path of every upgrade and rollback. Only the exact shapes `[--config FILE] [--root DIR] COMMAND [its
-options]` are served; anything else (help, a typo, a bad value, completion) returns None for the
+options]` are served. Anything else (help, a typo, a bad value, completion) returns None for the
 full CLI, which owns usage errors.
 """
 
@@ -59,8 +59,8 @@ def run_start_check(opts: Globals) -> int:
 def run_recover(opts: Globals) -> int:
     """`agent-fsm recover`: roll back when an upgrade is pending, and say what it did in one line.
 
-    Exits 0 when rolled back or with nothing to roll back, else non-zero, so that the recovery
-    unit's `Restart=on-failure` tries again, after a growing wait, until it succeeds.
+    Exits 0 when rolled back or with nothing to roll back, else non-zero. So the recovery unit's
+    `Restart=on-failure` tries again, after a growing wait, until it succeeds.
     """
     from ..actions.recover import run
     from ..upgrade.roles import Command
@@ -162,9 +162,9 @@ def _options(argv: Sequence[str], valued: Sequence[str], flags: Sequence[str] = 
              until_word: bool = False) -> tuple[dict[str, str], int] | None:
     """The options at the start of argv, and where they end; None for a shape the full CLI reads.
 
-    Each at most once: a flag bare, a valued one as `--opt VALUE` or `--opt=VALUE`, the value
-    non-empty and not like an option. `until_word`: they end at the first word that is no option;
-    else every word must be one.
+    Each appears at most once: a flag bare, a valued one as `--opt VALUE` or `--opt=VALUE`, the
+    value non-empty and not like an option. `until_word`: they end at the first word that is no
+    option. Else every word must be one.
     """
     given: dict[str, str] = {}
     i = 0
@@ -192,7 +192,7 @@ def _options(argv: Sequence[str], valued: Sequence[str], flags: Sequence[str] = 
 
 def _upgrade(argv: Sequence[str]) -> Callable[[Globals], int] | None:
     """`upgrade` with `--to V` once, and at most once each `--wait`, `--force` and `--timeout S` (S
-    finite, above 0; the full CLI says what is wrong with any other). `--wait` on a terminal is the
+    finite, above 0). The full CLI says what is wrong with any other. `--wait` on a terminal is the
     full CLI's: rich draws its live line."""
     found = _options(argv, ("--to", "--timeout"), ("--wait", "--force"))
     if found is None:
@@ -224,8 +224,8 @@ def parse(argv: Sequence[str]) -> tuple[Globals, Callable[[Globals], int]] | Non
     """The global options and the command when argv is exactly one of the fast path's shapes, else
     None.
 
-    Each global option at most once, as `--opt VALUE` or `--opt=VALUE`, the value non-empty and not
-    like an option: anything the full CLI might read otherwise is its.
+    Each global option appears at most once, as `--opt VALUE` or `--opt=VALUE`, the value non-empty
+    and not like an option. Anything the full CLI might read otherwise is the full CLI's.
     """
     found = _options(argv, GLOBAL_OPTIONS, until_word=True)
     if found is None:

@@ -1,5 +1,5 @@
-"""`upgrade --wait` on a terminal: one live line saying where the upgrade is, redrawn at each
-read (its countdown to the deadline kept current), left in place at the end."""
+"""`upgrade --wait` on a terminal: one live line saying where the upgrade is. It is redrawn at each
+read, its countdown kept current, and left in place at the end."""
 
 from __future__ import annotations
 

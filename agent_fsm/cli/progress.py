@@ -1,5 +1,5 @@
-"""Where `upgrade --wait` is, in words: a timestamped line per phase when piped (`Lines`), and the
-live line's words on a terminal (`words`). No rich: the fast path prints the piped lines."""
+"""Where `upgrade --wait` is, in words. Piped: a timestamped line per phase (`Lines`). On a
+terminal: the live line's words (`words`). No rich: the fast path prints the piped lines."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from ..untrusted import shown
 
 
 def words(p: Progress) -> str:
-    """The phase of `p` in words; while judging, with the attempt, the time to the deadline, and
-    each check's last answer or the soak's time left."""
+    """The phase of `p` in words. While judging: the attempt, the time to the deadline, and each
+    check's last answer or the soak's time left."""
     to = shown(p.to_version)
     if p.phase is Phase.starting:
         return f"candidate {to} starting"
@@ -42,7 +42,7 @@ def stamp(t: float) -> str:
 
 
 class Lines:
-    """Says one line when the phase or the attempt judged changes, never per read:
+    """Says one line when the phase or the attempt judged changes, never per read. For example:
     `2026-12-03T09:30:01Z +  1.2s judging 2.0.0: attempt 1 of 3; deadline in 60s`."""
 
     def __init__(self, say: Callable[[str], None]) -> None:

@@ -1,8 +1,6 @@
-"""The host's `[channel]` table: the signed channel this node follows (`agent-fsm follow`, run by
-`<name>-follow.timer`), the root of trust it starts from, and when and how it looks.
-
-Without `url` the node follows no channel: it upgrades only when told.
-"""
+"""The host's `[channel]` table: the signed channel this node follows, the root of trust it starts
+from, and when and how it looks. `<name>-follow.timer` runs `agent-fsm follow`. Without `url` the
+node follows no channel and upgrades only when told."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The config the way back runs with. The live file, read leniently (unknown keys logged and
-ignored); when it is wrong all the same (a value out of range, a file that is not TOML), the
-settings kept with the last-good when it was promoted (`assets.kept`), with `Config.fallback`
-saying why. `recover` and the last-good's daemon on a signal's way back run with them, say so in
-their log and in `status`; operator commands keep refusing the live file."""
+"""The config the way back runs with. It is the live file, read leniently (unknown keys logged and
+ignored). When that is wrong all the same (a value out of range, not TOML), it is the settings kept
+with the last-good at its promotion (`assets.kept`), and `Config.fallback` says why. `recover` and
+the last-good's daemon on a signal's way back run with them and say so in their log and in `status`.
+Operator commands keep refusing the live file."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]  # this agent_fsm: in a stored re
 
 
 def _own_state_dir() -> Path | None:
-    """The state dir this agent-fsm runs from, when it runs from a release in the store
+    """The state dir this agent-fsm runs from, when it runs from a stored release
     (`<state_dir>/releases/<version>/lib/agent_fsm`, as the units and the script start it)."""
     lib = _PACKAGE.parent
     if lib.name == "lib" and lib.parent.parent.name == "releases":
@@ -44,12 +44,11 @@ def tell_fallback(config: Config) -> None:
 
 def way_back_config(path: Path | None, root: Path | None = None, *,
                     quiet: bool = False) -> Config:
-    """The config the way back runs with: the live file, read leniently (unknown keys logged
-    and ignored); when it is wrong all the same, the settings kept with the last-good, with
-    `fallback` saying why (`tell_fallback` logs it, where the caller goes on with them). They
-    are looked for in the state dir this agent-fsm runs from (a release in the store), the one
-    the broken file still names, and the default; the first copy kept for the dir it is in is
-    used. ConfigError, the live file's, when none. `quiet`: log nothing (`status`)."""
+    """The config the way back runs with: the live file, read leniently. When it is wrong all the
+    same, the settings kept with the last-good, `fallback` saying why (`tell_fallback` logs it where
+    the caller goes on with them). They are looked for in the state dir this agent-fsm runs from,
+    the one the broken file still names, and the default. The first copy kept for its own dir is
+    used. ConfigError, the live file's, when none is. `quiet`: log nothing (`status`)."""
     try:
         return config_mod.load(path, root, lenient=True, quiet=quiet)
     except ConfigError as exc:

@@ -1,6 +1,6 @@
 """The host's `[hooks]` table: which command runs before or after which transition, and how long
 each may take. The trigger names are checked against the definition where it is known
-(`machine.hooks.check`, called when the node is wired): the node's files know no machine."""
+(`machine.hooks.check`, when the node is wired), since the node's files know no machine."""
 
 from __future__ import annotations
 
@@ -31,9 +31,8 @@ class HookConfig(NamedTuple):
 
 def absolute_argv(source: Path, key: str, value: Any,
                   example: str = '["/usr/local/sbin/drain-node", "--wait"]') -> tuple[str, ...]:
-    """A command root runs from the host's config (a hook, a judgment's check): a non-empty list
-    of strings, the first an absolute path (no $PATH search: the config names exactly what root
-    runs)."""
+    """A command root runs from the host's config (a hook, a judgment's check): a non-empty list of
+    strings, the first an absolute path. No $PATH search: the config names exactly what root runs."""
     if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value) \
             or not value[0].startswith("/") or any("\0" in a for a in value):
         raise bad(source, key, value, f"a non-empty list of strings, the first an absolute "

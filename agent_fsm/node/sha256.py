@@ -1,14 +1,14 @@
 """The one SHA-256 agent-fsm hashes with: CPython's own unless this process has OpenSSL loaded.
 
-`hashlib.sha256` is OpenSSL's: importing `hashlib` maps libcrypto into the process, 4.5-9 ms of
-each `status --json`, a reader that hashes only the state file (a few KB): without it that
-figure sits at its goal's edge (docs/benchmarks.md, "What each mechanism buys"). CPython's
-built-in implementation (`_sha256` up to 3.11, `_sha2` from 3.12) gives the same digests without
-it, but is slower on large inputs: 98 ms for 18 MiB where OpenSSL takes 16 ms on a CPU with SHA
-instructions. `release add`, which hashes a whole tree once in a short-lived process, asks for
-OpenSSL's (`prefer_openssl`), and OpenSSL's is used whenever something in the process has loaded
-it anyway (the full CLI's libraries do). `hashlib` may be bound to CPython's digests even then
-(the writers' lock imports filelock without OpenSSL), so OpenSSL's is asked of `_hashlib`.
+`hashlib.sha256` is OpenSSL's, and importing `hashlib` maps libcrypto into the process. That costs
+4.5-9 ms of each `status --json`, which hashes only the state file (a few KB), and puts the figure
+at its goal's edge (docs/benchmarks.md, "What each mechanism buys"). CPython's built-in one
+(`_sha256` up to 3.11, `_sha2` from 3.12) gives the same digests but is slower on large inputs: 98
+ms for 18 MiB, against OpenSSL's 16 ms on a CPU with SHA instructions. `release add` hashes a whole
+tree once in a short-lived process and asks for OpenSSL's (`prefer_openssl`). OpenSSL's is also used
+whenever the process has loaded it anyway (the full CLI's libraries do). It is asked of `_hashlib`,
+since `hashlib` may be bound to CPython's digests even then (the writers' lock imports filelock
+without OpenSSL).
 """
 
 from __future__ import annotations
@@ -53,15 +53,15 @@ def sha256() -> Hash:
 
 
 def prefer_openssl() -> None:
-    """Load OpenSSL's SHA-256 for this process's hashing from now on: for a short-lived process
-    about to hash a whole release (`release add`), where speed counts and memory does not."""
+    """Load OpenSSL's SHA-256 for this process's hashing from here on. For a short-lived process
+    about to hash a whole release (`release add`): speed counts there, memory does not."""
     with contextlib.suppress(ImportError):  # an interpreter without OpenSSL keeps its own
         import _hashlib  # noqa: F401  (loading it is the point: `sha256` then picks it)
 
 
 def of_file(path: Path, chunk: int = 1 << 20) -> tuple[str, int]:
-    """The SHA-256 (64 hex digits) and the size of the file at `path`, read a chunk at a time;
-    OSError as it comes."""
+    """The SHA-256 (64 hex digits) and size of the file at `path`, read a chunk at a time. OSError
+    as it comes."""
     h, size = sha256(), 0
     with path.open("rb") as f:
         while data := f.read(chunk):

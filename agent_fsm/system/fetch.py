@@ -1,11 +1,10 @@
-"""HTTPS GETs of a channel's files, bounded in bytes and in time.
+"""HTTPS GETs of a channel's files, bounded in bytes and time.
 
-TLS is checked against the system's CAs or a given bundle (`ssl.create_default_context`); only
-https is spoken, and a redirect is an answer like any other (refused): a static server serves the
-channel's files where the index says. Every read is bounded by what is left of the whole fetch's
-time, so a server that drips a byte a second is cut off at the deadline, not kept for ever: the
-TCP connect, the TLS handshake, the status line and headers as well as the body (each gets what
-is left). A download resumes (`Range:`) from the bytes a file already holds.
+TLS is checked against the system's CAs or a given bundle (`ssl.create_default_context`). Only https
+is spoken, and a redirect is refused like any other unexpected answer: a static server serves the
+files where the index says. Every read (TCP connect, TLS handshake, status line, headers, body) gets
+what is left of the whole fetch's time. So a server that drips a byte a second is cut off at the
+deadline. A download resumes (`Range:`) from the bytes a file holds.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ def _context(ca: Path | None) -> ssl.SSLContext:
 
 
 class _Deadline(io.RawIOBase):
-    """A socket's reads (through its own raw file, which keeps the socket open while the answer
-    is read), each bounded by what is left until `deadline` (TimeoutError after)."""
+    """A socket's reads, each bounded by what is left until `deadline` (TimeoutError after). Reads
+    go through its own raw file, which keeps the socket open while the answer is read."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self.sock, self.deadline = sock, deadline
@@ -72,9 +71,8 @@ def _left(deadline: float) -> float:
 
 
 class _Connection(http.client.HTTPSConnection):
-    """An HTTPS connection whose TCP connect and TLS handshake get what is left until
-    `deadline`, not each a bound of their own: a server slow to accept and then dripping its
-    handshake is cut off at the whole fetch's deadline."""
+    """An HTTPS connection whose TCP connect and TLS handshake share what is left until `deadline`.
+    So a server slow to accept, then dripping its handshake, is cut off at the fetch's deadline."""
 
     def __init__(self, host: str, port: int | None, *, tls: ssl.SSLContext,
                  deadline: float) -> None:
@@ -147,9 +145,8 @@ class _Get:
 
 
 def get(url: str, *, ca: Path | None, limit: int, seconds: float) -> bytes | None:
-    """The body of `url` (at most `limit` bytes, within `seconds` in all); None when the server
-    answers 404 (no such file); ChannelError when it is larger; Unreachable for every other
-    failure; each in one line."""
+    """The body of `url`, at most `limit` bytes, within `seconds` in all. None on a 404 (no such
+    file); ChannelError when larger; Unreachable for any other failure; each in one line."""
     req = _Get(url, ca=ca, seconds=seconds)
     try:
         status = req.resp.status
@@ -163,9 +160,9 @@ def get(url: str, *, ca: Path | None, limit: int, seconds: float) -> bytes | Non
 
 
 def download(url: str, target: Path, *, ca: Path | None, size: int, seconds: float) -> None:
-    """Fetch `url` into `target` (a file of the caller's, in a private directory), resuming from
-    the bytes it holds, until it holds `size` bytes. ChannelError if the server sends more;
-    Unreachable if fewer, or not within `seconds` (what arrived is kept for the next try)."""
+    """Fetch `url` into `target` (the caller's file in a private directory), resuming from the bytes
+    it holds, until it holds `size` bytes. ChannelError if the server sends more; Unreachable if
+    fewer or not within `seconds` (what arrived is kept for the next try)."""
     have = target.stat().st_size if target.exists() else 0
     if have > size:
         target.unlink()

@@ -3,8 +3,8 @@ journal), its last lines kept to say why the child exited.
 
 Bounded in memory and time, and never a stall for the child: one thread reads the pipe as fast as
 the child writes. A line over `MAX_PENDING` bytes is forwarded in pieces. Up to `MAX_PENDING` bytes
-wait for a slow output; past that, lines are dropped, counted in `dropped`, and a line says so once
-the output takes lines again. The last `lines` lines are kept, each cut to `width` characters
+wait for a slow output. Past that, lines are dropped and counted in `dropped`, and a line says so
+once the output takes lines again. The last `lines` lines are kept, each cut to `width` characters
 (ending in "…").
 """
 
@@ -24,8 +24,8 @@ FLUSH_WAIT = 1.0  # seconds the output is given to take what waits, once the chi
 
 class StderrTail:
     """Reads the pipe `read_fd` on its own thread, forwards every line to `output` and keeps the
-    last ones. The child holds the write end, closed at its end. `output` is a file descriptor: a
-    copy is used, its blocking mode left alone, as the child's stdout may share it."""
+    last ones. The child holds the write end, closed when it ends. `output` is a file descriptor. A
+    copy is used, its blocking mode left alone, since the child's stdout may share it."""
 
     def __init__(self, read_fd: int, output: int, lines: int = 5, width: int = 200) -> None:
         self._read_fd, self._output = read_fd, os.dup(output)
@@ -41,7 +41,7 @@ class StderrTail:
         self._thread.start()
 
     def last_lines(self, wait: float = 1.0) -> list[str]:
-        """The last lines the child wrote, its unfinished last line included, oldest first; waits up
+        """The last lines the child wrote, oldest first, its unfinished last line included. Waits up
         to `wait` seconds for the pipe's end (every writer gone)."""
         self._thread.join(wait)
         with self._lock:
@@ -114,7 +114,7 @@ class StderrTail:
         self._pending += line
 
     def _flush(self, wait: float) -> None:
-        """Write what waits while `output` is ready, waiting up to `wait` for that: a pipe or socket
+        """Write what waits while `output` is ready, waiting up to `wait` for that. A pipe or socket
         that polls writable takes 4096 bytes without blocking."""
         while self._pending:
             _, writable, _ = select.select([], [self._output], [], wait)

@@ -2,8 +2,8 @@
 
 `blocks` parses `systemctl show`'s output, for readers and writers. For readers (`status`), `show`
 and the journal's last error run through `proc`, which needs no `subprocess`, so readers stay light.
-Nothing here raises for systemd's sake: a missing `systemctl`, a refusal, no systemd or a timeout is
-returned as the reason the state is unknown.
+Nothing here raises for systemd's sake. A missing `systemctl`, a refusal, no systemd or a timeout
+comes back as the reason the state is unknown.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Unread(Exception):
 
 def blocks(text: str) -> list[dict[str, str]]:
     """`systemctl show`'s output as its blocks, one per unit in the order asked (blank lines
-    between), each its `NAME=VALUE` lines as a dict."""
+    between). Each block is its `NAME=VALUE` lines as a dict."""
     return [dict(line.partition("=")[::2] for line in block.splitlines() if "=" in line)
             for block in text.split("\n\n") if block.strip()]
 
@@ -65,7 +65,7 @@ def show(prefix: Sequence[str], units: Sequence[str],
 
 
 def journalctl(prefix: Sequence[str]) -> list[str] | None:
-    """The journalctl beside the configured systemctl (the same wrapper, its last word replaced);
+    """The journalctl beside the configured systemctl (the same wrapper, its last word replaced).
     None when the prefix does not end in a systemctl."""
     last = prefix[-1] if prefix else ""
     if os.path.basename(last) != "systemctl":
@@ -75,8 +75,8 @@ def journalctl(prefix: Sequence[str]) -> list[str] | None:
 
 def last_error(prefix: Sequence[str], units: Sequence[str],
                timeout: float = READ_TIMEOUT) -> str | None:
-    """The last line the units logged at priority error or worse; None when there is none or the
-    journal cannot be read (a hint, never needed)."""
+    """The last line the units logged at priority error or worse. None when there is none or the
+    journal cannot be read: it is a hint, never needed."""
     argv = journalctl(prefix)
     if argv is None:
         return None
@@ -107,8 +107,8 @@ def seconds(span: str) -> float | None:
 def timer(prefix: Sequence[str], unit: str,
           timeout: float = READ_TIMEOUT) -> tuple[str, str, float | None]:
     """A timer's ActiveState, UnitFileState and next elapse, from one `systemctl show` with TZ=UTC;
-    Unread if it cannot. The elapse is seconds since the epoch, read from "Thu 2026-12-03 12:58:05
-    UTC" (systemd 252); None when none is due or it is not printed in UTC."""
+    Unread if it cannot. The elapse is in seconds since the epoch, read from "Thu 2026-12-03
+    12:58:05 UTC" (systemd 252). None when none is due or it is not printed in UTC."""
     import calendar
     import time
 

@@ -1,11 +1,11 @@
-"""The follow timer on the host (its units: `node.assets.follow_units`): kept by `install` and
-by each start of the agent once its gate is open, never by a transition, so nothing on the way
-back waits on it or fails for it.
+"""The follow timer on the host (its units: `node.assets.follow_units`). `install` and each agent
+start keep it once the gate is open, never a transition. So nothing on the way back waits on it or
+fails for it.
 
-With a `[channel] url`: the two units are written where they differ, systemd reloads them, and
-the timer is enabled and running (restarted when its file changed, so a new window counts at
-once). A start that finds them as they should be costs one `systemctl show`. Without one: a
-timer left from an earlier config is stopped, disabled and deleted, and systemd reloaded.
+With a `[channel] url`, the two units are written where they differ and systemd reloads them. The
+timer is enabled and running, and restarted when its file changed, so a new window counts at once. A
+start that finds them right costs one `systemctl show`. Without a url, a timer left from an earlier
+config is stopped, disabled and deleted, and systemd reloaded.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def _remove(effectors: Effectors) -> str | None:
 
 
 def keep_logged(effectors: Effectors, *, start: bool = True) -> str | None:
-    """`keep`, its failure logged, never raised: the timer is for following a channel, never on
-    the way back; the next install or start of the agent tries again."""
+    """`keep`, its failure logged, never raised: following a channel is never on the way back, and
+    the next install or agent start tries again."""
     try:
         done = keep(effectors, start=start)
     except (AgentFsmError, OSError) as exc:

@@ -1,7 +1,7 @@
 """Diagrams of the machine for reviewers: definition -> plain dataclasses -> a renderer.
 
 The renderers (mermaid, dot, a markdown page with the transition table) work on `Diagram`, so they
-are tested on hand-built diagrams; `from_definition` is the only bridge to `states/`.
+are tested on hand-built diagrams. `from_definition` is the only bridge to `states/`.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _given(name: str) -> tuple[str, ...]:
 
 def markdown(diagram: Diagram) -> str:
     """The page committed as diagrams/agent-upgrade.md: the diagram, the states (with what a start
-    and `recover` do in each), the transition table."""
+    and `recover` do in each), and the transition table."""
     out = [
         f"# The `{diagram.name}` machine",
         "",

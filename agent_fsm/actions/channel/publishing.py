@@ -5,10 +5,10 @@
     DIR/index.json       the signed index: per version, the release, its digest, its rollout
     DIR/releases/…       the archives `publish` copied in
 
-Each command reads the directory as it is (the index checked against the root, so a command never
-builds on a changed file), writes what it adds first, and the index last, atomically: a server
-answering meanwhile serves the old index or the new one, and every release an index names is
-already there. Every change raises the index's version and signs it again with a new expiry.
+Each command reads the directory as it is, with the index checked against the root. So it never
+builds on a changed file. It writes what it adds first and the index last, atomically. A server then
+serves the old index or the new one, and every release an index names is already there. Every change
+raises the index's version and signs it again with a new expiry.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 @dataclass(frozen=True)
 class Channel:
-    """A channel directory as it now is, and what the command changed (None: nothing)."""
+    """A channel directory as read, and what the command changed (None: nothing)."""
 
     directory: Path
     root: Root
@@ -73,8 +73,8 @@ def publish(directory: Path, version: str, *, rollout: int, keys: Mapping[str, P
             now: datetime, archive: Path | None = None, image: str | None = None,
             digest: str | None = None, not_before: datetime | None = None,
             days: int = INDEX_DAYS) -> Channel:
-    """Add `version` to the index at `rollout` percent: an archive (copied under releases/,
-    its release digest read from it) or an image (its release digest given)."""
+    """Add `version` to the index at `rollout` percent. An archive is copied under releases/ and its
+    release digest read from it; an image's release digest is given."""
     ch = read(directory)
     check_version(version)
     if ch.index.entry(version) is not None:
@@ -129,10 +129,10 @@ def refresh(directory: Path, *, keys: Mapping[str, Path], now: datetime,
 def rotate(directory: Path, *, root_keys: Mapping[str, Path], index_keys: Mapping[str, Path],
            threshold: int, sign_with: Mapping[str, Path], now: datetime,
            root_days: int = ROOT_DAYS, days: int = INDEX_DAYS) -> Channel:
-    """A new root naming new keys, signed by `sign_with`: a threshold of the old root's keys and
-    of the new one's must be among them, or nodes would refuse it (checked here first). The
-    index is signed again by the new index keys (their files must sign: private keys, or
-    public ones in ssh-agent), so that nodes that moved to the new root believe it."""
+    """A new root naming new keys, signed by `sign_with`. Those must hold a threshold of both the
+    old root's keys and the new one's, or nodes would refuse it (checked here first). The new index
+    keys sign the index again (private key files, or public ones in ssh-agent), so nodes on the new
+    root believe it."""
     ch = read(directory)
     new = _root(ch.root.version + 1, root_keys, index_keys, threshold,
                 now + timedelta(days=root_days))
@@ -150,8 +150,8 @@ def rotate(directory: Path, *, root_keys: Mapping[str, Path], index_keys: Mappin
 
 def _change(ch: Channel, releases: tuple[Entry, ...], keys: Mapping[str, Path], now: datetime,
             days: int, what: str, *, copy: tuple[Path, Path] | None = None) -> Channel:
-    """Sign the next index (refused here if nodes would refuse it), copy in what it names
-    (`copy`: an archive and where it goes), then write it."""
+    """Sign the next index, refused here if nodes would refuse it. Copy in what it names (`copy`: an
+    archive and its destination), then write it."""
     index = ch.index._replace(version=ch.index.version + 1, releases=releases,
                     expires=now + timedelta(days=days))
     data = _signed(ch.root, index, keys)
@@ -163,7 +163,7 @@ def _change(ch: Channel, releases: tuple[Entry, ...], keys: Mapping[str, Path], 
 
 def _signed(root: Root, index: Index, keys: Mapping[str, Path]) -> bytes:
     data = signatures.sign(index.to_json(), keys)
-    # Refused before writing what nodes would refuse: keys that are not the root's index keys.
+    # Refuse before writing what nodes would refuse: keys that are not the root's index keys.
     trust.require(documents.read_envelope(data, "the new index"), root.indexes, root.keys,
                   signatures.check, "the new index (signed by " + ", ".join(keys) + ")")
     return data
@@ -229,8 +229,8 @@ def _archive_entry(archive: Path, version: str, rollout: int,
 
 
 def _release_digest(archive: Path, version: str) -> str:
-    """The release digest of the release in `archive` (what its signature covers), unpacked as
-    `release add` would, in a private directory."""
+    """The release digest (what its signature covers) of the release in `archive`, unpacked in a
+    private directory as `release add` would."""
     with files.private_dir(prefix="agent-fsm-publish.") as tmp:
         sources.unpack(archive, tmp / "release")
         top = sources.release_root(archive, tmp / "release")

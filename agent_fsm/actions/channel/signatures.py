@@ -1,8 +1,8 @@
-"""A channel's signatures, made and checked by ssh-keygen in the `agent-fsm-channel` namespace:
-the `Check` that `node.channel.trust` is given, and the signing of a document by a key file.
+"""A channel's signatures, made and checked by ssh-keygen in the `agent-fsm-channel` namespace. This
+is the `Check` given to `node.channel.trust`, and the signing of a document with a key file.
 
 Each check writes a one-line allowed-signers file naming only the key the root lists under that
-name, so a signature verifies only as the key the root trusts for it.
+name. So a signature verifies only as the key the root trusts for it.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def check(message: str, name: str, public_key: str, sig: str) -> bool:
 
 
 def sign(body: Mapping[str, Any], keys: Mapping[str, Path]) -> bytes:
-    """`body` as a document signed by each named key (a private key file, or a public one whose
-    private half is in ssh-agent): the bytes to publish."""
+    """`body` as a document signed by each named key, as bytes to publish. A key is a private key
+    file, or a public one whose private half is in ssh-agent."""
     message = documents.message(documents.canonical(body)).encode("ascii")
     signatures = []
     for name, key in keys.items():
@@ -50,7 +50,7 @@ def sign(body: Mapping[str, Any], keys: Mapping[str, Path]) -> bytes:
 
 def public_key(key: Path) -> str:
     """The public key (`TYPE BASE64`) of a key file: `KEY.pub` beside a private key, or the file
-    itself if it is a public key."""
+    itself if public."""
     pub = key if key.suffix == ".pub" else key.with_name(key.name + ".pub")
     try:
         words = pub.read_text(encoding="ascii").split()

@@ -1,9 +1,9 @@
 """Releases as OCI images: `release add` from an image reference, `release pack --image`.
 
-A release image holds the release directory at RELEASE_PATH and nothing else is read from it.
-`add` brings the image into podman's store (unless it is there: `containers-storage:`), mounts
-it, and stores its release tree through `packing.add`, the same normalizing copy and digest as a
-release directory (what is checked is what is stored), then records the image (`images`).
+A release image holds the release directory at RELEASE_PATH; nothing else is read from it. `add`
+brings the image into podman's store (unless there: `containers-storage:`) and mounts it. It stores
+the release tree through `packing.add`, the same copy and digest as a directory, then records the
+image (`images`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ class ImageAdded:
 
 def add(ref: ImageRef, node: Node, podman: Podman | None = None,
         report: Report | None = None) -> ImageAdded:
-    """Store the release that image `ref` holds at RELEASE_PATH, and record the image: `added`
-    when this call put it into podman's store. If storing fails, an image this call put there
-    is removed again, so nothing is left behind. `report` is told what podman says of its pull
-    as it comes, then how far the copy of its release tree into the store is."""
+    """Store the release image `ref` holds at RELEASE_PATH, and record the image. `added` is set
+    when this call put it into podman's store; it is removed again if storing fails. `report` is
+    told podman's pull progress, then the copy's into the store."""
     podman = podman or Podman(node.config.podman)
     if ref.archive and not os.path.isfile(ref.target):
         raise ReleaseError(f"image archive {ref.target} does not exist or is not a regular file "
@@ -87,8 +86,8 @@ def _quietly(call: Callable[[str], None], image_id: str) -> None:
 
 
 def _tree(mount: Path, ref: ImageRef) -> Path:
-    """The release directory in a mounted image: each part of RELEASE_PATH a real directory, so
-    no link in the image can point the copy anywhere on this host."""
+    """The release directory in a mounted image. Each part of RELEASE_PATH must be a real directory,
+    so no link in the image can point the copy elsewhere on this host."""
     path = mount
     for part in RELEASE_PATH.parts[1:]:
         path = path / part
@@ -108,12 +107,11 @@ def _tree(mount: Path, ref: ImageRef) -> Path:
 def pack(version: str, target: ImageRef | str, workload: tuple[str, ...], podman: Podman,
          output: Path | None = None, sign_key: Path | None = None,
          payload: Path | None = None, report: Report | None = None) -> tuple[Path | None, str]:
-    """Build a release image for `version` (`release pack --image`): the release packed (into
+    """Build a release image for `version` (`release pack --image`). The release is packed (into
     `output` if given, else a temporary directory) and copied to RELEASE_PATH of a `FROM scratch`
-    image. `target` is an image name (the image is tagged with it in podman's store) or an
-    archive reference (the image is written there and not kept in the store), with `payload`'s
-    tree and signed with `sign_key` as `packing.pack` packs and signs. Returns the
-    release directory kept (or None) and the image's id."""
+    image. `target` is an image name (tagged in podman's store) or an archive reference (written
+    there, not kept in the store). `payload` and `sign_key` as `packing.pack` takes them. Returns
+    the release directory kept (or None) and the image's id."""
     check_version(version)
     if isinstance(target, ImageRef) and target.archive and os.path.lexists(target.target):
         raise ReleaseError(f"{target.target} already exists; write the image to a new file")

@@ -1,19 +1,19 @@
 """The `lib/` a pack makes, kept for the next pack with the same inputs: agent-fsm's package, its
-vendored dependencies (`vendoring.vendor`) and the fast path's byte code (`compile_lean`): 0.4 s
-of a pack made, 0.15 s copied from here, the same from one pack to the next until a source file
-or the interpreter changes.
+vendored dependencies (`vendoring.vendor`) and the fast path's byte code (`compile_lean`). It
+takes 0.4 s to make and 0.15 s to copy from here, and stays the same until a source file or the
+interpreter changes.
 
-An entry is keyed by the packing interpreter (its version, byte-code magic and path) and the
-stat (path, device, inode, size, mode, mtime, ctime) of every source file it was made from, so
-a file edited, replaced or reinstalled makes another key. It lives in a directory only this
-user may enter (`AGENT_FSM_CACHE_DIR`, else /var/cache/agent-fsm for root, else
-`$XDG_CACHE_HOME/agent-fsm` or ~/.cache/agent-fsm), is made whole in a private directory and
-renamed into place, and holds the manifest of its tree (`tree.scan`, as the store's). A pack's
-`lib/` is a copy of the entry's files, never a link to them: a release edited in place changes
-no other release and no entry. The copy is then hashed: one that does not hash to the manifest
-is refused and the entry made again, and the hashes are the digest's, which reads them no more. An entry
-is not synced: a torn one is refused so at its next use. A cache that cannot be used (unsafe,
-unwritable) is done without: the pack builds `lib/` itself.
+An entry is keyed by the interpreter (version, byte-code magic, path) and the stat (path, device,
+inode, size, mode, mtime, ctime) of every source file, so an edited, replaced or reinstalled file
+makes another key. Entries live in a directory only this user may enter (`AGENT_FSM_CACHE_DIR`,
+else /var/cache/agent-fsm for root, else `$XDG_CACHE_HOME/agent-fsm` or ~/.cache/agent-fsm), are
+made whole in a private directory and renamed into place, and hold their tree's manifest.
+
+A pack's `lib/` is a copy of the entry's files, never a link: a release edited in place changes
+no other release and no entry. The copy is then hashed: a mismatch with the manifest refuses the
+entry, which is made again, and the digest reuses the hashes. Entries are not synced: a torn one
+is refused at its next use. A cache that is unsafe or unwritable is skipped, and the pack builds
+`lib/` itself.
 """
 
 from __future__ import annotations

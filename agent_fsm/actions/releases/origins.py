@@ -1,19 +1,17 @@
-"""The images releases came from: what `release add` recorded of each, and which of them
-`release prune` removes (only those agent-fsm itself brought into podman's store).
+"""The images releases came from: what `release add` recorded of each, and which `release prune`
+removes (only those agent-fsm brought into podman's store).
 
 A release added from an image has a record, `<state_dir>/releases/.images/<version>` (hidden, so
-never taken for a version), a document of kind `image-record` (`node.state.document_file`)
-written atomically under the writers' lock; its body:
+never taken for a version). It is a document of kind `image-record` (`node.state.document_file`),
+written atomically under the writers' lock, with this body:
 
     {"version": "2.0.0",
      "images": [{"reference": "oci-archive:/srv/agent-fsm-2.0.0.tar", "id": "sha256:…",
                  "digest": "sha256:…", "added": true}]}
 
-`id` is podman's image id (the digest of the image's configuration: the same whichever
-transport carried it), `digest` the manifest's digest as podman reports it ("" if none).
-
-`added` is true when that `release add` put the image into podman's store (it was not there
-before); only such an image is ever removed, and only once its version is neither stored nor
+`id` is podman's image id (the digest of its configuration, whatever the transport). `digest` is the
+manifest's digest as podman reports it ("" if none). `added` is true when that `release add` put the
+image into podman's store. Only such an image is removed, once its version is neither stored nor
 kept by prune's rule (`pruning.protected` and what prune was asked).
 """
 
@@ -107,8 +105,8 @@ def write(node: Node, version: str, images: tuple[Image, ...]) -> None:
 
 
 def remember(node: Node, version: str, image: Image) -> None:
-    """Record that `version` came from `image` (the caller holds the writers' lock). Once
-    recorded as added by agent-fsm, an image stays so when the same image is added again."""
+    """Record that `version` came from `image` (the caller holds the writers' lock). An image
+    recorded as added stays so when added again."""
     old = read(node, version)
     was = next((i for i in old if i.id == image.id), None)
     if was is not None:
@@ -141,9 +139,9 @@ class Plan:
 
 
 def plan(node: Node, keep: Mapping[str, list[str]]) -> Plan:
-    """Which recorded images go, by prune's rule: a version prune keeps (`keep`: version → why)
-    keeps its images; every other version's images go (its release is being removed, or was
-    by an earlier prune that could not remove them), except those agent-fsm did not add."""
+    """Which recorded images go, by prune's rule. A version prune keeps (`keep`: version → why) keeps
+    its images. Every other version's go (its release is removed now or was earlier), except those
+    agent-fsm did not add."""
     remove, kept, forget = [], [], []
     for version, images in sorted(records(node).items(), key=lambda r: natural_key(r[0])):
         if version in keep:
@@ -161,10 +159,10 @@ def plan(node: Node, keep: Mapping[str, list[str]]) -> Plan:
 def apply(node: Node, todo: Plan, *, dry_run: bool, podman: Podman | None = None,
           locked: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
           ) -> ImagesPruned:
-    """Remove the planned images: podman runs without the writers' lock, and the records are
-    written under it (`locked()` takes it; None: the caller holds it). An image podman refuses
-    to remove stays recorded, so the next prune tries again; one already gone counts as
-    removed. podman is not run at all when there is nothing to remove."""
+    """Remove the planned images: podman runs without the writers' lock, records are written under
+    it (`locked()` takes it; None: the caller holds it). An image podman refuses to remove stays
+    recorded for the next prune; one already gone counts as removed. podman is not run when nothing
+    is to go."""
     if dry_run or not todo.remove:
         return ImagesPruned(todo.remove, todo.kept)
     podman = podman or Podman(node.config.podman)

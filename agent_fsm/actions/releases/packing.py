@@ -1,11 +1,10 @@
 """Making and adding releases: `release pack`, `release add` (`release prune`: `pruning`).
 
-A packed release runs on its own with the node's `python3`: `lib/` holds a copy of the
-agent_fsm package that packed it and its runtime dependencies (`vendoring`), `bin/agent-fsm`
-runs them with the interpreter the node's config names, `assets/` holds its templates of
-the service assets, and `payload/` (with `--payload SRC`) the user's own agent: SRC's tree
-copied as the store copies a release (`node.releases.tree`), so it is in the digest and in the
-signature made at pack like every other file.
+A packed release runs on its own with the node's `python3`. `lib/` holds the agent_fsm package that
+packed it and its runtime dependencies (`vendoring`). `bin/agent-fsm` runs them with the config's
+interpreter. `assets/` holds the service assets' templates. `payload/` (with `--payload SRC`) holds
+the user's own agent, copied as the store copies a release (`node.releases.tree`), so the digest and
+the pack's signature cover it too.
 """
 
 from __future__ import annotations
@@ -55,19 +54,19 @@ class Packed:
 def packed(version: str, output: Path, workload: tuple[str, ...] = (),
            sign_key: Path | None = None, targets: tuple[str, ...] = abi.FLEET,
            payload: Path | None = None, report: Report | None = None) -> Packed:
-    """Write a release directory for `version` at `output` (which must not exist yet), with
-    what it needs of the node's `python` (`abi`), `payload`'s tree as its `payload/` if given
-    (`copy_payload`, telling `report` how far it is), signed with `sign_key` if given (`trust`);
-    ReleaseError when it would not cover every one of `targets` (`abi.FLEET`: the fleet's).
-    Nothing is left at `output` (nor beside it) when it fails.
+    """Write a release directory for `version` at `output`, which must not exist. It holds what it
+    needs of the node's `python` (`abi`), and `payload`'s tree as `payload/` if given
+    (`copy_payload`, reporting to `report`). It is signed with `sign_key` if given (`trust`).
+    ReleaseError when it would not cover all of `targets` (`abi.FLEET`: the fleet's). A failure
+    leaves nothing at or beside `output`.
 
-    No other user can put a file in it or swap one: `output`'s name is taken first (an empty
-    0700 directory, made exclusively: whatever is planted there is refused), the release is made
-    in a `files.private_dir` beside it, its modes set to the store's (root's alone: nothing
-    group- or world-writable), then renamed over that name whole. Its directory must be a
-    `files.trusted_dir` (a sticky one such as /tmp is: others cannot rename what root puts
-    there); one others may write is refused. Nothing is synced, as `cp -a` syncs nothing: a
-    release torn by a power cut is packed again (docs/operations.md, Releases)."""
+    No other user can plant or swap a file. `output`'s name is taken first (an empty 0700 directory,
+    made exclusively). The release is made in a `files.private_dir` beside it with the store's modes
+    (nothing group- or world-writable), then renamed over that name whole. Its parent must be a
+    `files.trusted_dir` (a sticky one such as /tmp is); one others may write is refused. Nothing is
+    synced, as with `cp -a`: a release torn by a power cut is packed again (docs/operations.md,
+    Releases).
+    """
     check_version(version)
     workload_command.check(workload, "release pack --workload")
     targets = abi.parse_targets(targets)
@@ -98,8 +97,8 @@ def packed(version: str, output: Path, workload: tuple[str, ...] = (),
 
 
 def _trusted_parent(output: Path) -> Path:
-    """The real path of the directory `output` goes in, made (0755) if missing; refused
-    (ReleaseError, one line) when another user could swap what is written there."""
+    """The real path of `output`'s parent, made (0755) if missing; ReleaseError, one line, when
+    another user could swap what is written there."""
     if output.name in ("", ".", ".."):
         raise ReleaseError(f"--output {output}: name the new directory to pack into")
     parent = output.parent.absolute()
@@ -120,10 +119,10 @@ def _trusted_parent(output: Path) -> Path:
 def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | None,
           targets: tuple[str, ...], payload: Path | None, output: Path,
           report: Report | None = None) -> str:
-    """Make the release in the new directory `tmp`, inside a private one (see `pack`); return
-    its digest. The payload's files are hashed as they are copied, `lib/`'s as the cache checks
-    them (`libcache`), and not read again for the digest: `tmp` is in a directory only this
-    user may enter, and a file changed since has another stat (`tree.scan`)."""
+    """Make the release in the new directory `tmp` inside a private one (see `pack`); its digest.
+    The payload's files are hashed as copied and `lib/`'s as the cache checks them (`libcache`).
+    Neither is read again: `tmp` is in a directory only this user may enter, and a changed file has
+    another stat (`tree.scan`)."""
     prefer_openssl()  # a payload may be gigabytes, hashed once: OpenSSL's is the fast one
     hashed: tree.Hashed = {}
     if payload is not None:
@@ -159,8 +158,8 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
 
 
 def _package_files() -> list[tuple[Path, str]]:
-    """The files of this agent_fsm package a release's `lib/agent_fsm` holds, and their paths
-    below `lib/`. Links are followed: the copy holds the definition itself (`agent_fsm/states`)."""
+    """The files of this agent_fsm package a release's `lib/agent_fsm` holds, and their paths below
+    `lib/`. Links are followed, so the copy holds the definition itself (`agent_fsm/states`)."""
     out = []
     for top, dirs, names in os.walk(PACKAGE_DIR, followlinks=True):
         dirs[:] = sorted(d for d in dirs if d not in _ignore(top, dirs))
@@ -181,9 +180,9 @@ def _build_lib(lib: Path, vendored: list[tuple[Path, str]]) -> None:
 
 
 def _settle_modes(release: Path) -> None:
-    """Give every entry of the release being packed the mode the store gives it (0755 for
-    directories and executables, else 0644), whatever the umask or the modes of the files it
-    was copied from. Nothing here is followed: a link is left for `trust.digest` to refuse."""
+    """Give every entry of the release being packed the store's mode (0755 for directories and
+    executables, else 0644), whatever the umask or sources. Links are not followed: `trust.digest`
+    refuses them."""
     for top, dirs, names in os.walk(release):
         for name in (*dirs, *names):
             path = os.path.join(top, name)
@@ -197,8 +196,8 @@ PAYLOAD = "payload"  # the release's directory for the user's own agent
 
 
 def check_payload(src: Path, output: Path, tmp: Path) -> None:
-    """Refuse, in one line, a `--payload` that is missing, not a directory, or holds the
-    release being packed (it would copy itself)."""
+    """Refuse in one line a `--payload` that is missing, not a directory, or holds the release being
+    packed (it would copy itself)."""
     if not src.exists():
         raise ReleaseError(f"--payload {src} does not exist; give the directory whose tree "
                            f"goes into the release as {PAYLOAD}/; nothing was packed")
@@ -215,12 +214,11 @@ def check_payload(src: Path, output: Path, tmp: Path) -> None:
 
 def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None,
                  report: Report | None = None, shown: str = "") -> None:
-    """Copy `src`'s tree to `dst` as the store copies a release: regular files and directories
-    only, nothing followed, modes 0755 (directories, executables) or 0644, within the limits.
-    A setuid or setgid file is refused rather than quietly stripped of its bit: the program
-    that needs it would fail only on the node. ReleaseError naming the path otherwise.
-    `hashed`: filled with the copied files' hashes (`tree.copy`); `report` is told how far the
-    copy is, naming it `shown`."""
+    """Copy `src`'s tree to `dst` as the store copies a release: regular files and directories only,
+    nothing followed, modes 0755 (directories, executables) or 0644, within the limits. A setuid or
+    setgid file is refused, not stripped, since its program would fail only on the node.
+    ReleaseError names the path. `hashed` is filled with the files' hashes (`tree.copy`). `report`
+    is told the progress, naming it `shown`."""
     count = size = 0
     for top, _dirs, names in os.walk(src):
         for name in names:
@@ -250,8 +248,8 @@ def copy_payload(src: Path, dst: Path, hashed: tree.Hashed | None = None,
 
 
 def _toml_str(s: str) -> str:
-    """A TOML basic string: JSON's escapes are TOML's (a newline in a `sh -c` script is `\\n`),
-    DEL aside, which TOML wants escaped too."""
+    """A TOML basic string. JSON's escapes are TOML's (a newline in a `sh -c` script is `\\n`), and
+    DEL is escaped too, as TOML wants."""
     return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
@@ -266,8 +264,7 @@ class Added:
 
 
 def validate(directory: Path, node: Node) -> str:
-    """Check a (staged, so normalized) release directory before it is stored; return its
-    version."""
+    """Check a staged (so normalized) release directory before it is stored; its version."""
     manifest = directory / "release.toml"
     try:
         version = read_manifest(manifest).version
@@ -284,16 +281,16 @@ def validate(directory: Path, node: Node) -> str:
 
 def add(directory: Path, node: Node, *, shown_as: str | None = None,
         report: Report | None = None) -> Added:
-    """Store a normalized copy of a release directory as `<state_dir>/releases/<version>/`, with
-    its digest (`node.release_store`): copied into a hidden directory inside `releases/` and
-    checked there (what is checked is what is stored) without the writers' lock, then renamed
-    into place under it: the lock is held for the commit alone, never through the copy, the
-    signature check or the ABI probe, so the way back never waits behind an add.
+    """Store a normalized copy of a release directory as `<state_dir>/releases/<version>/` with its
+    digest (`node.release_store`). It is copied into a hidden directory in `releases/` and checked
+    there without the writers' lock, so what is checked is what is stored. Then it is renamed into
+    place under the lock. The lock is held for the commit alone, never through the copy, signature
+    check or ABI probe, so the way back never waits behind an add.
 
-    The same version with the same digest is `already` stored; with another, Refused, naming
-    both. A symlink, device, FIFO or socket in it, or a release over the limits, is refused
-    (ReleaseError) naming the path, with nothing stored. Messages name it `shown_as` if given
-    (an image's reference, not where it is mounted); `report` is told how far the copy is.
+    The same version and digest is `already` stored; another digest is Refused, naming both. A
+    symlink, device, FIFO or socket, or a release over the limits, is refused (ReleaseError) by
+    path, storing nothing. Messages name it `shown_as` if given (an image's reference, not its mount
+    point). `report` is told the copy's progress.
     """
     staging = re.compile(re.escape(str(node.paths.releases_dir)) + r"/\.adding\.[0-9a-f]+(?:/release)?")
     shown = shown_as or str(directory)

@@ -1,5 +1,5 @@
-"""`release prune`: the releases no rollback or resume needs taken out of the store (and
-their images), never the selected, the last-good, a pending upgrade's or an owed transition's."""
+"""`release prune`: takes out of the store (with their images) the releases no rollback or resume
+needs. Never the selected, the last-good, a pending upgrade's or an owed transition's."""
 
 from __future__ import annotations
 
@@ -40,12 +40,10 @@ class Pruned:
 
 
 def protected(node: Node, doc: StateDoc) -> dict[str, list[str]]:
-    """The releases the way back or an owed transition may still need, each with why.
-
-    The selected and the last-good; both ends of a pending upgrade, as the signal and the state
-    file name them; and every version a transition left owed by a crash names (its `release`,
-    its `from`, its `upgrade`), which `resume`, `recover` and the daemon's next start will need.
-    """
+    """The releases the way back or an owed transition may still need, each with why. They are the
+    selected, the last-good, and both ends of a pending upgrade (as the signal and state file name
+    them). Also each version an owed transition names (`release`, `from`, `upgrade`): `resume`,
+    `recover` and the daemon's next start need those."""
     why: dict[str, list[str]] = {}
 
     def mark(version: object, reason: str) -> None:
@@ -88,16 +86,16 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
           dry_run: bool = False) -> Pruned:
     """Remove stored releases that neither the way back nor an owed transition needs.
 
-    Never removed: the `protected` releases. Then, by what is asked:
-    - nothing: releases newer than the selected (staged for a coming upgrade) are kept too, and
-      the older ones and the known-bad ones removed;
-    - `keep=N`: the N newest of the others are kept, the rest removed (staged ones too);
-    - `names`: exactly those are removed; if any is protected or not stored, the whole prune is
-      refused (Refused, ReleaseError) and nothing is removed.
-    The state file is read, and the releases taken out of the store (one rename each), under the
-    store's lock, so no transition runs meanwhile; deleting them and removing their images
-    (`podman rmi`) run without it. A damaged state file refuses the prune (StateFileError)
-    before anything is removed.
+    The `protected` releases stay. Of the rest:
+    - by default, releases newer than the selected (staged for an upgrade) stay; older and
+      known-bad ones go;
+    - `keep=N`: the N newest stay, the rest go (staged ones too);
+    - `names`: exactly those go; if any is protected or not stored, the prune is refused
+      (Refused, ReleaseError) and nothing is removed.
+
+    The state file is read and the releases taken out (one rename each) under the store's lock. So
+    no transition runs meanwhile. Deleting them and `podman rmi` run without it. A damaged state
+    file refuses the prune (StateFileError) before anything is removed.
     """
     if names and keep is not None:
         raise ReleaseError("name the releases to remove or give --keep N, not both")
@@ -142,15 +140,15 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
         gone = [] if dry_run else [_take_out(releases.path(v)) for v in removed]
         if not dry_run:  # and what an interrupted add or prune left
             release_store.sweep(node.paths.releases_dir)
-    # The slow part without the lock: deleting the trees, and `podman rmi` (up to 300 s each).
-    # What is deleted here is out of the store already; the images' records are written under
-    # the lock again. What it gives back is counted first, while the trees are still there.
+    # The slow part runs without the lock: deleting the trees and `podman rmi` (up to 300 s each).
+    # What is deleted is already out of the store; image records are written under the lock again.
+    # What it frees is counted first, while the trees are still there.
     where = node.paths.releases_dir
     freed_bytes = usage.freed_by(gone if not dry_run else [where / v for v in removed], where)
     for stale in gone:
         release_store.clear(stale)  # what fails or a crash leaves, the next add or prune does
-    # The stored files no release links any more, these and any an interrupted add or prune
-    # left (and the trees an interrupted prune took out).
+    # Free stored files no release links: these, and any an interrupted add or prune left (with the
+    # trees an interrupted prune took out).
     freed = release_objects.Collected() if dry_run else \
         release_store.tidy(node.paths.releases_dir, node.store.locked)
     pruned_images = origins.apply(node, image_plan, dry_run=dry_run, locked=node.store.locked)
@@ -159,10 +157,10 @@ def prune(node: Node, names: tuple[str, ...] = (), *, keep: int | None = None,
 
 
 def _take_out(path: Path) -> Path:
-    """Take a release out of the store in one rename (the caller holds the lock; the caller
-    deletes what it returns, without): a crash midway leaves a hidden `.<version>.pruning`
-    (deleted by the next add or prune: `release_store.tidy`), never a half release. One an
-    earlier prune of this version left, and no add has deleted since, goes first."""
+    """Take a release out of the store in one rename; the caller holds the lock and deletes what it
+    returns without it. A crash leaves a hidden `.<version>.pruning` (deleted by the next add or
+    prune: `release_store.tidy`), never a half release. One left by an earlier prune of this version
+    goes first."""
     gone = path.with_name(f".{path.name}.pruning")
     release_objects.moved(path.parent)  # deleting it unlinks names of files others share
     if os.path.lexists(gone):

@@ -1,17 +1,14 @@
-"""Where a release comes from on its way into the store: a release directory, a tar archive of
-one, or an image. `add_source` takes any of them, as `release add` and `install --from` do.
+"""Where a release comes from on its way into the store: a release directory, a tar archive of one,
+or an image. `add_source` takes any of them, as `release add` and `install --from` do.
 
-An archive is a tar file, plain or compressed (gzip, bzip2, xz: told by its content, as tar
-does), holding a release at its top or in a single top directory (the fleet collection's
-`agent_fsm.fleet.release` module hands the archives it is given to `release add`). It is read
-as a stream within the store's limits (`tarstream`: every member and header counted, nothing
-kept but the member being read). Each member is checked as it is read, before it is written,
-and the first one refused is named in one line: an absolute name, a `..` component, a control
-character in its name, a name part over _NAME_MAX bytes, anything but a regular file or a
-directory (a symlink, a hard link, a device, a FIFO, a sparse file), a file or a tree over the
-store's limits (`tree`). It is unpacked into a private directory inside the store
-(`release_store.scratch`, 0700) and stored from there as a directory is (`packing.add`: the
-same normalizing copy, checks and digest); whatever is refused, nothing is left behind.
+An archive is a tar file, plain or compressed (gzip, bzip2, xz, told by content as tar does). It
+holds a release at its top or in a single top directory. It is read as a stream within the store's
+limits (`tarstream`: every member and header counted, only the current member held). Each member is
+checked before it is written, and the first refused is named in one line. Refused: an absolute name,
+a `..` component, a control character, a name part over _NAME_MAX bytes, anything but a regular file
+or directory (symlink, hard link, device, FIFO, sparse file), a file or tree over the store's limits
+(`tree`). It is unpacked into a private directory in the store (`release_store.scratch`, 0700) and
+stored from there as a directory is (`packing.add`). A refusal leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -45,10 +42,9 @@ SOURCES = ("a release directory (from `agent-fsm release pack`), a tar archive o
 
 
 def add_source(source: str, node: Node, report: Report | None = None) -> packing.Added:
-    """Store the release `source` names (see the module docstring) and return what was stored;
-    `image` is set when it came from an image. ReleaseError (and the refusals of
-    `packing.add`) in one line; nothing is stored when it fails. `report` is told how far the
-    copies are (`moving`)."""
+    """Store the release `source` names and return what was stored; `image` is set when it came from
+    an image. ReleaseError (and `packing.add`'s refusals) in one line; a failure stores nothing.
+    `report` is told the copies' progress (`moving`)."""
     ref = parse_reference(source)
     if ref is not None:
         done = images.add(ref, node, report=report)
@@ -79,14 +75,14 @@ def _refuse(archive: Path, why: str) -> NoReturn:
 
 def unpack(archive: Path, into: Path, limits: StoreConfig = DEFAULTS,
            space: Room | None = None, report: Report | None = None) -> None:
-    """Unpack the tar archive `archive` into the new directory `into`, member by member, each
-    checked before it is written (see the module docstring); ReleaseError naming the first one
-    refused; `limits`: the host's ceilings; `space`: the room on the disk of `into`, each file
-    checked to fit it before it is written (NoRoom); `report`: told how much of the archive is
-    read (its bytes as stored, compressed or not) and how many files are written. Files are
-    written 0755 when the member has an x
-    bit, else 0644 (the store gives the modes again); owners, times and other bits in the
-    archive are not kept."""
+    """Unpack the tar archive `archive` into the new directory `into`, checking each member before
+    it is written; ReleaseError names the first refused.
+
+    `limits`: the host's ceilings. `space`: the room on the disk of `into`; each file is checked to
+    fit before it is written (NoRoom). `report`: told the archive's bytes read (as stored) and the
+    files written. Files are 0755 when the member has an x bit, else 0644 (the store sets modes
+    again); owners, times and other bits are dropped.
+    """
     try:
         raw = open(archive, "rb")  # noqa: SIM115 (closed by the `with` below)
     except OSError as exc:
@@ -134,8 +130,8 @@ def unpack(archive: Path, into: Path, limits: StoreConfig = DEFAULTS,
 
 
 def _make_dirs(into: Path, directory: Path) -> None:
-    """Make `directory` and its missing parents below `into`, each exactly 0700;
-    FileExistsError when a file holds one of their names."""
+    """Make `directory` and its missing parents below `into`, each exactly 0700; FileExistsError
+    when a file holds one of their names."""
     missing = []
     while directory != into and not os.path.lexists(directory):
         missing.append(directory)
@@ -147,8 +143,7 @@ def _make_dirs(into: Path, directory: Path) -> None:
 
 
 def _shown(name: str) -> str:
-    """A member's name as a refusal shows it: quoted, control characters escaped, a long one
-    cut short."""
+    """A member's name as a refusal shows it: quoted, control characters escaped, a long one cut."""
     return repr(name) if len(name) <= _SHOWN else f"{name[:_SHOWN]!r}… ({len(name)} characters)"
 
 
@@ -157,8 +152,8 @@ _KINDS = {b"2": "a symlink", b"1": "a hard link", b"3": "a device", b"4": "a dev
 
 
 def _checked(archive: Path, member: tarstream.Member) -> PurePosixPath:
-    """The member's path relative to the archive's top; refused (one line naming it) when it
-    is absolute, has a `..` component, or is not a regular file or a directory."""
+    """The member's path relative to the archive's top. Refused in one line naming it when absolute,
+    with a `..` component, or neither a regular file nor a directory."""
     name, shown = member.name, _shown(member.name)
     path = PurePosixPath(name)
     if path.is_absolute():
@@ -199,8 +194,8 @@ def _write(data: Iterator[bytes], member: tarstream.Member, target: Path) -> Non
 
 
 def release_root(archive: Path, into: Path) -> Path:
-    """The directory of the unpacked archive that holds release.toml: its top, or its single
-    top directory; refused (one line) otherwise."""
+    """The directory of the unpacked archive that holds release.toml: its top, or its single top
+    directory; refused in one line otherwise."""
     if (into / MANIFEST).is_file():
         return into
     tops = sorted(e.name for e in os.scandir(into) if e.is_dir(follow_symlinks=False))

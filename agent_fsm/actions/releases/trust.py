@@ -1,10 +1,9 @@
-"""Trusted signers: `release pack --sign-key` signs a release (`release sign` a packed one
-again), and `release add` refuses one no key of the config's `allowed_signers` signed, when the
-config names that file.
+"""Trusted signers. `release pack --sign-key` signs a release, and `release sign` a packed one
+again. When the config names `allowed_signers`, `release add` refuses a release no key in it signed.
 
-The signature is OpenSSH's (`ssh-keygen -Y sign`, checked with `-Y find-principals` and
-`-Y verify` against an allowed-signers file, `system.sshsig`) over the release's digest
-(`node.signing`): agent-fsm does no cryptography of its own.
+The signature is OpenSSH's over the release's digest (`node.signing`): `ssh-keygen -Y sign`, checked
+with `-Y find-principals` and `-Y verify` against an allowed-signers file (`system.sshsig`).
+agent-fsm does no cryptography of its own.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ _AFTER = "nothing was stored"
 
 def digest(release: Path, hashed: Hashed | None = None) -> str:
     """The digest a signature of `release` covers (`signing.message`, `hashed` as there),
-    `sha256:<hex>`: what `release digest` prints. ReleaseError naming the entry the store would
+    `sha256:<hex>`, as `release digest` prints it. ReleaseError names an entry the store would
     refuse."""
     try:
         return signing.message(release, stored=False, hashed=hashed).decode("ascii")
@@ -36,9 +35,9 @@ def digest(release: Path, hashed: Hashed | None = None) -> str:
 
 
 def sign(release: Path, key: Path, hashed: Hashed | None = None) -> str:
-    """Sign a packed release directory with `key` (a private key file, or a public one whose
-    private half is in ssh-agent): write (or replace) its `release.sig`, atomically. Returns
-    the signed digest (`hashed`: as `digest`'s)."""
+    """Sign a packed release directory with `key`, writing or replacing its `release.sig`
+    atomically. `key` is a private key file, or a public one whose private half is in ssh-agent.
+    Returns the signed digest (`hashed` as `digest` takes it)."""
     message = digest(release, hashed).encode("ascii")
     try:
         signature = sshsig.sign(key, signing.NAMESPACE, message)
@@ -50,10 +49,9 @@ def sign(release: Path, key: Path, hashed: Hashed | None = None) -> str:
 
 
 def packed(directory: Path, *, signing_it: bool = False) -> str:
-    """The version of the release directory `directory` (as `release pack` makes one);
-    ReleaseError in one line when it is missing, not a directory or not a release, and, when
-    `signing_it`, when it is a release in a store (signing it there would change a stored
-    release: it would be DAMAGED)."""
+    """The version of the release directory `directory` (as `release pack` makes one). ReleaseError,
+    one line, when it is missing, not a directory or not a release. With `signing_it`, also when it
+    is in a store: signing would change a stored release and make it DAMAGED."""
     if not directory.exists():
         raise ReleaseError(f"release directory {directory} does not exist; give a directory "
                            "made by `agent-fsm release pack --output DIR`")
@@ -75,8 +73,8 @@ def packed(directory: Path, *, signing_it: bool = False) -> str:
 
 
 def check(release: Path, version: str, config: Config, paths: Paths) -> str | None:
-    """Refuse (Refused, exit 3) a staged release that no key of the config's allowed signers
-    signed; return the signer's principal, or None when the config requires no signature."""
+    """Refuse (Refused, exit 3) a staged release no key of the config's allowed signers signed.
+    Returns the signer's principal, or None when the config requires no signature."""
     try:
         allowed = signing.allowed_signers(config, paths)
     except ConfigError as exc:

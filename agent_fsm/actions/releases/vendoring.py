@@ -1,12 +1,12 @@
 """What a packed release carries besides agent-fsm itself: its runtime dependencies, and the
 launcher that runs them with the node's own interpreter.
 
-The dependencies are copied from the environment that packs (no network, no resolver): each
-installed distribution reachable from RUNTIME_REQUIREMENTS, file by file as its RECORD lists
-them below site-packages — its packages and modules, its `*.dist-info` with the license files —
-less byte code, `.pth` files, `direct_url.json` (which may name the packing machine's paths)
-and whatever it installed outside site-packages (console scripts). A release packed from a
-release copies them again from its own `lib/`, which carries the same RECORDs.
+The dependencies are copied from the packing environment, with no network and no resolver. Each
+installed distribution reachable from RUNTIME_REQUIREMENTS is copied file by file as its RECORD
+lists them below site-packages (packages, modules, `*.dist-info` with license files). Left out: byte
+code, `.pth` files, `direct_url.json` (it may name the packing machine's paths) and anything
+installed outside site-packages (console scripts). A release packed from a release copies them from
+its own `lib/`, which carries the same RECORDs.
 """
 
 from __future__ import annotations
@@ -41,11 +41,9 @@ def _wanted(requirement: str) -> str | None:
 
 
 def distributions() -> list[metadata.Distribution]:
-    """The installed distributions agent-fsm needs at run time, by name, each once.
-
-    A requirement behind an environment marker (`; platform_system == "Windows"`) counts only
-    if it is installed here; one without a marker must be (ReleaseError otherwise).
-    """
+    """The installed distributions agent-fsm needs at run time, by name, each once. A requirement
+    behind an environment marker (`; platform_system == "Windows"`) counts only if installed here;
+    one without a marker must be installed (ReleaseError otherwise)."""
     found: dict[str, metadata.Distribution] = {}
     todo = [(r, "agent-fsm") for r in RUNTIME_REQUIREMENTS]
     while todo:
@@ -97,24 +95,23 @@ def vendor(lib: Path, files: list[tuple[Path, str]] | None = None) -> None:
         shutil.copyfile(source, target)
 
 
-# Reads `python = "/path"` from the config before Python runs, exactly as TOML reads it or not at
-# all: before the first table header or line holding `{`, `"""` or `'''`, no value spans lines
-# but an array (which holds no key) and every key is the root table's, so a line there that is
-# `python = "..."` (a basic string without escapes or control characters, an optional comment)
-# is the key itself, its value the bytes between the quotes. The first `python =` line ends the
-# reading, taken or not. `config.load` refuses a file this reads otherwise than TOML.
+# Reads `python = "/path"` from the config before Python runs, as TOML reads it or not at all.
+# Before the first table header or line holding `{`, `"""` or `'''`, only an array spans lines (and
+# holds no key) and every key is the root table's, so a line `python = "..."` there (a basic string
+# without escapes or control characters, an optional comment) is the key itself, its value the bytes
+# between the quotes. The first `python =` line ends the reading, taken or not. `config.load`
+# refuses a file this reads otherwise than TOML.
 _READ_PYTHON = ("LC_ALL=C sed -n -e '/^[[:space:]]*\\[/q' -e '/{/q' -e '/\"\"\"/q' -e \"/'''/q\" "
                 "-e '/^[[:space:]]*python[[:space:]]*=/{' -e 's/^[[:space:]]*python[[:space:]]*="
                 "[[:space:]]*\"\\([^\"\\\\[:cntrl:]]*\\)\"[[:space:]]*\\(#.*\\)\\{0,1\\}$/\\1/p' "
                 "-e q -e '}'")
 
-# The program the launcher runs, `lib/agent-fsm-boot.py` (a file, so that `ps` and `systemctl
-# status` show a short command line). The interpreter runs isolated (-I: no PYTHON* variables,
-# no user site; -S: no site-packages of the node; -B: nothing written into the stored release)
-# with the release's lib/ (the file's directory) first on sys.path. It first checks, in code any
-# Python 2.7 or 3 still parses, that it is one the release covers (`abi`: its target,
-# cp313-aarch64, is in TARGETS, or TARGETS holds "any"): else one line, before anything vendored
-# is imported.
+# The program the launcher runs, `lib/agent-fsm-boot.py` (a file, so `ps` and `systemctl status`
+# show a short command line). The interpreter runs isolated (-I: no PYTHON* variables, no user site;
+# -S: no node site-packages; -B: nothing written into the stored release) with the release's lib/
+# first on sys.path. It first checks, in code Python 2.7 and 3 both parse, that the release covers
+# it (`abi`: its target, e.g. cp313-aarch64, is in TARGETS, or TARGETS holds "any"); else one line,
+# before anything vendored is imported.
 BOOT_FILE = "agent-fsm-boot.py"
 _BOOT = ("# agent-fsm release {version}: what bin/agent-fsm runs (see there).\n"
          "import os, runpy, sys\n"
@@ -128,8 +125,8 @@ _BOOT = ("# agent-fsm release {version}: what bin/agent-fsm runs (see there).\n"
          "sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
          "runpy.run_module(\"agent_fsm\", run_name=\"__main__\", alter_sys=True)\n")
 
-# The python kept with the settings the node last read valid (`node.assets.kept`): one absolute
-# path on one line, in the state dir the stored release is in (`<state_dir>/releases/<version>`).
+# The python kept with the settings the node last read valid (`node.assets.kept`): one absolute path
+# on one line, in the stored release's state dir (`<state_dir>/releases/<version>`).
 KEPT_PYTHON = "last-good-python"
 
 LAUNCHER = """#!/bin/sh
@@ -228,17 +225,17 @@ def boot(version: str, targets: tuple[str, ...] = ("any",)) -> str:
                         covers=covers(targets))
 
 
-# What `daemon`, `recover` and `upgrade` import (the fast path): compiled at pack, so that a start
-# on the critical path does not compile them again (`-B` forbids writing byte code into the store;
-# ~90 ms of CPU a start). Checked-hash .pyc: valid whatever the files' times after the store's
-# copy, yet never used for a source that changed; another Python version ignores them. `six` is
-# a module, not a package (transitions imports it): ~9 ms of CPU a start compiled from source.
+# What `daemon`, `recover` and `upgrade` import (the fast path), compiled at pack so a start on the
+# critical path need not (`-B` forbids writing byte code into the store; ~90 ms of CPU a start).
+# Checked-hash .pyc: valid whatever the files' times after the store's copy, never used for a
+# changed source; another Python version ignores them. `six` is a module, not a package (transitions
+# imports it): ~9 ms of CPU a start from source.
 LEAN_PACKAGES = ("agent_fsm", "transitions", "filelock", "six")
 
 
 def compile_lean(release: Path) -> None:
-    """Byte-compile the fast path's packages and modules in `release`/lib, naming sources
-    relative to the release (no path of the packing machine inside)."""
+    """Byte-compile the fast path's packages and modules in `release`/lib, naming sources relative
+    to the release (no path of the packing machine inside)."""
     mode = py_compile.PycInvalidationMode.CHECKED_HASH
     for name in LEAN_PACKAGES:
         package, module = release / "lib" / name, release / "lib" / f"{name}.py"

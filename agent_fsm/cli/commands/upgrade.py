@@ -41,10 +41,10 @@ def upgrade(
 ) -> None:
     """Upgrade to a release: write the signal, select it, reset the start limit, restart.
 
-    Refused (exit 3) while the gate is closed or another upgrade is pending, and, unless --force,
-    while upgrades are held, a workload's inhibitor exists, or the version rolled back here (known
-    bad; `status` lists them). A recovery unit still at work is waited for first (45 s at most, then
-    exit 3, even with --force): its next try would roll this upgrade back.
+    Refused (exit 3) while the gate is closed or another upgrade is pending. Unless --force, also
+    refused while upgrades are held, a workload's inhibitor exists, or the version rolled back here
+    (known bad; `status` lists them). A recovery unit still at work is waited for first (45 s at
+    most, then exit 3, even with --force): its next try would roll this upgrade back.
 
     Example: agent-fsm upgrade --to 2.0.0 --wait --timeout 300
     """

@@ -1,16 +1,13 @@
-"""The follow timer: `<name>-follow.timer` (the maintenance window as `OnCalendar=`, a random
-delay so a fleet does not arrive at once) and the `<name>-follow.service` it starts, which runs
-one `agent-fsm follow` of the selected release, through `selected` as the agent unit does.
+"""The follow timer: `<name>-follow.timer` (the maintenance window as `OnCalendar=`, a random delay
+so a fleet does not arrive at once) and the `<name>-follow.service` it starts. The service runs one
+`agent-fsm follow` of the selected release through `selected`, as the agent unit does.
 
-They are rendered from the config by the running agent-fsm, not from a release's templates, and
-they are not held assets: the way back never runs through them (a follow is an operator's
-upgrade, refused while an upgrade is pending or the gate is closed), so a candidate's version of
-them can break no rollback, and nothing keeps a last-good copy. Like `bin_link`, they are
-written at `install` and at each start of the agent once its gate is open, and removed when the
-config names no `[channel] url` (`upgrade.follow_timer` does the systemd part).
-
-No version is written into them, so an upgrade alone does not change them: they change only
-with the config.
+The running agent-fsm renders them from the config, not from a release's templates. They are not
+held assets: the way back never runs through them. A follow is an operator's upgrade, refused while
+one is pending or the gate is closed. So no candidate's version can break a rollback, and no
+last-good copy is kept. Like `bin_link`, they are written at `install` and at each agent start once
+the gate is open. They are removed when the config has no `[channel] url` (`upgrade.follow_timer`
+does the systemd part). They hold no version, so they change only with the config.
 """
 
 from __future__ import annotations
@@ -21,20 +18,20 @@ from ..paths import Paths
 from ..quoting import unit_path, unit_token, unit_word
 from .render import UNIT_MODE, Asset
 
-# What one follow may take besides its fetches, its download and the judgment it waits for: a
-# recovery unit still at work from the last upgrade (45 s at most), the release's add, the record.
+# What one follow may take besides its fetches, download and awaited judgment: a recovery unit still
+# at work from the last upgrade (45 s at most), the release's add, the record.
 MARGIN_SECONDS = 300.0
 
 
 def judgment_seconds(config: Config) -> float:
-    """How long a follow waits for the judgment of the upgrade it began: every attempt's
-    deadline, soak and restart delay, and a margin for publishing the result."""
+    """How long a follow waits for its upgrade's judgment: every attempt's deadline, soak and
+    restart delay, and a margin for publishing the result."""
     j = config.judgment
     return (j.deadline_seconds + j.soak_seconds + j.restart_seconds) * j.max_attempts + 120.0
 
 
 def follow_seconds(config: Config) -> int:
-    """The most one whole follow takes (the service's `TimeoutStartSec=`): a fetch for each root
+    """The most one whole follow takes (the service's `TimeoutStartSec=`). That is a fetch per root
     it may chain through and the index, the release's download, the judgment, and a margin."""
     ch = config.channel
     total = (MAX_ROOTS + 1) * ch.timeout_seconds + ch.download_seconds \
@@ -47,8 +44,8 @@ def _seconds(value: float) -> str:
 
 
 def render(paths: Paths) -> tuple[Asset, Asset]:
-    """The service and the timer for this node's config (ValueError: a value a unit cannot
-    hold, named by `quoting`)."""
+    """The service and the timer for this node's config; ValueError, named by `quoting`, for a value
+    a unit cannot hold."""
     config = paths.config
     name = unit_token(paths.name)
     selected = unit_path(str(paths.host_selected))

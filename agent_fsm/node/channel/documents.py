@@ -1,16 +1,15 @@
 """A channel's signed documents as data: the root of trust and the index.
 
-Both are JSON envelopes, `{"signed": {...}, "signatures": [{"key": NAME, "sig": ARMORED}]}`.
-What is signed is the canonical form of `signed` (sorted keys, no spaces, UTF-8, integers only),
-in the `agent-fsm-channel` namespace of ssh-keygen: the signed message is the ASCII text
-`sha256:<hex>` of those bytes, as a release's signature is of its digest, so a signature can be
-checked by hand (`printf %s sha256:… | ssh-keygen -Y verify …`). The root names the keys and, per role
-(`root`, `index`), which of them sign and how many must. The index names, per version, the
-release (an archive path or URL, or an image reference), the release's digest, a rollout
-percentage, a not-before time and a revoked mark with its reason.
+Both are JSON envelopes, `{"signed": {...}, "signatures": [{"key": NAME, "sig": ARMORED}]}`. The
+signature covers the canonical form of `signed` (sorted keys, no spaces, UTF-8, integers only) in
+ssh-keygen's `agent-fsm-channel` namespace. The signed message is the ASCII text `sha256:<hex>` of
+those bytes, as for a release's digest. So it can be checked by hand (`printf %s sha256:… |
+ssh-keygen -Y verify …`). The root names the keys and, per role (`root`, `index`), which sign and
+how many must. The index names, per version, the release (an archive path or URL, or an image
+reference), its digest, a rollout percentage, a not-before time and a revoked mark with its reason.
 
-Everything here is untrusted until `trust` has checked the signatures: parsing is bounded (the
-document's size, a length per string, a count per list) and refuses what it does not know.
+All of it is untrusted until `trust` checks the signatures. Parsing is bounded (document size,
+string length, list count) and refuses what it does not know.
 """
 
 from __future__ import annotations

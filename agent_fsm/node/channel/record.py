@@ -1,8 +1,7 @@
-"""What a node keeps of its channel (`<state_dir>/channel/`): the newest root it believes (the
-bytes as fetched, `root.json`), and the record of its follows (`follow.json`): the newest index it
-believed (so an older one is refused as a replay), and the last follow's outcome, what it saw
-available and why it took no other. `status` shows the record; nothing on the way back reads it.
-"""
+"""What a node keeps of its channel in `<state_dir>/channel/`: the newest root it believes
+(`root.json`, as fetched) and its follows' record (`follow.json`). The record holds the newest index
+believed, so an older one is refused as a replay. It also holds the last follow's outcome: what it
+saw and why it took no other. `status` shows it; nothing on the way back reads it."""
 
 from __future__ import annotations
 
@@ -108,8 +107,8 @@ def write(directory: Path, record: Record) -> None:
 
 
 def trusted_root(directory: Path, first: Path) -> tuple[Root, bytes]:
-    """The newest root this node believes: the one it kept, else the config's first one (its
-    signatures are not checked: the operator put it there)."""
+    """The newest root this node believes: the one it kept, else the config's first (unchecked: the
+    operator put it there)."""
     for path, what in ((directory / "root.json", "the kept channel root"),
                        (first, "the channel root the config names")):
         try:
@@ -129,9 +128,9 @@ def keep_root(directory: Path, data: bytes) -> None:
 
 
 def view(directory: Path, url: str | None, name: str) -> dict[str, Any] | None:
-    """The channel as `status --json` shows it: null when the node follows none; else its url
-    and name, the last follow's record (null fields before the first) and `error` when the
-    record is damaged."""
+    """The channel as `status --json` shows it; null when the node follows none. Else its url and
+    name, the last follow's record (null fields before the first), and `error` when the record is
+    damaged."""
     if url is None:
         return None
     base: dict[str, Any] = {"url": url, "name": name, "error": None}

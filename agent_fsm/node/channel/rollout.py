@@ -1,11 +1,11 @@
 """Which version of a channel a node takes, and why it takes no other.
 
-A node's bucket for a version is a number 0-99 drawn from its machine id and that version: stable
-for the pair, different across versions (so the first nodes of one rollout are not always the
-first of the next). A rollout of P % covers the buckets below P, so raising P never takes a node
-out again. A node takes the newest version that is not revoked, not known bad here, past its
-not-before time and whose rollout covers it — if that is newer than what it runs, or what it runs
-is revoked.
+A node's bucket for a version is a number 0-99 drawn from its machine id and that version. It is
+stable for the pair and differs across versions, so one rollout's first nodes are not always the
+next one's. A rollout of P % covers the buckets below P, so raising P never takes a node out. A node
+takes the newest version that is not revoked, not known bad here, past its not-before time and
+covered by its rollout. It takes it when it is newer than what the node runs, or what it runs is
+revoked.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Which of a channel's documents a node believes.
 
-A root is believed when it is the next version after the one the node trusts and is signed by
-a threshold of the trusted root's `root` keys and of its own: so keys rotate (to a backup key,
-say) without a visit to the node. An index is believed when a threshold of the root's `index`
-keys signed it, it names the node's channel, it has not expired (a frozen channel), and its
-version is not below the one the node saw last (a replay); the same version must be the same
-bytes. Signatures are checked by a `Check` the caller gives (ssh-keygen, at the process
-boundary); everything else here is pure.
+A root is believed when it is the next version after the trusted one, and a threshold of both the
+trusted root's `root` keys and its own signed it. So keys rotate without a visit to the node. An
+index is believed when a threshold of the root's `index` keys signed it, it names the node's
+channel, and it has not expired (a frozen channel). Its version may not be below the last one seen
+(a replay), and the same version must be the same bytes. A `Check` the caller gives verifies
+signatures (ssh-keygen, at the process boundary); the rest is pure.
 """
 
 from __future__ import annotations

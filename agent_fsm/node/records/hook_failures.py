@@ -1,10 +1,10 @@
 """The last failure of each `after` hook, kept in `<state_dir>/hook-failures.json` until its next
-success, so that `status` shows a failed undrain that otherwise only the journal would tell.
+success, so `status` shows a failed undrain that only the journal would tell otherwise.
 
-Written by whichever process ran the hook (the daemon, `recover`, an operator's command) under
-its own small lock, never the writers' lock: recording a hook's end never waits on, nor holds
-up, a transition. A damaged file (the document format refuses it: `document_file`, kind
-`hook-failures`) is read as empty and replaced by the next write.
+Whichever process ran the hook (the daemon, `recover`, an operator's command) writes it under a
+small lock of its own, never the writers' lock. So recording a hook's end never waits on, nor holds
+up, a transition. A damaged file (refused by `document_file`, kind `hook-failures`) reads as empty
+and the next write replaces it.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def note(state_dir: Path, key: str, time: float, failure: str | None) -> None:
 
 
 def view(hooks: HookConfig, state_dir: Path) -> tuple[dict[str, Any], ...]:
-    """The hooks configured, for `status`: `when`, `trigger`, `argv`, and `failed` (null, or
-    the last failure of an `after` hook not since run with success: `time`, `error`)."""
+    """The hooks configured, for `status`: `when`, `trigger`, `argv`, and `failed`. `failed` is
+    null, or the last failure (`time`, `error`) of an `after` hook not run with success since."""
     failed = read(state_dir)
     return tuple({"when": when, "trigger": trigger, "argv": list(argv),
                   "failed": failed.get(f"{when}.{trigger}")}

@@ -1,13 +1,13 @@
 """Versions known bad on this node: each one that rolled back here, when and why, and the node's
 rollbacks counted by reason class.
 
-`<state_dir>/known-bad.json`, apart from the state file: it outlives upgrades, `release list`
+`<state_dir>/known-bad.json` lives apart from the state file. It outlives upgrades, `release list`
 and `status` read it without the machine, and a damaged one must never make the state file
-unreadable (which would stop the way back). The rollback's transitions mark the candidate
-(`mark_known_bad`, tolerant: a damaged record never blocks a rollback) and a judged-ok upgrade
-of a version clears its mark (`clear_known_bad`); `begin_upgrade` refuses a marked version
-(`not_known_bad`) unless forced. Each write is atomic; each read validated: it is a document of
-kind `known-bad` (`document_file`).
+unreadable (that would stop the way back). The rollback's transitions mark the candidate
+(`mark_known_bad`, tolerant: a damaged record never blocks a rollback). A judged-ok upgrade of a
+version clears its mark (`clear_known_bad`). `begin_upgrade` refuses a marked version
+(`not_known_bad`) unless forced. Writes are atomic and reads validated, as a document of kind
+`known-bad` (`document_file`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def write(file: Path, record: Record) -> None:
 
 def mark(file: Path, new: Mark) -> bool:
     """Mark `new.version` known bad and count the rollback by its class, once per upgrade
-    (`started`); False when this rollback was marked already."""
+    (`started`). False when this rollback was marked already."""
     record = read(file)
     old = record.marks.get(new.version)
     if old is not None and old.started == new.started:
@@ -117,8 +117,8 @@ def clear(file: Path, version: str) -> bool:
 
 
 def refusal(file: Path, version: str) -> Refused | None:
-    """The refusal of an upgrade to a version marked known bad (or while the record is
-    damaged); `upgrade.overrides` decides when it is forced."""
+    """The refusal of an upgrade to a version marked known bad, or while the record is damaged.
+    `upgrade.overrides` decides when it is forced."""
     try:
         found = read(file).marks.get(version)
     except KnownBadDamaged as exc:

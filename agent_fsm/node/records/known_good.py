@@ -1,12 +1,12 @@
 """Versions known good on this node, and what the way back last did to a damaged last-good.
 
-`<state_dir>/known-good.json` (kind `known-good`), apart from the state file, as the known-bad
-record is: `versions` holds each version promoted to last-good here (`install`, `activate`, a
-judged-ok upgrade), with the time of its last promotion; `way_back` what the way back last did
-when the last-good failed its check: `repaired` (its files put back from intact copies in the
-store) or `fell_back` (to the newest intact known-good version, which is the last-good since),
-with when, the release, the files and why. The way back reads it to choose where to fall back
-and never stops on it: a damaged record reads as empty, and a write that fails is logged.
+`<state_dir>/known-good.json` (kind `known-good`) lives apart from the state file, as the known-bad
+record does. `versions` holds each version promoted to last-good here (`install`, `activate`, a
+judged-ok upgrade) with the time of its last promotion. `way_back` holds what the way back last did
+when the last-good failed its check, with when, the release, the files and why: `repaired` (files
+put back from intact copies in the store) or `fell_back` (to the newest intact known-good version,
+the last-good since). The way back reads it to choose where to fall back and never stops on it: a
+damaged record reads as empty, and a failed write is logged.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ MAX_FILES = 20  # named in `way_back.files`; more are counted in `way_back.more`
 
 
 class WayBack(NamedTuple):
-    """What the way back did to a damaged last-good: `release`, `repaired` (its `files`, each
-    from a copy) or `fell_back` to `to`; `reason`: what was damaged, in words."""
+    """What the way back did to a damaged last-good: `release`, `repaired` (its `files`, each from a
+    copy) or `fell_back` to `to`. `reason`: what was damaged, in words."""
 
     time: float
     release: str
@@ -80,8 +80,8 @@ KIND = Kind("known-good", "known-good record", "the record", 1, _check, MAX_BYTE
 
 
 def read(file: Path) -> Record:
-    """The record (empty when there is none); DocumentError, naming the field, when it is not
-    valid (the way back reads it with `read_or_empty`)."""
+    """The record, empty when there is none. DocumentError, naming the field, when it is not valid
+    (the way back reads it with `read_or_empty`)."""
     data = KIND.read(file)
     if data is None:
         return Record({}, None)
@@ -104,8 +104,8 @@ def _write(file: Path, record: Record) -> None:
 
 
 def promoted(file: Path, version: str, now: float) -> None:
-    """Note `version` promoted to last-good at `now`. DiskError if it cannot be written; a
-    damaged record is started again (it only says where the way back may fall back to)."""
+    """Note `version` promoted to last-good at `now`. DiskError if it cannot be written. A damaged
+    record starts again: it only says where the way back may fall back to."""
     record = read_or_empty(file)
     record.versions[version] = now
     _write(file, record)

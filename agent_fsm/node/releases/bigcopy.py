@@ -1,13 +1,11 @@
-"""A large file's copy for `tree.copy`: the kernel copies its bytes (`copy_file_range`, as
-`cp` does: none pass through Python), and a second thread hashes what was written, read back
-from the new file a stretch behind the copy, so that copying and hashing overlap (both release
-the GIL; OpenSSL's SHA-256 does on large buffers).
+"""A large file's copy for `tree.copy`. The kernel copies the bytes (`copy_file_range`, as `cp`
+does), and a second thread hashes the new file a stretch behind the copy. So copying and hashing
+overlap: both release the GIL, and so does OpenSSL's SHA-256 on large buffers.
 
-The hash is of the bytes stored: the new file is in a directory only its owner may enter (the
-store's staging copy, or a release being packed in a `files.private_dir`), so no other process
-writes it meanwhile. Where the kernel cannot copy between the two files (another file system
-type, an old kernel) the bytes are read and written a MiB at a time instead, hashed the same
-way. Memory: a MiB for the hash's reads, one more for a fallback's.
+The hash is of the bytes stored. The new file is in a directory only its owner may enter, so no
+other process writes it meanwhile. Where the kernel cannot copy between the two files (another file
+system type, an old kernel), the bytes are read and written a MiB at a time and hashed the same way.
+Memory: a MiB for the hash's reads, one more for the fallback.
 """
 
 from __future__ import annotations
@@ -69,9 +67,9 @@ class _Hasher(threading.Thread):
 
 
 def copy(src: int, out: int, most: int, counted: Callable[[int], None]) -> tuple[str, int]:
-    """Copy the open file `src` from its start to the new empty file `out`; the SHA-256 of the
-    bytes written to `out`, and their count. At most `most` + 1 bytes are copied: `counted(n)`
-    is told each step's bytes before the next, and raises when they are over a limit."""
+    """Copy the open file `src` from its start to the new empty file `out`; the SHA-256 and count of
+    the bytes written. At most `most` + 1 bytes are copied: `counted(n)` gets each step's bytes
+    before the next, and raises over a limit."""
     hasher = _Hasher(out)
     hasher.start()
     size = 0
@@ -105,7 +103,7 @@ def copy(src: int, out: int, most: int, counted: Callable[[int], None]) -> tuple
 
 
 def _read_write(src: int, out: int, want: int) -> int:
-    """Read up to `want` bytes of `src` and write them to `out`, a MiB at a time: how many."""
+    """Read up to `want` bytes of `src` and write them to `out`, a MiB at a time; how many."""
     done = 0
     while done < want:
         chunk = os.read(src, min(_READ, want - done))
@@ -120,9 +118,8 @@ def _read_write(src: int, out: int, want: int) -> int:
 
 def stored(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
            target: str, mode: int, flags: int) -> tuple[str, int]:
-    """Copy the file `rel` (`name` in `dir_fd`, lstat `st` when walked) to the new file
-    `target` (opened with `flags`) with `mode`, within `reader`'s limits: the hash and size of
-    the bytes stored."""
+    """Copy the file `rel` (`name` in `dir_fd`, lstat `st` when walked) to the new file `target`
+    (opened with `flags`) with `mode`, within `reader`'s limits. Returns the hash and size stored."""
     fd = reader.open(dir_fd, name, st, rel)
     try:
         out = os.open(target, flags & ~os.O_WRONLY | os.O_RDWR, 0o600)  # read back too

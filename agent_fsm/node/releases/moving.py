@@ -1,8 +1,7 @@
-"""How far a long copy into or out of the store is: `release add` (a directory, an archive, an
-image's tree), `release pack`'s payload. The copy counts as it goes (`Meter`) and hands a
-frozen `Moved` to a callback the CLI gives; what is shown, and how often, is the CLI's. A
-NamedTuple: the store's modules are imported by `status`, which imports no dataclasses.
-"""
+"""Progress of a long copy into or out of the store: `release add` (a directory, an archive, an
+image's tree) and `release pack`'s payload. The copy counts as it goes (`Meter`) and hands a frozen
+`Moved` to the CLI's callback, which decides what to show and how often. A NamedTuple: `status`
+imports the store's modules and no dataclasses."""
 
 from __future__ import annotations
 
@@ -11,10 +10,10 @@ from typing import NamedTuple
 
 
 class Moved(NamedTuple):
-    """`doing` (`adding`, `unpacking`, `packing`) `what` (a path or a reference, as the
-    operator named it): `files` and `bytes` so far of `total_files` and `total_bytes` (None:
-    not known before the end, as an archive's files). `done`: the last record of this copy.
-    `note`: what the tool doing it said last (podman's pull: "Copying blob sha256:…")."""
+    """`doing` (`adding`, `unpacking`, `packing`) `what` (a path or reference as the operator named
+    it): `files` and `bytes` so far of `total_files` and `total_bytes` (None: unknown until the end,
+    as in an archive). `done`: the copy's last record. `note`: the tool's last words (podman's pull:
+    "Copying blob sha256:…")."""
 
     doing: str
     what: str
@@ -27,8 +26,8 @@ class Moved(NamedTuple):
 
     @property
     def fraction(self) -> float | None:
-        """How much is done, 0 to 1, by bytes (by files when there are no bytes); None when
-        the total is not known."""
+        """The fraction done, 0 to 1, by bytes (by files when there are no bytes); None when the
+        total is unknown."""
         if self.total_bytes:
             return min(self.bytes / self.total_bytes, 1.0)
         if self.total_files:

@@ -1,28 +1,22 @@
-"""The store's objects: each distinct file of the stored releases kept once, hard-linked into
-every release that holds it.
+"""The store's objects: each distinct file of the stored releases kept once, hard-linked into every
+release that holds it.
 
-`releases/.objects/<sha256>-<mode>` (mode `644` or `755`) is a regular file, the store's own
-(its uid, never writable by others), whose bytes hash to its name. A release directory is still
-a plain tree of regular files and directories (what `tree.scan` walks and the digest covers,
-unchanged): each of its files is one more hard link to an object. A release stored before the
-objects, or by an older agent-fsm, holds files of its own; both read the same.
+`releases/.objects/<sha256>-<mode>` (mode `644` or `755`) is a regular file of the store's uid,
+never writable by others. Its bytes hash to its name. A release directory stays a plain tree (what
+`tree.scan` walks and the digest covers), each file one more link to an object. A release with files
+of its own reads the same.
 
-An object nothing links any more (link count 1: only its name here) is garbage: `collect`
-removes it, after each add and each prune, outside the writers' lock. A crash anywhere leaves
-at worst such garbage (an object made for a staging copy that was then swept, or whose release
-was pruned) and the next add or prune frees it. An add that loses a race with `collect` (the
-object it meant to link was freed a moment before) stores its own copy instead, and one that
-links an object just as `collect` frees its name keeps the bytes under no name: the file is
-then kept twice, never lost, and freed with its release.
+An object with link count 1 (only its name here) is garbage. `collect` removes it after each add and
+prune, outside the writers' lock. A crash leaves at worst such garbage, freed by the next add or
+prune. An add that races `collect` stores its own copy, or keeps the bytes under no name: a file
+kept twice, never lost, freed with its release.
 
-Hard links share one inode: a file *replaced* in one stored release (a new file at its path)
-changes that release only, but bytes written *in place* into a shared file change every release
-that links it, and each of them is then reported damaged (`store.check` says the file is shared).
-No workload can write them (it sees the store read-only, `system.confine`): only a hand or a
-disk, and the way back repairs its last-good from an intact copy (`repair.repair`).
-An add never links an object whose bytes, mode or owner are not what its name says: it stores
-the file anew and puts the object's name on the new copy, so re-adding a damaged release mends
-it, and the releases still linking the damaged inode stay reported until they are added again.
+Hard links share one inode. A file replaced in one release changes that release only. Bytes written
+in place change every release that links it, and `store.check` reports each damaged (the file is
+shared). Workloads see the store read-only (`system.confine`), so only a hand or a disk can do that.
+The way back repairs its last-good from an intact copy (`repair.repair`). An add never links an
+object whose bytes, mode or owner differ from its name. It stores the file anew under that name
+instead, so re-adding a damaged release mends it.
 """
 
 from __future__ import annotations
@@ -44,10 +38,9 @@ _CHUNK = 1 << 16
 
 
 def moved(releases_dir: Path | str) -> None:
-    """Note that a stored file's ctime moves (a name linked or unlinked): the next tidy
-    refreshes the hashes records (`hashes.refresh_hashed`), which it skips while nothing
-    moved. Noted as it moves, without the lock; a crash between the two only leaves a file to
-    be hashed again at its next check."""
+    """Note that a stored file's ctime moved (a name linked or unlinked), so the next tidy refreshes
+    the hashes records (`hashes.refresh_hashed`). Written without the lock; a crash in between only
+    costs one more hash at the next check."""
     path = f"{releases_dir}/{MOVED}"
     if os.path.lexists(path):
         return
@@ -60,18 +53,17 @@ def name(sha: str, mode: int) -> str:
 
 
 class Objects:
-    """The objects of one store, for one add: `link` gives a staged file its object when one
-    is intact, `keep` makes a staged file the object of its bytes."""
+    """The objects of one store, for one add: `link` links a staged file to an intact object, `keep`
+    makes a staged file the object of its bytes."""
 
     def __init__(self, releases_dir: Path) -> None:
         self.dir = releases_dir / OBJECTS
         files.ensure_dir(self.dir, 0o700)
 
     def link(self, target: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
-        """Make `target` (a new name in a staging copy) a link to the object of these bytes
-        and mode, if one is intact (checked through the new link, so what is checked is what
-        is linked), and return its stat as checked; None, and no `target`, if there is none,
-        it is damaged, or it was freed meanwhile."""
+        """Make `target` (a new name in a staging copy) a link to the intact object of these bytes
+        and mode, checked through the new link. Returns its stat as checked. None, and no `target`,
+        when the object is missing, damaged or freed meanwhile."""
         try:
             os.link(self.dir / name(sha, mode), target)
         except OSError as exc:
@@ -85,10 +77,9 @@ class Objects:
         return checked
 
     def adopt(self, target: str, sha: str, mode: int, size: int) -> os.stat_result | None:
-        """Replace the file just written at `target` (a staging copy's) by a link to the
-        intact object of these bytes and mode, if there is one (checked through a new link of
-        its own, so what is checked is what is linked); its stat as checked, else None and
-        `target` left as it is."""
+        """Replace the file written at `target` by a link to the intact object of these bytes and
+        mode, checked through a link of its own. Returns its stat as checked. None, `target`
+        untouched, when there is no intact object."""
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         try:
             os.link(self.dir / name(sha, mode), tmp)
@@ -109,8 +100,8 @@ class Objects:
         return None if checked is None else os.lstat(target)
 
     def keep(self, target: Path | str, sha: str, mode: int) -> None:
-        """Make the staged file `target` the object of its bytes: a damaged object of the same
-        name is replaced (the releases linking it keep their damaged inode)."""
+        """Make the staged file `target` the object of its bytes. A damaged object of that name is
+        replaced; releases linking it keep the damaged inode."""
         try:
             os.link(target, self.dir / name(sha, mode))  # the common case: none yet
             return
@@ -123,8 +114,8 @@ class Objects:
 
 
 def intact(path: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
-    """The stat of `path` if it is a regular file of ours with this mode and size whose bytes
-    hash to `sha`, unchanged while it was read (it is read whole); else None."""
+    """The stat of `path` when it is our regular file with this mode and size, its bytes hash to
+    `sha`, and it did not change while read whole. Else None."""
     try:
         fd = os.open(path, _READ)
     except OSError as exc:
@@ -152,8 +143,8 @@ class Collected(NamedTuple):
 
 
 def collect(releases_dir: Path) -> Collected:
-    """Remove every object no release links any more (link count 1), and what an interrupted
-    `keep` left; needs no lock (see the module's docstring for a race with an add)."""
+    """Remove every object no release links (link count 1) and what an interrupted `keep` left.
+    Needs no lock; the module docstring describes the race with an add."""
     where = releases_dir / OBJECTS
     try:
         entries = os.scandir(where)  # not listed: a store of big releases has 100,000s
@@ -167,7 +158,7 @@ def collect(releases_dir: Path) -> Collected:
 
 
 def _collect(entries: Iterator[os.DirEntry[str]]) -> tuple[int, int]:
-    """Unlink the garbage among `entries`: how many files, and their bytes."""
+    """Unlink the garbage among `entries`; the files and bytes freed."""
     freed, size = 0, 0
     for e in entries:
         try:
@@ -190,8 +181,8 @@ def shared(path: Path) -> int:
 
 
 def usage(directory: Path) -> int:
-    """The bytes `directory` takes on disk, each file counted once however many names it has
-    (as `du` counts them): what the store costs."""
+    """The bytes `directory` takes on disk, each inode counted once (as `du` counts): what the store
+    costs."""
     seen: set[tuple[int, int]] = set()
     total = 0
     for path in [directory, *directory.rglob("*")]:

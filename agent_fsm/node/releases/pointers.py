@@ -1,13 +1,12 @@
 """Releases on the host and the two pointers into them: `selected` and `last-good`.
 
-A release is a directory `<state_dir>/releases/<version>/` holding `release.toml` (its version
-and, optionally, the workload the daemon supervises), `bin/agent-fsm` and `assets/` (the
-templates of the service assets this version writes). The pointers are symlinks switched
-atomically, so systemd's `ExecStart` can run through `selected`.
+A release is a directory `<state_dir>/releases/<version>/`. It holds `release.toml` (its version
+and, optionally, the workload the daemon supervises), `bin/agent-fsm` and `assets/` (the templates
+of its service assets). The pointers are symlinks switched atomically, so systemd's `ExecStart` can
+run through `selected`.
 
-Every read of a stored release goes through `manifest`, which first checks the release against
-the digest recorded when it was added (`release_store`): a release that changed since is refused
-before it is selected, rendered or run.
+Every read of a stored release goes through `manifest`, which first checks it against its recorded
+digest (`release_store`). So a changed release is refused before it is selected, rendered or run.
 """
 
 from __future__ import annotations
@@ -32,8 +31,8 @@ from . import workload as workload_command
 
 MAX_MANIFEST_BYTES = 64 << 10
 
-# `\Z`, not `$`: `$` also matches before a trailing newline, and "1.0\n" is no version. With it
-# even a reader's `VERSION_RE.match` (validate.py) holds the whole string to the rule.
+# `\Z`, not `$`: `$` also matches before a trailing newline, and "1.0\n" is no version. So a
+# reader's `VERSION_RE.match` (validate.py) holds the whole string to the rule.
 VERSION_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}\Z")
 
 
@@ -97,10 +96,10 @@ class Integrity(NamedTuple):
 class Releases:
     def __init__(self, paths: Paths) -> None:
         self.paths = paths
-        # Every check walks the whole tree, but a file is hashed again only when its stat changed
-        # since it was hashed, by this process or when the release was stored (its record,
-        # read at the release's first check): starts and transitions check a release where
-        # they select and render it, without reading 18 MB each time.
+        # Every check walks the whole tree, but hashes a file again only when its stat changed since
+        # it was hashed (by this process, or at store, read from its record at the first check).
+        # Starts and transitions check a release where they select and render it without reading 18
+        # MB each time.
         self._hashed: release_tree.Hashed = {}
         self._recorded: set[str] = set()  # versions whose record of hashes was read
         self._once: dict[str, tuple[Manifest, release_store.Checked]] | None = None
@@ -120,10 +119,9 @@ class Releases:
 
     @contextlib.contextmanager
     def checked_once(self) -> Iterator[None]:
-        """Within the block each release is checked at most once: the daemon's start renders
-        the selected release's assets and starts its workload milliseconds apart, and a check
-        walks the whole tree (~1,000 entries) even when no file needs hashing again. Inside
-        another such block it is that block."""
+        """Within the block each release is checked at most once. The daemon's start renders the
+        selected release's assets and starts its workload milliseconds apart, and a check walks
+        ~1,000 entries even when nothing needs hashing. Nested, it is the outer block."""
         if self._once is not None:
             yield
             return
@@ -157,21 +155,19 @@ class Releases:
         return self._checked(version)[0]
 
     def verify(self, version: str) -> release_store.Checked:
-        """Check a stored release against the digest recorded when it was added (one without a
-        record is damaged). ReleaseError says what differs and what to do; FileNotFoundError
-        when it is not stored."""
+        """Check a stored release against its recorded digest (one without a record is damaged).
+        ReleaseError says what differs and what to do; FileNotFoundError when it is not stored."""
         if check_version(version) not in self._recorded:
             self._recorded.add(version)
             self._hashed.update(release_hashes.recorded_hashed(self.paths.releases_dir, version))
         return self._check(version, self._hashed)
 
     def reread(self, version: str) -> Manifest:
-        """`verify`, every byte of every file read and hashed again, whatever its recorded
-        stat: what an install, an activate and an upgrade run on the release they are about to
-        run, so damage that kept a file's stat (a disk's) is caught before it runs again as a
-        candidate. A start of the daemon and the way back run `verify`: a walk, no file read
-        whose stat is the one recorded, whatever the payload's size. ReleaseError as `manifest`
-        says it; within `checked_once`, what the rest of the block uses."""
+        """`verify`, reading and hashing every byte whatever its recorded stat. Install, activate
+        and upgrade run it on the release they will run, so damage that kept a file's stat is caught
+        first. A daemon start and the way back run `verify`: a walk that reads no file whose stat is
+        recorded. ReleaseError as `manifest` says it; within `checked_once`, the rest of the block
+        uses it."""
         return self._checked(version, every_byte=True)[0]
 
     def _check(self, version: str, hashed: release_tree.Hashed | None) -> release_store.Checked:
@@ -185,10 +181,9 @@ class Releases:
             ) from None
 
     def mend(self, version: str) -> list[tuple[str, Path]]:
-        """`verify`, and where a file of the release is not what was stored, put it back from
-        an intact copy in the store (`repair.repair`; the caller holds the writers' lock).
-        Returns (file, the copy it came from) for each file put back: none when it was intact.
-        ReleaseError, as `verify` says it, when it is damaged beyond that."""
+        """`verify`, putting back each file that is not what was stored from an intact copy in the
+        store (`repair.repair`; the caller holds the writers' lock). Returns (file, its source) per
+        file put back. ReleaseError, as `verify` says it, when damaged beyond that."""
         try:
             self._checked(version)
             return []
@@ -201,10 +196,10 @@ class Releases:
         return fixed
 
     def integrity(self, version: str, seen: release_tree.Hashed | None = None) -> Integrity:
-        """Hash the whole release against its digest (what `release list` and `doctor` show);
-        `seen`: files hashed by this run's earlier calls, which a file shared with an earlier
-        release (the same inode, unchanged) is not read again for; only such files are kept in
-        it, so a release of 100,000s of files of its own leaves none there."""
+        """Hash the whole release against its digest (what `release list` and `doctor` show).
+        `seen`: files hashed by earlier calls of this run. A later release sharing the same
+        unchanged inode does not read them again. It keeps only shared files, so a release's own
+        100,000s add nothing."""
         try:
             checked = release_store.check(self.paths.releases_dir, check_version(version), seen,
                                           shared=True)
@@ -231,10 +226,9 @@ class Releases:
         return self._pointer(self.paths.selected)
 
     def running(self) -> str | None:
-        """The stored release whose code this process runs: the one whose `lib/` holds the
-        agent_fsm package imported here (a release's `bin/agent-fsm` resolves the pointer it
-        was started through, so this is the release, not `selected`); None when this process
-        runs from anywhere else (a checkout, a wheel)."""
+        """The stored release whose `lib/` holds the agent_fsm package imported here. That is the
+        release this process runs, not `selected`: a release's `bin/agent-fsm` resolves the pointer
+        it was started through. None when run from elsewhere (a checkout, a wheel)."""
         package = Path(__file__).resolve().parents[2]
         release = package.parent.parent
         if package.parent.name != "lib" or not VERSION_RE.fullmatch(release.name):

@@ -1,8 +1,7 @@
-"""Mending a stored release: each file whose bytes or mode are not what its recorded manifest
-says is put back from an intact copy the store already holds (its object, or another stored
-release's file with the same hash and mode), checked through the new name before it replaces
-the damaged one. The way back uses it on its last-good (`pointers.Releases.mend`).
-"""
+"""Mending a stored release. Each file whose bytes or mode differ from its recorded manifest is put
+back from an intact copy the store holds: its object, or another release's file of the same hash and
+mode. The copy is checked through the new name before it replaces the damaged one. The way back
+mends its last-good with it (`pointers.Releases.mend`)."""
 
 from __future__ import annotations
 
@@ -29,8 +28,8 @@ def _files(manifest_bytes: bytes) -> dict[str, tuple[int, int, str]]:
 
 def _intact_copy(releases_dir: Path, version: str, mode: int, size: int,
                  sha: str) -> tuple[Path, os.stat_result] | None:
-    """A file of the store with these bytes and mode, checked intact: the store's object of
-    them, else one of another stored release whose record names them."""
+    """A file of the store with these bytes and mode, checked intact: their object, else another
+    stored release's file whose record names them."""
     obj = releases_dir / OBJECTS / f"{sha}-{mode:o}"
     if (st := intact(obj, sha, mode, size)) is not None:
         return obj, st
@@ -65,13 +64,11 @@ def _copy_file(source: Path, target: Path, mode: int) -> None:
 
 
 def repair(releases_dir: Path, version: str) -> list[tuple[str, Path]]:
-    """Put back each file of stored `version` whose bytes or mode are not what its recorded
-    manifest says, or that is missing, from an intact copy (`_intact_copy`): a new name for
-    that file, renamed over the damaged one, so every other release that still links the
-    damaged one keeps it (each is repaired when it is next checked this way). The caller holds
-    the writers' lock. Returns (path, where it came from) for each file put back. Raises
-    BadTree, repairing nothing, when a difference is not a file's (a directory, a file too
-    many) or a file has no intact copy."""
+    """Put back each missing or changed file of stored `version` from an intact copy
+    (`_intact_copy`). A new name is renamed over the damaged one, so other releases linking the
+    damaged inode keep it until they are mended too. The caller holds the writers' lock. Returns
+    (path, source) per file put back. Raises BadTree, repairing nothing, when a difference is not a
+    file's (a directory, an extra file) or a file has no intact copy."""
     release = releases_dir / version
     was = recorded(releases_dir, version)
     if was is None:

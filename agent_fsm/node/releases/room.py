@@ -1,12 +1,12 @@
-"""Whether a release fits the disk of the store, told before a byte of it is copied.
+"""Whether a release fits the store's disk, told before a byte is copied.
 
-An add needs the bytes of the release not in the store already (`objects` keeps identical
-bytes once), each file rounded up to whole blocks, and a directory a block. It may take what is
-free on the state dir's file system for unprivileged writers (`statvfs`'s `f_bavail`) less a
-reserve the way back keeps for its state files, journal and kept assets: RESERVE_MIN, or
-RESERVE_SHARE of the file system up to RESERVE_MAX, whichever is larger. The quick sum of the
-tree's sizes decides when it fits; when it does not, the files are hashed to leave out the ones
-the store holds, and the add is refused only if it still does not fit (`NoRoom`)."""
+An add needs the bytes the store lacks (`objects` keeps identical bytes once), each file rounded up
+to whole blocks, a directory one block. It may take what is free to unprivileged writers (`statvfs`
+`f_bavail`) less the reserve the way back keeps for its state files, journal and kept assets. The
+reserve is the larger of RESERVE_MIN and RESERVE_SHARE of the file system, at most RESERVE_MAX. The
+quick sum of sizes decides when it fits. Otherwise the files are hashed to leave out what the store
+holds, and the add is refused (`NoRoom`) only if it still does not fit.
+"""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ class Room(NamedTuple):
     block: int
 
     def refuse(self, what: str, need: int, *, so_far: bool = False) -> NoRoom:
-        """The one-line refusal of an add of `what` that needs `need` bytes (`so_far`: at
-        least, as far as it was read)."""
+        """The one-line refusal of an add of `what` that needs `need` bytes (`so_far`: at least, as
+        far as it was read)."""
         needs = f"needs {'at least ' if so_far else ''}{size_text(need)}"
         return NoRoom(f"{what} {needs}; {self.where} has {size_text(self.free)} "
                       f"free and keeps {size_text(self.reserve)} for the way back; {PRUNE}; "
@@ -56,9 +56,9 @@ def room(releases_dir: Path) -> Room:
 
 
 def check(src: Path, releases_dir: Path, limits: StoreConfig, what: str) -> Footprint:
-    """Refuse (NoRoom, one line) to copy the release directory `src` into the store when it
-    does not fit (see the module's docstring); `what` names it. The ceilings of `limits` are
-    checked on the way (BadTree), before anything is copied. Its footprint, all of it."""
+    """Refuse (NoRoom, one line) to copy the release directory `src` into the store when it does not
+    fit; `what` names it. `limits` are checked on the way (BadTree), before anything is copied.
+    Returns its whole footprint."""
     space = room(releases_dir)
     whole = footprint(src, limits, space.block)
     if space.fits(whole.disk):
@@ -78,8 +78,8 @@ def check(src: Path, releases_dir: Path, limits: StoreConfig, what: str) -> Foot
 
 
 def filled(exc: BaseException, what: str, where: Path) -> NoRoom | None:
-    """The one-line error of an add of `what` whose disk (the state dir `where`'s) filled while
-    it was copied, from the OSError or the DiskError raised; None for any other error."""
+    """The one-line error of an add of `what` whose disk (the state dir `where`'s) filled during the
+    copy, from the OSError or DiskError raised. None for any other error."""
     cause = exc if isinstance(exc, OSError) else exc.__cause__
     if not isinstance(cause, OSError) or cause.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None

@@ -1,17 +1,16 @@
-"""What a release's signature covers: the release's digest without the signature file, in the
-`agent-fsm-release` namespace; `release.sig` beside the rest of the tree.
+"""What a release's signature covers: the release's digest without `release.sig`, in the
+`agent-fsm-release` namespace.
 
-The signed message is the ASCII text `sha256:<hex>` (no newline): the digest `release_store`
-computes over every path, mode and byte of the release (`release_store.manifest`), with
-`release.sig` left out, the modes as the store gives them; `release digest DIR` prints it. So
-a signature made at `release pack` (or by `release sign`) verifies on the normalized copy
-`release add` stores, and by hand:
+The signed message is the ASCII text `sha256:<hex>`, with no newline. It is the digest of every
+path, mode and byte (`release_store.manifest`), `release.sig` left out, with the modes the store
+gives; `release digest DIR` prints it. So a signature made at `release pack` or `release sign`
+verifies on the copy `release add` stores, and by hand:
 
     printf %s "$(agent-fsm release digest DIR)" | ssh-keygen -Y verify -f allowed_signers \\
         -I PRINCIPAL -n agent-fsm-release -s DIR/release.sig
 
-The digest the store records (and `release add` prints) covers `release.sig` too: it is the
-same as the signed one for an unsigned release only.
+The digest the store records (and `release add` prints) covers `release.sig` too. It equals the
+signed one only for an unsigned release.
 """
 
 from __future__ import annotations
@@ -36,10 +35,11 @@ MAX_SIGNATURE_BYTES = 64 << 10  # an armored SSH signature is under 2 KiB; an RS
 def message(release: Path, *, stored: bool, hashed: Hashed | None = None) -> bytes:
     """The message a release's signature signs: its digest without `release.sig`.
 
-    `stored`: the release is a stored (or staged) copy, checked as the store holds it; else a
-    packed directory, whose modes are taken as the store will give them, within the default
-    ceilings (`store_config.DEFAULTS`). `hashed`: the files hashed as they were written, by
-    this process, in a directory only it may write (see `tree.scan`), not read again."""
+    `stored`: a stored or staged copy, checked as the store holds it. Else a packed directory, its
+    modes taken as the store will give them, within the default ceilings (`store_config.DEFAULTS`).
+    `hashed`: files this process hashed as it wrote them, in a directory only it may write
+    (`tree.scan`); they are not read again.
+    """
     entries = [e for e in scan(release, stored=stored, normalize=not stored, hashed=hashed,
                                limits=None if stored else DEFAULTS)
                if e.path != SIGNATURE]
@@ -47,8 +47,8 @@ def message(release: Path, *, stored: bool, hashed: Hashed | None = None) -> byt
 
 
 def signed_digest(manifest_bytes: bytes) -> str | None:
-    """The digest a stored release's `release.sig` signs, from the manifest recorded for it
-    (its line left out: what `message` computes from the tree); None when it has none."""
+    """The digest a stored release's `release.sig` signs, from its recorded manifest less its own
+    line (what `message` computes); None when it has none."""
     line = f" {SIGNATURE}\n".encode()
     entries = manifest_bytes.splitlines(keepends=True)
     kept = [e for e in entries if not (e.startswith(b"f ") and e.endswith(line)
@@ -68,8 +68,8 @@ def signature(release: Path) -> Path | None:
 
 
 def allowed_signers(config: Config, paths: Paths) -> Path | None:
-    """The config's allowed-signers file (below --root, if given) once it is found to be a
-    readable regular file; None when the config names none. ConfigError otherwise."""
+    """The config's allowed-signers file (below --root, if given), checked to be a readable regular
+    file; None when the config names none. ConfigError otherwise."""
     if config.allowed_signers is None:
         return None
     path = paths.real(config.allowed_signers)

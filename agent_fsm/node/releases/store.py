@@ -1,22 +1,20 @@
-"""The release store: each stored release's digest, recorded when it is added and checked
-before it is selected or rendered, and the one way a release gets into `releases/`.
+"""The release store: each stored release's digest, recorded when it is added and checked before it
+is selected or rendered, and the one way a release gets into `releases/`.
 
-A release's digest is "sha256:" and the SHA-256 of its manifest, a UTF-8 text: one header line,
-`agent-fsm release manifest v1`, then one line per entry below the release directory (itself
-excluded), sorted by the relative path's UTF-8 bytes:
+A release's digest is "sha256:" and the SHA-256 of its manifest, a UTF-8 text: the header line
+`agent-fsm release manifest v1`, then one line per entry below the release directory, sorted by the
+relative path's UTF-8 bytes:
 
     d 0755 - - assets
     f 0644 412 <the SHA-256 of the file's bytes, hex> assets/agent.service
 
-type (`d` directory, `f` regular file), mode (4 octal digits), size in bytes and content hash
-(`-` for a directory), and the path relative to the release, `/` between names. The store
-holds nothing else (`release_tree`), so this is all of a release. The manifest is recorded
-when the release is added, in `releases/.digests/<version>` (outside the release tree, and
-hidden, so never taken for a version), so that a mismatch can name what changed.
+Type (`d` directory, `f` regular file), mode (4 octal digits), size and content hash (`-` for a
+directory), and the path, `/` between names. The store holds nothing else (`release_tree`), so this
+is all of a release. The manifest is recorded at add in `releases/.digests/<version>` (hidden, so
+never taken for a version), so a mismatch can name what changed.
 
-Beside it, `releases/.hashed/<version>` records each file's hash with its stat (`hashes`).
-The files themselves are kept once across releases (`objects`): each file of a release is a
-hard link to `releases/.objects/<sha256>-<mode>`.
+Beside it, `releases/.hashed/<version>` records each file's hash with its stat (`hashes`). Each file
+is a hard link to an object, `releases/.objects/<sha256>-<mode>`, kept once (`objects`).
 """
 
 from __future__ import annotations
@@ -134,8 +132,8 @@ def check(releases_dir: Path, version: str, hashed: Hashed | None = None,
 
 
 def _shared_note(release: Path, was: bytes, now: bytes) -> str:
-    """Why other releases may be damaged too: a changed file still linked from elsewhere in
-    the store was written in place, and every release linking it changed with it."""
+    """Why other releases may be damaged too. A changed file still linked from elsewhere was written
+    in place, and every release linking it changed with it."""
     old = set(was[len(HEADER):].splitlines())
     changed = [line.split(b" ", 4)[4].decode(errors="replace")
                for line in now[len(HEADER):].splitlines()
@@ -172,13 +170,15 @@ class Staged(NamedTuple):
 def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
            limits: StoreConfig, report: Report | None = None,
            shown: str | None = None) -> Iterator[Staged]:
-    """Copy the release `directory` into a hidden directory inside `releases_dir`, normalized,
-    within `limits`, and `validate` it there (it returns the version), so that what is checked is what is
-    stored; the copy is removed when the block ends (`commit` it before). Needs no lock: the
-    slow part of an add (the copy, the digest, a signature check, the ABI probe) runs while
-    transitions go on. The staging directory is flock(2)ed for the block, so no `sweep` of
-    another add removes it. `report` is told how far the copy is (`moving`), naming it `shown`
-    (else `directory`). Raises BadTree for an entry the store refuses."""
+    """Copy the release `directory` into a hidden directory of `releases_dir`, normalized, within
+    `limits`, and `validate` it there (it returns the version). So what is checked is what is
+    stored. The copy is removed when the block ends (`commit` it before).
+
+    Needs no lock: the slow part of an add (copy, digest, signature, ABI probe) runs while
+    transitions go on. The staging directory is flock(2)ed for the block, so another add's `sweep`
+    leaves it. `report` is told the copy's progress (`moving`), naming it `shown` (else
+    `directory`). Raises BadTree for an entry the store refuses.
+    """
     prefer_openssl()  # an add hashes the whole tree, once: OpenSSL's is the fast one
     with _staging(releases_dir) as holder:
         staging = holder / "release"
@@ -197,12 +197,11 @@ def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
 
 
 def commit(releases_dir: Path, staged: Staged) -> Stored:
-    """Store a staged release, with its digest: renamed into place whole. The caller holds the
-    writers' lock, only for this (a few renames and two small records).
+    """Store a staged release with its digest, renamed into place whole. The caller holds the
+    writers' lock for this alone (a few renames, two small records).
 
-    A version stored with the same digest is `already` (a damaged copy, or one whose record is
-    missing or unreadable, is replaced by the new one); with another digest, Refused, naming
-    both.
+    A version stored with the same digest is `already`; a damaged copy, or one without a readable
+    record, is replaced. With another digest: Refused, naming both.
     """
     sweep(releases_dir)
     version, new, staging = staged.version, staged.manifest, staged.staging
@@ -230,9 +229,9 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
 def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
           locked: Callable[[], contextlib.AbstractContextManager[object]],
           limits: StoreConfig, report: Report | None = None, shown: str | None = None) -> Stored:
-    """Store a normalized copy of the release `directory` in `releases_dir`, with its digest:
-    staged and checked without the writers' lock, committed under it (`locked()` takes it);
-    `report` and `shown`: see `staged`."""
+    """Store a normalized copy of the release `directory` in `releases_dir` with its digest: staged
+    and checked without the writers' lock, committed under it (`locked()`). `report`, `shown`: see
+    `staged`."""
     try:
         return _staged_and_committed(directory, releases_dir, validate, locked, limits, report,
                                      shown)
@@ -249,7 +248,7 @@ def _staged_and_committed(directory: Path, releases_dir: Path, validate: Callabl
                           locked: Callable[[], contextlib.AbstractContextManager[object]],
                           limits: StoreConfig, report: Report | None,
                           shown: str | None) -> Stored:
-    """`store` but its tidying: a frame of its own, so that the staged copy's hashes are freed
+    """`store` without its tidying, in a frame of its own so the staged copy's hashes are freed
     before `tidy` reads every release's."""
     with staged(directory, releases_dir, validate, limits, report, shown) as ready, locked():
         return commit(releases_dir, ready)
@@ -257,12 +256,13 @@ def _staged_and_committed(directory: Path, releases_dir: Path, validate: Callabl
 
 def tidy(releases_dir: Path,
          locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Collected:
-    """After an add or a prune: delete the trees an interrupted prune took out of the store
-    (`.<version>.pruning`), free the objects no release links (`objects.collect`) and record
-    again the files whose ctime the links moved (`refresh_hashed`), and record what the store
-takes on disk (`usage.record`). Housekeeping: if it cannot
-    be done now (a full disk, the lock held), the next add or prune does it, so it never turns a
-    done add or prune into a failure. Needs no lock: what is deleted is out of the store."""
+    """After an add or a prune: delete trees an interrupted prune took out (`.<version>.pruning`),
+    free unlinked objects (`objects.collect`), record again files whose ctime moved
+    (`refresh_hashed`), and record the store's bytes (`usage.record`).
+
+    Housekeeping: what cannot be done now (a full disk, the lock held) the next add or prune does,
+    so it never fails a done add or prune. Needs no lock: what it deletes is out of the store.
+    """
     freed = Collected()
     with contextlib.suppress(AgentFsmError, OSError):
         for stale in releases_dir.glob(".*.pruning"):
@@ -275,8 +275,8 @@ takes on disk (`usage.record`). Housekeeping: if it cannot
 
 @contextlib.contextmanager
 def _in_use(staging: Path) -> Iterator[None]:
-    """Mark a staging directory as in use (a shared flock on it) for the block; BadTree if a
-    sweep removed it before it was marked."""
+    """Mark a staging directory as in use (a shared flock on it) for the block. BadTree if a sweep
+    removed it before it was marked."""
     import fcntl
 
     fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -307,8 +307,8 @@ def _abandoned(staging: Path) -> bool:
 
 
 def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> str | None:
-    """None when the stored `version` is `new`, intact; why it is replaced when it holds the
-    same content, damaged or without a readable record; Refused when its content differs."""
+    """None when the stored `version` is `new`, intact. Why it is replaced when it holds the same
+    content, damaged or without a readable record. Refused when its content differs."""
     try:
         was = recorded(releases_dir, version)
     except BadTree:
@@ -336,10 +336,9 @@ def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> 
 
 
 def sweep(releases_dir: Path) -> None:
-    """Clear what an interrupted add or prune left, putting back a release an add was
-    replacing: staging copies no add works in, and records (and their temporary files) of
-    releases not stored (the caller holds the writers' lock, under which every record is
-    written)."""
+    """Clear what an interrupted add or prune left, putting back a release an add was replacing.
+    That is staging copies no add works in, and records (and their temporary files) of releases not
+    stored. The caller holds the writers' lock, under which every record is written."""
     for stale in releases_dir.glob(".*.replaced.*"):
         back = releases_dir / stale.name[1:].split(".replaced.")[0]
         if os.path.lexists(back):
@@ -360,19 +359,19 @@ def sweep(releases_dir: Path) -> None:
 
 @contextlib.contextmanager
 def scratch(releases_dir: Path) -> Iterator[Path]:
-    """A private directory (0700) inside `releases_dir` for a release on its way in before it
-    is staged (an archive unpacked): named and flock(2)ed as a staging directory, so that an
-    interrupted add's leftovers are swept by the next commit (`sweep`), never while in use, and
-    messages name it as the staging copy; removed when the block ends."""
+    """A private directory (0700) in `releases_dir` for a release before it is staged (an archive
+    unpacked), removed when the block ends. It is named and flock(2)ed as a staging directory. So
+    the next commit's `sweep` clears an interrupted add's leftovers, never one in use, and messages
+    name it as the staging copy."""
     with _staging(releases_dir) as holder:
         yield holder
 
 
 @contextlib.contextmanager
 def _staging(releases_dir: Path) -> Iterator[Path]:
-    """A new `.adding.<random>` directory in `releases_dir` (`files.private_dir`: 0700, made
-    exclusively, its removal's failure an error), flock(2)ed for the block (`_in_use`). The
-    state directory is made or checked private (0700) first, so it never exists wider."""
+    """A new `.adding.<random>` directory in `releases_dir` (`files.private_dir`: 0700, exclusive, a
+    failed removal an error), flock(2)ed for the block (`_in_use`). The state directory is made or
+    checked 0700 first, so it never exists wider."""
     files.ensure_private_dir(releases_dir.parent)  # the state dir
     files.ensure_dir(releases_dir)
     with files.private_dir(releases_dir, ".adding.") as holder, _in_use(holder):
@@ -380,9 +379,9 @@ def _staging(releases_dir: Path) -> Iterator[Path]:
 
 
 def clear(stale: Path) -> None:
-    """Remove what an interrupted add or prune left (`files.remove_tree`); when it cannot be
-    removed now, say so (a warning naming it and why) and leave it to the next add or prune:
-    clearing leftovers never fails the command that tidies up."""
+    """Remove what an interrupted add or prune left (`files.remove_tree`). What cannot be removed
+    now is left to the next add or prune, with a warning naming it and why. Clearing leftovers never
+    fails the command."""
     try:
         files.remove_tree(stale)
     except AgentFsmError as exc:

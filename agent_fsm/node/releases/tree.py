@@ -1,13 +1,13 @@
-"""A release tree as the store holds it: the normalized copy `release add` makes, and the walk
-that hashes a stored one (`release_store` records and checks the digest).
+"""A release tree as the store holds it: the normalized copy `release add` makes, and the walk that
+hashes a stored one (`release_store` records and checks the digest).
 
-A stored copy is normalized: regular files and directories only (a symlink, device, FIFO or
-socket anywhere in the release is refused, naming it; no link is ever followed), owned by the
-uid that stored it, directories and executables (any x bit) 0755 and other files 0644: never
-setuid, setgid or sticky, never writable by group or others. A tree on its way in (`copy`, and
-`scan` of a packed one) is held to the host's ceilings (`[store]`, `StoreConfig`), each refusal
-naming the key that raises it; a stored tree is checked against its record, whatever they are now,
-so a ceiling lowered later never strands the way back. MAX_DEPTH bounds every walk.
+A stored copy holds regular files and directories only. A symlink, device, FIFO or socket is refused
+by name, and no link is followed. The copy is owned by the uid that stored it. Directories and
+executables (any x bit) are 0755, other files 0644: never setuid, setgid, sticky or writable by
+group or others. A tree on its way in (`copy`, `scan` of a packed one) is held to the host's
+ceilings (`[store]`, `StoreConfig`), each refusal naming its key. A stored tree is checked against
+its record instead, so a ceiling lowered later never strands the way back. MAX_DEPTH bounds every
+walk.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 MAX_DEPTH = 32  # nested directories
 DIR_MODE = EXEC_MODE = 0o755
 FILE_MODE = 0o644
-_CHUNK = 1 << 16  # larger reads left a long-lived daemon ~6 MB bigger per check
+_CHUNK = 1 << 16  # larger reads grow a long-lived daemon ~6 MB per check
 _WHOLE = 1 << 20  # a file up to this is read whole by a copy, and written from memory
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -74,11 +74,9 @@ def _check_stored(st: os.stat_result, path: Path) -> None:
 def _walk(root_fd: int, root: Path, *, stored: bool,
           limits: StoreConfig | None) -> Iterator[tuple[str, int, str, os.stat_result]]:
     """Every entry below `root_fd` as (relative path, parent's fd, name, lstat), each directory
-    before what it holds, names in order; only regular files and directories, within `limits`
-    (None: no ceiling but MAX_DEPTH).
-    `stored`: also refuse an entry another uid owns or one with a mode the store never gives.
-    A Path is made only to name a refused entry: a release has ~1,000 entries, and each start of
-    the daemon walks one."""
+    before its contents, names sorted. Only regular files and directories, within `limits` (None:
+    only MAX_DEPTH). `stored`: also refuse another uid's entry or a mode the store never gives. A
+    Path is built only to name a refused entry: each daemon start walks ~1,000 entries."""
     count = 0
     uid = os.geteuid()
     most = None if limits is None else limits.max_release_files
@@ -117,8 +115,7 @@ def _walk(root_fd: int, root: Path, *, stored: bool,
 
 
 class Reader:
-    """Reads the files of one tree within the per-file and per-release byte ceilings (None:
-    none)."""
+    """Reads the files of one tree within the per-file and per-release byte ceilings (None: none)."""
 
     def __init__(self, root: Path, limits: StoreConfig | None) -> None:
         self.root = root
@@ -133,9 +130,8 @@ class Reader:
 
     def chunks(self, dir_fd: int, name: str, st: os.stat_result, rel: str, *,
                again: bool = False, size: int = _CHUNK) -> Iterator[bytes]:
-        """The bytes of the file `rel` (`name` in `dir_fd`), lstat `st` when walked, read
-        `size` bytes at a time; `again`: read a second time, not counted twice against the
-        release's limit."""
+        """The bytes of the file `rel` (`name` in `dir_fd`, lstat `st` when walked), `size` at a
+        time. `again`: a second read, not counted twice against the release's limit."""
         fd = self.open(dir_fd, name, st, rel, again=again)
         try:
             read, size = size, 0
@@ -152,8 +148,8 @@ class Reader:
 
     def open(self, dir_fd: int, name: str, st: os.stat_result, rel: str, *,
              again: bool = False) -> int:
-        """An fd of the file `rel` as walked (`st`), refused when it was replaced or is over a
-        limit already."""
+        """An fd of the file `rel` as walked (`st`); refused when it was replaced or is already over
+        a limit."""
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)  # a link swapped in: ELOOP
         try:
             now = os.fstat(fd)
@@ -199,12 +195,11 @@ def _write(target: str, data: bytes, mode: int) -> None:
 def _copy_file(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
                target: str, mode: int, objects: Objects | None) -> tuple[str, int,
                                                                         os.stat_result]:
-    """Store the file `rel` as the new name `target`, each byte read once: its hash, size and
-    stat as stored. A small file is read whole (at most _WHOLE bytes held), hashed, and linked
-    to the store's intact object of those bytes if there is one, else written; a larger one is
-    copied into `target` by the kernel and hashed as written (`bigcopy`), then replaced by a
-    link to an intact object of the same bytes if the store holds one (the copy just written is
-    dropped), else kept as that object."""
+    """Store the file `rel` as the new name `target`, reading each byte once. Returns its hash, size
+    and stat as stored. A small file (up to _WHOLE bytes) is read whole, hashed, and linked to an
+    intact object of those bytes or written. A larger one is copied by the kernel and hashed as
+    written (`bigcopy`). It is then replaced by a link to an intact object of the same bytes, or
+    kept as that object."""
     if st.st_size <= _WHOLE:
         parts, held = [], 0
         for chunk in reader.chunks(dir_fd, name, st, rel, size=_WHOLE):
@@ -248,16 +243,13 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
          meter: Meter | None = None) -> None:
     """Store a normalized copy of the release directory `src` as the new directory `dst`.
 
-    `src` itself may be reached through a symlink (it is what the operator named); nothing in
-    it is followed. `dst` is left 0700 (the caller renames it into place, then opens it up).
-    Each file is read once (`_copy_file`): where the store holds an intact object of the same
-    bytes and mode the staged file is a link to it, else it is the copy just written, and
-    becomes that object (`objects.Objects`); its hash, of the bytes stored, goes into `hashed`
-    (keyed as `scan` keys them), so the scan that makes the manifest reads no file again. The
-    copy is made durable at the end, whole, by one sync of its file system; `limits`: the
-    host's ceilings; `meter`: counts each file and its bytes as they are copied (`moving`).
-    Without `objects` (a payload copied into a release being packed, outside any store) each
-    file is a plain copy and nothing is synced. Raises BadTree for an entry the store refuses;
+    `src` may be a symlink (the operator named it); nothing inside it is followed. `dst` is left
+    0700: the caller renames it into place, then opens it up. Each file is read once (`_copy_file`)
+    and becomes a link to an intact object or a new object (`objects.Objects`). Its hash goes into
+    `hashed`, keyed as `scan` keys it, so the manifest's scan reads no file again. One sync of the
+    file system makes the copy durable. `limits`: the host's ceilings. `meter`: counts files and
+    bytes as copied (`moving`). Without `objects` (a payload copied into a release being packed),
+    each file is a plain copy and nothing is synced. Raises BadTree for an entry the store refuses;
     OSError as it comes (DiskError from `files`).
     """
     src_fd = _open_root(src, follow=True)
@@ -278,9 +270,9 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
                 meter.moved(size, files=1)
         if objects is None:
             return
-        # Durable before the commit renames it into place. An object named before its bytes
-        # were (a power cut before this) comes back short, and no add links it (`Objects.link`
-        # checks through the link), so it is only replaced.
+        # Durable before the commit renames it into place. An object named before its bytes were
+        # written (a power cut here) comes back short; `Objects.link` checks through the link, so no
+        # add links it, and it is only replaced.
         files.sync_filesystem(dst)
     finally:
         os.close(src_fd)
@@ -294,11 +286,10 @@ class Footprint(NamedTuple):
 
 def footprint(src: Path, limits: StoreConfig, block: int,
               stored: Callable[[str, int, int], bool] | None = None) -> Footprint:
-    """The bytes a copy of the release directory `src` takes on disk: each file rounded up to
-    whole `block`s, a directory one block; refused (BadTree) over a ceiling of `limits`. Only
-    its entries' stat is read, unless `stored` is given: then each file is hashed and left out
-    when `stored(sha, mode, size)` (the store holds those bytes) or when met before in `src`.
-    With its files and their bytes, all of them."""
+    """The bytes a copy of the release directory `src` takes on disk: each file rounded up to whole
+    `block`s, a directory one block. BadTree over a ceiling of `limits`. Reads only stat, unless
+    `stored` is given. Then each file is hashed and left out when `stored(sha, mode, size)` or when
+    already met in `src`. Returns also the count and bytes of all its files."""
     src_fd = _open_root(src, follow=True)
     total, seen, reader, count = 0, set(), Reader(src, limits), 0
     try:
@@ -323,9 +314,9 @@ def footprint(src: Path, limits: StoreConfig, block: int,
 
 
 _SETTLED_NS = 2_000_000_000
-# What a file's hash was when its inode, size, mode and times were these: a writer cannot set
-# st_ctime_ns, so an unchanged key means unchanged bytes. The stat is packed (STAMP: device,
-# inode, size, mode, mtime, ctime): a release of 100,000 files holds 100,000 keys.
+# A file's hash, keyed by its inode, size, mode and times: no writer can set st_ctime_ns, so an
+# unchanged key means unchanged bytes. The stat is packed (STAMP: device, inode, size, mode, mtime,
+# ctime): a release of 100,000 files holds 100,000 keys.
 STAMP = struct.Struct("<QQQQqq")
 Key = tuple[str, bytes]
 Hashed = dict[Key, Entry]
@@ -340,15 +331,18 @@ def key(rel: str, st: os.stat_result) -> Key:
 def scan(release: Path, *, stored: bool = True, normalize: bool = False,
          hashed: Hashed | None = None, fresh: bool = False, shared: bool = False,
          limits: StoreConfig | None = None) -> list[Entry]:
-    """The entries of a release tree, hashed, in manifest order. `stored`: refuse what the store
-    never holds (another owner, a loose mode); `normalize`: give the modes the store would;
-    `hashed`: hashes of files seen before (in this process, or recorded when the release was
-    stored), reused while their stat is the same, and filled with the ones hashed now;
-    `fresh`: fill it with files whose times are fresh too, for a tree no other process can
-    have written (the store's own staged copy, in a directory only its owner may enter);
-    `shared`: fill it only with files linked from elsewhere too (more than two names: its object
-    and this one), the only ones another release can meet again; `limits`: the ceilings of a
-    tree on its way in (None: a stored one, checked against its record)."""
+    """The entries of a release tree, hashed, in manifest order.
+
+    - `stored`: refuse what the store never holds (another owner, a loose mode).
+    - `normalize`: give the modes the store would.
+    - `hashed`: known hashes, reused while the stat is the same, and filled with new ones.
+    - `fresh`: also fill it with files whose times are fresh, for a tree no other process can have
+      written (the store's own staging copy).
+    - `shared`: fill it only with files of more than two names, the only ones another release can
+      meet again.
+    - `limits`: the ceilings of a tree on its way in (None: a stored one, checked against its
+      record).
+    """
     root_fd = _open_root(release, follow=False)
     reader = Reader(release, limits)
     entries = []
@@ -369,8 +363,8 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
                 h.update(chunk)
                 size += len(chunk)
             entries.append(Entry(rel, mode, size, h.hexdigest()))
-            # Not remembered while its times are fresh: a change in the same clock tick as the
-            # hashing would keep the same stat (as git's "racily clean" entries).
+            # Not kept while its times are fresh: a change in the same clock tick would keep the
+            # same stat (git's "racily clean" entries).
             if hashed is not None and size == st.st_size and (
                     not shared or st.st_nlink > 2) and (
                     fresh or time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS):

@@ -1,12 +1,10 @@
 """What the store takes on disk, and what removing releases would give back.
 
-Bytes are on disk (`st_blocks`, as `du` counts them). A file is one inode whatever its names
-(`objects` links identical files of several releases): an inode only one release holds is that
-release's own; one two or more hold is shared, and counted once. Directories are their
-release's own. Only entries' stat is read (no file is opened or hashed), but a walk of a
-store of big releases is slow for `status` (~130 ms for two releases of 20,000 files), so each
-add and prune records the figures in `releases/.usage` (`record`), and `status` reads them back
-while the stored versions are the ones recorded (`seen`); the free space is always read now.
+Bytes are on disk (`st_blocks`, as `du` counts). A file is one inode whatever its names (`objects`).
+An inode one release holds is its own; one two or more hold is shared, counted once. Directories are
+their release's own. Only stat is read, but a walk is slow for `status` (~130 ms for two releases of
+20,000 files). So each add and prune records the figures in `releases/.usage` (`record`), and
+`status` reads them while the stored versions match (`seen`). Free space is always read live.
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ _MAX_RECORD = 1 << 20
 
 
 class StoreBytes(NamedTuple):
-    """The store's bytes on disk: each release's own, the shared ones (once), and the room
-    left on the state dir's file system with the reserve the way back keeps (`room`)."""
+    """The store's bytes on disk: each release's own and the shared ones (once). Also the room left
+    on the state dir's file system, with the reserve the way back keeps (`room`)."""
 
     releases: dict[str, int]  # version: bytes of the files and directories only it holds
     shared: int  # bytes of the files two or more releases hold, each file once
@@ -147,11 +145,10 @@ def store_bytes(releases_dir: Path) -> StoreBytes:
 
 def record(releases_dir: Path,
            locked: Callable[[], contextlib.AbstractContextManager[object]]) -> None:
-    """Walk the store and record its bytes for `seen`, after an add or a prune: walked without
-    the writers' lock, written under it (`locked()`), as the store's other records are. A text
-    record as they are: its header, `shared <bytes>`, then `release <bytes> <version>` each.
-    Written only when the figures changed (an empty store has none): a refused add writes
-    nothing."""
+    """Walk the store and record its bytes for `seen` after an add or prune: walked without the
+    writers' lock, written under it (`locked()`). A text record: its header, `shared <bytes>`, then
+    one `release <bytes> <version>` each. Written only when the figures changed: a refused add
+    writes nothing."""
     own, shared = _walked(releases_dir, _versions(releases_dir))
     if (own, shared) == (_recorded(releases_dir) or ({}, 0)):
         return
@@ -179,8 +176,8 @@ def _recorded(releases_dir: Path) -> tuple[dict[str, int], int] | None:
 
 
 def seen(releases_dir: Path) -> StoreBytes:
-    """The store's bytes as recorded at the last add or prune, while the stored versions are
-    the ones recorded; else walked now. Writes nothing: `status` reads without the lock."""
+    """The store's bytes as recorded at the last add or prune while the stored versions are those
+    recorded, else walked now. Writes nothing: `status` reads without the lock."""
     versions = _versions(releases_dir)
     known = _recorded(releases_dir)
     if known is not None and sorted(known[0]) == versions:
@@ -189,10 +186,10 @@ def seen(releases_dir: Path) -> StoreBytes:
 
 
 def freed_by(trees: Iterable[Path], releases_dir: Path) -> int:
-    """The bytes that deleting `trees` (releases of the store, or trees taken out of it) and
-    then freeing the objects no release links (`objects.collect`) gives back: each inode whose
-    names are all in `trees` but for its object's, and each object no release links now. A
-    file a release outside `trees` still links frees nothing."""
+    """The bytes that deleting `trees` (stored releases, or trees taken out) and then collecting
+    unlinked objects (`objects.collect`) gives back. That is each inode whose names are all in
+    `trees` but its object's, and each object no release links now. A file linked from outside
+    `trees` frees nothing."""
     objects: dict[int, tuple[int, int]] = {}  # inode: links and bytes, of each object
     try:
         with os.scandir(releases_dir / OBJECTS) as it:

@@ -1,9 +1,8 @@
 """The placeholders of a release's `workload` command: `{release_dir}`, `{payload_dir}`,
-`{version}`, anywhere inside a word, expanded by agent-fsm (never by a shell) when the daemon
-starts the workload. `{{` and `}}` are literal braces. Any other `{...}`, and a lone brace, is
-refused where a release is made or read (`release pack`, `release add`, every read of a stored
-manifest), by `check`, in one line that names the word and what to write instead.
-"""
+`{version}`, anywhere in a word. agent-fsm expands them, never a shell, when the daemon starts the
+workload. `{{` and `}}` are literal braces. `check` refuses any other `{...}` or a lone brace
+wherever a release is made or read (`release pack`, `release add`, every manifest read). Its one
+line names the word and what to write instead."""
 
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 
 
 def _expand_word(word: str, values: Mapping[str, str] | None) -> str:
-    """`word` with its placeholders replaced by `values` (None: only checked). ValueError
-    names what is wrong."""
+    """`word` with its placeholders replaced by `values` (None: only checked); ValueError names what
+    is wrong."""
     out: list[str] = []
     at = 0
     for found in _TOKEN.finditer(word):
@@ -46,8 +45,8 @@ def _refused(where: str, i: int, word: str, why: str) -> ReleaseError:
 
 
 def check(argv: Sequence[str], where: str) -> None:
-    """Refuse a workload whose words use an unknown placeholder or a lone brace (ReleaseError,
-    one line, naming `where`: the manifest or the command that was given it)."""
+    """Refuse a workload with an unknown placeholder or a lone brace (ReleaseError, one line, naming
+    `where`: the manifest or the command given it)."""
     for i, word in enumerate(argv):
         try:
             _expand_word(word, None)
@@ -57,8 +56,8 @@ def check(argv: Sequence[str], where: str) -> None:
 
 def expand(argv: Sequence[str], *, release_dir: str, payload_dir: str,
            version: str) -> tuple[str, ...]:
-    """The command the daemon runs: each word's placeholders replaced (a checked argv; an
-    unchecked one raises ReleaseError as `check` does)."""
+    """The command the daemon runs, each word's placeholders replaced; an unchecked argv raises
+    ReleaseError as `check` does."""
     values = {"release_dir": release_dir, "payload_dir": payload_dir, "version": version}
     out = []
     for i, word in enumerate(argv):

@@ -1,9 +1,9 @@
 """The startup gate: a runtime file whose presence lets operations (another upgrade too) start.
 
-It lives in the run directory, which systemd creates when the agent unit starts and removes when
-it stops (`RuntimeDirectory=`, on a tmpfs): so the gate is closed at every boot and whenever the
-agent is not running, and no other process (a `recover` finishing what the agent left owed) can
-open it for an agent that is down.
+It lives in the run directory, which systemd creates when the agent unit starts and removes when it
+stops (`RuntimeDirectory=`, on a tmpfs). So the gate is closed at every boot and whenever the agent
+is not running. No other process (a `recover` finishing the agent's owed work) can open it for an
+agent that is down.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ class Gate:
         return self.path.exists()
 
     def open(self) -> bool:
-        """Open the gate; False (and nothing written) when the run directory is absent, that
-        is, when the agent unit is not running."""
+        """Open the gate. False, writing nothing, when the run directory is absent: the agent unit
+        is not running."""
         try:
             files.atomic_write(self.path, b"open\n", 0o644, create_dir=False)
         except FileNotFoundError:

@@ -1,9 +1,9 @@
-"""`<run_dir>/judgment.json`: where the daemon's judgment of a candidate is, for `upgrade --wait`:
-each check's last answer and, once they passed, when the soak ends.
+"""`<run_dir>/judgment.json`: the daemon's judgment of a candidate so far, for `upgrade --wait`. It
+holds each check's last answer and, once they passed, when the soak ends.
 
-The daemon writes it (atomically) after each round of the checks and when the soak begins; a
-reader trusts it only for the version and attempt the signal names (systemd removes the run dir
-whenever the agent unit stops), and never fails on it: a missing or garbled one is None.
+The daemon writes it atomically after each round of checks and when the soak begins. A reader trusts
+it only for the version and attempt the signal names (systemd removes the run dir whenever the agent
+unit stops). Reading never fails: a missing or garbled one is None.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The upgrade signal: a file that exists exactly while an upgrade is pending.
 
-While it exists, the service assets on disk are the last-good version's and are held. It names
-the versions, counts the candidate's starts (so a restarted candidate can judge itself failed)
-and carries the judgment's deadline. `attempt` is counted by the candidate's daemon; `starts`
-by the last-good's `start-check` before the candidate's code runs (absent: none counted), so a
-candidate that crashes before it counts is still bounded. `<state_dir>/upgrade-signal.json`,
-a document of kind `signal` (`document_file`).
+While it exists, the service assets on disk are the last-good version's and are held. It names the
+versions, counts the candidate's starts (so a restarted candidate can judge itself failed) and
+carries the judgment's deadline. The candidate's daemon counts `attempt`. The last-good's
+`start-check` counts `starts` before the candidate's code runs (absent: none counted), so a
+candidate that crashes before it counts is still bounded. It is `<state_dir>/upgrade-signal.json`, a
+document of kind `signal` (`document_file`).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class UpgradeSignal(NamedTuple):
 
 def read(path: Path) -> UpgradeSignal | None:
     """The pending upgrade's signal, or None when no upgrade is pending. A signal the document
-    format refuses (damaged, newer, a field not valid: `validate.signal_body`) is SignalError:
-    one line naming the file, the field and its value; the file is left as it is."""
+    format refuses (damaged, newer, an invalid field: `validate.signal_body`) is SignalError, one
+    line naming the file, the field and its value. The file is left as it is."""
     try:
         data = KIND.read(path)
     except DocumentError as exc:

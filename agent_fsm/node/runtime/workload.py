@@ -1,12 +1,12 @@
-"""`<run_dir>/workload.json`: the daemon's record of the workload it supervises, for `status`
-and `metrics`.
+"""`<run_dir>/workload.json`: the daemon's record of the workload it supervises, for `status` and
+`metrics`.
 
-The daemon writes it (atomically, `files.atomic_write`) when the workload starts and when it
-exits; systemd removes the run dir whenever the agent unit stops, so no record outlives the
-daemon that wrote it, but a record is trusted only as far as it can be checked: `running` is
-shown only while both its `pid` and its `daemon_pid` are alive (a record left by a daemon killed
-with SIGKILL, or a reused run dir, reads as not running). `view` is the `workload` object of
-`status --json` (docs/operations.md): null when the selected release declares no workload.
+The daemon writes it atomically (`files.atomic_write`) when the workload starts and exits. systemd
+removes the run dir whenever the agent unit stops, so no record outlives its daemon. Still, a record
+is trusted only as far as it can be checked: `running` is shown only while both its `pid` and
+`daemon_pid` live. A record left by a daemon killed with SIGKILL, or in a reused run dir, reads as
+not running. `view` is the `workload` object of `status --json` (docs/operations.md), null when the
+selected release declares no workload.
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def alive(pid: int | None) -> bool:
 
 
 def _writable(paths: Paths) -> dict[str, Any]:
-    """The configured `writable_paths` and whether the agent unit on disk grants them (unit
-    settings: they take effect once the unit is written and started again)."""
+    """The configured `writable_paths` and whether the agent unit on disk grants them. They are unit
+    settings: they take effect once the unit is written and started again."""
     from ..assets.render import workload_lines  # here: only when a workload is declared
 
     wanted = [str(p) for p in paths.config.workload.writable_paths]
@@ -127,9 +127,9 @@ def _writable(paths: Paths) -> dict[str, Any]:
 
 
 def view(paths: Paths, selected: str | None, user: str) -> dict[str, Any] | None:
-    """`status --json`'s `workload`: null when the selected release declares none; else what
-    the record says, `running` only while its process and its daemon both live (`user`: who it
-    would run as, for a workload not running now), and `writable_paths` (`_writable`)."""
+    """`status --json`'s `workload`: null when the selected release declares none. Else the record,
+    with `running` only while its process and daemon both live, `user` (who it would run as, when
+    not running) and `writable_paths` (`_writable`)."""
     found = _view(paths, selected, user)
     return None if found is None else {**found, "writable_paths": _writable(paths)}
 

@@ -2,8 +2,8 @@
 
 They are the config file (what root runs and renders), the allowed-signers file it names (whose
 releases root accepts), and the programs it names by path (checks, hooks, the publish command). Each
-must be root's or ours and not writable by group or others, nor any directory above it, up to --root
-for a file below it. `modes` checks the state, unit and script directories alike.
+must be root's or ours and not writable by group or others. So must every directory above it, up to
+--root for a file below it. `modes` checks the state, unit and script directories alike.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from .modes import loose, lstat, mode_text, ours, q
 
 
 def config_file(paths: Paths) -> list[Finding]:
-    """The config file root reads and the allowed-signers file it names: each root's or ours, not
-    writable by group or others, nor any directory above them. A missing config's directories count
-    too: anyone who may write there may create it."""
+    """The config file root reads and the allowed-signers file it names. Each must be root's or
+    ours, and neither it nor any directory above it writable by group or others. A missing config's
+    directories count too: anyone who may write there may create it."""
     config = paths.config
     files_ = [("config file", config.source or paths.real(DEFAULT_CONFIG), config.source is None)]
     if config.allowed_signers is not None:
@@ -76,8 +76,8 @@ def programs(config: Config) -> list[str]:
 
 
 def _parents(file: Path, root: Path | None, covered: set[Path]) -> list[Finding]:
-    """The directories above a file root reads, up to --root when the file is below it, without
-    those `assets` already checks."""
+    """The directories above a file root reads, up to --root when the file is below it, less those
+    `assets` already checks."""
     out = []
     for d in file.parents:
         if d in covered or (root is not None and file.is_relative_to(root)

@@ -12,8 +12,8 @@ _NAMED = re.compile(r"`([A-Za-z0-9_.\[\]-]+)`")
 
 
 def line_of(text: str, key: str) -> int | None:
-    """The line (1-based) where `key` (dotted: `judgment.soak_seconds`) is set in `text`: its last
-    part as a key at the start of a line, under the table its other parts name."""
+    """The line (1-based) where `key` (dotted: `judgment.soak_seconds`) is set in `text`. Its last
+    part is a key at the start of a line, under the table its other parts name."""
     parts = [p for p in re.sub(r"\[\d+\]", "", key).split(".") if p]
     if not parts:
         return None
@@ -31,7 +31,7 @@ def line_of(text: str, key: str) -> int | None:
 
 def config_refused(source: Path, error: ConfigError) -> Finding:
     """The finding for a config `config.load` refused: its words, and the line of the key it names
-    when the file has one."""
+    if the file has one."""
     named = _NAMED.search(str(error))
     line = None
     if named is not None:

@@ -3,8 +3,8 @@ verified again against that file as it is now.
 
 The store's digest keeps a release as `release add` verified it, but the file can change: a key
 removed, or past its `valid-before`. So doctor names each stored release no listed key signs now.
-Selecting a release does not check its signature: the way back must not depend on a listed key. The
-fix is to upgrade to a release a listed key signed, then prune the other.
+Selecting a release does not check its signature, since the way back must not depend on a listed
+key. The fix: upgrade to a release a listed key signed, then prune the other.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ CHECK = "signature"
 
 
 def signatures(node: Node) -> list[Finding]:
-    """One finding per stored release no allowed signer signed now, or one `ok` naming who signed
-    each; nothing when the config requires no signature."""
+    """One finding per stored release no allowed signer signs now, or one `ok` naming who signed
+    each. Nothing when the config requires no signature."""
     try:
         allowed = signing.allowed_signers(node.config, node.paths)
     except AgentFsmError:

@@ -62,8 +62,8 @@ def releases(node: Node) -> list[Finding]:
 
 
 def store(node: Node) -> Finding:
-    """What the store takes on disk (walked, not the record `status` reads) and the room left: a
-    fail when less is free than the way back keeps."""
+    """What the store takes on disk (walked, not the record `status` reads) and the room left. Fails
+    when less is free than the way back keeps."""
     where = node.paths.releases_dir
     seen = usage.store_bytes(where)
     if not seen.short:

@@ -1,5 +1,5 @@
-"""The service assets on disk as `status` shows them: compared with what the selected release
-would write, held or not, with a unified diff on request."""
+"""The service assets on disk as `status` shows them: compared with what the selected release would
+write, held or not. A unified diff on request."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _diff(on_disk: bytes, want: bytes, path: str, selected: str | None) -> str:
 def compare(paths: Paths, releases: Releases, held: bool, selected: str | None,
             diff: bool) -> tuple[tuple[AssetView, ...], str | None]:
     """Each asset on disk against the selected release's rendering of it, and why that rendering
-    failed (None when it did not, or nothing is selected)."""
+    failed (None when it did not or nothing is selected)."""
     host_paths = (paths.host_agent_unit, paths.host_recovery_unit, paths.host_recovery_script)
     rendered: dict[str, tuple[bytes, int]] = {}
     error = None

@@ -2,8 +2,8 @@
 
 What is happening: the state and its meaning, the versions, the signal with its age and deadline,
 the gate, the assets on disk against what the running version would write, the last result. What may
-I do now: `next`, a sentence and the commands. Every field of `Status.to_json` is documented in
-docs/operations.md and pinned by tests/views/test_status.py.
+I do now: `next`, a sentence and the commands. docs/operations.md documents every field of
+`Status.to_json`, and tests/views/test_status.py pins them.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _signal_json(sig: UpgradeSignal, now: float, max_attempts: int) -> dict[str,
 
 def crash_loop(doc: StateDoc, now: float) -> dict[str, Any] | None:
     """The crash loop the node is in: the latest transition is a start after a crash, less than
-    CRASH_LOOP_WINDOW ago (`store.Store.record`); else None."""
+    CRASH_LOOP_WINDOW ago (`store.Store.record`). Else None."""
     loop = doc.crash_loop
     if loop is None or loop["seq"] != doc.seq or now - loop["last"] >= CRASH_LOOP_WINDOW:
         return None
@@ -141,8 +141,8 @@ def crash_loop(doc: StateDoc, now: float) -> dict[str, Any] | None:
 
 
 def _unknown(node: Node | Reader, p: Pending) -> list[str]:
-    """What an owed transition names that this agent-fsm does not know (`Controller.unknown`'s rule,
-    read off the definition: `status` has no engine)."""
+    """What an owed transition names that this agent-fsm does not know. `Controller.unknown`'s rule,
+    read off the definition: `status` has no engine."""
     d = node.definition
     effects = {e.name for t in d.transitions for e in t.effects}
     names = [] if p.trigger in {t.trigger for t in d.transitions} else [f"trigger {p.trigger}"]
@@ -179,7 +179,7 @@ def _repair(bad: dict[str, str], last_good: str | None, unit: str, prog: str) ->
 
 
 def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") -> Status:
-    """The node as it is now. `diff` adds a unified diff for each asset that differs; `prog`
+    """The node as it is now. `diff` adds a unified diff for each asset that differs. `prog`
     prefixes the suggested commands (say, with this run's --config and --root)."""
     doc = node.store.read()
     now = node.clock.now()
@@ -288,9 +288,9 @@ def status(node: Node | Reader, *, diff: bool = False, prog: str = "agent-fsm") 
 
 
 def _channel(node: Node | Reader, selected: str | None, now: float) -> dict[str, Any] | None:
-    """The channel and its last follow (`channel_record.view`), with the follow timer as
-    systemd has it: `timer` (its ActiveState, or "unknown"), `next_run` (null when none is due
-    or systemd cannot say) and `waiting` (`_waiting`)."""
+    """The channel and its last follow (`channel_record.view`), with the follow timer as systemd has
+    it. `timer`: its ActiveState, or "unknown". `next_run`: null when none is due or systemd cannot
+    say. `waiting`: see `_waiting`."""
     view = channel_record.view(node.paths.channel_dir, node.config.channel.url,
                                node.config.channel.name)
     if view is None:
@@ -305,9 +305,9 @@ def _channel(node: Node | Reader, selected: str | None, now: float) -> dict[str,
 
 def _waiting(view: dict[str, Any], selected: str | None, active: str, at: float | None,
              now: float) -> dict[str, Any] | None:
-    """Null while no follow is due ahead; else the node is outside its window until the
-    timer's next run, and `eligible` names what its last follow found eligible, newer than the
-    selected version, and did not take (a follow then takes the newest of them)."""
+    """Null while no follow is due. Else the node is outside its window until the timer's next run,
+    and `eligible` names versions its last follow found eligible, newer than the selected one, and
+    did not take. A follow then takes the newest of them."""
     if active != "active" or at is None or at <= now:
         return None
     newer = [a["version"] for a in view["available"] if a["why_not"] is None
@@ -326,8 +326,8 @@ def _utc(ts: float) -> str:
 
 
 def _outbox(node: Node | Reader, last: dict[str, Any] | None) -> dict[str, Any]:
-    """How many results wait for delivery, and, while the last one queued by `complete_queued` still
-    waits, since when the publisher was unreachable."""
+    """How many results wait for delivery. While the last one `complete_queued` queued still waits,
+    also since when the publisher was unreachable."""
     try:
         queued = sum(1 for p in node.paths.outbox_dir.iterdir() if p.suffix == ".json")
     except OSError:
