@@ -15,8 +15,6 @@ from ...views import diagram as diagram_mod
 from .. import options
 from ..render import err
 
-PAGE_DIR = Path("diagrams")  # a checkout's, from its root
-
 
 class DiagramFormat(enum.StrEnum):
     mermaid = "mermaid"
@@ -39,10 +37,11 @@ def diagram(
     check: Annotated[bool, typer.Option(
         "--check", help="Print no diagram; compare the committed page DIR/agent-upgrade.md with "
         "what the definition renders: exit 0 when they are equal, 1 with one line naming the "
-        "page and the command that rewrites it.")] = False,
+        "page and the command that rewrites it. --format, --output and --current are accepted "
+        "and do not apply.")] = False,
     directory: Annotated[Path, typer.Option(
         "--dir", metavar="DIR", help="With --check: the directory holding the page. Relative to "
-        "the current directory: a CI runs it from the checkout's root.")] = PAGE_DIR,
+        "the current directory: a CI runs it from the checkout's root.")] = Path("diagrams"),
 ) -> None:
     """Print the machine as a diagram, generated from its definition in states/; or, with
     --check, say whether the committed page is what the definition renders (for a CI).
@@ -53,8 +52,6 @@ def diagram(
     """
     from ...upgrade.registry import load_definition
 
-    _usage(check, {"--format": fmt is not DiagramFormat.mermaid, "--output": output is not None,
-                   "--current": current, "--dir": directory != PAGE_DIR})
     d = diagram_mod.from_definition(load_definition())
     if check:
         page = diagram_mod.check_page(d, directory)
@@ -73,14 +70,3 @@ def diagram(
         return
     sys.stdout.write(text)
 
-
-def _usage(check: bool, given: dict[str, bool]) -> None:
-    """Refuse (exit 2) --dir without --check, and --check with an option of the printed diagram."""
-    if check:
-        clash = [option for option, on in given.items() if on and option != "--dir"]
-        if clash:
-            raise typer.BadParameter(f"it prints no diagram; drop {', '.join(clash)}",
-                                     param_hint="--check")
-    elif given["--dir"]:
-        raise typer.BadParameter("it says where --check looks; add --check",
-                                 param_hint="--dir")
