@@ -196,7 +196,7 @@ def check_page(diagram: Diagram, directory: Path) -> Path:
     page = directory / DIAGRAM_FILE
     if not directory.is_dir():
         what = "is not a directory" if directory.exists() else "does not exist"
-        raise AgentFsmError(f"no diagram page to check: {directory} {what}; run from the "
+        raise AgentFsmError(f"no diagram page to check: {directory.absolute()} {what}; run from the "
                             "checkout's root (which holds diagrams/) or name the directory with --dir")
     rewrite = (f"run `make diagram` in its checkout (or `agent-fsm diagram --format markdown "
                f"--output {shlex.quote(str(page))}`) and commit the result")

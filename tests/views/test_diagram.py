@@ -158,7 +158,7 @@ class TestPageCheck:
         proc = run("diagram", "--check", cwd=tmp_path)
         assert proc.returncode == 1
         assert one_line_error(proc) == (
-            "agent-fsm: no diagram page to check: diagrams does not exist; run from the "
+            f"agent-fsm: no diagram page to check: {tmp_path / 'diagrams'} does not exist; run from the "
             "checkout's root (which holds diagrams/) or name the directory with --dir")
 
     def test_a_missing_page_is_one_clear_line(self, tmp_path: Path) -> None:

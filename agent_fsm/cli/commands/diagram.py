@@ -69,4 +69,3 @@ def diagram(
         err.print(f"wrote {output}", markup=False)
         return
     sys.stdout.write(text)
-
