@@ -17,7 +17,6 @@ from rich.table import Table
 
 from agent_fsm.cli.exits import guarded
 from agent_fsm.cli.render import err, out
-from agent_fsm.errors import AgentFsmError
 
 app = typer.Typer(name="agent-fsm-lab", add_completion=False, no_args_is_help=True,
                   help="agent-fsm's lab: your releases on a throwaway node, the demo, the diagram page.")
@@ -110,19 +109,13 @@ def diagram(
     from agent_fsm.views import diagram as diagram_mod
 
     page = directory / diagram_mod.DIAGRAM_FILE
-    expected = diagram_mod.markdown(diagram_mod.from_definition(load_definition()))
+    drawn = diagram_mod.from_definition(load_definition())
     if write:
         directory.mkdir(parents=True, exist_ok=True)
-        page.write_text(expected, encoding="utf-8")
+        page.write_text(diagram_mod.markdown(drawn), encoding="utf-8")
         err.print(f"wrote {page}", markup=False)
         return
-    try:
-        actual = page.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        actual = None
-    if actual != expected:
-        raise AgentFsmError(f"{page} is stale or missing: it does not match the machine "
-                            "definition; run `make diagram` and commit the result")
+    diagram_mod.check_page(drawn, directory)  # `agent-fsm diagram --check`'s
     err.print(f"{page} matches the machine definition", markup=False)
 
 

@@ -1,14 +1,20 @@
 """Diagrams of the machine for reviewers: definition -> plain dataclasses -> a renderer.
 
 The renderers (mermaid, dot, a markdown page with the transition table) work on `Diagram`, so they
-are tested on hand-built diagrams. `from_definition` is the only bridge to `states/`.
+are tested on hand-built diagrams. `from_definition` is the only bridge to `states/`. `check_page`
+compares a committed page with what `markdown` renders: `agent-fsm diagram --check` and the lab's
+check (`make lint`) both run it.
 """
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
 
+from .. import files
 from ..errors import AgentFsmError
 from ..machine.definition import MEANINGS, Definition, OnRecover, OnStart
 from ..system import proc
@@ -179,3 +185,37 @@ def markdown(diagram: Diagram) -> str:
         for e in diagram.edges
     ]
     return "\n".join(out) + "\n"
+
+
+def check_page(diagram: Diagram, directory: Path) -> Path:
+    """The page under `directory` when it is byte for byte what `markdown` renders.
+
+    Raises an AgentFsmError naming the page and the commands that rewrite it when the page differs
+    or is missing. Reads at most the rendered page's size, and never waits on a FIFO.
+    """
+    page = directory / DIAGRAM_FILE
+    if not directory.is_dir():
+        what = "is not a directory" if directory.exists() else "does not exist"
+        raise AgentFsmError(f"no diagram page to check: {directory.absolute()} {what}; run from the "
+                            "checkout's root (which holds diagrams/) or name the directory with --dir")
+    rewrite = (f"run `make diagram` in its checkout (or `agent-fsm diagram --format markdown "
+               f"--output {shlex.quote(str(page))}`) and commit the result")
+    expected = markdown(diagram).encode()
+    try:
+        actual = files.read_regular(page.resolve(), len(expected))  # a linked page is read too
+    except FileNotFoundError:
+        raise AgentFsmError(f"no diagram page {page}: {rewrite}") from None
+    except ValueError as exc:
+        raise AgentFsmError(f"{page} differs from what the machine's definition renders ({exc}): "
+                            f"{rewrite}") from None
+    if actual != expected:
+        line = _first_difference(actual, expected)
+        raise AgentFsmError(f"{page} differs from what the machine's definition renders (from "
+                            f"line {line}): {rewrite}")
+    return page
+
+
+def _first_difference(actual: bytes, expected: bytes) -> int:
+    """The number, from 1, of the first line where `actual` and `expected` differ (they do)."""
+    pairs = zip_longest(actual.split(b"\n"), expected.split(b"\n"))
+    return next(n for n, (a, e) in enumerate(pairs, 1) if a != e)

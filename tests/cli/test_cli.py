@@ -135,23 +135,6 @@ class TestHistoryDiagramUsage:
                       "--limit", "1")
         assert [e["trigger"] for e in json.loads(limited.stdout)] == ["candidate_started"]
 
-    def test_diagram_check_passes_in_checkout_and_fails_when_stale(self, tmp_path: Path) -> None:
-        """The lab's diagram check accepts the committed page and rejects a stale one (exit 1);
-        the node's `agent-fsm diagram` has no such contributor flag (exit 2)."""
-        def lab(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([sys.executable, "-m", "agent_fsm_lab", "diagram", *args],
-                                  capture_output=True, text=True, check=False, cwd=ROOT,
-                                  timeout=60)
-
-        assert lab().returncode == 0
-        stale = tmp_path / "diagrams"
-        stale.mkdir()
-        (stale / "agent-upgrade.md").write_text("old\n")
-        proc = lab("--dir", str(stale))
-        assert proc.returncode == 1
-        assert "stale" in one_line_error(proc)
-        assert run("diagram", "--check").returncode == 2
-
     def test_diagram_dot_highlights_current_state(self, tmp_path: Path, cfg: Path) -> None:
         """diagram --format dot --current fills the node's current state."""
         world = make_world(tmp_path / "root")

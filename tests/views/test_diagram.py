@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -80,6 +83,128 @@ class TestCommittedPage:
         for s in load_definition().states:
             assert f"| `{s.name}` | {s.description} | `{s.on_start}` | `{s.on_recover}` |" in page
 
+
+def page_copy(tmp_path: Path, edit: Callable[[bytes], bytes] = lambda b: b) -> Path:
+    """A directory holding the committed page, passed through `edit`."""
+    directory = tmp_path / "diagrams"
+    directory.mkdir()
+    (directory / diagram.DIAGRAM_FILE).write_bytes(
+        edit((ROOT / "diagrams" / diagram.DIAGRAM_FILE).read_bytes()))
+    return directory
+
+
+def fork(tmp_path: Path) -> Path:
+    """A fork's checkout: the package, states/ with one state described otherwise, and the
+    diagram page it rendered from that (as `make diagram` there writes it)."""
+    tree = tmp_path / "fork"
+    for name in ("agent_fsm", "states", "diagrams"):
+        shutil.copytree(ROOT / name, tree / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    states = tree / "states" / "agent-upgrade.toml"
+    text = states.read_text()
+    assert "Not installed yet" in text
+    states.write_text(text.replace("Not installed yet", "Our agent is not installed yet"))
+    written = run("diagram", "--format", "markdown", "--output", "diagrams/agent-upgrade.md",
+                  cwd=tree)
+    assert written.returncode == 0, written.stderr
+    return tree
+
+
+class TestPageCheck:
+    def test_the_committed_page_passes(self) -> None:
+        """`agent-fsm diagram --check` in the checkout's root exits 0, prints no diagram and says
+        the page matches."""
+        proc = run("diagram", "--check")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == ""
+        assert proc.stderr == "diagrams/agent-upgrade.md matches the machine definition\n"
+
+    def test_a_page_one_byte_off_fails_naming_the_file_and_the_rewrite(self, tmp_path: Path) -> None:
+        """A page with one byte changed exits 1 with one line naming that page, the line where it
+        differs and the commands that rewrite it."""
+        lines = (ROOT / "diagrams" / diagram.DIAGRAM_FILE).read_bytes().split(b"\n")
+        at = next(n for n, line in enumerate(lines) if line.startswith(b"| `idle` |"))
+        lines[at] = lines[at].replace(b"`idle`", b"`Idle`")
+        directory = page_copy(tmp_path, lambda _: b"\n".join(lines))
+        proc = run("diagram", "--check", "--dir", str(directory))
+        assert proc.returncode == 1
+        line = one_line_error(proc)
+        page = directory / diagram.DIAGRAM_FILE
+        assert line.startswith(f"agent-fsm: {page} differs from what the machine's definition "
+                               f"renders (from line {at + 1}): ")
+        assert "`make diagram`" in line
+        assert f"`agent-fsm diagram --format markdown --output {page}`" in line
+
+    def test_a_page_that_only_grew_fails(self, tmp_path: Path) -> None:
+        """A page with one line added at its end exits 1: the rendered page is a prefix of it."""
+        directory = page_copy(tmp_path, lambda page: page + b"an extra line\n")
+        proc = run("diagram", "--check", "--dir", str(directory))
+        assert proc.returncode == 1
+        assert "is larger than" in one_line_error(proc)
+
+    def test_a_huge_page_is_not_read(self, tmp_path: Path) -> None:
+        """A page of 1 TiB (sparse) exits 1 at once, saying it is too large, without reading it."""
+        directory = tmp_path / "diagrams"
+        directory.mkdir()
+        with (directory / diagram.DIAGRAM_FILE).open("wb") as huge:
+            huge.truncate(1 << 40)
+        proc = run("diagram", "--check", "--dir", str(directory))
+        assert proc.returncode == 1
+        assert "is larger than" in one_line_error(proc)
+
+    def test_a_missing_directory_is_one_clear_line(self, tmp_path: Path) -> None:
+        """Run outside a checkout (no diagrams/ here), --check exits 1 with one line saying the
+        directory does not exist and how to name it."""
+        proc = run("diagram", "--check", cwd=tmp_path)
+        assert proc.returncode == 1
+        assert one_line_error(proc) == (
+            f"agent-fsm: no diagram page to check: {tmp_path / 'diagrams'} does not exist; run from the "
+            "checkout's root (which holds diagrams/) or name the directory with --dir")
+
+    def test_a_missing_page_is_one_clear_line(self, tmp_path: Path) -> None:
+        """A directory without the page exits 1 with one line naming the page to write."""
+        (tmp_path / "diagrams").mkdir()
+        proc = run("diagram", "--check", cwd=tmp_path)
+        assert proc.returncode == 1
+        line = one_line_error(proc)
+        assert line.startswith("agent-fsm: no diagram page diagrams/agent-upgrade.md: run "
+                               "`make diagram`")
+
+    def test_a_forks_page_is_checked_against_the_forks_definition(self, tmp_path: Path) -> None:
+        """A fork's CI, in its checkout's root, passes on the page its definition renders; that
+        page fails against this checkout's definition (`--dir` on the fork's copy), and this
+        checkout's page fails against the fork's."""
+        tree = fork(tmp_path)
+        assert run("diagram", "--check", cwd=tree).returncode == 0
+        theirs = run("diagram", "--check", "--dir", str(tree / "diagrams"))
+        assert theirs.returncode == 1
+        assert f"{tree / 'diagrams' / diagram.DIAGRAM_FILE} differs" in one_line_error(theirs)
+        ours = run("diagram", "--check", "--dir", str(ROOT / "diagrams"), cwd=tree)
+        assert ours.returncode == 1
+        assert "differs" in one_line_error(ours)
+
+    def test_the_labs_check_is_the_same(self, tmp_path: Path) -> None:
+        """`python -m agent_fsm_lab diagram` (what `make lint` runs) passes on the committed page
+        and fails on a changed one with the same line as `agent-fsm diagram --check`."""
+        def lab(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "agent_fsm_lab", "diagram", *args],
+                                  capture_output=True, text=True, check=False, cwd=ROOT,
+                                  timeout=60)
+
+        assert lab().returncode == 0
+        directory = page_copy(tmp_path, lambda page: page.replace(b"idle", b"idel", 1))
+        labs, ours = lab("--dir", str(directory)), run("diagram", "--check", "--dir", str(directory))
+        assert (labs.returncode, ours.returncode) == (1, 1)
+        assert one_line_error(labs) == one_line_error(ours)
+
+    def test_check_ignores_the_printing_options_as_0_1_0_did(self, tmp_path: Path) -> None:
+        """`--check` with --format, --output or --current checks the page and prints or writes no
+        diagram, as 0.1.0 did for the scripts written against it."""
+        output = tmp_path / "machine.dot"
+        proc = run("diagram", "--check", "--format", "dot", "--current", "--output", str(output))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "" and not output.exists()
+        assert proc.stderr.endswith("matches the machine definition\n")
 
 FAKE_DOT = """#!/bin/sh
 # A stand-in for graphviz (shell builtins only): records its argv, answers with an SVG that
