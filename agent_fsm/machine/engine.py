@@ -56,8 +56,9 @@ class Step:
         return self.args.get(name)
 
 
-class Actor(Protocol):
-    """What effects act through: a clock, and `prepare`, which fixes their values before recording."""
+class Effectors(Protocol):
+    """What effects act through (`upgrade.effectors` makes them): a clock, and `prepare`, which
+    fixes their values before recording."""
 
     clock: Clock
 
@@ -79,7 +80,7 @@ class Process(Protocol):
 
 
 # What the engine is given to run, by name: effects act, conditions answer (None when they
-# hold, else the error that refuses). Their first argument is the actor they act through.
+# hold, else the error that refuses). Their first argument is the effectors they act through.
 EffectFn = Callable[[Any, Step], None]
 ConditionFn = Callable[[Any, Step], AgentFsmError | None]
 
@@ -93,13 +94,13 @@ class Lifecycle:
 class Controller:
     """Runs the definition's transitions on a store, with the effects and conditions given."""
 
-    def __init__(self, definition: Definition, store: Store, actor: Actor, *,
+    def __init__(self, definition: Definition, store: Store, effectors: Effectors, *,
                  effects: Mapping[str, EffectFn], conditions: Mapping[str, ConditionFn],
                  history_limit: int = 200, hooks: Hooks | None = None,
                  process: Process | None = None) -> None:
         self.definition = definition
         self.store = store
-        self.actor = actor
+        self.effectors = effectors
         self.effects = effects
         self.conditions = conditions
         self.history_limit = history_limit
@@ -165,7 +166,7 @@ class Controller:
             try:
                 try:
                     fired = getattr(self.model, trigger)(
-                        doc=doc, args=self.actor.prepare(args), refusals=refusals, asked=asked,
+                        doc=doc, args=self.effectors.prepare(args), refusals=refusals, asked=asked,
                         superseded=superseded)
                 except MachineError:
                     raise self._illegal(trigger, doc) from None
@@ -208,7 +209,7 @@ class Controller:
         # In the history, not counted: the transition did not happen; the state is unchanged.
         doc.pending = None
         return {
-            "time": self.actor.clock.now(), "trigger": pending.trigger, "from": doc.state,
+            "time": self.effectors.clock.now(), "trigger": pending.trigger, "from": doc.state,
             "to": doc.state, "release": pending.args.get("release"),
             "upgrade": pending.args.get("upgrade"), "superseded_by": by,
             **({"unknown": unknown} if unknown else {}),
@@ -231,7 +232,7 @@ class Controller:
             trigger = event.event.name
             step = Step(event.kwargs["doc"], trigger, self._transitions[trigger].dest,
                         event.kwargs["args"])
-            refusal = check(self.actor, step)
+            refusal = check(self.effectors, step)
             if refusal is not None:
                 event.kwargs["refusals"].append(refusal)
             return refusal is None
@@ -311,7 +312,7 @@ class Controller:
                     log.info("%s of the interrupted %s counts as done: this start of the unit "
                              "is that restart", name, pending.trigger)
                 else:
-                    self.effects[name](self.actor, step)
+                    self.effects[name](self.effectors, step)
             except AgentFsmError as exc:
                 if name not in tolerant:
                     raise
@@ -324,7 +325,7 @@ class Controller:
         versions = pending.args.get("upgrade") or (
             None if up is None else {"from": up.from_version, "to": up.to_version})
         entry = {
-            "time": self.actor.clock.now(),
+            "time": self.effectors.clock.now(),
             "trigger": pending.trigger,
             "from": pending.source,
             "to": pending.dest,
@@ -357,7 +358,7 @@ class Controller:
         if trigger not in self.before_triggers or not self.hooks.has_before(trigger):
             return True
         doc = self.store.read()
-        prepared = self.actor.prepare(args)
+        prepared = self.effectors.prepare(args)
         if doc.pending is not None:  # resumed first, under the lock: the state may change
             return False
         self.machine.set_state(doc.state, model=self.model)
