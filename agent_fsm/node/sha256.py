@@ -4,8 +4,9 @@
 4.5-9 ms of each `status --json`, which hashes only the state file (a few KB), and puts the figure
 at its goal's edge (docs/benchmarks.md, "What each mechanism buys"). CPython's built-in one
 (`_sha256` up to 3.11, `_sha2` from 3.12) gives the same digests but is slower on large inputs: 98
-ms for 18 MiB, against OpenSSL's 16 ms on a CPU with SHA instructions. `release add` hashes a whole
-tree once in a short-lived process and asks for OpenSSL's (`prefer_openssl`). OpenSSL's is also used
+ms for 18 MiB, against OpenSSL's 16 ms on a CPU with SHA instructions. `release add`, and `upgrade`,
+`install` and `activate` reading every byte of their release (`Releases.reread`), hash a whole tree
+once in a short-lived process and ask for OpenSSL's (`prefer_openssl`). OpenSSL's is also used
 whenever the process has loaded it anyway (the full CLI's libraries do). It is asked of `_hashlib`,
 since `hashlib` may be bound to CPython's digests even then (the writers' lock imports filelock
 without OpenSSL).

@@ -23,8 +23,11 @@ HEAVY = ("typer", "rich", "pydantic", "click")
 # What the daemon does not need either, each a measured share of its resident memory: the package
 # data readers (zipfile, importlib.resources), the release store's writers (tempfile, shutil with
 # bz2 and lzma), OpenSSL (`_hashlib`, 3.5 MB, which filelock's `secrets` and `hmac` would map)
-# and `ssl`. Not `secrets` nor `decimal` and `inspect`: filelock imports them (docs/benchmarks.md).
-NOT_IN_THE_DAEMON = ("zipfile", "importlib.resources", "tempfile", "shutil", "_hashlib", "ssl")
+# and `ssl`; and what filelock loads only for its other locks, when first named: `asyncio` (its
+# async locks, 5.7 MB with `ssl`) and `sqlite3` (its read-write lock, 0.9 MB). Not `secrets` nor
+# `decimal` and `inspect`: filelock imports them (docs/benchmarks.md).
+NOT_IN_THE_DAEMON = ("zipfile", "importlib.resources", "tempfile", "shutil", "_hashlib", "ssl",
+                     "asyncio", "sqlite3")
 
 # The console script's entry, reporting on exit which of those modules the run imported.
 LEAN = ("import atexit, json, sys\n"
