@@ -279,8 +279,10 @@ COMPILE_TIMEOUT = 300.0
 
 def compile_for(python: Path) -> Callable[[Path], None]:
     """What writes the fast path's byte code for `python` into a staged release (`release add`).
-    A failure stores the release without it: its starts compile from source, as before."""
+    A failure (logged) stores the release without it: its starts compile from source."""
     def compile_lib(release: Path) -> None:
+        if not (release / "lib" / "agent_fsm").is_dir():
+            return  # no agent-fsm of its own: nothing on the fast path to compile
         try:
             done = proc.run([str(python), "-I", "-S", "-c", _COMPILE, str(release),
                              *LEAN_PACKAGES], timeout=COMPILE_TIMEOUT, cwd="/")

@@ -60,7 +60,7 @@ def compiled(staging: Path, manifest: bytes, hashed: Hashed,
     """Run `compile_lib` on the staged release (it writes byte code below `lib/`), and return the
     manifest of the files it added: those of `lib/` not in the release's `manifest`. Their hashes go
     into `hashed`, keyed as `scan` keys them below `staging`."""
-    if compile_lib is None:
+    if compile_lib is None or not (staging / "lib").is_dir():
         return _HEADER
     compile_lib(staging)
     known = {line.split(b" ", 4)[-1] for line in manifest.splitlines()}
