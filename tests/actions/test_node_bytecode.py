@@ -27,7 +27,8 @@ def _other_python() -> tuple[Path, str] | None:
     """A CPython 3.11+ on this machine whose byte code is not this one's, and its cache tag."""
     names = [f"python3.{minor}" for minor in range(11, 15)]
     found = [*(f"/usr/bin/{n}" for n in names), *(f"/usr/local/bin/{n}" for n in names),
-             *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[1-4]*/bin/python3")))]
+             *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[1-4]*/bin/python3")),
+                    reverse=True)]
     for candidate in found:
         try:
             tag = subprocess.run([candidate, "-I", "-S", "-c", _PROBE], capture_output=True,
