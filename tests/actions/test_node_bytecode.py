@@ -15,7 +15,7 @@ import pytest
 from agent_fsm.actions.releases.packing import add, packed
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.config import Config, Judgment
-from agent_fsm.node.releases import bytecode
+from agent_fsm.node.releases import bytecode, signing
 from tests.helpers import World, make_world
 
 pytestmark = pytest.mark.xdist_group("packed-node-bytecode")  # its module fixture is made once
@@ -94,6 +94,7 @@ class TestNodeByteCode:
         added = add(release, world.node)
         assert added.digest == digest
         assert world.node.releases.integrity("2.7.1").digest == digest
+        assert signing.message(added.path, stored=True).decode() == digest  # what a signature signs
         extra = bytecode.recorded(world.paths.releases_dir, "2.7.1").decode()
         assert f"lib/agent_fsm/__pycache__/wiring.{OTHER[1]}.pyc" in extra
 
@@ -123,5 +124,28 @@ class TestNodeByteCode:
         world = _node(tmp_path)
         stored = add(release, world.node).path
         (stored / "lib" / "agent_fsm" / "__pycache__" / f"wiring.{OTHER[1]}.pyc").unlink()
-        with pytest.raises(ReleaseError, match="wiring.*pyc removed"):
+        with pytest.raises(ReleaseError, match=re.escape(
+                f"lib/agent_fsm/__pycache__/wiring.{OTHER[1]}.pyc removed")):
             world.node.releases.verify("2.7.1")
+
+    def test_the_way_back_mends_a_release_with_node_byte_code(
+            self, packed_release: tuple[Path, str], tmp_path: Path) -> None:
+        """A stored release with a source replaced and its node byte code damaged is mended: the
+        source comes back from the store's intact copy, the node's byte code is removed, and the
+        release verifies again (it runs from its sources)."""
+        assert OTHER is not None
+        release, _ = packed_release
+        world = _node(tmp_path)
+        stored = add(release, world.node).path
+        source = stored / "lib" / "agent_fsm" / "wiring.py"
+        replacement = source.with_name("wiring.new")
+        replacement.write_text("raise SystemExit('damaged')\n")
+        replacement.chmod(0o644)
+        replacement.replace(source)
+        pyc = stored / "lib" / "agent_fsm" / "__pycache__" / f"wiring.{OTHER[1]}.pyc"
+        pyc.write_bytes(b"damaged")
+        fixed = world.node.releases.mend("2.7.1")
+        assert [rel for rel, _ in fixed] == ["lib/agent_fsm/wiring.py"]
+        assert not pyc.exists()
+        assert bytecode.recorded(world.paths.releases_dir, "2.7.1") == b""
+        world.node.releases.reread("2.7.1")

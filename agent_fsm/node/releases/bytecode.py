@@ -13,6 +13,7 @@ added or removed byte-code file is caught as any other byte of the release.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def compiled(staging: Path, manifest: bytes, hashed: Hashed,
     if compile_lib is None or not (staging / "lib").is_dir():
         return _HEADER
     compile_lib(staging)
-    known = {line.split(b" ", 4)[-1] for line in manifest.splitlines()}
+    known = {_path(line) for line in manifest.splitlines()}
     below: Hashed = {(rel[len(_LIB):], stamp): e._replace(path=e.path[len(_LIB):])
                      for (rel, stamp), e in hashed.items() if rel.startswith(_LIB)}
     out = [_HEADER]
@@ -74,6 +75,23 @@ def compiled(staging: Path, manifest: bytes, hashed: Hashed,
     for (rel, stamp), entry in below.items():
         hashed[_LIB + rel, stamp] = entry._replace(path=_LIB + entry.path)
     return b"".join(out)
+
+
+def drop(releases_dir: Path, version: str) -> None:
+    """Remove the node's byte code from stored `version`, then its record (the caller holds the
+    writers' lock). A directory that holds anything else is left, for the check to name."""
+    release = releases_dir / version
+    lines = recorded(releases_dir, version).splitlines()
+    for line in sorted(lines, key=_path, reverse=True):  # files before their directories
+        path = release / _path(line).decode()
+        if not path.resolve().is_relative_to(release.resolve()):
+            continue  # a record naming a path outside the release is damage, not ours to remove
+        with contextlib.suppress(OSError):  # missing already, or a directory not empty
+            if line.startswith(b"d "):
+                path.rmdir()
+            else:
+                path.unlink()
+    files.remove(record_path(releases_dir, version))
 
 
 def held_to(was: bytes, extra: bytes, now: bytes) -> tuple[bytes, bytes]:
@@ -91,6 +109,12 @@ def without(manifest: bytes, extra: bytes) -> bytes:
     return b"".join(line for line in manifest.splitlines(keepends=True) if line not in lines)
 
 
+def _path(line: bytes) -> bytes:
+    return line.split(b" ", 4)[-1]
+
+
 def _sorted(manifest: bytes) -> bytes:
+    """`manifest`'s lines in one order, by path, whatever order they came in."""
     lines = [line for line in manifest.splitlines(keepends=True) if line != _HEADER]
-    return _HEADER + b"".join(sorted(lines, key=lambda line: line.split(b" ", 4)[-1]))
+    lines.sort(key=_path)
+    return _HEADER + b"".join(lines)
