@@ -37,8 +37,8 @@ def message(release: Path, *, stored: bool, hashed: Hashed | None = None) -> byt
     """The message a release's signature signs: its digest without `release.sig`.
 
     `stored`: a stored or staged copy, checked as the store holds it, less the node's byte code
-    (`bytecode`). Else a packed directory, its
-    modes taken as the store will give them, within the default ceilings (`store_config.DEFAULTS`).
+    (`bytecode`). Else a packed directory, its modes taken as the store will give them, within the
+    default ceilings (`store_config.DEFAULTS`).
     `hashed`: files this process hashed as it wrote them, in a directory only it may write
     (`tree.scan`); they are not read again.
     """
