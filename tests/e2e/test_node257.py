@@ -69,3 +69,23 @@ def test_cli_byte_code_is_kept_between_calls(debian13: SystemdSandbox) -> None:
     before = (compiled / "app.cpython-313.pyc").stat().st_mtime_ns
     lab.cli("--version")
     assert (compiled / "app.cpython-313.pyc").stat().st_mtime_ns == before
+
+
+def test_a_release_added_on_the_node_starts_from_its_pythons_byte_code(
+        debian13: SystemdSandbox) -> None:
+    """A release packed on the host's Python and added on the node carries byte code for the
+    node's python3 (3.13) for every agent_fsm module, and the node's python3 runs `--version`
+    from the stored release without compiling any of them from source."""
+    lab = Lab(debian13)
+    lab.pack("1.0.0")
+    lab.install("1.0.0")
+    lib = lab.state_dir / "releases" / "1.0.0" / "lib"
+    sources = sorted(p.relative_to(lib) for p in (lib / "agent_fsm").rglob("*.py"))
+    compiled = sorted(p.parent.parent.relative_to(lib) / f"{p.name.split('.')[0]}.py"
+                      for p in (lib / "agent_fsm").rglob("__pycache__/*.cpython-313.pyc"))
+    assert sources and compiled == sources
+    verbose = debian13.run("python3", "-I", "-S", "-B", "-v", str(lib / "agent-fsm-boot.py"),
+                           "--version").stderr
+    from_source = [line for line in verbose.splitlines()
+                   if line.startswith(f"# code object from {lib}/agent_fsm/")]
+    assert from_source == [] and f"{lib}/agent_fsm/__pycache__/" in verbose, from_source[:3]

@@ -28,7 +28,7 @@ from ...node.releases.pointers import check_version, read_manifest
 from ...node.sha256 import prefer_openssl
 from ...wiring import Node
 from . import abi, libcache, origins, trust
-from .vendoring import BOOT_FILE, boot, compile_lean, sources, vendor
+from .vendoring import BOOT_FILE, boot, compile_for, compile_lean, sources, vendor
 from .vendoring import launcher as launcher_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # the agent_fsm package
@@ -301,7 +301,8 @@ def add(directory: Path, node: Node, *, shown_as: str | None = None,
     try:
         done = release_store.store(directory, node.paths.releases_dir,
                                    lambda staged: validate(staged, node), node.store.locked,
-                                   node.config.store, report, shown)
+                                   node.config.store, report, shown,
+                                   compile_for(node.paths.real(node.config.python)))
     except BadTree as exc:
         raise ReleaseError(
             f"refusing release {shown}: {named(exc)}; a release holds regular files and "

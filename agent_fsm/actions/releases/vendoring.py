@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import compileall
 import json
+import logging
 import py_compile
 import re
 import shutil
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from ...errors import ReleaseError
+from ...errors import CouldNotRun, ReleaseError
+from ...system import proc
 from .abi import covers
 
 # agent-fsm's own `dependencies` (pyproject.toml; a test keeps the two equal).
@@ -27,6 +30,7 @@ RUNTIME_REQUIREMENTS = ("filelock", "rich", "transitions", "typer")
 DEFAULT_PYTHON = "/usr/bin/python3"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SKIPPED_FILES = {"direct_url.json", "INSTALLER", "REQUESTED"}
+_log = logging.getLogger("agent_fsm")
 
 
 def _wanted(requirement: str) -> str | None:
@@ -225,11 +229,11 @@ def boot(version: str, targets: tuple[str, ...] = ("any",)) -> str:
                         covers=covers(targets))
 
 
-# What `daemon`, `recover` and `upgrade` import (the fast path), compiled at pack so a start on the
-# critical path need not (`-B` forbids writing byte code into the store; ~90 ms of CPU a start).
-# Checked-hash .pyc: valid whatever the files' times after the store's copy, never used for a
-# changed source; another Python version ignores them. `six` is a module, not a package (transitions
-# imports it): ~9 ms of CPU a start from source.
+# What `daemon`, `recover` and `upgrade` import (the fast path), compiled at pack for the packing
+# Python and at add for the node's (`compile_for`), so a start on the critical path need not (`-B`
+# forbids writing byte code into the store; 70-110 ms of CPU a start). Checked-hash .pyc: valid
+# whatever the files' times after the store's copy, never used for a changed source; another Python
+# version ignores them. `six` is a module, not a package (transitions imports it).
 LEAN_PACKAGES = ("agent_fsm", "transitions", "filelock", "six")
 
 
@@ -251,3 +255,41 @@ def compile_lean(release: Path) -> None:
             continue
         if not done:
             raise ReleaseError(f"cannot pack: byte-compiling {source} failed")
+
+
+# Run by the node's `python` on a staged release: the fast path's sources that have no byte code for
+# it get checked-hash .pyc, named as at pack. Isolated (-I -S), it imports the standard library only;
+# compiling runs none of the release's code.
+_COMPILE = """\
+import importlib.util, os, py_compile, sys
+os.umask(0o022)
+top = sys.argv[1]
+for name in sys.argv[2:]:
+    where = os.path.join(top, "lib", name)
+    found = [where + ".py"] if os.path.isfile(where + ".py") else [
+        os.path.join(d, f) for d, _, fs in os.walk(where) for f in sorted(fs) if f.endswith(".py")]
+    for path in found:
+        cfile = importlib.util.cache_from_source(path)
+        if not os.path.exists(cfile):
+            py_compile.compile(path, cfile, os.path.relpath(path, top), quiet=1,
+                               invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+"""
+COMPILE_TIMEOUT = 300.0
+
+
+def compile_for(python: Path) -> Callable[[Path], None]:
+    """What writes the fast path's byte code for `python` into a staged release (`release add`).
+    A failure (logged) stores the release without it: its starts compile from source."""
+    def compile_lib(release: Path) -> None:
+        if not (release / "lib" / "agent_fsm").is_dir():
+            return  # no agent-fsm of its own: nothing on the fast path to compile
+        try:
+            done = proc.run([str(python), "-I", "-S", "-c", _COMPILE, str(release),
+                             *LEAN_PACKAGES], timeout=COMPILE_TIMEOUT, cwd="/")
+        except CouldNotRun as exc:
+            _log.warning("no byte code for %s: %s", python, exc)
+            return
+        if done.returncode != 0:
+            _log.warning("no byte code for %s: it exited %d: %s", python, done.returncode,
+                         done.tail or "no output")
+    return compile_lib

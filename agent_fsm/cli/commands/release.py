@@ -192,9 +192,10 @@ def add_from(node: Node, source: str, *, quiet: bool = False) -> Added:
     note = f"; it replaced the stored copy: {shown(added.replaced, MAX_LINE)}" \
         if added.replaced else ""
     if (added.path / "release.sig").is_file():  # the stored digest covers it, the signed not
-        from ...actions.releases import trust
+        from ...node.releases import signing
 
-        note = f"; its release.sig signs {trust.digest(added.path)}{note}"
+        signed = signing.message(added.path, stored=True).decode("ascii")
+        note = f"; its release.sig signs {signed}{note}"
     out.print(f"release {added.version} {verb} {shown(added.path)} ({shown(added.digest)}{note})")
     return added
 

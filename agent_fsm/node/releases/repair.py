@@ -1,7 +1,8 @@
 """Mending a stored release. Each file whose bytes or mode differ from its recorded manifest is put
 back from an intact copy the store holds: its object, or another release's file of the same hash and
 mode. The copy is checked through the new name before it replaces the damaged one. The way back
-mends its last-good with it (`pointers.Releases.mend`)."""
+mends its last-good with it (`pointers.Releases.mend`). The byte code `release add` wrote for the
+node is removed instead (`bytecode.drop`): the release runs from the sources it was compiled from."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from ... import files
 from ...errors import BadTree
+from . import bytecode
 from .objects import OBJECTS, Objects, intact, moved
 from .store import HEADER, differences, manifest, recorded
 from .tree import scan
@@ -73,6 +75,7 @@ def repair(releases_dir: Path, version: str) -> list[tuple[str, Path]]:
     was = recorded(releases_dir, version)
     if was is None:
         raise BadTree(release, "has no recorded manifest to repair it from")
+    bytecode.drop(releases_dir, version)
     now = manifest(scan(release))
     wanted, have = _files(was), _files(now)
     others = {line for line in now[len(HEADER):].splitlines() if not line.startswith(b"f ")}

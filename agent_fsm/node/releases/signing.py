@@ -24,6 +24,7 @@ from ...errors import ConfigError
 from ..config import Config
 from ..paths import Paths
 from ..store_config import DEFAULTS
+from . import bytecode
 from . import store as release_store
 from .tree import Hashed, scan
 
@@ -35,14 +36,18 @@ MAX_SIGNATURE_BYTES = 64 << 10  # an armored SSH signature is under 2 KiB; an RS
 def message(release: Path, *, stored: bool, hashed: Hashed | None = None) -> bytes:
     """The message a release's signature signs: its digest without `release.sig`.
 
-    `stored`: a stored or staged copy, checked as the store holds it. Else a packed directory, its
-    modes taken as the store will give them, within the default ceilings (`store_config.DEFAULTS`).
+    `stored`: a stored or staged copy, checked as the store holds it, less the node's byte code
+    (`bytecode`). Else a packed directory, its modes taken as the store will give them, within the
+    default ceilings (`store_config.DEFAULTS`).
     `hashed`: files this process hashed as it wrote them, in a directory only it may write
     (`tree.scan`); they are not read again.
     """
     entries = [e for e in scan(release, stored=stored, normalize=not stored, hashed=hashed,
                                limits=None if stored else DEFAULTS)
                if e.path != SIGNATURE]
+    if stored:  # the byte code `release add` wrote for the node is not the release's
+        extra = set(bytecode.recorded(release.parent, release.name).splitlines(keepends=True))
+        entries = [e for e in entries if e.line() not in extra]
     return release_store.digest(release_store.manifest(entries)).encode("ascii")
 
 

@@ -14,7 +14,8 @@ is all of a release. The manifest is recorded at add in `releases/.digests/<vers
 never taken for a version), so a mismatch can name what changed.
 
 Beside it, `releases/.hashed/<version>` records each file's hash with its stat (`hashes`). Each file
-is a hard link to an object, `releases/.objects/<sha256>-<mode>`, kept once (`objects`).
+is a hard link to an object, `releases/.objects/<sha256>-<mode>`, kept once (`objects`). Byte code
+compiled at add for the node's `python` is recorded apart (`bytecode`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ... import files
 from ...errors import AgentFsmError, BadTree, DiskError, Refused
 from ..sha256 import hexdigest, prefer_openssl
 from ..store_config import StoreConfig
-from . import room, usage
+from . import bytecode, room, usage
 from .hashes import HASHED, MAX_RECORD_BYTES, record_hashed, refresh_hashed
 from .moving import Meter, Report
 from .objects import Collected, Objects, collect, shared
@@ -79,6 +80,7 @@ def recorded(releases_dir: Path, version: str) -> bytes | None:
 def forget(releases_dir: Path, version: str) -> None:
     files.remove(record_path(releases_dir, version))
     files.remove(releases_dir / HASHED / version)
+    files.remove(bytecode.record_path(releases_dir, version))
 
 
 def differences(was: bytes, now: bytes, limit: int = 3) -> str:
@@ -125,10 +127,11 @@ def check(releases_dir: Path, version: str, hashed: Hashed | None = None,
     if was is None:  # every release is stored with its record: one without is damaged
         raise BadTree(record_path(releases_dir, version), "is missing: no digest was recorded "
                       "for this release")
-    if was != now:
+    want, have = bytecode.held_to(was, bytecode.recorded(releases_dir, version), now)
+    if want != have:
         raise BadTree(release, f"does not match its digest {digest(was)} recorded when it was added "
-                  f"({differences(was, now)}){_shared_note(release, was, now)}")
-    return Checked(now, was)
+                  f"({differences(want, have)}){_shared_note(release, want, have)}")
+    return Checked(was, was)
 
 
 def _shared_note(release: Path, was: bytes, now: bytes) -> str:
@@ -164,12 +167,13 @@ class Staged(NamedTuple):
     version: str
     manifest: bytes
     hashed: Hashed
+    bytecode: bytes  # the manifest of the node's byte code added to it (`bytecode`)
 
 
 @contextlib.contextmanager
 def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
-           limits: StoreConfig, report: Report | None = None,
-           shown: str | None = None) -> Iterator[Staged]:
+           limits: StoreConfig, report: Report | None = None, shown: str | None = None,
+           compile_lib: Callable[[Path], None] | None = None) -> Iterator[Staged]:
     """Copy the release `directory` into a hidden directory of `releases_dir`, normalized, within
     `limits`, and `validate` it there (it returns the version). So what is checked is what is
     stored. The copy is removed when the block ends (`commit` it before).
@@ -177,7 +181,8 @@ def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
     Needs no lock: the slow part of an add (copy, digest, signature, ABI probe) runs while
     transitions go on. The staging directory is flock(2)ed for the block, so another add's `sweep`
     leaves it. `report` is told the copy's progress (`moving`), naming it `shown` (else
-    `directory`). Raises BadTree for an entry the store refuses.
+    `directory`). `compile_lib` then writes the node's byte code (`bytecode.compiled`). Raises
+    BadTree for an entry the store refuses.
     """
     prefer_openssl()  # an add hashes the whole tree, once: OpenSSL's is the fast one
     with _staging(releases_dir) as holder:
@@ -193,7 +198,8 @@ def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
         new = manifest(scan(staging, hashed=hashed, fresh=True))
         if len(new) > MAX_RECORD_BYTES:  # it could not be read back
             raise BadTree(directory, f"has a manifest over {MAX_RECORD_BYTES >> 30} GiB")
-        yield Staged(directory, staging, version, new, hashed)
+        extra = bytecode.compiled(staging, new, hashed, compile_lib)
+        yield Staged(directory, staging, version, new, hashed, extra)
 
 
 def commit(releases_dir: Path, staged: Staged) -> Stored:
@@ -214,6 +220,7 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
     os.chmod(staging, DIR_MODE)
     record(releases_dir, version, new)
     record_hashed(releases_dir, version, staged.hashed)  # renaming keeps each file's stat
+    bytecode.record(releases_dir, version, staged.bytecode)
     if replaced is not None:  # a crash between the renames: the next add puts it back
         old = releases_dir / f".{version}.replaced.{os.urandom(6).hex()}"
         os.rename(target, old)
@@ -228,13 +235,14 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
 
 def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
           locked: Callable[[], contextlib.AbstractContextManager[object]],
-          limits: StoreConfig, report: Report | None = None, shown: str | None = None) -> Stored:
+          limits: StoreConfig, report: Report | None = None, shown: str | None = None,
+          compile_lib: Callable[[Path], None] | None = None) -> Stored:
     """Store a normalized copy of the release `directory` in `releases_dir` with its digest: staged
-    and checked without the writers' lock, committed under it (`locked()`). `report`, `shown`: see
-    `staged`."""
+    and checked without the writers' lock, committed under it (`locked()`). `report`, `shown`,
+    `compile_lib`: see `staged`."""
     try:
         return _staged_and_committed(directory, releases_dir, validate, locked, limits, report,
-                                     shown)
+                                     shown, compile_lib)
     except (OSError, DiskError) as exc:  # the disk filled: NoRoom, one line; else as it came
         full = room.filled(exc, f"release {directory}", releases_dir.parent)
         if full is None:
@@ -246,11 +254,12 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
 
 def _staged_and_committed(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
                           locked: Callable[[], contextlib.AbstractContextManager[object]],
-                          limits: StoreConfig, report: Report | None,
-                          shown: str | None) -> Stored:
+                          limits: StoreConfig, report: Report | None, shown: str | None,
+                          compile_lib: Callable[[Path], None] | None) -> Stored:
     """`store` without its tidying, in a frame of its own so the staged copy's hashes are freed
     before `tidy` reads every release's."""
-    with staged(directory, releases_dir, validate, limits, report, shown) as ready, locked():
+    with staged(directory, releases_dir, validate, limits, report, shown,
+                compile_lib) as ready, locked():
         return commit(releases_dir, ready)
 
 
@@ -315,7 +324,8 @@ def _replaces(releases_dir: Path, version: str, new: bytes, directory: Path) -> 
         was = None
     if was is None:  # a missing or unreadable record: compare the tree as the store would hold it
         try:
-            stored = digest(manifest(scan(releases_dir / version, stored=False, normalize=True)))
+            tree = manifest(scan(releases_dir / version, stored=False, normalize=True))
+            stored = digest(bytecode.without(tree, bytecode.recorded(releases_dir, version)))
         except (BadTree, OSError) as exc:
             stored = f"none (its copy cannot be read: {exc})"
         if stored == digest(new):
@@ -350,7 +360,7 @@ def sweep(releases_dir: Path) -> None:
             clear(stale)
     for path in releases_dir.glob(f".{usage.USAGE}.*.tmp"):  # a write of it cut short
         files.remove(path)
-    for kind in (DIGESTS, HASHED):
+    for kind in (DIGESTS, HASHED, bytecode.RECORDS):
         for path in (releases_dir / kind).glob("*"):
             hidden = path.name.startswith(".")
             if path.name.endswith(".tmp") if hidden else not (releases_dir / path.name).is_dir():
