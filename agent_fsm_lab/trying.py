@@ -132,18 +132,25 @@ def _killed_at_start(lab: Lab, version: str, timeout: float) -> tuple[Verdict, i
     worker.start()
     killed: set[int] = set()
     end = time.monotonic() + timeout + 30
+    # The node's own files, not `status` (a CLI call of up to a second under load, as long as the
+    # soak): an upgrade to `version` is pending while its signal exists and `selected` names it.
+    selected, signal_file = lab.state_dir / "selected", lab.state_dir / "upgrade-signal.json"
     while worker.is_alive() and time.monotonic() < end:
-        st = lab.status()
-        sig = st.get("signal")
-        pid = int(lab.sb.show(UNIT, "MainPID") or 0)
-        candidate = st.get("state") == "candidate_running" and st.get("selected") == version
-        if candidate and sig and sig.get("to") == version and pid and pid not in killed:
+        try:
+            candidate = Path(os.readlink(selected)).name == version and signal_file.exists()
+        except OSError:
+            candidate = False
+        pid = int(lab.sb.show(UNIT, "MainPID") or 0) if candidate else 0
+        if pid and pid not in killed:
             try:
-                os.kill(lab.sb.host_pid(pid), signal.SIGKILL)
-                killed.add(pid)
-            except (ProcessLookupError, ValueError):
+                host = lab.sb.host_pid(pid)
+                # the candidate's daemon, not the last-good's still stopping for the restart
+                if f"/{version}/lib/".encode() in Path(f"/proc/{host}/cmdline").read_bytes():
+                    os.kill(host, signal.SIGKILL)
+                    killed.add(pid)
+            except (OSError, ValueError):
                 pass
-        time.sleep(0.2)
+        time.sleep(0.05)
     worker.join(5)
     return _verdict(lab, version, done[0] if done else -1), len(killed)
 
