@@ -50,14 +50,19 @@ def runtime_payload(where: Path) -> dict[str, Any]:
         _random_file(where / "bin" / "node", RUNTIME_BYTES)
         (where / "bin" / "node").chmod(0o755)
     _random_file(where / "bundle.bin", 52 << 20)
+    small_files(where)
+    return {"runtime": str(real) if real else "random bytes (no /usr/bin/node here)",
+            "bytes": _bytes(where), "files": _files(where)}
+
+
+def small_files(where: Path) -> None:
+    """`node_modules/`: SMALL_FILES files of SMALL_BYTES in SMALL_DIRS directories."""
     modules = where / "node_modules"
     for d in range(SMALL_DIRS):
         sub = modules / f"pkg{d:03d}"
         sub.mkdir(parents=True)
         for i in range(SMALL_FILES // SMALL_DIRS):
             (sub / f"f{i:03d}.js").write_bytes(f"// {d}/{i}\n".encode().ljust(SMALL_BYTES, b" "))
-    return {"runtime": str(real) if real else "random bytes (no /usr/bin/node here)",
-            "bytes": _bytes(where), "files": _files(where)}
 
 
 def tree_payload(where: Path) -> dict[str, Any]:

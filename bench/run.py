@@ -191,6 +191,9 @@ SPECS: dict[str, tuple[str, str, str, str, float]] = {
     "daemon_idle_wakeups": (
         "idle", "the daemon's voluntary context switches per second while idle, no watchdog",
         "one per second (the target is none at all)", "/s", 0.0),
+    "daemon_idle_rss_files": (
+        "idle", "the daemon's VmRSS after 10 s idle, its release carrying 20,000 small files",
+        "`daemon_idle_rss` (the same daemon, a release of ~1,000 files)", "MB", 1.2),
 }
 
 
@@ -754,7 +757,7 @@ def _proc_status(pid: int) -> dict[str, int]:
     return out
 
 
-def idle_figures() -> list[Figure]:
+def idle_figures(workdir: Path) -> list[Figure]:
     rss = figure("daemon_idle_rss", floor_samples=[RSS_FLOOR_MB])
     wake = figure("daemon_idle_wakeups", floor_samples=[WAKEUPS_FLOOR])
     with lab_node(GOOD) as lab:
@@ -780,7 +783,35 @@ def idle_figures() -> list[Figure]:
                        "cmdline": Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ").strip()}
         wake.details = {"WatchdogUSec": watchdog, "intervals_s": list(IDLE_INTERVALS),
                         "involuntary_per_s": [round(x, 3) for x in involuntary]}
-    return [rss, wake]
+    return [rss, wake, idle_rss_of_many_files(workdir, rss.samples)]
+
+
+def idle_rss_of_many_files(workdir: Path, small: list[float]) -> Figure:
+    """The idle daemon's VmRSS when its release carries 20,000 small files (a `node_modules`),
+    against the same daemon's with the lab's small release: a start checks every file, and what
+    it keeps of that check stays while the node idles."""
+    from agent_fsm.actions.releases import packing
+    from agent_fsm_lab.lab import GOOD_WORKLOAD
+
+    from . import big
+
+    payload = workdir / "idle-files"
+    big.small_files(payload)
+    fig = figure("daemon_idle_rss_files", floor_samples=list(small))
+
+    def last_good(at: Path) -> None:
+        packing.pack("1.0.0", at, GOOD_WORKLOAD, payload=payload)
+
+    with lab_node(GOOD, last_good=last_good) as lab:
+        pid = lab.sb.host_pid(lab.main_pid())
+        time.sleep(IDLE_SETTLE)
+        for interval in (0.0, *IDLE_INTERVALS[1:]):
+            time.sleep(interval)
+            fig.samples.append(_proc_status(pid)["VmRSS"] / 1024)
+        fig.details = {"files": big.SMALL_FILES, "peak_rss_mb": round(
+            _proc_status(pid)["VmHWM"] / 1024, 1)}
+    shutil.rmtree(payload)
+    return fig
 
 
 # Running and reporting ---------------------------------------------------------------------------
@@ -794,7 +825,7 @@ def run(groups: list[str], repeat: int, workdir: Path) -> list[Figure]:
         "big": lambda: big.measure(workdir, repeat, figure, _store_node),
         "upgrades": lambda: upgrade_figures(repeat),
         "wayback": lambda: wayback.measure(workdir, repeat, figure),
-        "idle": idle_figures,
+        "idle": lambda: idle_figures(workdir),
     }
     for group in groups:
         if group in ("upgrades", "wayback", "idle") and missing:

@@ -301,6 +301,33 @@ class TestHashedRecord:
         assert world.reopen().node.releases.integrity("1.0.0").problem is None
         assert read  # `release list` and `doctor` still hash every file
 
+    def test_a_check_keeps_nothing_of_the_release_once_done(self, world: World,
+                                                          tmp_path: Path) -> None:
+        """A process that checked a release (a daemon, once started) holds no more memory for one
+        of 2,000 files than for one of 20: the table of recorded hashes lives only as long as the
+        check, or a daemon of a real-size agent would idle at ~450 bytes a file."""
+        import gc
+        import tracemalloc
+
+        def held_after_check(files: int, version: str) -> int:
+            source = make_release(tmp_path, version)
+            for i in range(files):
+                (source / "assets" / f"f{i:05d}.js").write_text(f"// {i}\n")
+            add(source, world.node)
+            node = world.reopen().node
+            gc.collect()
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                node.releases.verify(version)
+                gc.collect()
+                return tracemalloc.get_traced_memory()[0] - before
+            finally:
+                tracemalloc.stop()
+
+        small, big = held_after_check(20, "1.0.0"), held_after_check(2000, "2.0.0")
+        assert big - small < 100 * 1024, (small, big)
+
     def test_a_file_changed_after_it_was_stored_is_refused_with_its_times_put_back(
             self, world: World, tmp_path: Path) -> None:
         """A byte changed in a stored file, its size, mtime and atime put back, is still found
