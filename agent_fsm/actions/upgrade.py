@@ -1,7 +1,7 @@
 """`agent-fsm upgrade --to V [--wait]`: begin an upgrade, and follow it to its judgment.
 
-`upgrade` waits for a recovery unit still at work, says what `--force` goes past, begins the upgrade
-and, asked to, follows it. It tells each step as it happens (`Step`), where a followed upgrade is at
+`upgrade` says what `--force` goes past, begins the upgrade (once a recovery unit still at work is
+done, when that refused it) and, asked to, follows it. It tells each step as it happens (`Step`), where a followed upgrade is at
 each read (`Progress`), and returns what happened (`Upgraded`).
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ..errors import AgentFsmError, SignalError, StateFileError
+from ..errors import AgentFsmError, Refused, SignalError, StateFileError
 from ..machine.vocabulary import StateName, Trigger
 from ..node.runtime import judgment
 from ..node.runtime.signal import UpgradeSignal
@@ -258,19 +258,33 @@ class Upgraded:
     reason_class: str = ""
 
 
+def _begun(node: Node, to: str, *, force: bool, channel: dict[str, Any] | None,
+           tell: Callable[[Step], None]) -> StateDoc:
+    """`begin_upgrade`; refused while the recovery unit is at work, once it is done, again.
+
+    Its condition asks systemd under the lock. Asking first as well would cost every upgrade a
+    `systemctl show` for what follows only a failed rollback's try."""
+    try:
+        return begin_upgrade(node, to, force=force, channel=channel)
+    except Refused:
+        if units.recovery_at_work(node.effectors) is None:
+            raise
+    recovery = node.paths.recovery_unit_name
+    wait_for_recovery(node, on_wait=lambda now: tell(Waiting(recovery, now, RECOVERY_WAIT)))
+    return begin_upgrade(node, to, force=force, channel=channel)
+
+
 def upgrade(node: Node, to: str, *, wait: bool = False, timeout: float = 600.0,
             force: bool = False, tell: Callable[[Step], None] = lambda _step: None,
             channel: dict[str, Any] | None = None) -> Upgraded:
     """Begin the upgrade to `to` once no recovery unit is at work; with `wait`, follow it to its
     judgment for at most `timeout` seconds, telling each step as it happens."""
-    recovery = node.paths.recovery_unit_name
-    wait_for_recovery(node, on_wait=lambda now: tell(Waiting(recovery, now, RECOVERY_WAIT)))
     if force:
         from ..upgrade.overrides import passed
 
         for what in passed(node.paths, node.clock.now(), to):
             tell(Forced(what))
-    doc = begin_upgrade(node, to, force=force, channel=channel)
+    doc = _begun(node, to, force=force, channel=channel, tell=tell)
     up = doc.upgrade
     if up is None:
         raise StateFileError(f"the upgrade to {to} began, but the state file {node.paths.state_file} "

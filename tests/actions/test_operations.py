@@ -10,7 +10,7 @@ import pytest
 
 from agent_fsm.actions.operations import install
 from agent_fsm.actions.recover import recover
-from agent_fsm.actions.upgrade import begin_upgrade, wait_for_recovery
+from agent_fsm.actions.upgrade import Waiting, begin_upgrade, upgrade, wait_for_recovery
 from agent_fsm.errors import Refused, ReleaseError
 from agent_fsm.node.releases import store as release_store
 from tests.helpers import World
@@ -146,6 +146,37 @@ class TestRecoveryAtWork:
         assert told == ["activating (auto-restart)"]
         assert 0 < waited < 10 and len(asked) == 3
         assert begin_upgrade(world.node, "2.0.0").state == "candidate_running"
+
+    def test_upgrade_begun_while_the_recovery_unit_is_at_work_waits_then_begins(
+            self, world: World) -> None:
+        """`upgrade` refused because the recovery unit is at work says it waits, waits until the
+        unit is done, then begins."""
+        world.installed("1.0.0").add_release("2.0.0")
+        unit = world.systemd.shown_for["agent-recovery.service"] = dict(self.RETRYING)
+        shows: list[str] = []
+
+        def done_at_the_fourth_question(verb: str, name: str) -> None:
+            if (verb, name) == ("show", "agent-recovery.service"):
+                shows.append(name)
+                if len(shows) == 4:
+                    unit.update(ActiveState="inactive", SubState="dead")
+
+        world.systemd.on_call = done_at_the_fourth_question
+        told: list[object] = []
+        done = upgrade(world.node, "2.0.0", tell=told.append)
+        assert isinstance(told[0], Waiting) and told[0].state == "activating (auto-restart)"
+        assert (done.from_version, done.to_version) == ("1.0.0", "2.0.0")
+        assert world.node.store.read().state == "candidate_running" and len(shows) >= 4
+
+    def test_upgrade_asks_about_a_resting_recovery_unit_once(self, world: World) -> None:
+        """With the recovery unit at rest, `upgrade` asks systemd about it once (the condition
+        under the lock), and waits for nothing."""
+        world.installed("1.0.0").add_release("2.0.0")
+        world.systemd.shown_for["agent-recovery.service"] = {"ActiveState": "inactive"}
+        asked, told = len(world.systemd.calls), []
+        upgrade(world.node, "2.0.0", tell=told.append)
+        assert world.systemd.calls[asked:].count(("show", "agent-recovery.service")) == 1
+        assert not any(isinstance(t, Waiting) for t in told)
 
     def test_the_wait_is_bounded(self, world: World) -> None:
         """A recovery unit that stays at work is waited for at most the timeout; the upgrade
