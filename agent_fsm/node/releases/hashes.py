@@ -80,9 +80,13 @@ def _hashed_record(releases_dir: Path, version: str) -> bytes | None:
 
 def recorded_hashed(releases_dir: Path, version: str) -> Hashed:
     """The hashes recorded when `version` was stored, keyed as `scan` keys them; empty when there is
-    no valid record (every file is then hashed)."""
-    data = _hashed_record(releases_dir, version)
-    return {} if data is None else dict(_parsed(data))
+    no valid record (every file is then hashed). Read once: a start of a release of 20,000 files
+    parses 20,000 lines."""
+    try:
+        data = files.read_regular(releases_dir / HASHED / version, MAX_RECORD_BYTES)
+        return dict(_parsed(data)) if data.startswith(HASHED_HEADER) else {}
+    except (OSError, ValueError):  # missing, unreadable, or not a record
+        return {}
 
 
 _Again = dict[tuple[int, int], tuple[os.stat_result, str] | None]
