@@ -65,6 +65,7 @@ CRASH = GOOD
 UNHEALTHY = {"deadline": 2.0, "soak": 0.0, "max_attempts": 2, "restart": 1.0}
 IDLE_SETTLE = 10.0  # seconds idle before the first reading
 IDLE_INTERVALS = (5.0, 5.0, 5.0)  # then readings this far apart
+STARTS = 5  # restarts of each idle node, after its readings (`daemon_start_files`)
 
 RSS_FLOOR_MB = 20.0  # a fixed budget: an interpreter with what the daemon needs, no CLI
 WAKEUPS_FLOOR = 1.0  # per second; the target ratio is 0: an idle daemon never wakes up
@@ -191,6 +192,9 @@ SPECS: dict[str, tuple[str, str, str, str, float]] = {
     "daemon_idle_wakeups": (
         "idle", "the daemon's voluntary context switches per second while idle, no watchdog",
         "one per second (the target is none at all)", "/s", 0.0),
+    "daemon_start_files": (
+        "idle", "`systemctl restart agent.service` to READY=1, the release carrying 20,000 small "
+        "files", "the same restart with the lab's small release (~1,000 files)", "s", 1.2),
     "daemon_idle_rss_files": (
         "idle", "the daemon's VmRSS after 10 s idle, its release carrying 20,000 small files",
         "`daemon_idle_rss` (the same daemon, a release of ~1,000 files)", "MB", 1.2),
@@ -783,13 +787,15 @@ def idle_figures(workdir: Path) -> list[Figure]:
                        "cmdline": Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ").strip()}
         wake.details = {"WatchdogUSec": watchdog, "intervals_s": list(IDLE_INTERVALS),
                         "involuntary_per_s": [round(x, 3) for x in involuntary]}
-    return [rss, wake, idle_rss_of_many_files(workdir, rss.samples)]
+        starts = [restart_to_ready(lab) for _ in range(STARTS)]
+    return [rss, wake, *many_files(workdir, rss.samples, starts)]
 
 
-def idle_rss_of_many_files(workdir: Path, small: list[float]) -> Figure:
-    """The idle daemon's VmRSS when its release carries 20,000 small files (a `node_modules`),
-    against the same daemon's with the lab's small release: a start checks every file, and what
-    it keeps of that check stays while the node idles."""
+def many_files(workdir: Path, small_rss: list[float], small_starts: list[float]) -> list[Figure]:
+    """The daemon's idle VmRSS and its start (`systemctl restart` to READY=1) when its release
+    carries 20,000 small files (a `node_modules`), against the same daemon's with the lab's
+    small release: a start checks every file, and what it keeps of that check stays while the
+    node idles."""
     from agent_fsm.actions.releases import packing
     from agent_fsm_lab.lab import GOOD_WORKLOAD
 
@@ -797,7 +803,8 @@ def idle_rss_of_many_files(workdir: Path, small: list[float]) -> Figure:
 
     payload = workdir / "idle-files"
     big.small_files(payload)
-    fig = figure("daemon_idle_rss_files", floor_samples=list(small))
+    fig = figure("daemon_idle_rss_files", floor_samples=list(small_rss))
+    start = figure("daemon_start_files", floor_samples=list(small_starts))
 
     def last_good(at: Path) -> None:
         packing.pack("1.0.0", at, GOOD_WORKLOAD, payload=payload)
@@ -810,8 +817,10 @@ def idle_rss_of_many_files(workdir: Path, small: list[float]) -> Figure:
             fig.samples.append(_proc_status(pid)["VmRSS"] / 1024)
         fig.details = {"files": big.SMALL_FILES, "peak_rss_mb": round(
             _proc_status(pid)["VmHWM"] / 1024, 1)}
+        start.samples = [restart_to_ready(lab) for _ in range(STARTS)]
+        start.details = {"files": big.SMALL_FILES}
     shutil.rmtree(payload)
-    return fig
+    return [fig, start]
 
 
 # Running and reporting ---------------------------------------------------------------------------
