@@ -1,8 +1,8 @@
 """`agent-fsm upgrade --to V [--wait]`: begin an upgrade, and follow it to its judgment.
 
 `upgrade` says what `--force` goes past, begins the upgrade (once a recovery unit still at work is
-done, when that refused it) and, asked to, follows it. It tells each step as it happens (`Step`), where a followed upgrade is at
-each read (`Progress`), and returns what happened (`Upgraded`).
+done, when that refused it) and, asked to, follows it. It tells each step as it happens (`Step`),
+where a followed upgrade is at each read (`Progress`), and returns what happened (`Upgraded`).
 """
 
 from __future__ import annotations
