@@ -153,7 +153,7 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
     if workload:
         manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
     (tmp / "release.toml").write_text(manifest)
-    _settle_modes(tmp)
+    _settle_modes(tmp, PAYLOAD)
     if sign_key is not None:  # last: the signature covers everything else, payload included
         return trust.sign(tmp, sign_key, hashed)
     return trust.digest(tmp, hashed)  # what `release add` would refuse (over the limits) too
@@ -212,11 +212,14 @@ def _build_lib(lib: Path, vendored: list[tuple[Path, str]]) -> None:
     _settle_modes(lib)  # before the cache links its files: no chmod of them later
 
 
-def _settle_modes(release: Path) -> None:
+def _settle_modes(release: Path, settled: str | None = None) -> None:
     """Give every entry of the release being packed the store's mode (0755 for directories and
-    executables, else 0644), whatever the umask or sources. Links are not followed: `trust.digest`
-    refuses them."""
+    executables, else 0644), whatever the umask or sources. The directory `settled` at its top is
+    left out: copied with those modes already (`copy_payload`). Links are not followed:
+    `trust.digest` refuses them."""
     for top, dirs, names in os.walk(release):
+        if top == str(release) and settled in dirs:
+            dirs.remove(settled)
         for name in (*dirs, *names):
             path = os.path.join(top, name)
             st = os.lstat(path)
