@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_fsm.actions.releases import packing, trust
+from agent_fsm.actions.releases import libcache, packing, trust
 from agent_fsm.errors import ReleaseError
 from agent_fsm.node.releases import bigcopy
 
@@ -76,7 +76,7 @@ def _failing_lib(monkeypatch: pytest.MonkeyPatch) -> None:
         raise ReleaseError("cannot pack: lib/ broke")
 
     monkeypatch.setattr(packing, "copy_payload", copy_payload)
-    monkeypatch.setattr(packing.libcache, "made", made)
+    monkeypatch.setattr(libcache, "made", made)
 
 
 def test_lib_failing_while_the_payload_is_copied_fails_the_pack_leaving_nothing(
