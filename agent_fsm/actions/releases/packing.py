@@ -162,8 +162,8 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
 @contextlib.contextmanager
 def _beside(job: Callable[[], object]) -> Iterator[None]:
     """Run `job` on a thread of its own while the block runs, joined when the block ends. The
-    block's error is raised, else the job's. Both mostly wait on the kernel or OpenSSL, which
-    release the GIL, so the two overlap."""
+    block's error is raised, else the job's. A payload's copy mostly waits on the kernel and
+    OpenSSL, which release the GIL, so the two overlap."""
     failed: list[BaseException] = []
 
     def run() -> None:

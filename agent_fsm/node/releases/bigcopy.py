@@ -215,7 +215,11 @@ class Hashers:
             thread = threading.Thread(target=self._run, name="agent-fsm-hash", daemon=True)
             thread.start()
             self._threads.append(thread)
-        self._todo.put((fd, size, done))
+        try:
+            self._todo.put((fd, size, done))
+        except BaseException:  # interrupted while waiting
+            os.close(fd)
+            raise
 
     def _run(self) -> None:
         view = memoryview(bytearray(_READ))
