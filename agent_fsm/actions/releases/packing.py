@@ -9,11 +9,14 @@ the pack's signature cover it too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import stat
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,24 +123,23 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
           targets: tuple[str, ...], payload: Path | None, output: Path,
           report: Report | None = None) -> str:
     """Make the release in the new directory `tmp` inside a private one (see `pack`); its digest.
-    The payload's files are hashed as copied and `lib/`'s as the cache checks them (`libcache`).
-    Neither is read again: `tmp` is in a directory only this user may enter, and a changed file has
+    `lib/` is made on a thread of its own while the payload is copied (`_beside`). The payload's
+    files are hashed as copied and `lib/`'s as the cache checks them (`libcache`). Neither is read
+    again: `tmp` is in a directory only this user may enter, and a changed file has
     another stat (`tree.scan`)."""
     prefer_openssl()  # a payload may be gigabytes, hashed once: OpenSSL's is the fast one
     hashed: tree.Hashed = {}
     if payload is not None:
         check_payload(payload, output, tmp)
     (tmp / "bin").mkdir(parents=True)
-    if payload is not None:  # first: what is wrong with it is said before the slow part
-        copied: tree.Hashed = {}
-        copy_payload(payload, tmp / PAYLOAD, copied, report, f"{version} ({payload})")
-        for (rel, stamp), entry in copied.items():
-            hashed[f"{PAYLOAD}/{rel}", stamp] = entry._replace(path=f"{PAYLOAD}/{rel}")
-        del copied
-    vendored = sources()
     libs: tree.Hashed = {}
-    libcache.made(tmp / "lib", [*_package_files(), *vendored],
-                  lambda lib: _build_lib(lib, vendored), libs)
+    with _beside(lambda: _make_lib(tmp / "lib", libs)):  # the payload's error is raised first
+        if payload is not None:
+            copied: tree.Hashed = {}
+            copy_payload(payload, tmp / PAYLOAD, copied, report, f"{version} ({payload})")
+            for (rel, stamp), entry in copied.items():
+                hashed[f"{PAYLOAD}/{rel}", stamp] = entry._replace(path=f"{PAYLOAD}/{rel}")
+            del copied
     for (rel, stamp), entry in libs.items():  # hashed by the cache's check: not read again
         hashed[f"lib/{rel}", stamp] = entry._replace(path=f"lib/{rel}")
     need = abi.record(tmp, targets)
@@ -151,10 +153,41 @@ def _make(tmp: Path, version: str, workload: tuple[str, ...], sign_key: Path | N
     if workload:
         manifest += "workload = [" + ", ".join(_toml_str(a) for a in workload) + "]\n"
     (tmp / "release.toml").write_text(manifest)
-    _settle_modes(tmp)
+    _settle_modes(tmp, PAYLOAD)
     if sign_key is not None:  # last: the signature covers everything else, payload included
         return trust.sign(tmp, sign_key, hashed)
     return trust.digest(tmp, hashed)  # what `release add` would refuse (over the limits) too
+
+
+@contextlib.contextmanager
+def _beside(job: Callable[[], object]) -> Iterator[None]:
+    """Run `job` on a thread of its own while the block runs, joined when the block ends. The
+    block's error is raised, else the job's. A payload's copy mostly waits on the kernel and
+    OpenSSL, which release the GIL, so the two overlap."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job()
+        except BaseException as exc:  # raised by the thread that packs
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="agent-fsm-lib", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()  # before anything it writes is removed
+    if failed:
+        raise failed[0]
+
+
+def _make_lib(lib: Path, hashed: tree.Hashed) -> None:
+    """Make the release's `lib/` at the new path `lib`, from the cache when it can (`libcache`);
+    its files' hashes go in `hashed`."""
+    vendored = sources()
+    libcache.made(lib, [*_package_files(), *vendored], lambda new: _build_lib(new, vendored),
+                  hashed)
 
 
 def _package_files() -> list[tuple[Path, str]]:
@@ -179,11 +212,14 @@ def _build_lib(lib: Path, vendored: list[tuple[Path, str]]) -> None:
     _settle_modes(lib)  # before the cache links its files: no chmod of them later
 
 
-def _settle_modes(release: Path) -> None:
+def _settle_modes(release: Path, settled: str | None = None) -> None:
     """Give every entry of the release being packed the store's mode (0755 for directories and
-    executables, else 0644), whatever the umask or sources. Links are not followed: `trust.digest`
-    refuses them."""
+    executables, else 0644), whatever the umask or sources. The directory `settled` at its top is
+    left out: copied with those modes already (`copy_payload`). Links are not followed:
+    `trust.digest` refuses them."""
     for top, dirs, names in os.walk(release):
+        if top == str(release) and settled in dirs:
+            dirs.remove(settled)
         for name in (*dirs, *names):
             path = os.path.join(top, name)
             st = os.lstat(path)

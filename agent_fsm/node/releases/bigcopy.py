@@ -1,11 +1,13 @@
 """A large file's copy for `tree.copy`. The kernel copies the bytes (`copy_file_range`, as `cp`
-does), and a second thread hashes the new file a stretch behind the copy. So copying and hashing
-overlap: both release the GIL, and so does OpenSSL's SHA-256 on large buffers.
+does), and another thread hashes the new file. So copying and hashing overlap: both release the
+GIL, and so does OpenSSL's SHA-256 on large buffers. The store's copy (`stored`) hashes each file a
+stretch behind its copy, since it links the file by its hash at once. A payload's copy (`handed`)
+goes on to the next files while up to two workers hash the copied ones (`Hashers`).
 
 The hash is of the bytes stored. The new file is in a directory only its owner may enter, so no
 other process writes it meanwhile. Where the kernel cannot copy between the two files (another file
 system type, an old kernel), the bytes are read and written a MiB at a time and hashed the same way.
-Memory: a MiB for the hash's reads, one more for the fallback.
+Memory: a MiB for each hashing thread's reads, one more for the fallback.
 """
 
 from __future__ import annotations
@@ -72,34 +74,46 @@ def copy(src: int, out: int, most: int, counted: Callable[[int], None]) -> tuple
     before the next, and raises over a limit."""
     hasher = _Hasher(out)
     hasher.start()
-    size = 0
-    kernel = True
+
+    def step(start: int, end: int) -> bool:
+        hasher.todo.put((start, end))
+        return hasher.failed is None
+
     try:
-        while True:
-            want = min(STRETCH, most - size + 1)
-            if kernel:
-                try:
-                    n = os.copy_file_range(src, out, want)
-                except OSError as exc:
-                    if size or exc.errno not in _NO_KERNEL_COPY:
-                        raise
-                    kernel = False
-                    continue
-            else:
-                n = _read_write(src, out, want)
-            if n == 0:
-                break
-            hasher.todo.put((size, size + n))
-            size += n
-            counted(n)
-            if hasher.failed is not None:
-                break
+        size = _pump(src, out, most, counted, step)
     finally:
         hasher.todo.put(None)
         hasher.join()
     if hasher.failed is not None:
         raise hasher.failed
     return hasher.hash.hexdigest(), size
+
+
+def _pump(src: int, out: int, most: int, counted: Callable[[int], None],
+          step: Callable[[int, int], bool] = lambda _start, _end: True) -> int:
+    """Copy `src` to `out` as `copy` does; the bytes copied. `step(start, end)` is told each stretch
+    copied, and stops the copy when it answers False."""
+    size = 0
+    kernel = True
+    while True:
+        want = min(STRETCH, most - size + 1)
+        if kernel:
+            try:
+                n = os.copy_file_range(src, out, want)
+            except OSError as exc:
+                if size or exc.errno not in _NO_KERNEL_COPY:
+                    raise
+                kernel = False
+                continue
+        else:
+            n = _read_write(src, out, want)
+        if n == 0:
+            return size
+        start, size = size, size + n
+        going = step(start, size)
+        counted(n)
+        if not going:
+            return size
 
 
 def _read_write(src: int, out: int, want: int) -> int:
@@ -116,6 +130,23 @@ def _read_write(src: int, out: int, want: int) -> int:
     return done
 
 
+def _counter(reader: Reader, rel: str) -> tuple[int, Callable[[int], None]]:
+    """The most bytes `rel` may still have, and the `counted` that refuses it past `reader`'s
+    limits."""
+    copied = 0
+
+    def counted(n: int) -> None:
+        nonlocal copied
+        copied += n
+        reader.total += n
+        if copied > reader.file_bytes:
+            reader.too_big(rel)
+        if reader.total > reader.release_bytes:
+            reader.too_many_bytes()
+
+    return min(reader.file_bytes, reader.release_bytes - reader.total), counted
+
+
 def stored(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
            target: str, mode: int, flags: int) -> tuple[str, int]:
     """Copy the file `rel` (`name` in `dir_fd`, lstat `st` when walked) to the new file `target`
@@ -124,22 +155,108 @@ def stored(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
     try:
         out = os.open(target, flags & ~os.O_WRONLY | os.O_RDWR, 0o600)  # read back too
         try:
-            copied = 0
-
-            def counted(n: int) -> None:
-                nonlocal copied
-                copied += n
-                reader.total += n
-                if copied > reader.file_bytes:
-                    reader.too_big(rel)
-                if reader.total > reader.release_bytes:
-                    reader.too_many_bytes()
-
-            most = min(reader.file_bytes, reader.release_bytes - reader.total)
-            done = copy(fd, out, most, counted)
+            done = copy(fd, out, *_counter(reader, rel))
             os.fchmod(out, mode)
         finally:
             os.close(out)
     finally:
         os.close(fd)
     return done
+
+
+Done = Callable[[str, int, os.stat_result], None]  # given a copy's hash, size and stat
+
+
+def handed(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: str,
+           target: str, mode: int, flags: int, hashers: Hashers, done: Done) -> int:
+    """Copy the file as `stored` does, and hand the copy to `hashers`, which give `done` its hash,
+    size and stat when hashed. Returns the size stored."""
+    fd = reader.open(dir_fd, name, st, rel)
+    try:
+        out = os.open(target, flags & ~os.O_WRONLY | os.O_RDWR, 0o600)  # read back too
+        try:
+            size = _pump(fd, out, *_counter(reader, rel))
+            os.fchmod(out, mode)
+            now = os.fstat(out)
+        except BaseException:
+            os.close(out)
+            raise
+    finally:
+        os.close(fd)
+    hashers.put(out, size, lambda sha: done(sha, size, now))
+    return size
+
+
+WORKERS = 2  # threads hashing a payload's copied files: one per core of a small node
+PENDING = 8  # copied files waiting for a worker (each an open descriptor)
+
+
+class Hashers:
+    """Hashes copied files on up to WORKERS threads while the copy goes on; at most PENDING wait.
+
+    Used as a context. When the block ends, the workers hash what waits and are joined. When it
+    raised, they are stopped first, closing what waits unhashed. A worker's error is raised at the
+    next `put` or when the block ends, and stops the others too."""
+
+    def __init__(self) -> None:
+        self._todo: queue.Queue[tuple[int, int, Callable[[str], None]] | None] = queue.Queue(
+            PENDING)
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self.failed: BaseException | None = None
+
+    def put(self, fd: int, size: int, done: Callable[[str], None]) -> None:
+        """Hash the first `size` bytes of the open file `fd`, close it, and give `done` the hash.
+        Waits while PENDING files wait."""
+        if self.failed is not None:
+            os.close(fd)
+            raise self.failed
+        if len(self._threads) < WORKERS:
+            thread = threading.Thread(target=self._run, name="agent-fsm-hash", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        try:
+            self._todo.put((fd, size, done))
+        except BaseException:  # interrupted while waiting
+            os.close(fd)
+            raise
+
+    def _run(self) -> None:
+        view = memoryview(bytearray(_READ))
+        while (job := self._todo.get()) is not None:
+            fd, size, done = job
+            try:
+                if not self._stop.is_set():
+                    done(hashed(fd, size, view))
+            except BaseException as exc:  # raised by the copying thread
+                if self.failed is None:
+                    self.failed = exc
+                self._stop.set()
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> Hashers:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self._stop.set()
+        for _ in self._threads:
+            self._todo.put(None)  # after what waits: the stopped workers close it
+        for thread in self._threads:
+            thread.join()
+        if exc is None and self.failed is not None:
+            raise self.failed
+
+
+def hashed(fd: int, size: int, view: memoryview) -> str:
+    """The SHA-256 of the first `size` bytes of `fd`, read into `view` from its start."""
+    h = sha256()
+    start = 0
+    while start < size:
+        n = os.preadv(fd, [view[:min(len(view), size - start)]], start)
+        if n == 0:
+            raise OSError(errno.EIO, "the new copy is shorter than what was written")
+        h.update(view[:n])  # type: ignore[arg-type]
+        start += n
+    return h.hexdigest()

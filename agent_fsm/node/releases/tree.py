@@ -13,6 +13,7 @@ walk.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import struct
@@ -216,7 +217,7 @@ def _copy_file(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: 
             return digest, size, now
         _write(target, data, mode)
     else:
-        from .bigcopy import stored  # only a large file's copy needs a thread
+        from .bigcopy import stored
 
         digest, size = stored(reader, dir_fd, name, st, rel, target, mode, WRITE_FLAGS)
         now = None if objects is None else objects.adopt(target, digest, mode, size)
@@ -249,25 +250,39 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
     `hashed`, keyed as `scan` keys it, so the manifest's scan reads no file again. One sync of the
     file system makes the copy durable. `limits`: the host's ceilings. `meter`: counts files and
     bytes as copied (`moving`). Without `objects` (a payload copied into a release being packed),
-    each file is a plain copy and nothing is synced. Raises BadTree for an entry the store refuses;
+    each file is a plain copy, a large one hashed on a worker while the next are copied
+    (`bigcopy.Hashers`), and nothing is synced. Raises BadTree for an entry the store refuses;
     OSError as it comes (DiskError from `files`).
     """
+    from . import bigcopy  # threads: here, not in the walks the daemon makes
+
     src_fd = _open_root(src, follow=True)
     try:
         files.make_dir(dst, 0o700)
         reader = Reader(src, limits)
         base = f"{dst}/"  # strings: a release may hold 100,000s of files
-        for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
-            target = base + rel
-            if stat.S_ISDIR(st.st_mode):
-                files.make_dir(Path(target), DIR_MODE)
-                continue
-            mode = normal_mode(st)
-            sha, size, now = _copy_file(reader, dir_fd, name, st, rel, target, mode, objects)
-            if hashed is not None:
-                hashed[key(rel, now)] = Entry(rel, mode, size, sha)
-            if meter is not None:
-                meter.moved(size, files=1)
+        with bigcopy.Hashers() as hashers:  # joined before the tree is used or removed
+
+            def done(sha: str, size: int, now: os.stat_result, rel: str, mode: int) -> None:
+                if hashed is not None:
+                    hashed[key(rel, now)] = Entry(rel, mode, size, sha)
+
+            for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
+                target = base + rel
+                if stat.S_ISDIR(st.st_mode):
+                    files.make_dir(Path(target), DIR_MODE)
+                    continue
+                mode = normal_mode(st)
+                if objects is None and st.st_size > _WHOLE:  # hashed on a worker meanwhile
+                    size = bigcopy.handed(reader, dir_fd, name, st, rel, target, mode,
+                                          WRITE_FLAGS, hashers,
+                                          functools.partial(done, rel=rel, mode=mode))
+                else:
+                    sha, size, now = _copy_file(reader, dir_fd, name, st, rel, target, mode,
+                                                objects)
+                    done(sha, size, now, rel, mode)
+                if meter is not None:
+                    meter.moved(size, files=1)
         if objects is None:
             return
         # Durable before the commit renames it into place. An object named before its bytes were
