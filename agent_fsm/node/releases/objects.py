@@ -54,40 +54,65 @@ def name(sha: str, mode: int) -> str:
 
 class Objects:
     """The objects of one store, for one add: `link` links a staged file to an intact object, `keep`
-    makes a staged file the object of its bytes."""
+    makes a staged file the object of its bytes.
+
+    The objects dir is listed once, into a filter of the names stored then (`Names`), and each name
+    `keep` gives is added to it. So a file whose bytes the store lacks costs no failed link. Linking
+    a name moves the ctime of every name of that file: only a link to an object stored before this
+    add notes it (`moved`), since none other is in another release's hashes record. Where this add
+    links an object of its own again, `again` holds the inode, so `tree.copy` takes the stat of its
+    earlier names anew."""
 
     def __init__(self, releases_dir: Path) -> None:
         self.dir = releases_dir / OBJECTS
+        self._base = f"{self.dir}/"
         files.ensure_dir(self.dir, 0o700)
+        self.before = Names(self.dir)  # stored when this add began
+        self.made = Names()  # kept by this add
+        self.again: set[int] = set()  # inodes of this add's own objects linked again
+
+    def _linked(self, sha: str, mode: int, checked: os.stat_result) -> None:
+        """Note a link just made to the object of these bytes and mode (its stat `checked`)."""
+        if name(sha, mode) in self.before:  # maybe another release's: its ctime moved
+            moved(self.dir.parent)
+        else:
+            self.again.add(checked.st_ino)
 
     def link(self, target: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
         """Make `target` (a new name in a staging copy) a link to the intact object of these bytes
         and mode, checked through the new link. Returns its stat as checked. None, and no `target`,
         when the object is missing, damaged or freed meanwhile."""
+        obj = name(sha, mode)
+        if obj not in self.before and obj not in self.made:
+            return None  # none when this add began, nor made since
         try:
-            os.link(self.dir / name(sha, mode), target)
+            os.link(self._base + obj, target)
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.EMLINK):  # none, or linked the most it can be
                 return None  # (`keep` then gives the name to a new copy)
             raise
-        moved(self.dir.parent)
         checked = intact(target, sha, mode, size)
         if checked is None:
+            moved(self.dir.parent)  # the damaged object's ctime moved
             os.unlink(target)
+        else:
+            self._linked(sha, mode, checked)
         return checked
 
     def adopt(self, target: str, sha: str, mode: int, size: int) -> os.stat_result | None:
         """Replace the file written at `target` by a link to the intact object of these bytes and
         mode, checked through a link of its own. Returns its stat as checked. None, `target`
         untouched, when there is no intact object."""
+        obj = name(sha, mode)
+        if obj not in self.before and obj not in self.made:
+            return None
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         try:
-            os.link(self.dir / name(sha, mode), tmp)
+            os.link(self._base + obj, tmp)
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.EMLINK):
                 return None
             raise
-        moved(self.dir.parent)
         checked = None
         try:
             checked = intact(tmp, sha, mode, size)
@@ -95,22 +120,59 @@ class Objects:
                 os.replace(tmp, target)  # the written copy goes, unread again
         finally:
             if checked is None:
+                moved(self.dir.parent)
                 os.unlink(tmp)
+        if checked is None:
+            return None
         # A rename moves the ctime: the stat a record keys is the one after it.
-        return None if checked is None else os.lstat(target)
+        now = os.lstat(target)
+        self._linked(sha, mode, now)
+        return now
 
     def keep(self, target: Path | str, sha: str, mode: int) -> None:
         """Make the staged file `target` the object of its bytes. A damaged object of that name is
         replaced; releases linking it keep the damaged inode."""
+        obj = name(sha, mode)
+        self.made.add(obj)
         try:
-            os.link(target, self.dir / name(sha, mode))  # the common case: none yet
+            os.link(target, self._base + obj)  # the common case: none yet
             return
         except FileExistsError:
             pass
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         os.link(target, tmp)
         moved(self.dir.parent)  # the damaged object loses a name
-        os.replace(tmp, self.dir / name(sha, mode))
+        os.replace(tmp, self._base + obj)
+
+
+class Names:
+    """A filter of object names, in a fixed 512 KiB: a name never added is never `in` it; one
+    added always is. Another name is `in` it once in a while, as likely as BITS fills up (a
+    store of 100,000 objects: one in 40), which costs one failed link."""
+
+    BITS = 1 << 22
+
+    def __init__(self, where: Path | None = None) -> None:
+        self.bits = bytearray(self.BITS >> 3)
+        if where is not None:
+            with os.scandir(where) as it:  # not listed: a store of big releases has 100,000s
+                for e in it:
+                    self.add(e.name)
+
+    @classmethod
+    def _bit(cls, obj: str) -> int:
+        try:
+            return int(obj[:8], 16) % cls.BITS
+        except ValueError:  # not an object's name (`.new-…`): any bit will do
+            return 0
+
+    def add(self, obj: str) -> None:
+        bit = self._bit(obj)
+        self.bits[bit >> 3] |= 1 << (bit & 7)
+
+    def __contains__(self, obj: str) -> bool:
+        bit = self._bit(obj)
+        return bool(self.bits[bit >> 3] & (1 << (bit & 7)))
 
 
 def intact(path: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:

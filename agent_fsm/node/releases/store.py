@@ -34,7 +34,7 @@ from ..store_config import StoreConfig
 from . import bytecode, room, usage
 from .hashes import HASHED, MAX_RECORD_BYTES, record_hashed, refresh_hashed
 from .moving import Meter, Report
-from .objects import Collected, Objects, collect, shared
+from .objects import Collected, Objects, collect, moved, shared
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
@@ -226,6 +226,7 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
         os.rename(target, old)
         os.rename(staging, target)
         files.fsync_dir(releases_dir)
+        moved(releases_dir)  # the replaced copy's names of shared files go
         files.remove_tree(old)
     else:
         os.rename(staging, target)
