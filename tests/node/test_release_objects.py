@@ -247,6 +247,35 @@ class TestFastCheck:
         assert read == []
 
 
+    def test_an_add_sharing_nothing_reads_no_record_and_one_sharing_refreshes_the_others(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The first add, whose release holds the same bytes twice, reads no hashes record in
+        its tidy; the next add, which links files the first release holds, refreshes that
+        release's record. After each, a new process checks every release reading no file."""
+        records: list[str] = []
+        real = release_hashes._hashed_record
+
+        def counted(releases_dir: Path, version: str) -> bytes | None:
+            records.append(version)
+            return real(releases_dir, version)
+
+        monkeypatch.setattr(release_hashes, "_hashed_record", counted)
+        first = make_release(tmp_path, "1.0.0", marker="1.0.0")
+        for name in ("a.txt", "b.txt", "c.txt"):  # one object, three names
+            (first / "assets" / name).write_text("the same bytes\n")
+        add(first, world.node)
+        assert records == []
+        read = files_read(monkeypatch)
+        world.reopen().node.releases.verify("1.0.0")
+        assert read == []
+        add(make_release(tmp_path, "2.0.0", marker="2.0.0"), world.node)  # links SHARED
+        assert "1.0.0" in records
+        read.clear()  # what the add read
+        for v in ("1.0.0", "2.0.0"):
+            world.reopen().node.releases.verify(v)
+        assert read == []
+
+
 class TestPrune:
     def test_prune_frees_what_no_release_uses_and_never_what_a_kept_one_does(
             self, world: World, tmp_path: Path) -> None:

@@ -57,11 +57,11 @@ class Objects:
     makes a staged file the object of its bytes.
 
     The objects dir is listed once, into a filter of the names stored then (`Names`), and each name
-    `keep` gives is added to it. So a file whose bytes the store lacks costs no failed link. Linking
-    a name moves the ctime of every name of that file: only a link to an object stored before this
-    add notes it (`moved`), since none other is in another release's hashes record. Where this add
-    links an object of its own again, `again` holds the inode, so `tree.copy` takes the stat of its
-    earlier names anew."""
+    `keep` gives is added to it. So a file whose bytes the store lacks costs no failed link (one
+    another add stores meanwhile is kept twice: `keep` takes the name, its release keeps its file).
+    Linking a name moves the ctime of every name of that file: only a link to an object stored
+    before this add notes it (`moved`), since no other is in another release's hashes record. (The
+    manifest's scan of the staging copy hashes again the earlier names of a file linked twice.)"""
 
     def __init__(self, releases_dir: Path) -> None:
         self.dir = releases_dir / OBJECTS
@@ -69,14 +69,11 @@ class Objects:
         files.ensure_dir(self.dir, 0o700)
         self.before = Names(self.dir)  # stored when this add began
         self.made = Names()  # kept by this add
-        self.again: set[int] = set()  # inodes of this add's own objects linked again
 
-    def _linked(self, sha: str, mode: int, checked: os.stat_result) -> None:
-        """Note a link just made to the object of these bytes and mode (its stat `checked`)."""
-        if name(sha, mode) in self.before:  # maybe another release's: its ctime moved
+    def _linked(self, obj: str) -> None:
+        """Note a link just made to the object `obj`."""
+        if obj in self.before:  # maybe another release's: its ctime moved
             moved(self.dir.parent)
-        else:
-            self.again.add(checked.st_ino)
 
     def link(self, target: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
         """Make `target` (a new name in a staging copy) a link to the intact object of these bytes
@@ -91,12 +88,10 @@ class Objects:
             if exc.errno in (errno.ENOENT, errno.EMLINK):  # none, or linked the most it can be
                 return None  # (`keep` then gives the name to a new copy)
             raise
+        self._linked(obj)
         checked = intact(target, sha, mode, size)
         if checked is None:
-            moved(self.dir.parent)  # the damaged object's ctime moved
             os.unlink(target)
-        else:
-            self._linked(sha, mode, checked)
         return checked
 
     def adopt(self, target: str, sha: str, mode: int, size: int) -> os.stat_result | None:
@@ -113,6 +108,7 @@ class Objects:
             if exc.errno in (errno.ENOENT, errno.EMLINK):
                 return None
             raise
+        self._linked(obj)
         checked = None
         try:
             checked = intact(tmp, sha, mode, size)
@@ -120,14 +116,9 @@ class Objects:
                 os.replace(tmp, target)  # the written copy goes, unread again
         finally:
             if checked is None:
-                moved(self.dir.parent)
                 os.unlink(tmp)
-        if checked is None:
-            return None
         # A rename moves the ctime: the stat a record keys is the one after it.
-        now = os.lstat(target)
-        self._linked(sha, mode, now)
-        return now
+        return None if checked is None else os.lstat(target)
 
     def keep(self, target: Path | str, sha: str, mode: int) -> None:
         """Make the staged file `target` the object of its bytes. A damaged object of that name is

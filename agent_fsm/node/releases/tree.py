@@ -270,22 +270,12 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
                 meter.moved(size, files=1)
         if objects is None:
             return
-        if objects.again and hashed is not None:
-            _rekey(hashed, base, objects.again)
         # Durable before the commit renames it into place. An object named before its bytes were
         # written (a power cut here) comes back short; `Objects.link` checks through the link, so no
         # add links it, and it is only replaced.
         files.sync_filesystem(dst)
     finally:
         os.close(src_fd)
-
-
-def _rekey(hashed: Hashed, base: str, again: set[int]) -> None:
-    """Key anew, by their stat now, the files of `hashed` (below `base`) whose inode is in `again`:
-    linked again after they were keyed, which moved their ctime."""
-    for k in [k for k in hashed if STAMP.unpack(k[1])[1] in again]:
-        entry = hashed.pop(k)
-        hashed[key(k[0], os.lstat(base + k[0]))] = entry
 
 
 class Footprint(NamedTuple):
