@@ -65,13 +65,13 @@ def objects_of(world: World) -> list[Path]:
 def files_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The release-relative names of the files the store reads from now on, in order."""
     read: list[str] = []
-    real = release_tree.Reader.open
+    real = release_tree.Reader._opened  # every open of a file to read it
 
-    def counted(self: release_tree.Reader, *args: object, **kwargs: bool) -> int:
-        read.append(str(args[-1]))
-        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+    def counted(self: release_tree.Reader, *args: object) -> tuple[int, int]:
+        read.append(str(args[3]))
+        return real(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(release_tree.Reader, "open", counted)
+    monkeypatch.setattr(release_tree.Reader, "_opened", counted)
     return read
 
 class TestTenReleases:

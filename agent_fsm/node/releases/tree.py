@@ -81,37 +81,53 @@ def _walk(root_fd: int, root: Path, *, stored: bool,
     uid = os.geteuid()
     most = None if limits is None else limits.max_release_files
 
-    def visit(dir_fd: int, prefix: str, depth: int) -> Iterator[tuple[str, int, str, os.stat_result]]:
+    def names(dir_fd: int) -> Iterator[str]:
         nonlocal count
-        names = []
+        found = []
         with os.scandir(dir_fd) as it:
             for e in it:
                 count += 1
                 if most is not None and count > most:
                     raise BadTree(root, f"has more than {most:,} files and directories "
                                   f"({raise_key('max_release_files')})")
-                names.append(e.name)
-        for name in sorted(names):
-            rel = prefix + name
-            if not name.isprintable():
-                raise BadTree(root / repr(rel), "has a name with a control character or not UTF-8")
-            st = os.lstat(name, dir_fd=dir_fd)
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if not (is_dir or stat.S_ISREG(st.st_mode)):
-                _bad_kind(st, dir_fd, name, root / rel)
-            if stored and (st.st_uid != uid or st.st_mode & 0o7022):
-                _check_stored(st, root / rel)
-            yield rel, dir_fd, name, st
-            if is_dir:
-                if depth >= MAX_DEPTH:
-                    raise BadTree(root / rel, f"is nested more than {MAX_DEPTH} directories deep")
-                fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-                try:
-                    yield from visit(fd, rel + "/", depth + 1)
-                finally:
-                    os.close(fd)
+                found.append(e.name)
+        return iter(sorted(found))
 
-    yield from visit(root_fd, "", 1)
+    # One frame for the whole walk, not one per level: each entry passes through it alone.
+    stack = [(root_fd, "", 1, names(root_fd))]
+    try:
+        while stack:
+            dir_fd, prefix, depth, left = stack[-1]
+            for name in left:
+                rel = prefix + name
+                if not name.isprintable():
+                    raise BadTree(root / repr(rel),
+                                  "has a name with a control character or not UTF-8")
+                st = os.lstat(name, dir_fd=dir_fd)
+                is_dir = stat.S_ISDIR(st.st_mode)
+                if not (is_dir or stat.S_ISREG(st.st_mode)):
+                    _bad_kind(st, dir_fd, name, root / rel)
+                if stored and (st.st_uid != uid or st.st_mode & 0o7022):
+                    _check_stored(st, root / rel)
+                yield rel, dir_fd, name, st
+                if is_dir:
+                    if depth >= MAX_DEPTH:
+                        raise BadTree(root / rel,
+                                      f"is nested more than {MAX_DEPTH} directories deep")
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                    try:
+                        stack.append((fd, rel + "/", depth + 1, names(fd)))
+                    except BaseException:
+                        os.close(fd)
+                        raise
+                    break  # its entries next, then the rest of this directory's
+            else:
+                stack.pop()
+                if stack:  # the root's fd is the caller's
+                    os.close(dir_fd)
+    finally:
+        for dir_fd, *_ in stack[1:]:
+            os.close(dir_fd)
 
 
 class Reader:
@@ -150,6 +166,11 @@ class Reader:
              again: bool = False) -> int:
         """An fd of the file `rel` as walked (`st`); refused when it was replaced or is already over
         a limit."""
+        return self._opened(dir_fd, name, st, rel, again)[0]
+
+    def _opened(self, dir_fd: int, name: str, st: os.stat_result, rel: str,
+                again: bool = False) -> tuple[int, int]:
+        """`open`, and the file's size as opened."""
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)  # a link swapped in: ELOOP
         try:
             now = os.fstat(fd)
@@ -162,7 +183,30 @@ class Reader:
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, now.st_size
+
+    def whole(self, dir_fd: int, name: str, st: os.stat_result, rel: str) -> bytes:
+        """The bytes of the file `rel` of at most _WHOLE bytes, counted as `chunks` counts them. One
+        read when it gives the size the file had as opened, else reads to its end."""
+        fd, size = self._opened(dir_fd, name, st, rel)
+        try:
+            data = os.read(fd, size + 1)  # one more: a file that grew does not end here
+            if len(data) != size:
+                parts, held = [data], len(data)
+                while held <= _WHOLE and (chunk := os.read(fd, _WHOLE + 1 - held)):
+                    parts.append(chunk)
+                    held += len(chunk)
+                data = b"".join(parts)
+        finally:
+            os.close(fd)
+        self.total += len(data)
+        if len(data) > self.file_bytes:
+            self.too_big(rel)
+        if self.total > self.release_bytes:
+            self.too_many_bytes()
+        if len(data) > _WHOLE:  # it grew since it was walked: never held whole
+            raise BadTree(self.root / rel, "changed while it was read")
+        return data
 
     def too_many_bytes(self) -> NoReturn:
         raise BadTree(self.root, f"holds more than {size_text(self.release_bytes)} "
@@ -201,13 +245,7 @@ def _copy_file(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: 
     written (`bigcopy`). It is then replaced by a link to an intact object of the same bytes, or
     kept as that object."""
     if st.st_size <= _WHOLE:
-        parts, held = [], 0
-        for chunk in reader.chunks(dir_fd, name, st, rel, size=_WHOLE):
-            held += len(chunk)
-            if held > _WHOLE:  # it grew since it was walked: never held whole
-                raise BadTree(reader.root / rel, "changed while it was read")
-            parts.append(chunk)
-        data = b"".join(parts)
+        data = reader.whole(dir_fd, name, st, rel)
         sha = sha256()
         sha.update(data)
         digest, size = sha.hexdigest(), len(data)
