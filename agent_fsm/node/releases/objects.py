@@ -233,6 +233,22 @@ def shared(path: Path) -> int:
         return 0
 
 
+def shared_note(release: Path, was: bytes, now: bytes) -> str:
+    """Why other releases may be damaged too, from a stored release's manifests as recorded (`was`)
+    and now. A changed file still linked from elsewhere was written in place, and every release
+    linking it changed with it."""
+    old = set(was.splitlines())
+    changed = [line.split(b" ", 4)[4].decode(errors="replace") for line in now.splitlines()
+               if line not in old and line.startswith(b"f ") and line.count(b" ") >= 4]
+    linked = [(p, n) for p in changed if (n := shared(release / p)) > 1]
+    if not linked:
+        return ""
+    path, n = linked[0]
+    return (f"; {path} is one file with {n} names in the store, which keeps identical files "
+            "once: written in place, it changed in every release that shares it, so add each "
+            "damaged release again")
+
+
 def usage(directory: Path) -> int:
     """The bytes `directory` takes on disk, each inode counted once (as `du` counts): what the store
     costs."""

@@ -71,7 +71,7 @@ def _check_stored(st: os.stat_result, path: Path) -> None:
         raise BadTree(path, f"has mode {stat.S_IMODE(st.st_mode):04o}")
 
 
-def _walk(root_fd: int, root: Path, *, stored: bool,
+def walk(root_fd: int, root: Path, *, stored: bool,
           limits: StoreConfig | None) -> Iterator[tuple[str, int, str, os.stat_result]]:
     """Every entry below `root_fd` as (relative path, parent's fd, name, lstat), each directory
     before its contents, names sorted. Only regular files and directories, within `limits` (None:
@@ -213,14 +213,6 @@ class Reader:
                       f"({raise_key('max_release_bytes')})")
 
 
-def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
-    h, size = sha256(), 0
-    for chunk in chunks:
-        h.update(chunk)
-        size += len(chunk)
-    return h.hexdigest(), size
-
-
 WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -265,7 +257,7 @@ def _copy_file(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: 
     return digest, size, os.lstat(target)
 
 
-def _open_root(root: Path, *, follow: bool) -> int:
+def open_root(root: Path, *, follow: bool) -> int:
     try:
         return os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW if follow else _DIR_FLAGS)
     except NotADirectoryError:
@@ -290,12 +282,12 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
     each file is a plain copy and nothing is synced. Raises BadTree for an entry the store refuses;
     OSError as it comes (DiskError from `files`).
     """
-    src_fd = _open_root(src, follow=True)
+    src_fd = open_root(src, follow=True)
     try:
         files.make_dir(dst, 0o700)
         reader = Reader(src, limits)
         base = f"{dst}/"  # strings: a release may hold 100,000s of files
-        for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
+        for rel, dir_fd, name, st in walk(src_fd, src, stored=False, limits=limits):
             target = base + rel
             if stat.S_ISDIR(st.st_mode):
                 files.make_dir(Path(target), DIR_MODE)
@@ -316,41 +308,6 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
         os.close(src_fd)
 
 
-class Footprint(NamedTuple):
-    disk: int  # the bytes a copy takes on disk (see `footprint`)
-    files: int  # its regular files
-    bytes: int  # their bytes
-
-
-def footprint(src: Path, limits: StoreConfig, block: int,
-              stored: Callable[[str, int, int], bool] | None = None) -> Footprint:
-    """The bytes a copy of the release directory `src` takes on disk: each file rounded up to whole
-    `block`s, a directory one block. BadTree over a ceiling of `limits`. Reads only stat, unless
-    `stored` is given. Then each file is hashed and left out when `stored(sha, mode, size)` or when
-    already met in `src`. Returns also the count and bytes of all its files."""
-    src_fd = _open_root(src, follow=True)
-    total, seen, reader, count = 0, set(), Reader(src, limits), 0
-    try:
-        for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
-            size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
-            count += 0 if stat.S_ISDIR(st.st_mode) else 1
-            if size > limits.max_file_bytes:
-                reader.too_big(rel)
-            reader.total += size
-            if reader.total > limits.max_release_bytes:
-                reader.too_many_bytes()
-            if stored is not None and size:
-                key = (_hash(reader.chunks(dir_fd, name, st, rel, again=True))[0],
-                       normal_mode(st), size)
-                if key in seen or stored(*key):
-                    continue
-                seen.add(key)
-            total += max(-(-size // block), 1) * block
-    finally:
-        os.close(src_fd)
-    return Footprint(total, count, reader.total)
-
-
 _SETTLED_NS = 2_000_000_000
 # A file's hash, keyed by its inode, size, mode and times: no writer can set st_ctime_ns, so an
 # unchanged key means unchanged bytes. The stat is packed (STAMP: device, inode, size, mode, mtime,
@@ -368,7 +325,8 @@ def key(rel: str, st: os.stat_result) -> Key:
 
 def scan(release: Path, *, stored: bool = True, normalize: bool = False,
          hashed: Hashed | None = None, fresh: bool = False, shared: bool = False,
-         limits: StoreConfig | None = None) -> list[Entry]:
+         limits: StoreConfig | None = None,
+         seen: Callable[[os.stat_result], None] | None = None) -> list[Entry]:
     """The entries of a release tree, hashed, in manifest order.
 
     - `stored`: refuse what the store never holds (another owner, a loose mode).
@@ -380,14 +338,17 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
       meet again.
     - `limits`: the ceilings of a tree on its way in (None: a stored one, checked against its
       record).
+    - `seen`: called with each entry's lstat, as walked.
     """
-    root_fd = _open_root(release, follow=False)
+    root_fd = open_root(release, follow=False)
     reader = Reader(release, limits)
     entries = []
     try:
         if stored:
             _check_stored(os.fstat(root_fd), release)
-        for rel, dir_fd, name, st in _walk(root_fd, release, stored=stored, limits=limits):
+        for rel, dir_fd, name, st in walk(root_fd, release, stored=stored, limits=limits):
+            if seen is not None:
+                seen(st)
             mode = normal_mode(st) if normalize else stat.S_IMODE(st.st_mode)
             if stat.S_ISDIR(st.st_mode):
                 entries.append(Entry(rel, mode))
