@@ -124,6 +124,25 @@ class TestDamage:
         assert found["1.0.0"] is None and found["3.0.0"] is None
         assert found["2.0.0"] is not None and f"{SHARED} changed content" in found["2.0.0"]
 
+    def test_mending_a_replaced_file_lists_none_of_the_stores_objects(
+            self, three: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The way back mends a shared file replaced in its release from an intact copy without
+        listing the store's objects (what it costs does not grow with the store); the release
+        verifies again."""
+        target = three.paths.releases_dir / "2.0.0" / SHARED
+        new = target.with_name("agent.service.new")
+        new.write_text(target.read_text() + "# edited\n")
+        new.chmod(0o644)
+        os.replace(new, target)
+        listed: list[object] = []
+        real = release_objects.Names.__init__
+        monkeypatch.setattr(release_objects.Names, "__init__",
+                            lambda self, where=None: listed.append(where) or real(self, where))
+        with three.node.store.locked():
+            fixed = three.node.releases.mend("2.0.0")
+        assert [rel for rel, _ in fixed] == [SHARED] and listed == [None]
+        three.reopen().node.releases.reread("2.0.0")
+
     def test_a_file_unique_to_one_release_changed_damages_that_release_only(
             self, three: World) -> None:
         """A file only one release holds, written in place, is DAMAGED in that release only."""

@@ -56,19 +56,27 @@ class Objects:
     """The objects of one store, for one add: `link` links a staged file to an intact object, `keep`
     makes a staged file the object of its bytes.
 
-    The objects dir is listed once, into a filter of the names stored then (`Names`), and each name
-    `keep` gives is added to it. So a file whose bytes the store lacks costs no failed link (one
-    another add stores meanwhile is kept twice: `keep` takes the name, its release keeps its file).
-    Linking a name moves the ctime of every name of that file: only a link to an object stored
-    before this add notes it (`moved`), since no other is in another release's hashes record. (The
-    manifest's scan of the staging copy hashes again the earlier names of a file linked twice.)"""
+    The objects dir is listed once, at the first link, into a filter of the names stored then
+    (`Names`); each name `keep` gives goes into another. So a file whose bytes the store lacks costs
+    no failed link (one another add stores meanwhile is kept twice: `keep` takes the name, its
+    release keeps its file). Linking a name moves the ctime of every name of that file: only a link
+    to an object stored before this add notes it (`moved`), since no other is in another release's
+    hashes record. (The manifest's scan of the staging copy hashes again the earlier names of a file
+    linked twice.)"""
 
     def __init__(self, releases_dir: Path) -> None:
         self.dir = releases_dir / OBJECTS
         self._base = f"{self.dir}/"
         files.ensure_dir(self.dir, 0o700)
-        self.before = Names(self.dir)  # stored when this add began
+        self._before: Names | None = None
         self.made = Names()  # kept by this add
+
+    @property
+    def before(self) -> Names:
+        """The names stored before the first link, listed then (`keep` alone lists nothing)."""
+        if self._before is None:
+            self._before = Names(self.dir)
+        return self._before
 
     def _linked(self, obj: str) -> None:
         """Note a link just made to the object `obj`."""
