@@ -65,13 +65,13 @@ def objects_of(world: World) -> list[Path]:
 def files_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The release-relative names of the files the store reads from now on, in order."""
     read: list[str] = []
-    real = release_tree.Reader.open
+    real = release_tree.Reader._opened  # every open of a file to read it
 
-    def counted(self: release_tree.Reader, *args: object, **kwargs: bool) -> int:
-        read.append(str(args[-1]))
-        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+    def counted(self: release_tree.Reader, *args: object) -> tuple[int, int]:
+        read.append(str(args[3]))
+        return real(self, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(release_tree.Reader, "open", counted)
+    monkeypatch.setattr(release_tree.Reader, "_opened", counted)
     return read
 
 class TestTenReleases:
@@ -123,6 +123,25 @@ class TestDamage:
         found = problems(three)
         assert found["1.0.0"] is None and found["3.0.0"] is None
         assert found["2.0.0"] is not None and f"{SHARED} changed content" in found["2.0.0"]
+
+    def test_mending_a_replaced_file_lists_none_of_the_stores_objects(
+            self, three: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The way back mends a shared file replaced in its release from an intact copy without
+        listing the store's objects (what it costs does not grow with the store); the release
+        verifies again."""
+        target = three.paths.releases_dir / "2.0.0" / SHARED
+        new = target.with_name("agent.service.new")
+        new.write_text(target.read_text() + "# edited\n")
+        new.chmod(0o644)
+        os.replace(new, target)
+        listed: list[object] = []
+        real = release_objects.Names.__init__
+        monkeypatch.setattr(release_objects.Names, "__init__",
+                            lambda self, where=None: listed.append(where) or real(self, where))
+        with three.node.store.locked():
+            fixed = three.node.releases.mend("2.0.0")
+        assert [rel for rel, _ in fixed] == [SHARED] and listed == [None]
+        three.reopen().node.releases.reread("2.0.0")
 
     def test_a_file_unique_to_one_release_changed_damages_that_release_only(
             self, three: World) -> None:
@@ -243,6 +262,35 @@ class TestFastCheck:
         assert sorted(set(records)) == ["1.0.0", "2.0.0", "3.0.0"]
         read = files_read(monkeypatch)
         for v in ("1.0.0", "2.0.0", "3.0.0"):
+            world.reopen().node.releases.verify(v)
+        assert read == []
+
+
+    def test_an_add_sharing_nothing_reads_no_record_and_one_sharing_refreshes_the_others(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The first add, whose release holds the same bytes twice, reads no hashes record in
+        its tidy; the next add, which links files the first release holds, refreshes that
+        release's record. After each, a new process checks every release reading no file."""
+        records: list[str] = []
+        real = release_hashes._hashed_record
+
+        def counted(releases_dir: Path, version: str) -> bytes | None:
+            records.append(version)
+            return real(releases_dir, version)
+
+        monkeypatch.setattr(release_hashes, "_hashed_record", counted)
+        first = make_release(tmp_path, "1.0.0", marker="1.0.0")
+        for name in ("a.txt", "b.txt", "c.txt"):  # one object, three names
+            (first / "assets" / name).write_text("the same bytes\n")
+        add(first, world.node)
+        assert records == []
+        read = files_read(monkeypatch)
+        world.reopen().node.releases.verify("1.0.0")
+        assert read == []
+        add(make_release(tmp_path, "2.0.0", marker="2.0.0"), world.node)  # links SHARED
+        assert "1.0.0" in records
+        read.clear()  # what the add read
+        for v in ("1.0.0", "2.0.0"):
             world.reopen().node.releases.verify(v)
         assert read == []
 

@@ -100,6 +100,28 @@ class TestNormalized:
         assert modes["sticky"] == modes["assets"] == modes["bin"] == 0o755
         assert {p.lstat().st_uid for p in stored(world).rglob("*")} == {os.geteuid()}
 
+    def test_a_file_system_that_reads_short_still_gets_each_file_stored_whole(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Where a read gives fewer bytes than asked (as some network file systems do), each
+        file is still read to its end: the stored release holds every byte of the source."""
+        rel = make_release(tmp_path)
+        (rel / "bin" / "tool").write_bytes(bytes(range(256)) * 40)
+
+        class ShortReads:
+            def __getattr__(self, name: str) -> object:
+                return getattr(os, name)
+
+            @staticmethod
+            def read(fd: int, n: int) -> bytes:
+                return os.read(fd, min(n, 7))
+
+        monkeypatch.setattr(release_tree, "os", ShortReads())
+        add(rel, world.node)
+        monkeypatch.undo()
+        for name in ("bin/tool", "assets/agent.service", "release.toml"):
+            assert (stored(world) / name).read_bytes() == (rel / name).read_bytes()
+        world.reopen().node.releases.reread("1.0.0")
+
     @pytest.mark.parametrize("kind", ["secret file", "directory", "dangling"])
     def test_a_symlink_is_refused_naming_it(self, world: World, tmp_path: Path, kind: str) -> None:
         """A symlink in a release (to a root-only secret, to a directory, or dangling) is

@@ -112,6 +112,27 @@ class TestStoreBytes:
             "agent-fsm store usage v1", "shared 0", f"release {walked.releases['2.0.0']} 2.0.0"]
         assert usage.seen(where)[:2] == walked[:2]
 
+    def test_the_first_add_records_what_a_walk_finds_without_walking(
+            self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The first release added, holding the same bytes under three names and directories
+        in directories, is recorded with the bytes a walk of the store finds (the copy's own
+        count, no walk); the next add records the walk's figures again."""
+        rel = _release(tmp_path / "src", "1.0.0", os.urandom(MIB), MIB // 2)
+        for sub in ("a", "a/b", "a/b/c"):
+            (rel / "payload" / sub).mkdir()
+            (rel / "payload" / sub / "same").write_bytes(b"the same bytes\n" * 300)
+        walks: list[list[str]] = []
+        real = usage._walked
+        monkeypatch.setattr(usage, "_walked", lambda d, v: walks.append(v) or real(d, v))
+        add(rel, world.node)
+        assert walks == []
+        where = world.paths.releases_dir
+        assert usage.seen(where)[:2] == usage.store_bytes(where)[:2]
+        walks.clear()
+        add(_release(tmp_path / "src", "2.0.0", os.urandom(MIB), MIB), world.node)
+        assert walks == [["1.0.0", "2.0.0"]]
+        assert usage.seen(where)[:2] == usage.store_bytes(where)[:2]
+
     def test_doctor_fails_when_less_is_free_than_the_way_back_keeps(
             self, two: World, monkeypatch: pytest.MonkeyPatch) -> None:
         """With less free on the state dir's file system than the reserve, doctor's store

@@ -54,23 +54,49 @@ def name(sha: str, mode: int) -> str:
 
 class Objects:
     """The objects of one store, for one add: `link` links a staged file to an intact object, `keep`
-    makes a staged file the object of its bytes."""
+    makes a staged file the object of its bytes.
+
+    The objects dir is listed once, at the first link, into a filter of the names stored then
+    (`Names`); each name `keep` gives goes into another. So a file whose bytes the store lacks costs
+    no failed link (one another add stores meanwhile is kept twice: `keep` takes the name, its
+    release keeps its file). Linking a name moves the ctime of every name of that file: only a link
+    to an object stored before this add notes it (`moved`), since no other is in another release's
+    hashes record. (The manifest's scan of the staging copy hashes again the earlier names of a file
+    linked twice.)"""
 
     def __init__(self, releases_dir: Path) -> None:
         self.dir = releases_dir / OBJECTS
+        self._base = f"{self.dir}/"
         files.ensure_dir(self.dir, 0o700)
+        self._before: Names | None = None
+        self.made = Names()  # kept by this add
+
+    @property
+    def before(self) -> Names:
+        """The names stored before the first link, listed then (`keep` alone lists nothing)."""
+        if self._before is None:
+            self._before = Names(self.dir)
+        return self._before
+
+    def _linked(self, obj: str) -> None:
+        """Note a link just made to the object `obj`."""
+        if obj in self.before:  # maybe another release's: its ctime moved
+            moved(self.dir.parent)
 
     def link(self, target: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
         """Make `target` (a new name in a staging copy) a link to the intact object of these bytes
         and mode, checked through the new link. Returns its stat as checked. None, and no `target`,
         when the object is missing, damaged or freed meanwhile."""
+        obj = name(sha, mode)
+        if obj not in self.before and obj not in self.made:
+            return None  # none when this add began, nor made since
         try:
-            os.link(self.dir / name(sha, mode), target)
+            os.link(self._base + obj, target)
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.EMLINK):  # none, or linked the most it can be
                 return None  # (`keep` then gives the name to a new copy)
             raise
-        moved(self.dir.parent)
+        self._linked(obj)
         checked = intact(target, sha, mode, size)
         if checked is None:
             os.unlink(target)
@@ -80,14 +106,17 @@ class Objects:
         """Replace the file written at `target` by a link to the intact object of these bytes and
         mode, checked through a link of its own. Returns its stat as checked. None, `target`
         untouched, when there is no intact object."""
+        obj = name(sha, mode)
+        if obj not in self.before and obj not in self.made:
+            return None
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         try:
-            os.link(self.dir / name(sha, mode), tmp)
+            os.link(self._base + obj, tmp)
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.EMLINK):
                 return None
             raise
-        moved(self.dir.parent)
+        self._linked(obj)
         checked = None
         try:
             checked = intact(tmp, sha, mode, size)
@@ -102,15 +131,47 @@ class Objects:
     def keep(self, target: Path | str, sha: str, mode: int) -> None:
         """Make the staged file `target` the object of its bytes. A damaged object of that name is
         replaced; releases linking it keep the damaged inode."""
+        obj = name(sha, mode)
+        self.made.add(obj)
         try:
-            os.link(target, self.dir / name(sha, mode))  # the common case: none yet
+            os.link(target, self._base + obj)  # the common case: none yet
             return
         except FileExistsError:
             pass
         tmp = self.dir / f".new-{os.urandom(6).hex()}"
         os.link(target, tmp)
         moved(self.dir.parent)  # the damaged object loses a name
-        os.replace(tmp, self.dir / name(sha, mode))
+        os.replace(tmp, self._base + obj)
+
+
+class Names:
+    """A filter of object names, in a fixed 512 KiB: a name never added is never `in` it; one
+    added always is. Another name is `in` it once in a while, as likely as BITS fills up (a
+    store of 100,000 objects: one in 40), which costs one failed link."""
+
+    BITS = 1 << 22
+
+    def __init__(self, where: Path | None = None) -> None:
+        self.bits = bytearray(self.BITS >> 3)
+        if where is not None:
+            with os.scandir(where) as it:  # not listed: a store of big releases has 100,000s
+                for e in it:
+                    self.add(e.name)
+
+    @classmethod
+    def _bit(cls, obj: str) -> int:
+        try:
+            return int(obj[:8], 16) % cls.BITS
+        except ValueError:  # not an object's name (`.new-…`): any bit will do
+            return 0
+
+    def add(self, obj: str) -> None:
+        bit = self._bit(obj)
+        self.bits[bit >> 3] |= 1 << (bit & 7)
+
+    def __contains__(self, obj: str) -> bool:
+        bit = self._bit(obj)
+        return bool(self.bits[bit >> 3] & (1 << (bit & 7)))
 
 
 def intact(path: Path | str, sha: str, mode: int, size: int) -> os.stat_result | None:
@@ -178,6 +239,22 @@ def shared(path: Path) -> int:
         return os.lstat(path).st_nlink
     except OSError:
         return 0
+
+
+def shared_note(release: Path, was: bytes, now: bytes) -> str:
+    """Why other releases may be damaged too, from a stored release's manifests as recorded (`was`)
+    and now. A changed file still linked from elsewhere was written in place, and every release
+    linking it changed with it."""
+    old = set(was.splitlines())
+    changed = [line.split(b" ", 4)[4].decode(errors="replace") for line in now.splitlines()
+               if line not in old and line.startswith(b"f ") and line.count(b" ") >= 4]
+    linked = [(p, n) for p in changed if (n := shared(release / p)) > 1]
+    if not linked:
+        return ""
+    path, n = linked[0]
+    return (f"; {path} is one file with {n} names in the store, which keeps identical files "
+            "once: written in place, it changed in every release that shares it, so add each "
+            "damaged release again")
 
 
 def usage(directory: Path) -> int:

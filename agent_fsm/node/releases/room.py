@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from ...errors import NoRoom
+from ..sha256 import sha256
 from ..store_config import StoreConfig, size_text
 from .objects import OBJECTS, name
-from .tree import Footprint, footprint
+from .tree import Reader, normal_mode, open_root, walk
 
 RESERVE_MIN = 64 << 20
 RESERVE_MAX = 1 << 30
@@ -53,6 +56,51 @@ def room(releases_dir: Path) -> Room:
     share = int(st.f_blocks * block * RESERVE_SHARE)
     return Room(releases_dir.parent, st.f_bavail * block,
                 max(RESERVE_MIN, min(share, RESERVE_MAX)), block)
+
+
+class Footprint(NamedTuple):
+    disk: int  # the bytes a copy takes on disk (see `footprint`)
+    files: int  # its regular files
+    bytes: int  # their bytes
+
+
+def footprint(src: Path, limits: StoreConfig, block: int,
+              stored: Callable[[str, int, int], bool] | None = None) -> Footprint:
+    """The bytes a copy of the release directory `src` takes on disk: each file rounded up to whole
+    `block`s, a directory one block. BadTree over a ceiling of `limits`. Reads only stat, unless
+    `stored` is given. Then each file is hashed and left out when `stored(sha, mode, size)` or when
+    already met in `src`. Returns also the count and bytes of all its files."""
+    src_fd = open_root(src, follow=True)
+    total, seen, reader, count = 0, set(), Reader(src, limits), 0
+    try:
+        for rel, dir_fd, name, st in walk(src_fd, src, stored=False, limits=limits):
+            size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
+            count += 0 if stat.S_ISDIR(st.st_mode) else 1
+            if size > limits.max_file_bytes:
+                reader.too_big(rel)
+            reader.total += size
+            if reader.total > limits.max_release_bytes:
+                reader.too_many_bytes()
+            if stored is not None and size:
+                key = (_hash(reader.chunks(dir_fd, name, st, rel, again=True))[0],
+                       normal_mode(st), size)
+                if key in seen or stored(*key):
+                    continue
+                seen.add(key)
+            total += max(-(-size // block), 1) * block
+    finally:
+        os.close(src_fd)
+    return Footprint(total, count, reader.total)
+
+
+
+def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
+    h, size = sha256(), 0
+    for chunk in chunks:
+        h.update(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size
+
 
 
 def check(src: Path, releases_dir: Path, limits: StoreConfig, what: str) -> Footprint:

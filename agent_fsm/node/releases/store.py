@@ -34,7 +34,7 @@ from ..store_config import StoreConfig
 from . import bytecode, room, usage
 from .hashes import HASHED, MAX_RECORD_BYTES, record_hashed, refresh_hashed
 from .moving import Meter, Report
-from .objects import Collected, Objects, collect, shared
+from .objects import Collected, Objects, collect, moved, shared_note
 from .tree import DIR_MODE, Entry, Hashed, copy, scan
 
 HEADER = b"agent-fsm release manifest v1\n"
@@ -130,24 +130,8 @@ def check(releases_dir: Path, version: str, hashed: Hashed | None = None,
     want, have = bytecode.held_to(was, bytecode.recorded(releases_dir, version), now)
     if want != have:
         raise BadTree(release, f"does not match its digest {digest(was)} recorded when it was added "
-                  f"({differences(want, have)}){_shared_note(release, want, have)}")
+                  f"({differences(want, have)}){shared_note(release, want, have)}")
     return Checked(was, was)
-
-
-def _shared_note(release: Path, was: bytes, now: bytes) -> str:
-    """Why other releases may be damaged too. A changed file still linked from elsewhere was written
-    in place, and every release linking it changed with it."""
-    old = set(was[len(HEADER):].splitlines())
-    changed = [line.split(b" ", 4)[4].decode(errors="replace")
-               for line in now[len(HEADER):].splitlines()
-               if line not in old and line.startswith(b"f ") and line.count(b" ") >= 4]
-    linked = [(p, n) for p in changed if (n := shared(release / p)) > 1]
-    if not linked:
-        return ""
-    path, n = linked[0]
-    return (f"; {path} is one file with {n} names in the store, which keeps identical files "
-            "once: written in place, it changed in every release that shares it, so add each "
-            "damaged release again")
 
 
 class Stored(NamedTuple):
@@ -156,6 +140,7 @@ class Stored(NamedTuple):
     digest: str
     already: bool  # the same content was stored already, intact
     replaced: str | None = None  # why a stored copy of the same content was replaced
+    disk: int | None = None  # its bytes on disk, when known (`Staged`)
 
 
 class Staged(NamedTuple):
@@ -168,6 +153,7 @@ class Staged(NamedTuple):
     manifest: bytes
     hashed: Hashed
     bytecode: bytes  # the manifest of the node's byte code added to it (`bytecode`)
+    disk: int | None = None  # its bytes on disk, each file once (`usage`); None: not known
 
 
 @contextlib.contextmanager
@@ -195,11 +181,13 @@ def staged(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
         if meter is not None:
             meter.done()
         version = validate(staging)
-        new = manifest(scan(staging, hashed=hashed, fresh=True))
+        disk = usage.Disk(os.lstat(staging))
+        new = manifest(scan(staging, hashed=hashed, fresh=True, seen=disk.add))
         if len(new) > MAX_RECORD_BYTES:  # it could not be read back
             raise BadTree(directory, f"has a manifest over {MAX_RECORD_BYTES >> 30} GiB")
         extra = bytecode.compiled(staging, new, hashed, compile_lib)
-        yield Staged(directory, staging, version, new, hashed, extra)
+        known = disk.bytes if extra == HEADER else None  # no byte code added after the scan
+        yield Staged(directory, staging, version, new, hashed, extra, known)
 
 
 def commit(releases_dir: Path, staged: Staged) -> Stored:
@@ -226,11 +214,12 @@ def commit(releases_dir: Path, staged: Staged) -> Stored:
         os.rename(target, old)
         os.rename(staging, target)
         files.fsync_dir(releases_dir)
+        moved(releases_dir)  # the replaced copy's names of shared files go
         files.remove_tree(old)
     else:
         os.rename(staging, target)
         files.fsync_dir(releases_dir)
-    return Stored(version, target, digest(new), replaced is not None, replaced)
+    return Stored(version, target, digest(new), replaced is not None, replaced, staged.disk)
 
 
 def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
@@ -240,16 +229,18 @@ def store(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
     """Store a normalized copy of the release `directory` in `releases_dir` with its digest: staged
     and checked without the writers' lock, committed under it (`locked()`). `report`, `shown`,
     `compile_lib`: see `staged`."""
+    done = None
     try:
-        return _staged_and_committed(directory, releases_dir, validate, locked, limits, report,
+        done = _staged_and_committed(directory, releases_dir, validate, locked, limits, report,
                                      shown, compile_lib)
+        return done
     except (OSError, DiskError) as exc:  # the disk filled: NoRoom, one line; else as it came
         full = room.filled(exc, f"release {directory}", releases_dir.parent)
         if full is None:
             raise
         raise full from None
     finally:  # objects of a refused copy, a replaced one, or what an interrupted add left
-        tidy(releases_dir, locked)
+        tidy(releases_dir, locked, done)
 
 
 def _staged_and_committed(directory: Path, releases_dir: Path, validate: Callable[[Path], str],
@@ -263,11 +254,11 @@ def _staged_and_committed(directory: Path, releases_dir: Path, validate: Callabl
         return commit(releases_dir, ready)
 
 
-def tidy(releases_dir: Path,
-         locked: Callable[[], contextlib.AbstractContextManager[object]]) -> Collected:
+def tidy(releases_dir: Path, locked: Callable[[], contextlib.AbstractContextManager[object]],
+         added: Stored | None = None) -> Collected:
     """After an add or a prune: delete trees an interrupted prune took out (`.<version>.pruning`),
     free unlinked objects (`objects.collect`), record again files whose ctime moved
-    (`refresh_hashed`), and record the store's bytes (`usage.record`).
+    (`refresh_hashed`), and record the store's bytes (`usage.record`; `added`: see there).
 
     Housekeeping: what cannot be done now (a full disk, the lock held) the next add or prune does,
     so it never fails a done add or prune. Needs no lock: what it deletes is out of the store.
@@ -278,7 +269,7 @@ def tidy(releases_dir: Path,
             clear(stale)
         freed = collect(releases_dir)
         refresh_hashed(releases_dir, locked)
-        usage.record(releases_dir, locked)
+        usage.record(releases_dir, locked, added and (added.version, added.disk))
     return freed
 
 

@@ -72,7 +72,7 @@ def _check_stored(st: os.stat_result, path: Path) -> None:
         raise BadTree(path, f"has mode {stat.S_IMODE(st.st_mode):04o}")
 
 
-def _walk(root_fd: int, root: Path, *, stored: bool,
+def walk(root_fd: int, root: Path, *, stored: bool,
           limits: StoreConfig | None) -> Iterator[tuple[str, int, str, os.stat_result]]:
     """Every entry below `root_fd` as (relative path, parent's fd, name, lstat), each directory
     before its contents, names sorted. Only regular files and directories, within `limits` (None:
@@ -82,37 +82,53 @@ def _walk(root_fd: int, root: Path, *, stored: bool,
     uid = os.geteuid()
     most = None if limits is None else limits.max_release_files
 
-    def visit(dir_fd: int, prefix: str, depth: int) -> Iterator[tuple[str, int, str, os.stat_result]]:
+    def names(dir_fd: int) -> Iterator[str]:
         nonlocal count
-        names = []
+        found = []
         with os.scandir(dir_fd) as it:
             for e in it:
                 count += 1
                 if most is not None and count > most:
                     raise BadTree(root, f"has more than {most:,} files and directories "
                                   f"({raise_key('max_release_files')})")
-                names.append(e.name)
-        for name in sorted(names):
-            rel = prefix + name
-            if not name.isprintable():
-                raise BadTree(root / repr(rel), "has a name with a control character or not UTF-8")
-            st = os.lstat(name, dir_fd=dir_fd)
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if not (is_dir or stat.S_ISREG(st.st_mode)):
-                _bad_kind(st, dir_fd, name, root / rel)
-            if stored and (st.st_uid != uid or st.st_mode & 0o7022):
-                _check_stored(st, root / rel)
-            yield rel, dir_fd, name, st
-            if is_dir:
-                if depth >= MAX_DEPTH:
-                    raise BadTree(root / rel, f"is nested more than {MAX_DEPTH} directories deep")
-                fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-                try:
-                    yield from visit(fd, rel + "/", depth + 1)
-                finally:
-                    os.close(fd)
+                found.append(e.name)
+        return iter(sorted(found))
 
-    yield from visit(root_fd, "", 1)
+    # One frame for the whole walk, not one per level: each entry passes through it alone.
+    stack = [(root_fd, "", 1, names(root_fd))]
+    try:
+        while stack:
+            dir_fd, prefix, depth, left = stack[-1]
+            for name in left:
+                rel = prefix + name
+                if not name.isprintable():
+                    raise BadTree(root / repr(rel),
+                                  "has a name with a control character or not UTF-8")
+                st = os.lstat(name, dir_fd=dir_fd)
+                is_dir = stat.S_ISDIR(st.st_mode)
+                if not (is_dir or stat.S_ISREG(st.st_mode)):
+                    _bad_kind(st, dir_fd, name, root / rel)
+                if stored and (st.st_uid != uid or st.st_mode & 0o7022):
+                    _check_stored(st, root / rel)
+                yield rel, dir_fd, name, st
+                if is_dir:
+                    if depth >= MAX_DEPTH:
+                        raise BadTree(root / rel,
+                                      f"is nested more than {MAX_DEPTH} directories deep")
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                    try:
+                        stack.append((fd, rel + "/", depth + 1, names(fd)))
+                    except BaseException:
+                        os.close(fd)
+                        raise
+                    break  # its entries next, then the rest of this directory's
+            else:
+                stack.pop()
+                if stack:  # the root's fd is the caller's
+                    os.close(dir_fd)
+    finally:
+        for dir_fd, *_ in stack[1:]:
+            os.close(dir_fd)
 
 
 class Reader:
@@ -151,6 +167,11 @@ class Reader:
              again: bool = False) -> int:
         """An fd of the file `rel` as walked (`st`); refused when it was replaced or is already over
         a limit."""
+        return self._opened(dir_fd, name, st, rel, again)[0]
+
+    def _opened(self, dir_fd: int, name: str, st: os.stat_result, rel: str,
+                again: bool = False) -> tuple[int, int]:
+        """`open`, and the file's size as opened."""
         fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)  # a link swapped in: ELOOP
         try:
             now = os.fstat(fd)
@@ -163,19 +184,34 @@ class Reader:
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, now.st_size
+
+    def whole(self, dir_fd: int, name: str, st: os.stat_result, rel: str) -> bytes:
+        """The bytes of the file `rel` of at most _WHOLE bytes, counted as `chunks` counts them. One
+        read when it gives the size the file had as opened, else reads to its end."""
+        fd, size = self._opened(dir_fd, name, st, rel)
+        try:
+            data = os.read(fd, size + 1)  # one more: a file that grew does not end here
+            if len(data) != size:
+                parts, held = [data], len(data)
+                while held <= _WHOLE and (chunk := os.read(fd, _WHOLE + 1 - held)):
+                    parts.append(chunk)
+                    held += len(chunk)
+                data = b"".join(parts)
+        finally:
+            os.close(fd)
+        self.total += len(data)
+        if len(data) > self.file_bytes:
+            self.too_big(rel)
+        if self.total > self.release_bytes:
+            self.too_many_bytes()
+        if len(data) > _WHOLE:  # it grew since it was walked: never held whole
+            raise BadTree(self.root / rel, "changed while it was read")
+        return data
 
     def too_many_bytes(self) -> NoReturn:
         raise BadTree(self.root, f"holds more than {size_text(self.release_bytes)} "
                       f"({raise_key('max_release_bytes')})")
-
-
-def _hash(chunks: Iterator[bytes]) -> tuple[str, int]:
-    h, size = sha256(), 0
-    for chunk in chunks:
-        h.update(chunk)
-        size += len(chunk)
-    return h.hexdigest(), size
 
 
 WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -202,13 +238,7 @@ def _copy_file(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: 
     written (`bigcopy`). It is then replaced by a link to an intact object of the same bytes, or
     kept as that object."""
     if st.st_size <= _WHOLE:
-        parts, held = [], 0
-        for chunk in reader.chunks(dir_fd, name, st, rel, size=_WHOLE):
-            held += len(chunk)
-            if held > _WHOLE:  # it grew since it was walked: never held whole
-                raise BadTree(reader.root / rel, "changed while it was read")
-            parts.append(chunk)
-        data = b"".join(parts)
+        data = reader.whole(dir_fd, name, st, rel)
         sha = sha256()
         sha.update(data)
         digest, size = sha.hexdigest(), len(data)
@@ -228,7 +258,7 @@ def _copy_file(reader: Reader, dir_fd: int, name: str, st: os.stat_result, rel: 
     return digest, size, os.lstat(target)
 
 
-def _open_root(root: Path, *, follow: bool) -> int:
+def open_root(root: Path, *, follow: bool) -> int:
     try:
         return os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW if follow else _DIR_FLAGS)
     except NotADirectoryError:
@@ -256,7 +286,7 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
     """
     from . import bigcopy  # threads: here, not in the walks the daemon makes
 
-    src_fd = _open_root(src, follow=True)
+    src_fd = open_root(src, follow=True)
     try:
         files.make_dir(dst, 0o700)
         reader = Reader(src, limits)
@@ -267,7 +297,7 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
                 if hashed is not None:
                     hashed[key(rel, now)] = Entry(rel, mode, size, sha)
 
-            for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
+            for rel, dir_fd, name, st in walk(src_fd, src, stored=False, limits=limits):
                 target = base + rel
                 if stat.S_ISDIR(st.st_mode):
                     files.make_dir(Path(target), DIR_MODE)
@@ -293,41 +323,6 @@ def copy(src: Path, dst: Path, objects: Objects | None = None,
         os.close(src_fd)
 
 
-class Footprint(NamedTuple):
-    disk: int  # the bytes a copy takes on disk (see `footprint`)
-    files: int  # its regular files
-    bytes: int  # their bytes
-
-
-def footprint(src: Path, limits: StoreConfig, block: int,
-              stored: Callable[[str, int, int], bool] | None = None) -> Footprint:
-    """The bytes a copy of the release directory `src` takes on disk: each file rounded up to whole
-    `block`s, a directory one block. BadTree over a ceiling of `limits`. Reads only stat, unless
-    `stored` is given. Then each file is hashed and left out when `stored(sha, mode, size)` or when
-    already met in `src`. Returns also the count and bytes of all its files."""
-    src_fd = _open_root(src, follow=True)
-    total, seen, reader, count = 0, set(), Reader(src, limits), 0
-    try:
-        for rel, dir_fd, name, st in _walk(src_fd, src, stored=False, limits=limits):
-            size = 0 if stat.S_ISDIR(st.st_mode) else st.st_size
-            count += 0 if stat.S_ISDIR(st.st_mode) else 1
-            if size > limits.max_file_bytes:
-                reader.too_big(rel)
-            reader.total += size
-            if reader.total > limits.max_release_bytes:
-                reader.too_many_bytes()
-            if stored is not None and size:
-                key = (_hash(reader.chunks(dir_fd, name, st, rel, again=True))[0],
-                       normal_mode(st), size)
-                if key in seen or stored(*key):
-                    continue
-                seen.add(key)
-            total += max(-(-size // block), 1) * block
-    finally:
-        os.close(src_fd)
-    return Footprint(total, count, reader.total)
-
-
 _SETTLED_NS = 2_000_000_000
 # A file's hash, keyed by its inode, size, mode and times: no writer can set st_ctime_ns, so an
 # unchanged key means unchanged bytes. The stat is packed (STAMP: device, inode, size, mode, mtime,
@@ -345,7 +340,8 @@ def key(rel: str, st: os.stat_result) -> Key:
 
 def scan(release: Path, *, stored: bool = True, normalize: bool = False,
          hashed: Hashed | None = None, fresh: bool = False, shared: bool = False,
-         limits: StoreConfig | None = None) -> list[Entry]:
+         limits: StoreConfig | None = None,
+         seen: Callable[[os.stat_result], None] | None = None) -> list[Entry]:
     """The entries of a release tree, hashed, in manifest order.
 
     - `stored`: refuse what the store never holds (another owner, a loose mode).
@@ -357,14 +353,17 @@ def scan(release: Path, *, stored: bool = True, normalize: bool = False,
       meet again.
     - `limits`: the ceilings of a tree on its way in (None: a stored one, checked against its
       record).
+    - `seen`: called with each entry's lstat, as walked.
     """
-    root_fd = _open_root(release, follow=False)
+    root_fd = open_root(release, follow=False)
     reader = Reader(release, limits)
     entries = []
     try:
         if stored:
             _check_stored(os.fstat(root_fd), release)
-        for rel, dir_fd, name, st in _walk(root_fd, release, stored=stored, limits=limits):
+        for rel, dir_fd, name, st in walk(root_fd, release, stored=stored, limits=limits):
+            if seen is not None:
+                seen(st)
             mode = normal_mode(st) if normalize else stat.S_IMODE(st.st_mode)
             if stat.S_ISDIR(st.st_mode):
                 entries.append(Entry(rel, mode))

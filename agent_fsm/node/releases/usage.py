@@ -143,13 +143,34 @@ def store_bytes(releases_dir: Path) -> StoreBytes:
     return _with_room(releases_dir, *_walked(releases_dir, _versions(releases_dir)))
 
 
-def record(releases_dir: Path,
-           locked: Callable[[], contextlib.AbstractContextManager[object]]) -> None:
-    """Walk the store and record its bytes for `seen` after an add or prune: walked without the
-    writers' lock, written under it (`locked()`). A text record: its header, `shared <bytes>`, then
-    one `release <bytes> <version>` each. Written only when the figures changed: a refused add
-    writes nothing."""
-    own, shared = _walked(releases_dir, _versions(releases_dir))
+class Disk:
+    """The bytes on disk of one tree as its entries' lstat come (`add`), each inode once: a file
+    with more than two names (its object's and one) is counted at its first."""
+
+    def __init__(self, top: os.stat_result) -> None:
+        self.bytes = top.st_blocks * 512
+        self._linked: set[int] = set()  # such files' inodes
+
+    def add(self, st: os.stat_result) -> None:
+        if st.st_nlink > 2 and not stat.S_ISDIR(st.st_mode):
+            if st.st_ino in self._linked:
+                return
+            self._linked.add(st.st_ino)
+        self.bytes += st.st_blocks * 512
+
+
+def record(releases_dir: Path, locked: Callable[[], contextlib.AbstractContextManager[object]],
+           added: tuple[str, int | None] | None = None) -> None:
+    """Record the store's bytes for `seen` after an add or prune: walked without the writers' lock,
+    written under it (`locked()`). `added`, a release just stored and its bytes if known (`Disk`):
+    when it is the only one, its bytes are all its own and nothing is walked. A text record: its header,
+    `shared <bytes>`, then one `release <bytes> <version>` each. Written only when the figures
+    changed: a refused add writes nothing."""
+    versions = _versions(releases_dir)
+    if added is not None and added[1] is not None and versions == [added[0]]:
+        own, shared = {added[0]: added[1]}, 0
+    else:
+        own, shared = _walked(releases_dir, versions)
     if (own, shared) == (_recorded(releases_dir) or ({}, 0)):
         return
     lines = [HEADER, f"shared {shared}\n".encode()]
