@@ -148,7 +148,7 @@ def _killed_at_start(lab: Lab, version: str, timeout: float) -> tuple[Verdict, i
                 if f"/{version}/lib/".encode() in Path(f"/proc/{host}/cmdline").read_bytes():
                     os.kill(host, signal.SIGKILL)
                     killed.add(pid)
-            except (OSError, ValueError):
+            except (OSError, ValueError, LookupError):  # gone since systemd named it
                 pass
         time.sleep(0.05)
     worker.join(5)

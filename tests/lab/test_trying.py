@@ -1,7 +1,11 @@
-"""`try`'s config: the user's, as TOML again, with only the lab's places changed."""
+"""`try`'s config: the user's, as TOML again, with only the lab's places changed; its way back's
+kills."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -9,7 +13,7 @@ from typing import Any, cast
 
 from agent_fsm.node import config as config_mod
 from agent_fsm_lab.lab import Lab
-from agent_fsm_lab.trying import PLACES, lab_config, toml_text
+from agent_fsm_lab.trying import PLACES, _killed_at_start, lab_config, toml_text
 
 YOURS = '''
 name = "myagent"
@@ -65,3 +69,31 @@ class TestLabConfig:
         path = tmp_path / "written.toml"
         path.write_text(text)
         assert config_mod.load(path).name == "agent"
+
+
+def test_a_candidate_gone_before_it_is_killed_is_not_an_error(tmp_path: Path) -> None:
+    """The way back's proof asks systemd for the agent's MainPID, then finds that process: one
+    that exited in between (a start the agent's own restart ended) is passed over, and `try` goes
+    on to its verdict instead of stopping with a traceback."""
+    state = tmp_path / "state"
+    (tmp_path / "releases" / "2.0.0").mkdir(parents=True)
+    state.mkdir()
+    os.symlink(tmp_path / "releases" / "2.0.0", state / "selected")
+    (state / "upgrade-signal.json").write_text("{}")
+    looked: list[int] = []
+
+    def host_pid(pid: int) -> int:
+        looked.append(pid)
+        raise LookupError(f"no process is PID {pid} in the sandbox")
+
+    def cli(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        time.sleep(0.3)  # long enough for the loop to look at least once
+        return subprocess.CompletedProcess(list(args), 4, "", "")
+
+    sb = SimpleNamespace(show=lambda unit, prop: "240", host_pid=host_pid)
+    lab = cast(Lab, SimpleNamespace(
+        sb=sb, state_dir=state, cli=cli,
+        status=lambda: {"last_result": {"to": "2.0.0", "outcome": "rolled_back"}}))
+    verdict, kills = _killed_at_start(lab, "2.0.0", 5.0)
+    assert looked and kills == 0
+    assert (verdict.exit_code, verdict.outcome) == (4, "rolled_back")
