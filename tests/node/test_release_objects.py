@@ -74,6 +74,20 @@ def files_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(release_tree.Reader, "_opened", counted)
     return read
 
+
+def records_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The versions whose hashes record the store reads from now on, in order."""
+    read: list[str] = []
+    real = release_hashes._hashed_record
+
+    def counted(releases_dir: Path, version: str) -> bytes | None:
+        read.append(version)
+        return real(releases_dir, version)
+
+    monkeypatch.setattr(release_hashes, "_hashed_record", counted)
+    return read
+
+
 class TestTenReleases:
     def test_ten_releases_cost_well_under_twice_one(self, packed: Path, world: World,
                                                     tmp_path: Path) -> None:
@@ -248,14 +262,7 @@ class TestFastCheck:
         process still checks each release reading no file."""
         for v in ("1.0.0", "2.0.0"):
             add(make_release(tmp_path, v, marker=v), world.node)
-        records: list[str] = []
-        real = release_hashes._hashed_record
-
-        def counted(releases_dir: Path, version: str) -> bytes | None:
-            records.append(version)
-            return real(releases_dir, version)
-
-        monkeypatch.setattr(release_hashes, "_hashed_record", counted)
+        records = records_read(monkeypatch)
         release_store.tidy(world.paths.releases_dir, world.node.store.locked)
         assert records == []
         add(make_release(tmp_path, "3.0.0", marker="3.0.0"), world.node)  # links SHARED
@@ -265,20 +272,12 @@ class TestFastCheck:
             world.reopen().node.releases.verify(v)
         assert read == []
 
-
     def test_an_add_sharing_nothing_reads_no_record_and_one_sharing_refreshes_the_others(
             self, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """The first add, whose release holds the same bytes twice, reads no hashes record in
         its tidy; the next add, which links files the first release holds, refreshes that
         release's record. After each, a new process checks every release reading no file."""
-        records: list[str] = []
-        real = release_hashes._hashed_record
-
-        def counted(releases_dir: Path, version: str) -> bytes | None:
-            records.append(version)
-            return real(releases_dir, version)
-
-        monkeypatch.setattr(release_hashes, "_hashed_record", counted)
+        records = records_read(monkeypatch)
         first = make_release(tmp_path, "1.0.0", marker="1.0.0")
         for name in ("a.txt", "b.txt", "c.txt"):  # one object, three names
             (first / "assets" / name).write_text("the same bytes\n")
